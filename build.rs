@@ -1,0 +1,118 @@
+//! Build script: finds (or provisions) the CUDA compiler and CUTLASS, compiles `cuda-src/` with a
+//! content-addressed object cache, links the kernels with `cudart_static`, embeds the fatbins the
+//! driver layer loads, and (feature `bindgen`) checks the checked-in bindings for drift.
+//! The pieces live in `build/`; ../README.md lists the environment variables.
+
+#[cfg(feature = "bindgen")]
+#[path = "build/bindings.rs"]
+mod bindings;
+#[path = "build/kernels.rs"]
+mod kernels;
+#[path = "build/provision.rs"]
+mod provision;
+#[path = "build/toolchain.rs"]
+mod toolchain;
+
+use std::path::{Path, PathBuf};
+
+const ENV_INPUTS: &[&str] = &[
+    "GRAPHSAFE_CUDA_HOME",
+    "CUDA_HOME",
+    "CUDA_PATH",
+    "PATH",
+    "CUTLASS_DIR",
+    "GRAPHSAFE_CUDA_ARCHS",
+    "GRAPHSAFE_CACHE_DIR",
+    "GRAPHSAFE_OFFLINE",
+    "GRAPHSAFE_BINDINGS",
+    "XDG_CACHE_HOME",
+    "PYTHON",
+];
+
+fn main() {
+    if let Err(e) = run() {
+        // A build-script error is the one place a panic is the interface.
+        panic!("\n{e}\n");
+    }
+}
+
+/// Where the provisioned toolchain and the object cache live: outside target/, shared by every
+/// profile and every clone on this machine.
+fn cache_dir() -> PathBuf {
+    if let Some(d) = std::env::var_os("GRAPHSAFE_CACHE_DIR").filter(|v| !v.is_empty()) {
+        return PathBuf::from(d);
+    }
+    if let Some(d) = std::env::var_os("XDG_CACHE_HOME").filter(|v| !v.is_empty()) {
+        return PathBuf::from(d).join("graphsafe");
+    }
+    if let Some(h) = std::env::var_os("HOME").filter(|v| !v.is_empty()) {
+        return PathBuf::from(h).join(".cache/graphsafe");
+    }
+    PathBuf::from(std::env::var("OUT_DIR").unwrap()).join("graphsafe-cache")
+}
+
+fn run() -> Result<(), String> {
+    let manifest_dir = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").unwrap());
+    let out_dir = PathBuf::from(std::env::var("OUT_DIR").unwrap());
+    for p in ["build.rs", "build", "cuda-src", "include"] {
+        println!("cargo:rerun-if-changed={p}");
+    }
+    for v in ENV_INPUTS {
+        println!("cargo:rerun-if-env-changed={v}");
+    }
+    println!("cargo::rustc-check-cfg=cfg(graphsafe_arch, values(\"sm_90a\", \"sm_100a\", \"sm_120a\"))");
+
+    let cache = cache_dir();
+    let cuda = toolchain::find_cuda(&cache)?;
+    let cutlass = toolchain::find_cutlass(&cache)?;
+    let selected = kernels::selected_archs()?;
+
+    let units = kernels::scan(&manifest_dir.join("cuda-src"), &selected)?;
+    let ctx = kernels::Ctx { cuda: &cuda, cutlass: &cutlass, manifest_dir: &manifest_dir, cache: &cache, out_dir: &out_dir };
+    let built = kernels::build_all(&ctx, &units)?;
+    let lib = kernels::archive(&out_dir, &built.objects)?;
+    kernels::write_modules_rs(&out_dir, &built, &units)?;
+
+    link(&out_dir, &lib, &cuda.lib);
+    for a in &selected {
+        println!("cargo:rustc-cfg=graphsafe_arch=\"{a}\"");
+    }
+    // What `graphsafe doctor` reports about this build.
+    let env = |k: &str, v: &str| println!("cargo:rustc-env={k}={v}");
+    env("GRAPHSAFE_BUILD_ARCHS", &selected.join(","));
+    env("GRAPHSAFE_BUILD_CUDA_VERSION", &cuda.version);
+    env("GRAPHSAFE_BUILD_CUDA_SOURCE", &cuda.source);
+    env("GRAPHSAFE_BUILD_CUTLASS_VERSION", &cutlass.version);
+    env("GRAPHSAFE_BUILD_CUTLASS_SOURCE", &cutlass.source);
+    let skipped: Vec<String> =
+        built.skipped.iter().map(|(s, a)| format!("{s}({})", a.join("|"))).collect();
+    env("GRAPHSAFE_BUILD_SKIPPED_UNITS", &skipped.join(","));
+    env("GRAPHSAFE_BUILD_CUDA_HOME", &cuda.home.to_string_lossy());
+    if built.compiled > 0 {
+        println!(
+            "cargo:warning=graphsafe: compiled {} CUDA unit(s), {} from cache ({})",
+            built.compiled,
+            built.cached,
+            cache.join("objects").display()
+        );
+    }
+
+    #[cfg(feature = "bindgen")]
+    {
+        bindings::check_or_write(&manifest_dir.join("src/sys/kernels_bindings.rs"), &bindings::kernels(&manifest_dir));
+        bindings::check_or_write(&manifest_dir.join("src/sys/cuda_bindings.rs"), &bindings::cuda(&cuda.include));
+    }
+    Ok(())
+}
+
+fn link(out_dir: &Path, _lib: &Path, cuda_lib: &Path) {
+    println!("cargo:rustc-link-search=native={}", out_dir.display());
+    println!("cargo:rustc-link-lib=static=graphsafe_kernels");
+    println!("cargo:rustc-link-search=native={}", cuda_lib.display());
+    // cudart_static opens libcuda.so.1 itself at first use, so nothing here links the driver:
+    // the crate builds and its CPU tests run on machines with no driver.
+    println!("cargo:rustc-link-lib=static=cudart_static");
+    for l in ["stdc++", "dl", "rt", "pthread"] {
+        println!("cargo:rustc-link-lib=dylib={l}");
+    }
+}

@@ -1,0 +1,446 @@
+//! Compiling `cuda-src/**/*.cu` with nvcc: one object (or fatbin) per (file, arch set), cached by
+//! content, compiled in parallel under a memory budget.
+//!
+//! Why not the `cc` crate: it has no content-addressed object cache (a CUTLASS sm_100a MLA
+//! instantiation takes ~1 min and ~3.6 GB, so recompiling an unchanged file is not acceptable), it
+//! cannot bound parallel jobs by memory, and it has no notion of per-file arch sets or of fatbins
+//! that the driver loads at run time. We still use `cc` to find the archiver.
+//!
+//! Every `.cu` declares how it is built in a line near its top:
+//!
+//! ```text
+//! // graphsafe-build: archs=sm_90a,sm_100a,sm_120a kind=object mem_mib=1000 cutlass_example=77_blackwell_fmha
+//! ```
+//!
+//! * `archs`: the archs the file supports. `host` means the file holds host code only (queries
+//!   such as workspace sizes) and is compiled whatever GRAPHSAFE_CUDA_ARCHS says, so those queries
+//!   exist on every build; it gets the lowest selected arch but instantiates no kernel.
+//! * `kind`: `object` (linked into the crate as C functions) or `fatbin` (embedded in the crate and
+//!   loaded by the driver layer with `cuModuleLoadData`).
+//! * `mem_mib`: the peak memory of one compile, measured; used to bound parallel jobs.
+//! * `cutlass_example`: a folder under CUTLASS's `examples/` to put on the include path.
+//!
+//! The cache (like ccache's direct mode, so it can never serve a stale object): key1 hashes the
+//! source, the flags and the compiler's version; a manifest under key1 lists the headers the last
+//! compile read; key2 hashes those headers' contents. The object is stored under key1-key2.
+//! A change to the source, a flag, the compiler or any header it includes gives a new key.
+
+use crate::provision::hex;
+use crate::toolchain::{Cuda, Cutlass};
+use sha2::{Digest, Sha256};
+use std::collections::{HashMap, VecDeque};
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::{Arc, Condvar, Mutex};
+
+pub const ALL_ARCHS: &[&str] = &["sm_90a", "sm_100a", "sm_120a"];
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Kind {
+    Object,
+    Fatbin,
+}
+
+/// One `.cu` file and how to build it.
+pub struct Unit {
+    pub source: PathBuf,
+    /// Path below cuda-src/, with '/' → '_' and no extension: names the fatbin constant.
+    pub stem: String,
+    pub kind: Kind,
+    /// Archs to build for, after narrowing by GRAPHSAFE_CUDA_ARCHS. Empty: skip the file.
+    pub archs: Vec<String>,
+    pub host_only: bool,
+    pub mem_mib: u64,
+    pub cutlass_example: Option<String>,
+}
+
+/// What the build produced.
+pub struct Built {
+    pub objects: Vec<PathBuf>,
+    /// (stem, archs, fatbin path)
+    pub fatbins: Vec<(String, Vec<String>, PathBuf)>,
+    /// (stem, supported archs) of units skipped because none of their archs was selected.
+    pub skipped: Vec<(String, Vec<String>)>,
+    pub compiled: usize,
+    pub cached: usize,
+}
+
+pub fn selected_archs() -> Result<Vec<String>, String> {
+    match std::env::var("GRAPHSAFE_CUDA_ARCHS") {
+        Ok(v) if !v.trim().is_empty() => {
+            let mut out = Vec::new();
+            for a in v.split(',').map(str::trim).filter(|a| !a.is_empty()) {
+                if !ALL_ARCHS.contains(&a) {
+                    return Err(format!(
+                        "graphsafe: GRAPHSAFE_CUDA_ARCHS has unknown arch {a:?}; choose from {}",
+                        ALL_ARCHS.join(",")
+                    ));
+                }
+                if !out.iter().any(|x| x == a) {
+                    out.push(a.to_string());
+                }
+            }
+            // Keep the canonical order so the same set always hashes the same.
+            out.sort_by_key(|a| ALL_ARCHS.iter().position(|x| x == a));
+            Ok(out)
+        }
+        _ => Ok(ALL_ARCHS.iter().map(|s| s.to_string()).collect()),
+    }
+}
+
+pub fn scan(src_root: &Path, selected: &[String]) -> Result<Vec<Unit>, String> {
+    let mut files = Vec::new();
+    walk(src_root, &mut files);
+    files.sort();
+    let mut units = Vec::new();
+    for source in files {
+        let text = fs::read_to_string(&source).map_err(|e| format!("{}: {e}", source.display()))?;
+        let directive = text
+            .lines()
+            .take(30)
+            .find_map(|l| l.trim().strip_prefix("// graphsafe-build:"))
+            .ok_or_else(|| {
+                format!("{}: missing a `// graphsafe-build: archs=… kind=…` line near the top", source.display())
+            })?;
+        let mut kind = Kind::Object;
+        let mut archs: Option<Vec<String>> = None;
+        let mut host_only = false;
+        let mut mem_mib = 1000;
+        let mut cutlass_example = None;
+        for field in directive.split_whitespace() {
+            let (k, v) = field
+                .split_once('=')
+                .ok_or_else(|| format!("{}: bad graphsafe-build field {field:?}", source.display()))?;
+            match k {
+                "archs" if v == "host" => host_only = true,
+                "archs" => {
+                    let list: Vec<String> = v.split(',').map(str::to_string).collect();
+                    if let Some(bad) = list.iter().find(|a| !ALL_ARCHS.contains(&a.as_str())) {
+                        return Err(format!("{}: unknown arch {bad}", source.display()));
+                    }
+                    archs = Some(list);
+                }
+                "kind" => {
+                    kind = match v {
+                        "object" => Kind::Object,
+                        "fatbin" => Kind::Fatbin,
+                        _ => return Err(format!("{}: kind must be object or fatbin", source.display())),
+                    }
+                }
+                "mem_mib" => mem_mib = v.parse().map_err(|_| format!("{}: bad mem_mib", source.display()))?,
+                "cutlass_example" => cutlass_example = Some(v.to_string()),
+                _ => return Err(format!("{}: unknown graphsafe-build field {k}", source.display())),
+            }
+        }
+        let chosen: Vec<String> = if host_only {
+            if kind == Kind::Fatbin {
+                return Err(format!("{}: a host-only file cannot be a fatbin", source.display()));
+            }
+            selected.iter().take(1).cloned().collect()
+        } else {
+            let supported = archs.ok_or_else(|| format!("{}: graphsafe-build needs archs=", source.display()))?;
+            selected.iter().filter(|a| supported.contains(a)).cloned().collect()
+        };
+        let rel = source.strip_prefix(src_root).unwrap_or(&source);
+        let stem = rel.with_extension("").to_string_lossy().replace(['/', '\\', '-', '.'], "_");
+        units.push(Unit { source, stem, kind, archs: chosen, host_only, mem_mib, cutlass_example });
+    }
+    Ok(units)
+}
+
+fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
+    let Ok(rd) = fs::read_dir(dir) else { return };
+    for e in rd.flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            walk(&p, out);
+        } else if p.extension().is_some_and(|x| x == "cu") {
+            out.push(p);
+        }
+    }
+}
+
+pub struct Ctx<'a> {
+    pub cuda: &'a Cuda,
+    pub cutlass: &'a Cutlass,
+    pub manifest_dir: &'a Path,
+    pub cache: &'a Path,
+    pub out_dir: &'a Path,
+}
+
+fn flags(ctx: &Ctx, unit: &Unit) -> Vec<String> {
+    let mut f: Vec<String> = vec![
+        "-std=c++17".into(),
+        "-O3".into(),
+        "-DNDEBUG".into(),
+        "--expt-relaxed-constexpr".into(),
+        "-Xcompiler=-fPIC".into(),
+        // CUTLASS host code may use exceptions-free paths only; keep the glue C-like at its surface.
+        "-Xcudafe=--diag_suppress=177".into(),
+        format!("-I{}", ctx.manifest_dir.join("include").display()),
+        format!("-I{}", ctx.manifest_dir.join("cuda-src").display()),
+        format!("-isystem={}", ctx.cutlass.root.join("include").display()),
+        format!("-isystem={}", ctx.cutlass.root.join("tools/util/include").display()),
+    ];
+    if let Some(ex) = &unit.cutlass_example {
+        f.push(format!("-I{}", ctx.cutlass.root.join("examples").join(ex).display()));
+        // CUTLASS's examples include helpers from examples/common by bare name.
+        f.push(format!("-I{}", ctx.cutlass.root.join("examples/common").display()));
+    }
+    for a in &unit.archs {
+        let compute = a.replacen("sm_", "compute_", 1);
+        f.push(format!("-gencode=arch={compute},code={a}"));
+    }
+    if unit.host_only {
+        f.push("-DGRAPHSAFE_HOST_ONLY=1".into());
+    }
+    f
+}
+
+/// Content hashes of headers, shared between jobs (CUTLASS headers are read by most files).
+#[derive(Default)]
+struct HashCache(Mutex<HashMap<PathBuf, Option<String>>>);
+
+impl HashCache {
+    fn get(&self, p: &Path) -> Option<String> {
+        if let Some(v) = self.0.lock().unwrap().get(p) {
+            return v.clone();
+        }
+        let v = fs::read(p).ok().map(|b| hex(&Sha256::digest(&b)));
+        self.0.lock().unwrap().insert(p.to_path_buf(), v.clone());
+        v
+    }
+}
+
+fn key2_of(deps: &[PathBuf], hashes: &HashCache) -> Option<String> {
+    let mut h = Sha256::new();
+    for d in deps {
+        h.update(d.to_string_lossy().as_bytes());
+        h.update([0]);
+        h.update(hashes.get(d)?.as_bytes());
+    }
+    Some(hex(&h.finalize())[..32].to_string())
+}
+
+/// Parses a make-style dependency file written by `nvcc -MD -MF`.
+fn parse_depfile(text: &str) -> Vec<PathBuf> {
+    let joined = text.replace("\\\n", " ");
+    let after = joined.split_once(": ").map(|(_, r)| r).unwrap_or("");
+    after.split_whitespace().filter(|s| *s != "\\").map(PathBuf::from).collect()
+}
+
+enum Outcome {
+    Cached(PathBuf),
+    Compiled(PathBuf),
+}
+
+fn build_one(ctx: &Ctx, unit: &Unit, hashes: &HashCache) -> Result<Outcome, String> {
+    let flags = flags(ctx, unit);
+    let src_bytes = fs::read(&unit.source).map_err(|e| e.to_string())?;
+    let mut h = Sha256::new();
+    h.update(format!("{:?}\0", unit.kind));
+    h.update(&src_bytes);
+    h.update([0]);
+    for f in &flags {
+        h.update(f.as_bytes());
+        h.update([0]);
+    }
+    h.update(ctx.cuda.version_text.as_bytes());
+    let key1 = hex(&h.finalize())[..32].to_string();
+    let ext = if unit.kind == Kind::Fatbin { "fatbin" } else { "o" };
+    let objdir = ctx.cache.join("objects");
+    fs::create_dir_all(&objdir).map_err(|e| e.to_string())?;
+    let manifest = objdir.join(format!("{key1}.deps"));
+
+    if let Ok(text) = fs::read_to_string(&manifest) {
+        let deps: Vec<PathBuf> = text.lines().map(PathBuf::from).collect();
+        if let Some(key2) = key2_of(&deps, hashes) {
+            let obj = objdir.join(format!("{key1}-{key2}.{ext}"));
+            if obj.is_file() {
+                return Ok(Outcome::Cached(obj));
+            }
+        }
+    }
+
+    // Compile into a private temp name, then rename: concurrent builds never see half a file.
+    let tmp_base = objdir.join(format!(".{key1}-{}", std::process::id()));
+    let tmp_obj = tmp_base.with_extension(ext);
+    let tmp_dep = tmp_base.with_extension("d");
+    let mut cmd = Command::new(&ctx.cuda.nvcc);
+    cmd.args(&flags);
+    cmd.arg(if unit.kind == Kind::Fatbin { "-fatbin" } else { "-c" });
+    cmd.arg(&unit.source).arg("-o").arg(&tmp_obj).arg("-MD").arg("-MF").arg(&tmp_dep);
+    let out = cmd.output().map_err(|e| format!("running nvcc: {e}"))?;
+    if !out.status.success() {
+        let _ = fs::remove_file(&tmp_obj);
+        let _ = fs::remove_file(&tmp_dep);
+        return Err(format!(
+            "nvcc failed on {}:\n{}\n{}",
+            unit.source.display(),
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    let dep_text = fs::read_to_string(&tmp_dep).map_err(|e| format!("reading nvcc depfile: {e}"))?;
+    let _ = fs::remove_file(&tmp_dep);
+    let mut deps: Vec<PathBuf> = parse_depfile(&dep_text)
+        .into_iter()
+        .map(|p| fs::canonicalize(&p).unwrap_or(p))
+        .filter(|p| p != &fs::canonicalize(&unit.source).unwrap_or_default())
+        .collect();
+    deps.sort();
+    deps.dedup();
+    let key2 = key2_of(&deps, hashes).ok_or("a header nvcc read has vanished")?;
+    let obj = objdir.join(format!("{key1}-{key2}.{ext}"));
+    fs::rename(&tmp_obj, &obj).map_err(|e| e.to_string())?;
+    let list: Vec<String> = deps.iter().map(|p| p.to_string_lossy().to_string()).collect();
+    let tmp_manifest = tmp_base.with_extension("deps");
+    fs::write(&tmp_manifest, list.join("\n")).map_err(|e| e.to_string())?;
+    fs::rename(&tmp_manifest, &manifest).map_err(|e| e.to_string())?;
+    Ok(Outcome::Compiled(obj))
+}
+
+/// Available memory in MiB (MemAvailable), or a conservative guess.
+fn available_mib() -> u64 {
+    fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|t| {
+            t.lines()
+                .find(|l| l.starts_with("MemAvailable:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|kb| kb.parse::<u64>().ok())
+        })
+        .map(|kb| kb / 1024)
+        .unwrap_or(8 * 1024)
+}
+
+/// Compiles every unit that has archs, in parallel: at most NUM_JOBS at once, and never more at
+/// once than fit in 90% of the memory available now (a single job that is larger than that still
+/// runs, alone).
+pub fn build_all(ctx: &Ctx, units: &[Unit]) -> Result<Built, String> {
+    let threads: usize = std::env::var("NUM_JOBS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2))
+        .max(1);
+    let budget = available_mib() * 9 / 10;
+    // Longest (largest) first, so the tail of the build is short jobs.
+    let mut order: Vec<usize> = (0..units.len()).filter(|&i| !units[i].archs.is_empty()).collect();
+    order.sort_by_key(|&i| std::cmp::Reverse(units[i].mem_mib));
+
+    let queue = Mutex::new(order.iter().copied().collect::<VecDeque<usize>>());
+    // (memory in use, jobs running)
+    let gate = Arc::new((Mutex::new((0u64, 0usize)), Condvar::new()));
+    let hashes = HashCache::default();
+    let results: Mutex<HashMap<usize, Result<Outcome, String>>> = Mutex::new(HashMap::new());
+
+    std::thread::scope(|s| {
+        for _ in 0..threads.min(order.len().max(1)) {
+            s.spawn(|| loop {
+                let Some(i) = queue.lock().unwrap().pop_front() else { break };
+                let need = units[i].mem_mib;
+                {
+                    let (lock, cv) = &*gate;
+                    let mut g = lock.lock().unwrap();
+                    while g.1 > 0 && g.0 + need > budget {
+                        g = cv.wait(g).unwrap();
+                    }
+                    g.0 += need;
+                    g.1 += 1;
+                }
+                let r = build_one(ctx, &units[i], &hashes);
+                {
+                    let (lock, cv) = &*gate;
+                    let mut g = lock.lock().unwrap();
+                    g.0 -= need;
+                    g.1 -= 1;
+                    cv.notify_all();
+                }
+                results.lock().unwrap().insert(i, r);
+            });
+        }
+    });
+
+    let mut results = results.into_inner().unwrap();
+    let mut built = Built { objects: vec![], fatbins: vec![], skipped: vec![], compiled: 0, cached: 0 };
+    let mut errors = Vec::new();
+    for (i, unit) in units.iter().enumerate() {
+        if unit.archs.is_empty() {
+            built.skipped.push((unit.stem.clone(), supported_of(unit)));
+            continue;
+        }
+        match results.remove(&i) {
+            Some(Ok(o)) => {
+                let path = match o {
+                    Outcome::Cached(p) => {
+                        built.cached += 1;
+                        p
+                    }
+                    Outcome::Compiled(p) => {
+                        built.compiled += 1;
+                        p
+                    }
+                };
+                match unit.kind {
+                    Kind::Object => built.objects.push(path),
+                    Kind::Fatbin => {
+                        let dest = ctx.out_dir.join(format!("{}.fatbin", unit.stem));
+                        fs::copy(&path, &dest).map_err(|e| e.to_string())?;
+                        built.fatbins.push((unit.stem.clone(), unit.archs.clone(), dest));
+                    }
+                }
+            }
+            Some(Err(e)) => errors.push(e),
+            None => errors.push(format!("{}: not built", unit.source.display())),
+        }
+    }
+    if !errors.is_empty() {
+        return Err(errors.join("\n\n"));
+    }
+    Ok(built)
+}
+
+/// The archs a skipped unit would have supported (read again from the directive for the message).
+fn supported_of(unit: &Unit) -> Vec<String> {
+    let text = fs::read_to_string(&unit.source).unwrap_or_default();
+    text.lines()
+        .find_map(|l| l.trim().strip_prefix("// graphsafe-build:"))
+        .and_then(|d| d.split_whitespace().find_map(|f| f.strip_prefix("archs=")))
+        .map(|v| v.split(',').map(str::to_string).collect())
+        .unwrap_or_default()
+}
+
+/// Archives the objects into OUT_DIR/libgraphsafe_kernels.a.
+pub fn archive(out_dir: &Path, objects: &[PathBuf]) -> Result<PathBuf, String> {
+    let lib = out_dir.join("libgraphsafe_kernels.a");
+    let _ = fs::remove_file(&lib);
+    let mut ar = cc::Build::new().get_archiver();
+    ar.arg("crs").arg(&lib).args(objects);
+    let st = ar.status().map_err(|e| format!("running ar: {e}"))?;
+    if !st.success() {
+        return Err("ar failed".into());
+    }
+    Ok(lib)
+}
+
+/// OUT_DIR/modules.rs: one `Option<&[u8]>` per fatbin unit (None where its archs were not built).
+pub fn write_modules_rs(out_dir: &Path, built: &Built, units: &[Unit]) -> Result<(), String> {
+    let mut s = String::from("// Generated by build.rs: fatbins compiled from cuda-src/ (kind=fatbin).\n");
+    for unit in units.iter().filter(|u| u.kind == Kind::Fatbin) {
+        let name = unit.stem.to_uppercase();
+        match built.fatbins.iter().find(|(stem, _, _)| stem == &unit.stem) {
+            Some((_, archs, path)) => s.push_str(&format!(
+                "/// `{}`, built for {}.\npub const {name}: Option<&[u8]> = Some(include_bytes!({:?}));\n",
+                unit.source.file_name().unwrap().to_string_lossy(),
+                archs.join(", "),
+                path
+            )),
+            None => s.push_str(&format!(
+                "/// `{}`: none of its archs was selected by GRAPHSAFE_CUDA_ARCHS.\npub const {name}: Option<&[u8]> = None;\n",
+                unit.source.file_name().unwrap().to_string_lossy()
+            )),
+        }
+    }
+    fs::write(out_dir.join("modules.rs"), s).map_err(|e| e.to_string())
+}

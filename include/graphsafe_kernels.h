@@ -1,0 +1,139 @@
+/*
+ * graphsafe kernel glue: the plain C surface of the CUDA/CUTLASS code in cuda-src/.
+ *
+ * This header is the bindgen input for src/sys/kernels_bindings.rs. It is internal to the crate
+ * (C/C++ users include graphsafe.h, the exported C ABI). Rules every function here follows:
+ *   - returns a GsStatus (0 = ok), never throws, never aborts;
+ *   - never allocates device memory: the workspace pointer and its size come from the caller;
+ *   - never touches the legacy stream: all device work goes to the stream passed in;
+ *   - workspace-size and split queries are host-only and run without a GPU.
+ */
+#ifndef GRAPHSAFE_KERNELS_H
+#define GRAPHSAFE_KERNELS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/** Status codes of the glue functions. */
+typedef enum GsStatus {
+  GS_OK = 0,
+  /** An argument is out of range (zero or negative sizes, null pointers, bad dtype). */
+  GS_ERR_INVALID_ARGUMENT = 1,
+  /** An explicit split count breaks the split-KV safety rule (see gs_mla_sm100_num_splits). */
+  GS_ERR_UNSAFE_SPLIT = 2,
+  /** CUTLASS's can_implement() refused the arguments. */
+  GS_ERR_CUTLASS_CANNOT_IMPLEMENT = 3,
+  /** CUTLASS returned an internal error (e.g. a failed launch). */
+  GS_ERR_CUTLASS_INTERNAL = 4,
+  /** A CUDA runtime call failed; gs_last_cuda_error() has the cudaError_t. */
+  GS_ERR_CUDA = 5,
+  /** The workspace passed in is smaller than the kernel needs. Nothing was launched. */
+  GS_ERR_WORKSPACE_TOO_SMALL = 6,
+} GsStatus;
+
+/** Element types of kernel inputs. */
+typedef enum GsDtype {
+  GS_DTYPE_BF16 = 0,
+  GS_DTYPE_FP16 = 1,
+  GS_DTYPE_FP8_E4M3 = 2,
+} GsDtype;
+
+/** Tile schedulers of the CUTLASS sm100 MLA kernel. */
+typedef enum GsMlaScheduler {
+  /** One CTA pair per SM pair loops over (batch, split) tiles. Used only with one split. */
+  GS_MLA_SCHED_PERSISTENT = 0,
+  /** One CTA pair per (batch, split) tile. Used whenever there is more than one split. */
+  GS_MLA_SCHED_INDIVIDUAL = 1,
+} GsMlaScheduler;
+
+/** Fixed shape of the MLA decode kernels: DeepSeek-V2/V3 latent attention. */
+#define GS_MLA_NUM_HEADS 128
+#define GS_MLA_LATENT_DIM 512
+#define GS_MLA_ROPE_DIM 64
+/** KV-sequence tile of the sm100 kernel (TileShapeS). */
+#define GS_MLA_SM100_TILE_S 128
+/** The most KV splits the default rule ever picks. */
+#define GS_MLA_SM100_MAX_SPLITS 16
+
+/**
+ * Number of KV splits for the CUTLASS 4.2 sm100 MLA kernel.
+ *
+ * requested == 0 picks the default, safe rule; requested > 0 is validated against the same rule
+ * and returned unchanged, or refused with GS_ERR_UNSAFE_SPLIT. The rule (why: cuda-src/mla/sm100/README.md):
+ *   batch > 1:  1 split.
+ *   batch == 1: cap = min(16, ceil(max_seq_len / 128), max(1, sm_count / 2)); the default is the
+ *               balanced count ceil(T / ceil(T / cap)), T = ceil(max_seq_len / 128), which gives
+ *               the same per-split work as cap with no empty split.
+ */
+int gs_mla_sm100_num_splits(int32_t batch, int32_t max_seq_len, int32_t sm_count, int32_t requested,
+                            int32_t* out_splits);
+
+/** The largest split count the safety rule allows for these arguments (what `requested` may be). */
+int gs_mla_sm100_max_safe_splits(int32_t batch, int32_t max_seq_len, int32_t sm_count, int32_t* out_splits);
+
+/** The scheduler the decode uses for a split count: persistent for 1, individual for more. */
+int gs_mla_sm100_scheduler(int32_t num_splits, int32_t* out_scheduler);
+
+/**
+ * Workspace bytes of the sm100 MLA decode for these arguments: exactly what CUTLASS's
+ * device::MLA<Kernel>::get_workspace_size returns for the kernel instantiated for `dtype`
+ * (0 for one split).
+ */
+int gs_mla_sm100_workspace_bytes(int32_t dtype, int32_t batch, int32_t max_seq_len, int32_t sm_count,
+                                 int32_t num_splits, uint64_t* out_bytes);
+
+/** Arguments of one MLA decode step (strides in elements; the innermost stride is 1). */
+typedef struct GsMlaDecodeArgs {
+  /** GsDtype of q and the KV cache. Output is bf16 for bf16 and fp8, fp16 for fp16. */
+  int32_t dtype;
+  int32_t batch;
+  /** Upper bound of seq_lens: sizes the splits and the workspace. */
+  int32_t max_seq_len;
+  int32_t num_splits;
+  int32_t sm_count;
+  int32_t device;
+  /** [batch, 128, 512] */
+  const void* q_nope;
+  int64_t q_nope_stride_batch;
+  int64_t q_nope_stride_head;
+  /** [batch, 128, 64] */
+  const void* q_pe;
+  int64_t q_pe_stride_batch;
+  int64_t q_pe_stride_head;
+  /** [num_pages, page_size, 576], contiguous: latent (512) then rope (64) per token. */
+  const void* kv_cache;
+  int32_t num_pages;
+  int32_t page_size;
+  /** [batch] int32, each in 1..=max_seq_len. */
+  const int32_t* seq_lens;
+  /** [batch, page_table_stride] int32 page indices. */
+  const int32_t* page_table;
+  int32_t page_table_stride;
+  /** [batch, 128, 512] */
+  void* out;
+  int64_t out_stride_batch;
+  int64_t out_stride_head;
+  /** [batch, 128] fp32 log-sum-exp, or NULL. */
+  float* lse;
+  float sm_scale;
+} GsMlaDecodeArgs;
+
+/**
+ * Launches the CUTLASS sm100 MLA decode (and its split-KV reduction) on `stream`.
+ * Returns GS_ERR_WORKSPACE_TOO_SMALL, launching nothing, when workspace_bytes is less than
+ * gs_mla_sm100_workspace_bytes for these arguments. Only present when sm_100a was built.
+ */
+int gs_mla_sm100_decode(const GsMlaDecodeArgs* args, void* workspace, uint64_t workspace_bytes, void* stream);
+
+/** The cudaError_t of the last GS_ERR_CUDA on this thread (0 if none). */
+int gs_last_cuda_error(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* GRAPHSAFE_KERNELS_H */

@@ -1,0 +1,160 @@
+//! `graphsafe demo`: the README's main command.
+//!
+//! 1. Plans the MLA workspace of a DeepSeek-V3-shaped decode step (128 heads, latent 512 + rope
+//!    64, contexts up to 163,840 tokens, the batch sizes an engine captures) for the GPU it finds,
+//!    or for a B200 (148 SMs) when there is none, and says which.
+//! 2. With a GPU, runs the graph-safety scenario on real memory (see `live`).
+
+use graphsafe::driver;
+use graphsafe::ops::mla::{sm100, KvDtype, LATENT_DIM, NUM_HEADS, ROPE_DIM};
+
+/// DeepSeek-V3's longest context (max_position_embeddings).
+const MAX_SEQ_LEN: i64 = 163_840;
+/// Batch sizes a serving engine typically captures graphs for.
+const CAPTURE_BATCHES: &[i64] = &[1, 2, 4, 8, 16, 32, 64, 128, 256];
+/// A B200's SMs, the plan's target when no Blackwell GPU is present.
+const B200_SMS: i64 = 148;
+
+pub fn run() -> i32 {
+    let gpu = driver::device_count().ok().filter(|&n| n > 0).and_then(|_| driver::Device::get(0).ok()?.info().ok());
+    let (sm_count, target) = match &gpu {
+        Some(d) if d.compute_capability.0 == 10 => (d.sm_count as i64, format!("GPU 0: {}, {} SMs", d.name, d.sm_count)),
+        Some(d) => (
+            B200_SMS,
+            format!(
+                "a B200 ({B200_SMS} SMs): GPU 0 is {} (sm_{}{}), and the CUTLASS MLA kernel is sm_100a-only",
+                d.name, d.compute_capability.0, d.compute_capability.1
+            ),
+        ),
+        None => (B200_SMS, format!("a B200 ({B200_SMS} SMs): no GPU found here")),
+    };
+    println!("graphsafe demo: DeepSeek-V3 decode step, MLA {NUM_HEADS} heads x ({LATENT_DIM} latent + {ROPE_DIM} rope), contexts up to {MAX_SEQ_LEN}");
+    println!("workspace plan for {target}");
+    let dtype = KvDtype::Bf16;
+    println!("{:>8} {:>7} {:>16}", "batch", "splits", "workspace bytes");
+    for &b in CAPTURE_BATCHES {
+        match sm100::plan(dtype, b, MAX_SEQ_LEN, sm_count, None) {
+            Ok(p) => println!("{:>8} {:>7} {:>16}", b, p.num_splits, p.workspace_bytes),
+            Err(e) => {
+                eprintln!("error: {e}");
+                return 1;
+            }
+        }
+    }
+    let max_batch = *CAPTURE_BATCHES.last().expect("non-empty");
+    match sm100::worst_case(dtype, max_batch, MAX_SEQ_LEN, sm_count) {
+        Ok(w) => println!(
+            "pre-grow the workspace to {} bytes before capture: the worst case over batch 1..={max_batch}, seq len 1..={MAX_SEQ_LEN} (batch {}, seq len {}, {} splits)",
+            w.workspace_bytes, w.batch, w.max_seq_len, w.num_splits
+        ),
+        Err(e) => {
+            eprintln!("error: {e}");
+            return 1;
+        }
+    }
+    live::run(gpu.is_some())
+}
+
+mod live {
+    //! Capture a split-K kernel whose semaphores live in the workspace, grow the workspace past
+    //! it three times, churn the allocator over the retired blocks, replay, and compare.
+    use graphsafe::driver::{Context, DeviceBuffer, MemInfo, Stream};
+    use graphsafe::graph::{CaptureMode, NodeKind};
+    use graphsafe::ops::testing::{SplitKShape, TestKernels};
+    use graphsafe::workspace::Workspace;
+
+    const SHAPE: SplitKShape = SplitKShape { m: 4096, k: 4096, splits: 16 };
+    const REPLAYS: usize = 200;
+
+    pub fn run(has_gpu: bool) -> i32 {
+        if !has_gpu {
+            println!("live capture/replay: skipped (no CUDA driver or GPU on this machine)");
+            return 0;
+        }
+        match scenario() {
+            Ok(()) => 0,
+            Err(e) => {
+                eprintln!("live capture/replay FAILED: {e}");
+                1
+            }
+        }
+    }
+
+    fn ensure(ok: bool, what: &str) -> Result<(), String> {
+        if ok {
+            println!("  ok: {what}");
+            Ok(())
+        } else {
+            Err(what.to_string())
+        }
+    }
+
+    fn scenario() -> Result<(), String> {
+        let e = |e: graphsafe::Error| e.to_string();
+        let ctx = Context::new(0).map_err(e)?;
+        let mut stream = Stream::new(&ctx).map_err(e)?;
+        let kernels = match TestKernels::load(&ctx) {
+            Ok(k) => k,
+            Err(err @ graphsafe::Error::ArchUnsupported { .. }) => {
+                println!("live capture/replay: skipped ({err})");
+                return Ok(());
+            }
+            Err(err) => return Err(err.to_string()),
+        };
+        println!("live capture/replay on {} (split-K GEMV {}x{}, {} splits, semaphores in the workspace):", ctx.device().info().map_err(e)?.name, SHAPE.m, SHAPE.k, SHAPE.splits);
+        let (m, k) = (SHAPE.m as usize, SHAPE.k as usize);
+        let a_host: Vec<f32> = (0..m * k).map(|i| ((i * 7919) % 2003) as f32 / 1001.0 - 1.0).collect();
+        let x_host: Vec<f32> = (0..k).map(|i| ((i * 104_729) % 997) as f32 / 498.0 - 1.0).collect();
+        let free_start = MemInfo::query(&ctx).map_err(e)?.free;
+        {
+            let a = DeviceBuffer::from_host(&stream, &a_host).map_err(e)?;
+            let x = DeviceBuffer::from_host(&stream, &x_host).map_err(e)?;
+            let y = DeviceBuffer::alloc_zeroed(&stream, m * 4).map_err(e)?;
+            let mut ws = Workspace::new(&stream, SHAPE.workspace_bytes()).map_err(e)?;
+            ensure(ws.to_host_vec(&stream).map_err(e)?.iter().all(|&b| b == 0), "new workspace reads all-zero")?;
+            kernels.split_k_gemv(&a, &x, &y, SHAPE, &mut ws, &stream).map_err(e)?;
+            let eager = y.to_host_vec::<f32>(&stream).map_err(e)?;
+
+            let graph = {
+                let mut cap = stream.begin_capture(CaptureMode::ThreadLocal).map_err(e)?;
+                let w = cap.bind_workspace(&mut ws).map_err(e)?;
+                let (ca, cx, cy) = (cap.bind_buffer(&a).map_err(e)?, cap.bind_buffer(&x).map_err(e)?, cap.bind_buffer(&y).map_err(e)?);
+                cap.memset_u8(&cy, 0).map_err(e)?;
+                let too_small = SplitKShape { m: SHAPE.m * 2, ..SHAPE };
+                let refused = matches!(
+                    kernels.split_k_gemv_captured(&ca, &cx, &cy, too_small, &w, &cap),
+                    Err(graphsafe::Error::WorkspaceTooSmall { .. })
+                );
+                ensure(refused, "a kernel needing more than the captured workspace is refused (WorkspaceTooSmall), not grown")?;
+                kernels.split_k_gemv_captured(&ca, &cx, &cy, SHAPE, &w, &cap).map_err(e)?;
+                cap.end().map_err(e)?
+            };
+            let kinds = graph.node_kinds().map_err(e)?;
+            ensure(kinds == [NodeKind::Memset, NodeKind::Kernel], "the captured memset and kernel are graph nodes (nothing escaped to another stream)")?;
+            let exec = graph.instantiate().map_err(e)?;
+            for step in 1..=3u64 {
+                ws.ensure_size(SHAPE.workspace_bytes() * (1 + step), &stream).map_err(e)?;
+            }
+            ensure(ws.retired_count() == 3, "the workspace grew 3 times by retiring, never resizing")?;
+            let mut churn = Vec::new();
+            for _ in 0..8 {
+                let b = DeviceBuffer::alloc(&ctx, SHAPE.workspace_bytes() as usize * 3).map_err(e)?;
+                b.memset_u32(0xDEAD_BEEF, &stream).map_err(e)?;
+                churn.push(b);
+            }
+            let mut identical = 0;
+            for _ in 0..REPLAYS {
+                exec.launch(&stream).map_err(e)?;
+                identical += (y.to_host_vec::<f32>(&stream).map_err(e)? == eager) as usize;
+            }
+            ensure(identical == REPLAYS, &format!("{identical}/{REPLAYS} replays after growth and allocator churn are bit-identical to eager"))?;
+        }
+        ctx.synchronize().map_err(e)?;
+        let free_end = MemInfo::query(&ctx).map_err(e)?.free;
+        ensure(free_start.abs_diff(free_end) <= 2 << 20, &format!(
+            "with the graph gone every retired buffer is freed (free memory {} MiB -> {} MiB)",
+            free_start >> 20, free_end >> 20
+        ))?;
+        Ok(())
+    }
+}

@@ -1,0 +1,85 @@
+//! `graphsafe plan …`
+
+use clap::Subcommand;
+use graphsafe::ops::mla::{sm100, KvDtype};
+
+#[derive(Subcommand)]
+pub enum PlanOp {
+    /// MLA decode (CUTLASS sm100 kernel): splits and workspace per batch, and the pre-grow maximum.
+    Mla {
+        /// Batch sizes, comma separated (e.g. 1,8,64,128).
+        #[arg(long, value_delimiter = ',', required = true, allow_negative_numbers = true)]
+        batch: Vec<i64>,
+        /// Longest sequence length.
+        #[arg(long = "seq-len", allow_negative_numbers = true)]
+        seq_len: i64,
+        /// SMs of the target GPU (B200: 148).
+        #[arg(long = "sm-count", allow_negative_numbers = true)]
+        sm_count: i64,
+        /// Element type of q and the KV cache: bf16, fp16 or fp8.
+        #[arg(long, default_value = "bf16")]
+        dtype: String,
+        /// Ask for this many KV splits instead of the default rule (validated against it).
+        #[arg(long, allow_negative_numbers = true)]
+        splits: Option<i64>,
+        /// Machine-readable output.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+pub fn run(op: PlanOp) -> i32 {
+    match op {
+        PlanOp::Mla { batch, seq_len, sm_count, dtype, splits, json } => {
+            match mla(&batch, seq_len, sm_count, &dtype, splits, json) {
+                Ok(()) => 0,
+                Err(e) => crate::usage_error(&e),
+            }
+        }
+    }
+}
+
+fn mla(batches: &[i64], seq_len: i64, sm_count: i64, dtype: &str, splits: Option<i64>, json: bool) -> graphsafe::Result<()> {
+    let dtype: KvDtype = dtype.parse()?;
+    let mut plans = Vec::new();
+    for &b in batches {
+        plans.push(sm100::plan(dtype, b, seq_len, sm_count, splits)?);
+    }
+    let max_batch = *batches.iter().max().expect("clap requires at least one batch");
+    let worst = sm100::worst_case(dtype, max_batch, seq_len, sm_count)?;
+    if json {
+        let v = serde_json::json!({
+            "op": "mla",
+            "kernel": "cutlass-4.2-sm100",
+            "dtype": dtype,
+            "seq_len": seq_len,
+            "sm_count": sm_count,
+            "plans": plans,
+            "pre_grow": {
+                "workspace_bytes": worst.workspace_bytes,
+                "over_batches": format!("1..={max_batch}"),
+                "over_seq_lens": format!("1..={seq_len}"),
+                "worst_batch": worst.batch,
+                "worst_seq_len": worst.max_seq_len,
+                "worst_num_splits": worst.num_splits,
+            }
+        });
+        println!("{}", serde_json::to_string_pretty(&v).expect("plain JSON values serialize"));
+        return Ok(());
+    }
+    println!("MLA decode plan: CUTLASS 4.2 sm100 kernel, {dtype}, max seq len {seq_len}, {sm_count} SMs");
+    println!("{:>8} {:>7} {:>11} {:>16}", "batch", "splits", "scheduler", "workspace bytes");
+    for p in &plans {
+        let sched = match p.scheduler {
+            sm100::Scheduler::Persistent => "persistent",
+            sm100::Scheduler::Individual => "individual",
+        };
+        println!("{:>8} {:>7} {:>11} {:>16}", p.batch, p.num_splits, sched, p.workspace_bytes);
+    }
+    println!(
+        "pre-grow before capture: {} bytes (worst case over batch 1..={max_batch} and seq len 1..={seq_len}: \
+         batch {}, seq len {}, {} splits)",
+        worst.workspace_bytes, worst.batch, worst.max_seq_len, worst.num_splits
+    );
+    Ok(())
+}

@@ -1,0 +1,231 @@
+use super::{check, init, log_drop_error, Context, DevicePtr, Stream};
+use crate::error::{Error, Result};
+use std::sync::Arc;
+
+/// Device memory from `cuMemAlloc`, freed when the last reference goes away.
+///
+/// This is the unit of ownership the graph layer counts: a [`crate::graph::Graph`] keeps an
+/// `Arc<Allocation>` of every buffer bound to its capture, so the address it baked in stays valid
+/// for as long as any graph or executable made from it lives (invariant 1).
+#[derive(Debug)]
+pub struct Allocation {
+    ptr: DevicePtr,
+    bytes: usize,
+    ctx: Arc<Context>,
+}
+
+impl Allocation {
+    /// The device address.
+    pub fn ptr(&self) -> DevicePtr {
+        self.ptr
+    }
+    /// Size in bytes.
+    pub fn len(&self) -> usize {
+        self.bytes
+    }
+    /// Whether the allocation is empty (never: zero-byte allocations are refused).
+    pub fn is_empty(&self) -> bool {
+        self.bytes == 0
+    }
+    /// The owning context.
+    pub fn context(&self) -> &Arc<Context> {
+        &self.ctx
+    }
+}
+
+impl Drop for Allocation {
+    fn drop(&mut self) {
+        // cuMemFree synchronizes with work still using the block, so in-flight kernels and graph
+        // launches finish before the memory can be handed out again.
+        let r = (|| {
+            self.ctx.bind()?;
+            let f = init()?.cuMemFree()?;
+            // SAFETY: we allocated ptr and nothing else frees it.
+            check(unsafe { (f.f)(self.ptr) }, f.name)
+        })();
+        log_drop_error("cuMemFree", r);
+    }
+}
+
+/// Plain element types that may be copied between host and device as raw bytes.
+pub trait DeviceCopy: Copy + Send + Sync + 'static + sealed::Sealed {}
+mod sealed {
+    pub trait Sealed {}
+}
+macro_rules! device_copy {
+    ($($t:ty),*) => { $( impl sealed::Sealed for $t {} impl DeviceCopy for $t {} )* };
+}
+device_copy!(u8, i8, u16, i16, u32, i32, u64, i64, f32, f64);
+
+/// A handle to device memory. Clones share the memory; it is freed when the last handle, and
+/// every graph that captured it, is gone.
+#[derive(Clone, Debug)]
+pub struct DeviceBuffer {
+    alloc: Arc<Allocation>,
+}
+
+impl DeviceBuffer {
+    /// Allocates `bytes` (> 0) of uninitialized device memory (it may hold a previous owner's data).
+    pub fn alloc(ctx: &Arc<Context>, bytes: usize) -> Result<DeviceBuffer> {
+        if bytes == 0 {
+            return Err(Error::invalid("bytes", "at least 1", 0));
+        }
+        ctx.bind()?;
+        let f = init()?.cuMemAlloc()?;
+        let mut ptr = 0;
+        // SAFETY: out-pointer to a local.
+        check(unsafe { (f.f)(&mut ptr, bytes) }, f.name)?;
+        Ok(DeviceBuffer { alloc: Arc::new(Allocation { ptr, bytes, ctx: ctx.clone() }) })
+    }
+
+    /// Allocates `bytes` and zero-fills them on `stream` (ordered before anything issued after).
+    pub fn alloc_zeroed(stream: &Stream, bytes: usize) -> Result<DeviceBuffer> {
+        let b = DeviceBuffer::alloc(stream.context(), bytes)?;
+        b.memset_u8(0, stream)?;
+        Ok(b)
+    }
+
+    /// Allocates a buffer holding a copy of `data` (the copy is finished when this returns).
+    pub fn from_host<T: DeviceCopy>(stream: &Stream, data: &[T]) -> Result<DeviceBuffer> {
+        let b = DeviceBuffer::alloc(stream.context(), std::mem::size_of_val(data).max(1))?;
+        b.copy_from_host(data, stream)?;
+        stream.synchronize()?;
+        Ok(b)
+    }
+
+    /// The device address.
+    pub fn device_ptr(&self) -> DevicePtr {
+        self.alloc.ptr
+    }
+    /// Size in bytes.
+    pub fn len(&self) -> usize {
+        self.alloc.bytes
+    }
+    /// Always false (zero-byte buffers are refused).
+    pub fn is_empty(&self) -> bool {
+        false
+    }
+    /// The owning context.
+    pub fn context(&self) -> &Arc<Context> {
+        &self.alloc.ctx
+    }
+    /// The shared allocation (what a graph keeps alive).
+    pub fn allocation(&self) -> &Arc<Allocation> {
+        &self.alloc
+    }
+
+    fn same_context(&self, stream: &Stream) -> Result<()> {
+        if stream.context().raw() != self.alloc.ctx.raw() {
+            return Err(Error::invalid(
+                "stream",
+                format!("a stream on device {}", self.alloc.ctx.device().ordinal()),
+                format!("a stream on device {}", stream.context().device().ordinal()),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Sets every byte to `value`, on `stream`.
+    pub fn memset_u8(&self, value: u8, stream: &Stream) -> Result<()> {
+        self.same_context(stream)?;
+        memset_u8_raw(self.alloc.ptr, value, self.alloc.bytes, stream)
+    }
+
+    /// Sets every 32-bit word to `value`, on `stream` (the size must be a multiple of 4).
+    pub fn memset_u32(&self, value: u32, stream: &Stream) -> Result<()> {
+        self.same_context(stream)?;
+        if self.alloc.bytes % 4 != 0 {
+            return Err(Error::invalid("buffer size", "a multiple of 4 bytes", self.alloc.bytes));
+        }
+        stream.context().bind()?;
+        let f = init()?.cuMemsetD32Async()?;
+        // SAFETY: the range lies inside our allocation.
+        check(unsafe { (f.f)(self.alloc.ptr, value, self.alloc.bytes / 4, stream.raw()) }, f.name)
+    }
+
+    /// Copies `src` to the start of the buffer, on `stream`. `src` may be dropped on return (the
+    /// driver stages pageable memory before returning).
+    pub fn copy_from_host<T: DeviceCopy>(&self, src: &[T], stream: &Stream) -> Result<()> {
+        self.same_context(stream)?;
+        let bytes = std::mem::size_of_val(src);
+        if bytes > self.alloc.bytes {
+            return Err(Error::invalid("source length", format!("at most {} bytes", self.alloc.bytes), bytes));
+        }
+        if bytes == 0 {
+            return Ok(());
+        }
+        stream.context().bind()?;
+        let f = init()?.cuMemcpyHtoDAsync()?;
+        // SAFETY: src is valid for `bytes`; the destination range is inside our allocation.
+        check(unsafe { (f.f)(self.alloc.ptr, src.as_ptr().cast(), bytes, stream.raw()) }, f.name)
+    }
+
+    /// Copies the start of the buffer into `dst` and waits for `stream`, so `dst` is filled on return.
+    pub fn copy_to_host<T: DeviceCopy>(&self, dst: &mut [T], stream: &Stream) -> Result<()> {
+        self.same_context(stream)?;
+        let bytes = std::mem::size_of_val(dst);
+        if bytes > self.alloc.bytes {
+            return Err(Error::invalid("destination length", format!("at most {} bytes", self.alloc.bytes), bytes));
+        }
+        if bytes == 0 {
+            return Ok(());
+        }
+        stream.context().bind()?;
+        let f = init()?.cuMemcpyDtoHAsync()?;
+        // SAFETY: dst is valid for `bytes` and stays borrowed until the stream is synchronized.
+        check(unsafe { (f.f)(dst.as_mut_ptr().cast(), self.alloc.ptr, bytes, stream.raw()) }, f.name)?;
+        stream.synchronize()
+    }
+
+    /// Reads the whole buffer as `T`s (waits for `stream`).
+    pub fn to_host_vec<T: DeviceCopy + Default>(&self, stream: &Stream) -> Result<Vec<T>> {
+        let mut v = vec![T::default(); self.alloc.bytes / std::mem::size_of::<T>()];
+        self.copy_to_host(&mut v, stream)?;
+        Ok(v)
+    }
+
+    /// Copies all of `src` to the start of this buffer, on `stream`.
+    pub fn copy_from_device(&self, src: &DeviceBuffer, stream: &Stream) -> Result<()> {
+        self.same_context(stream)?;
+        src.same_context(stream)?;
+        if src.len() > self.len() {
+            return Err(Error::invalid("source length", format!("at most {} bytes", self.len()), src.len()));
+        }
+        copy_d2d_raw(self.device_ptr(), src.device_ptr(), src.len(), stream)
+    }
+}
+
+pub(crate) fn memset_u8_raw(ptr: DevicePtr, value: u8, bytes: usize, stream: &Stream) -> Result<()> {
+    stream.context().bind()?;
+    let f = init()?.cuMemsetD8Async()?;
+    // SAFETY: callers pass a range inside a live allocation.
+    check(unsafe { (f.f)(ptr, value, bytes, stream.raw()) }, f.name)
+}
+
+pub(crate) fn copy_d2d_raw(dst: DevicePtr, src: DevicePtr, bytes: usize, stream: &Stream) -> Result<()> {
+    stream.context().bind()?;
+    let f = init()?.cuMemcpyDtoDAsync()?;
+    // SAFETY: callers pass ranges inside live allocations.
+    check(unsafe { (f.f)(dst, src, bytes, stream.raw()) }, f.name)
+}
+
+/// Free and total device memory of a context's device.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MemInfo {
+    /// Free bytes.
+    pub free: u64,
+    /// Total bytes.
+    pub total: u64,
+}
+
+impl MemInfo {
+    /// Asks the driver.
+    pub fn query(ctx: &Context) -> Result<MemInfo> {
+        ctx.bind()?;
+        let f = init()?.cuMemGetInfo()?;
+        let (mut free, mut total) = (0usize, 0usize);
+        // SAFETY: out-pointers to locals.
+        check(unsafe { (f.f)(&mut free, &mut total) }, f.name)?;
+        Ok(MemInfo { free: free as u64, total: total as u64 })
+    }
+}

@@ -1,0 +1,94 @@
+//! A safe-ish CUDA driver API: devices, primary contexts, streams, events, device memory, modules
+//! and kernel launch. Every call returns [`Result`]; a machine without a driver gets
+//! [`Error::DriverNotFound`], never a panic.
+//!
+//! Objects hold an `Arc<Context>` and make it current on the calling thread before each driver
+//! call that needs it, so they can be used from any thread.
+
+mod context;
+mod device;
+mod event;
+mod launch;
+/// Device memory: [`DeviceBuffer`] handles over shared [`memory::Allocation`]s.
+pub mod memory;
+mod module;
+mod stream;
+
+pub use context::Context;
+pub use device::{device_count, Device, DeviceInfo};
+pub use event::Event;
+pub use launch::{Dim3, LaunchConfig};
+pub use memory::{DeviceBuffer, MemInfo};
+pub use module::{Function, Module};
+pub use stream::Stream;
+
+use crate::error::{Error, Result};
+use crate::sys::cuda as c;
+use crate::sys::driver::{api, Api};
+use once_cell::sync::OnceCell;
+
+/// A raw device address (`CUdeviceptr`).
+pub type DevicePtr = c::CUdeviceptr;
+
+/// The driver library after `cuInit(0)` succeeded (once per process).
+pub fn init() -> Result<&'static Api> {
+    static INIT: OnceCell<std::result::Result<(), Error>> = OnceCell::new();
+    let a = api()?;
+    INIT.get_or_init(|| {
+        let f = a.cuInit()?;
+        // SAFETY: cuInit takes flags by value.
+        check(unsafe { (f.f)(0) }, f.name)
+    })
+    .clone()?;
+    Ok(a)
+}
+
+/// The driver's CUDA version as (major, minor), e.g. (13, 0).
+pub fn driver_version() -> Result<(i32, i32)> {
+    let a = init()?;
+    let f = a.cuDriverGetVersion()?;
+    let mut v = 0;
+    // SAFETY: out-pointer to a local.
+    check(unsafe { (f.f)(&mut v) }, f.name)?;
+    Ok((v / 1000, (v % 1000) / 10))
+}
+
+/// Turns a `CUresult` into a `Result`, with the driver's own name and text for the error.
+pub(crate) fn check(r: c::CUresult, call: &'static str) -> Result<()> {
+    if r == c::CUresult::CUDA_SUCCESS {
+        return Ok(());
+    }
+    Err(driver_error(r, call))
+}
+
+pub(crate) fn driver_error(r: c::CUresult, call: &'static str) -> Error {
+    let (mut name, mut text) = (format!("CUresult {}", r.0), String::from("no description"));
+    if let Ok(a) = api() {
+        let read = |p: *const std::os::raw::c_char| {
+            // SAFETY: the driver returns static NUL-terminated strings.
+            unsafe { std::ffi::CStr::from_ptr(p) }.to_string_lossy().into_owned()
+        };
+        if let Ok(f) = a.cuGetErrorName() {
+            let mut p = std::ptr::null();
+            // SAFETY: out-pointer to a local.
+            if unsafe { (f.f)(r, &mut p) } == c::CUresult::CUDA_SUCCESS && !p.is_null() {
+                name = read(p);
+            }
+        }
+        if let Ok(f) = a.cuGetErrorString() {
+            let mut p = std::ptr::null();
+            // SAFETY: out-pointer to a local.
+            if unsafe { (f.f)(r, &mut p) } == c::CUresult::CUDA_SUCCESS && !p.is_null() {
+                text = read(p);
+            }
+        }
+    }
+    Error::Driver { call, code: r.0, name, text }
+}
+
+/// Logs an error from a destructor: `Drop` cannot return it, and hiding it would be worse.
+pub(crate) fn log_drop_error(what: &str, r: Result<()>) {
+    if let Err(e) = r {
+        log::error!("graphsafe: {what} failed in drop: {e}");
+    }
+}

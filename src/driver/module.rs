@@ -1,0 +1,91 @@
+use super::{check, init, log_drop_error, Context};
+use crate::error::{Error, Result};
+use crate::sys::cuda as c;
+use std::ffi::CString;
+use std::sync::Arc;
+
+/// A module loaded from a fatbin/cubin image (those build.rs embeds: [`crate::sys::modules`]).
+#[derive(Debug)]
+pub struct Module {
+    raw: c::CUmodule,
+    ctx: Arc<Context>,
+}
+
+// SAFETY: module handles may be used from any thread.
+unsafe impl Send for Module {}
+unsafe impl Sync for Module {}
+
+impl Module {
+    /// Loads an image into `ctx`. The driver picks the cubin for the device's arch; an image with
+    /// none for it gives `CUDA_ERROR_NO_BINARY_FOR_GPU`.
+    pub fn load(ctx: &Arc<Context>, image: &[u8]) -> Result<Arc<Module>> {
+        // The driver reads the fatbin header through aligned loads; include_bytes! only promises
+        // byte alignment, so copy into 8-byte-aligned storage.
+        let mut aligned = vec![0u64; image.len().div_ceil(8)];
+        // SAFETY: the destination has at least image.len() bytes; regions do not overlap.
+        unsafe { std::ptr::copy_nonoverlapping(image.as_ptr(), aligned.as_mut_ptr().cast::<u8>(), image.len()) };
+        ctx.bind()?;
+        let f = init()?.cuModuleLoadData()?;
+        let mut raw = std::ptr::null_mut();
+        // SAFETY: aligned holds a complete image and outlives the call (the driver copies it).
+        check(unsafe { (f.f)(&mut raw, aligned.as_ptr().cast()) }, f.name)?;
+        Ok(Arc::new(Module { raw, ctx: ctx.clone() }))
+    }
+
+    /// A kernel of the module by its (extern "C") name.
+    pub fn function(self: &Arc<Self>, name: &str) -> Result<Function> {
+        let cname = CString::new(name).map_err(|_| Error::invalid("kernel name", "no NUL bytes", name))?;
+        self.ctx.bind()?;
+        let f = init()?.cuModuleGetFunction()?;
+        let mut raw = std::ptr::null_mut();
+        // SAFETY: out-pointer to a local; cname is NUL-terminated.
+        check(unsafe { (f.f)(&mut raw, self.raw, cname.as_ptr()) }, f.name)?;
+        Ok(Function { raw, module: self.clone() })
+    }
+
+    /// The context it was loaded into.
+    pub fn context(&self) -> &Arc<Context> {
+        &self.ctx
+    }
+}
+
+impl Drop for Module {
+    fn drop(&mut self) {
+        let r = (|| {
+            self.ctx.bind()?;
+            let f = init()?.cuModuleUnload()?;
+            // SAFETY: we loaded it; every Function holds an Arc<Module>, so none outlives it.
+            check(unsafe { (f.f)(self.raw) }, f.name)
+        })();
+        log_drop_error("cuModuleUnload", r);
+    }
+}
+
+/// A kernel in a loaded module. Keeps its module loaded.
+#[derive(Clone, Debug)]
+pub struct Function {
+    pub(crate) raw: c::CUfunction,
+    module: Arc<Module>,
+}
+
+// SAFETY: function handles may be used from any thread.
+unsafe impl Send for Function {}
+unsafe impl Sync for Function {}
+
+impl Function {
+    /// The raw handle.
+    pub fn raw(&self) -> c::CUfunction {
+        self.raw
+    }
+    /// The module.
+    pub fn module(&self) -> &Arc<Module> {
+        &self.module
+    }
+    /// Sets a function attribute (e.g. the dynamic shared memory limit).
+    pub fn set_attribute(&self, attr: c::CUfunction_attribute, value: i32) -> Result<()> {
+        self.module.ctx.bind()?;
+        let f = init()?.cuFuncSetAttribute()?;
+        // SAFETY: live handle.
+        check(unsafe { (f.f)(self.raw, attr, value) }, f.name)
+    }
+}

@@ -1,0 +1,73 @@
+//! Multi-head latent attention (DeepSeek-V2/V3 MLA) decode.
+//!
+//! Per request one query token, 128 query heads, one latent KV head of 512 + 64 rope dims.
+//! [`sm100`] is CUTLASS 4.2's Blackwell kernel (its planning runs on any machine).
+
+use std::fmt;
+use std::str::FromStr;
+
+pub mod sm100;
+
+/// Query heads of the MLA kernels (engines with tensor parallelism pad fewer heads up to this).
+pub const NUM_HEADS: usize = crate::sys::kernels::GS_MLA_NUM_HEADS as usize;
+/// Latent (nope) head dimension.
+pub const LATENT_DIM: usize = crate::sys::kernels::GS_MLA_LATENT_DIM as usize;
+/// Rope head dimension.
+pub const ROPE_DIM: usize = crate::sys::kernels::GS_MLA_ROPE_DIM as usize;
+
+/// Element type of the query and the latent KV cache.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum KvDtype {
+    /// bfloat16 in, bfloat16 out.
+    Bf16,
+    /// float16 in, float16 out.
+    Fp16,
+    /// float8 e4m3 in, bfloat16 out.
+    Fp8E4m3,
+}
+
+impl KvDtype {
+    /// Every dtype, for loops in tests and tools.
+    pub const ALL: [KvDtype; 3] = [KvDtype::Bf16, KvDtype::Fp16, KvDtype::Fp8E4m3];
+
+    /// Bytes per element.
+    pub fn size_bytes(self) -> usize {
+        match self {
+            KvDtype::Bf16 | KvDtype::Fp16 => 2,
+            KvDtype::Fp8E4m3 => 1,
+        }
+    }
+
+    pub(crate) fn to_sys(self) -> i32 {
+        use crate::sys::kernels::GsDtype as D;
+        (match self {
+            KvDtype::Bf16 => D::GS_DTYPE_BF16,
+            KvDtype::Fp16 => D::GS_DTYPE_FP16,
+            KvDtype::Fp8E4m3 => D::GS_DTYPE_FP8_E4M3,
+        })
+        .0 as i32
+    }
+}
+
+impl fmt::Display for KvDtype {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            KvDtype::Bf16 => "bf16",
+            KvDtype::Fp16 => "fp16",
+            KvDtype::Fp8E4m3 => "fp8",
+        })
+    }
+}
+
+impl FromStr for KvDtype {
+    type Err = crate::Error;
+    fn from_str(s: &str) -> crate::Result<Self> {
+        match s.to_ascii_lowercase().as_str() {
+            "bf16" | "bfloat16" => Ok(KvDtype::Bf16),
+            "fp16" | "f16" | "half" | "float16" => Ok(KvDtype::Fp16),
+            "fp8" | "fp8_e4m3" | "fp8-e4m3" | "e4m3" => Ok(KvDtype::Fp8E4m3),
+            _ => Err(crate::Error::invalid("dtype", "bf16, fp16 or fp8", s)),
+        }
+    }
+}

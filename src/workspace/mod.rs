@@ -1,0 +1,116 @@
+//! GPU workspaces that never move under a captured graph.
+//!
+//! * **Retire, never resize** (invariant 2): [`Workspace::ensure_size`] allocates a new buffer and
+//!   drops the workspace's reference to the old one. The old memory is freed exactly when the last
+//!   reference goes: at once if nothing captured it, or when the last graph/executable that
+//!   captured it is dropped.
+//! * **Zeroed on allocation** (invariant 3): new memory is zero-filled on the caller's stream
+//!   before anything issued after it; split-K/split-KV kernels keep semaphores there and expect
+//!   zeros, and a recycled block holds a previous owner's bytes.
+//! * **No growth while captured** (invariant 4): binding a workspace to a capture
+//!   ([`crate::graph::Capture::bind_workspace`]) borrows it mutably until the capture ends, so
+//!   `ensure_size` does not compile there; kernels get a [`crate::graph::Captured`] view instead,
+//!   which can only check its capacity and fail with [`Error::WorkspaceTooSmall`].
+//! * **One owner** (invariant 6): the workspace is the only holder of its current pointer outside
+//!   captured graphs; ops read it at the moment they launch, never cache it.
+
+mod planner;
+
+pub use planner::{Requirement, WorkspacePlanner};
+
+use crate::driver::memory::{memset_u8_raw, Allocation};
+use crate::driver::{Context, DeviceBuffer, DevicePtr, Stream};
+use crate::error::{Error, Result};
+use std::sync::Arc;
+
+/// Workspace sizes are rounded up to this, and every workspace address is aligned to it (TMA
+/// descriptors want 128 B, some CUTLASS kernels 256 B).
+pub const WORKSPACE_ALIGN: u64 = 256;
+
+/// A growable, zero-initialised GPU scratch buffer shared by the kernels of one stream.
+#[derive(Debug)]
+pub struct Workspace {
+    ctx: Arc<Context>,
+    current: Option<DeviceBuffer>,
+    capacity: u64,
+    retired: u64,
+}
+
+impl Workspace {
+    /// A workspace of at least `bytes` (0 allowed: nothing is allocated until needed), zero-filled
+    /// on `stream`.
+    pub fn new(stream: &Stream, bytes: u64) -> Result<Workspace> {
+        let mut ws = Workspace { ctx: stream.context().clone(), current: None, capacity: 0, retired: 0 };
+        ws.ensure_size(bytes, stream)?;
+        Ok(ws)
+    }
+
+    /// Bytes usable now.
+    pub fn capacity(&self) -> u64 {
+        self.capacity
+    }
+
+    /// How many buffers this workspace has retired (grown past) so far.
+    pub fn retired_count(&self) -> u64 {
+        self.retired
+    }
+
+    /// The device address of the current buffer (0 while the capacity is 0). Read it when you
+    /// launch; do not keep it: the next growth retires this buffer.
+    pub fn device_ptr(&self) -> DevicePtr {
+        self.current.as_ref().map_or(0, |b| b.device_ptr())
+    }
+
+    /// The current buffer's shared allocation, if any (what a capture keeps alive).
+    pub(crate) fn allocation(&self) -> Option<&Arc<Allocation>> {
+        self.current.as_ref().map(|b| b.allocation())
+    }
+
+    /// The context the workspace lives in.
+    pub fn context(&self) -> &Arc<Context> {
+        &self.ctx
+    }
+
+    /// Makes the capacity at least `bytes`. Growing allocates a new buffer, zero-fills it on
+    /// `stream`, and retires the old one (never resizes in place). Returns whether it grew.
+    ///
+    /// The old buffer is freed here if nothing else holds it; `cuMemFree` waits for work still
+    /// using it, so kernels queued before the growth finish first.
+    pub fn ensure_size(&mut self, bytes: u64, stream: &Stream) -> Result<bool> {
+        if stream.context().raw() != self.ctx.raw() {
+            return Err(Error::invalid("stream", "a stream of the workspace's device", "a stream of another context"));
+        }
+        if bytes <= self.capacity {
+            return Ok(false);
+        }
+        let rounded = bytes
+            .checked_next_multiple_of(WORKSPACE_ALIGN)
+            .ok_or_else(|| Error::invalid("workspace bytes", "a size that fits in memory", bytes))?;
+        let len = usize::try_from(rounded).map_err(|_| Error::invalid("workspace bytes", "a size that fits in memory", bytes))?;
+        let fresh = DeviceBuffer::alloc(&self.ctx, len)?;
+        if fresh.device_ptr() % WORKSPACE_ALIGN != 0 {
+            return Err(Error::invalid("allocation alignment", format!("{WORKSPACE_ALIGN} bytes"), fresh.device_ptr()));
+        }
+        memset_u8_raw(fresh.device_ptr(), 0, len, stream)?;
+        if self.current.replace(fresh).is_some() {
+            self.retired += 1;
+        }
+        self.capacity = rounded;
+        Ok(true)
+    }
+
+    /// Copies the current buffer to the host (waits for `stream`). For diagnostics and tests: it
+    /// shows what a kernel would find in the workspace.
+    pub fn to_host_vec(&self, stream: &Stream) -> Result<Vec<u8>> {
+        match &self.current {
+            Some(b) => b.to_host_vec::<u8>(stream),
+            None => Ok(Vec::new()),
+        }
+    }
+
+    /// The eager path for ops: grows to `needed` if necessary and returns the address to launch with.
+    pub fn prepare(&mut self, needed: u64, stream: &Stream) -> Result<DevicePtr> {
+        self.ensure_size(needed, stream)?;
+        Ok(self.device_ptr())
+    }
+}

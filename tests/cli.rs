@@ -1,0 +1,77 @@
+//! The `graphsafe` command line as a user runs it: outputs, JSON, and exit code 2 for bad input.
+
+use std::process::{Command, Output};
+
+fn graphsafe(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_graphsafe")).args(args).output().expect("run graphsafe")
+}
+
+#[test]
+fn plan_mla_prints_each_batch_and_the_pre_grow_maximum() {
+    let out = graphsafe(&["plan", "mla", "--batch", "1,8,64,128", "--seq-len", "65536", "--sm-count", "148"]);
+    assert_eq!(out.status.code(), Some(0));
+    let text = String::from_utf8(out.stdout).unwrap();
+    let rows: Vec<&str> = text.lines().filter(|l| l.trim_start().starts_with(|c: char| c.is_ascii_digit())).collect();
+    assert_eq!(rows.len(), 4, "{text}");
+    assert!(rows[0].split_whitespace().eq(["1", "16", "individual", "4202496"]), "{text}");
+    assert!(rows[3].split_whitespace().eq(["128", "1", "persistent", "0"]), "{text}");
+    assert!(text.contains("pre-grow before capture: 4202496 bytes"), "{text}");
+}
+
+#[test]
+fn plan_mla_json_is_machine_readable() {
+    let out = graphsafe(&["plan", "mla", "--batch", "1,2", "--seq-len", "1000", "--sm-count", "20", "--dtype", "fp8", "--json"]);
+    assert_eq!(out.status.code(), Some(0));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["dtype"], "fp8_e4m3");
+    assert_eq!(v["plans"][0]["num_splits"], 8);
+    assert_eq!(v["plans"][0]["workspace_bytes"], 2052 * 128 * 8);
+    assert_eq!(v["plans"][1]["num_splits"], 1);
+    assert_eq!(v["pre_grow"]["workspace_bytes"], 2052 * 128 * 8);
+}
+
+#[test]
+fn bad_arguments_exit_2_with_one_line() {
+    let cases: &[&[&str]] = &[
+        &["plan", "mla", "--batch", "0", "--seq-len", "10", "--sm-count", "10"],
+        &["plan", "mla", "--batch", "-4", "--seq-len", "10", "--sm-count", "10"],
+        &["plan", "mla", "--batch", "1", "--seq-len", "0", "--sm-count", "10"],
+        &["plan", "mla", "--batch", "1", "--seq-len", "10", "--sm-count", "-1"],
+        &["plan", "mla", "--batch", "x", "--seq-len", "10", "--sm-count", "10"],
+        &["plan", "mla", "--batch", "1", "--seq-len", "ten", "--sm-count", "10"],
+        &["plan", "mla", "--batch", "1", "--seq-len", "10", "--sm-count", "10", "--dtype", "fp32"],
+        &["plan", "mla", "--batch", "2", "--seq-len", "10000", "--sm-count", "148", "--splits", "4"],
+        &["plan", "mla", "--seq-len", "10", "--sm-count", "10"],
+        &["plan", "attention"],
+        &["frobnicate"],
+    ];
+    for args in cases {
+        let out = graphsafe(args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let err = String::from_utf8(out.stderr).unwrap();
+        assert_eq!(err.trim_end().lines().count(), 1, "{args:?}: {err}");
+        assert!(err.starts_with("error"), "{args:?}: {err}");
+    }
+}
+
+#[test]
+fn doctor_reports_the_build_and_a_missing_driver_is_a_normal_answer() {
+    let out = graphsafe(&["doctor", "--json"]);
+    assert_eq!(out.status.code(), Some(0));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let archs: Vec<String> = serde_json::from_value(v["kernel_archs"].clone()).unwrap();
+    assert_eq!(archs, graphsafe::build_info::archs());
+    assert!(v["cuda_toolkit"]["version"].as_str().unwrap().starts_with("1"));
+    assert_eq!(v["cutlass"]["version"], "4.2.0");
+    let present = v["driver"]["present"].as_bool().unwrap();
+    assert_eq!(present, graphsafe::driver::driver_version().is_ok());
+}
+
+#[test]
+fn demo_runs_and_names_its_target() {
+    let out = graphsafe(&["demo"]);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.contains("workspace plan for"), "{text}");
+    assert!(text.contains("pre-grow the workspace to"), "{text}");
+}

@@ -1,0 +1,57 @@
+//! Shared by the GPU tests: find a GPU or skip with a reason; with GRAPHSAFE_REQUIRE_GPU=1 a
+//! missing driver or GPU fails instead.
+#![allow(dead_code)]
+
+use graphsafe::driver::{Context, Stream};
+use std::sync::Arc;
+
+/// The first GPU's context and a fresh stream, or `None` (with the reason printed) when there is
+/// no driver or GPU and GRAPHSAFE_REQUIRE_GPU is not 1.
+pub fn gpu() -> Option<(Arc<Context>, Stream)> {
+    let require = std::env::var("GRAPHSAFE_REQUIRE_GPU").is_ok_and(|v| v == "1");
+    let got = graphsafe::driver::device_count().and_then(|n| {
+        if n == 0 {
+            return Err(graphsafe::Error::invalid("GPU", "at least one", 0));
+        }
+        let ctx = Context::new(0)?;
+        let stream = Stream::new(&ctx)?;
+        Ok((ctx, stream))
+    });
+    match got {
+        Ok(v) => Some(v),
+        Err(e) if require => panic!("GRAPHSAFE_REQUIRE_GPU=1 but no usable GPU: {e}"),
+        Err(e) => {
+            eprintln!("SKIP: no usable GPU ({e})");
+            None
+        }
+    }
+}
+
+/// Deterministic pseudo-random f32s in [-1, 1).
+pub fn random_f32(n: usize, seed: u64) -> Vec<f32> {
+    let mut s = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+    (0..n)
+        .map(|_| {
+            s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+        })
+        .collect()
+}
+
+/// `A·x` on the host in the kernel's order (per split, then splits in order), for reference.
+pub fn gemv_reference(a: &[f32], x: &[f32], m: usize, k: usize, splits: usize) -> Vec<f32> {
+    let chunk = k.div_ceil(splits);
+    (0..m)
+        .map(|r| {
+            let mut sum = 0f32;
+            for s in 0..splits {
+                let mut acc = 0f32;
+                for i in (s * chunk)..((s + 1) * chunk).min(k) {
+                    acc = a[r * k + i].mul_add(x[i], acc);
+                }
+                sum += acc;
+            }
+            sum
+        })
+        .collect()
+}

@@ -1,0 +1,150 @@
+//! CPU tests of the sm100 MLA planning glue against the closed form derived from CUTLASS 4.2.
+//!
+//! Derivation (CUTLASS 4.2.0, examples/77_blackwell_fmha):
+//! * `kernel/sm100_fmha_mla_tma_warpspecialized.hpp`, `get_workspace_size`: with
+//!   `is_fused_reduction == false` (graphsafe never fuses) and `split_kv > 1` the workspace is
+//!   `(sizeof(ElementAcc) * D_latent + sizeof(ElementLSE)) * H * split_kv * B`; with one split, 0.
+//!   ElementAcc = ElementLSE = float, D_latent = 512, H = 128: `2052 * 128 * splits * B` bytes.
+//! * `kernel/sm100_fmha_mla_reduction.hpp`, `get_workspace_size`: 0. `device/sm100_mla.hpp` adds
+//!   the two. The element type of q/KV does not enter.
+//! * Split rule (graphsafe's, see src/ops/mla/sm100.rs): `T = ceil(seq / 128)`;
+//!   `cap = 1` if `B > 1`, else `min(16, T, max(1, sm / 2))`; default `ceil(T / ceil(T / cap))`.
+//!   The kernel gives split `i` the tiles `[i * ceil(T/s), min(T, (i+1) * ceil(T/s)))`.
+
+use graphsafe::ops::mla::sm100::{self, Scheduler};
+use graphsafe::ops::mla::KvDtype;
+use graphsafe::Error;
+
+fn closed_form_splits(b: i64, seq: i64, sm: i64) -> u32 {
+    let t = (seq + 127) / 128;
+    let cap = if b > 1 { 1 } else { 16.min(t).min((sm / 2).max(1)) };
+    let per = (t + cap - 1) / cap;
+    ((t + per - 1) / per) as u32
+}
+
+fn closed_form_workspace(b: i64, splits: u32) -> u64 {
+    if splits > 1 {
+        (4 * 512 + 4) * 128 * splits as u64 * b as u64
+    } else {
+        0
+    }
+}
+
+const BATCHES: &[i64] = &[1, 2, 3, 8, 64, 128];
+const SEQS: &[i64] = &[1, 127, 128, 129, 1000, 2047, 2048, 2049, 4096, 65_536, 163_840];
+const SMS: &[i64] = &[1, 2, 3, 16, 20, 132, 148, 188];
+
+#[test]
+fn splits_and_workspace_match_closed_form_on_a_grid() {
+    let mut checked = 0;
+    for &b in BATCHES {
+        for &seq in SEQS {
+            for &sm in SMS {
+                let splits = sm100::num_splits(b, seq, sm, None).unwrap();
+                assert_eq!(splits, closed_form_splits(b, seq, sm), "splits for b={b} seq={seq} sm={sm}");
+                for dtype in KvDtype::ALL {
+                    let ws = sm100::workspace_bytes(dtype, b, seq, sm, splits as i64).unwrap();
+                    assert_eq!(ws, closed_form_workspace(b, splits), "workspace for {dtype} b={b} seq={seq} sm={sm}");
+                }
+                checked += 1;
+            }
+        }
+    }
+    assert!(checked >= 50, "grid too small: {checked}");
+}
+
+#[test]
+fn workspace_for_explicit_splits_matches_closed_form() {
+    for splits in 1..=16u32 {
+        for &b in &[1i64, 2, 7] {
+            let ws = sm100::workspace_bytes(KvDtype::Bf16, b, 4096, 148, splits as i64).unwrap();
+            assert_eq!(ws, closed_form_workspace(b, splits));
+        }
+    }
+}
+
+#[test]
+fn default_rule_never_leaves_a_split_without_kv_tiles() {
+    for seq in 1..=6000i64 {
+        for &sm in &[2i64, 20, 148] {
+            let s = sm100::num_splits(1, seq, sm, None).unwrap() as i64;
+            let t = (seq + 127) / 128;
+            let per = (t + s - 1) / s;
+            assert!((s - 1) * per < t, "empty split: seq={seq} sm={sm} splits={s}");
+            assert!(s <= 16 && s <= t && s <= (sm / 2).max(1));
+        }
+    }
+}
+
+#[test]
+fn batch_above_one_always_gets_one_split_and_the_persistent_scheduler() {
+    for &b in &BATCHES[1..] {
+        let p = sm100::plan(KvDtype::Fp8E4m3, b, 163_840, 148, None).unwrap();
+        assert_eq!((p.num_splits, p.scheduler, p.workspace_bytes), (1, Scheduler::Persistent, 0));
+    }
+    let p = sm100::plan(KvDtype::Bf16, 1, 65_536, 148, None).unwrap();
+    assert_eq!((p.num_splits, p.scheduler), (16, Scheduler::Individual));
+}
+
+#[test]
+fn explicit_split_counts_are_checked_against_the_safety_rule() {
+    assert_eq!(sm100::num_splits(1, 65_536, 148, Some(7)).unwrap(), 7);
+    assert_eq!(sm100::num_splits(1, 65_536, 148, Some(16)).unwrap(), 16);
+    assert_eq!(sm100::num_splits(4, 65_536, 148, Some(1)).unwrap(), 1);
+    for (b, seq, sm, req) in [(1, 65_536, 148, 17), (2, 65_536, 148, 2), (1, 256, 148, 3), (1, 65_536, 8, 5), (1, 4096, 148, 0)] {
+        match sm100::num_splits(b, seq, sm, Some(req)) {
+            Err(Error::InvalidArgument { what, .. }) => assert_eq!(what, "num_splits"),
+            other => panic!("b={b} seq={seq} sm={sm} req={req}: expected InvalidArgument, got {other:?}"),
+        }
+    }
+    assert_eq!(sm100::max_safe_splits(1, 65_536, 148).unwrap(), 16);
+    assert_eq!(sm100::max_safe_splits(1, 300, 148).unwrap(), 3);
+    assert_eq!(sm100::max_safe_splits(1, 65_536, 9).unwrap(), 4);
+    assert_eq!(sm100::max_safe_splits(2, 65_536, 148).unwrap(), 1);
+}
+
+#[test]
+fn zero_or_negative_sizes_are_invalid_arguments_naming_the_argument() {
+    let cases: [(&str, Box<dyn Fn() -> graphsafe::Result<u32>>); 6] = [
+        ("batch", Box::new(|| sm100::num_splits(0, 10, 10, None))),
+        ("batch", Box::new(|| sm100::num_splits(-3, 10, 10, None))),
+        ("max_seq_len", Box::new(|| sm100::num_splits(1, 0, 10, None))),
+        ("sm_count", Box::new(|| sm100::num_splits(1, 10, -1, None))),
+        ("num_splits", Box::new(|| sm100::workspace_bytes(KvDtype::Bf16, 1, 10, 10, 0).map(|v| v as u32))),
+        ("max_seq_len", Box::new(|| sm100::workspace_bytes(KvDtype::Bf16, 1, i64::MAX, 10, 1).map(|v| v as u32))),
+    ];
+    for (name, f) in cases {
+        match f() {
+            Err(Error::InvalidArgument { what, .. }) => assert_eq!(what, name),
+            other => panic!("{name}: expected InvalidArgument, got {other:?}"),
+        }
+    }
+}
+
+#[test]
+fn planner_equals_the_brute_force_maximum_over_every_shape() {
+    for &(max_batch, max_seq, sm) in &[(4i64, 4096i64, 148i64), (3, 2500, 20), (2, 700, 3), (1, 3000, 148)] {
+        let mut brute = 0u64;
+        for b in 1..=max_batch {
+            for seq in 1..=max_seq {
+                let s = sm100::num_splits(b, seq, sm, None).unwrap();
+                brute = brute.max(sm100::workspace_bytes(KvDtype::Bf16, b, seq, sm, s as i64).unwrap());
+            }
+        }
+        let w = sm100::worst_case(KvDtype::Bf16, max_batch, max_seq, sm).unwrap();
+        assert_eq!(w.workspace_bytes, brute, "max_batch={max_batch} max_seq={max_seq} sm={sm}");
+        // The reported shape really needs that much.
+        let again = sm100::plan(KvDtype::Bf16, w.batch as i64, w.max_seq_len as i64, sm, None).unwrap();
+        assert_eq!(again.workspace_bytes, w.workspace_bytes);
+    }
+}
+
+#[test]
+fn worst_case_is_not_always_at_the_longest_sequence() {
+    // 2048 tokens = 16 tiles → 16 splits; 2176 tokens = 17 tiles → 9 balanced splits.
+    let at_max = sm100::plan(KvDtype::Bf16, 1, 2176, 148, None).unwrap();
+    let w = sm100::worst_case(KvDtype::Bf16, 1, 2176, 148).unwrap();
+    assert_eq!(at_max.num_splits, 9);
+    assert_eq!(w.num_splits, 16);
+    assert!(w.workspace_bytes > at_max.workspace_bytes);
+}
