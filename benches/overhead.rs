@@ -1,8 +1,9 @@
 //! The cost of graphsafe's safe API against raw driver calls, in one process on one GPU:
 //! eager launch of an empty kernel, and replay of graphs of 1, 10 and 100 such nodes.
 //!
-//! Method: warm-up, then interleaved raw/safe samples; host time per call (median of ≥ 2000
-//! single calls) and GPU-side time per call from CUDA events (median of 25 batches of 1000).
+//! Method: warm-up, then raw and safe alternating call by call: host time per call (median of 3000
+//! single calls each) and GPU-side time per call from CUDA events (median of 25 batches of 1000
+//! each, batches alternating).
 //! Prints a table and one JSON line (`BENCH_JSON {...}`). Run: `cargo bench --bench overhead`.
 
 use graphsafe::driver::{Context, Event, Stream};
@@ -25,30 +26,33 @@ fn ok(r: c::CUresult) {
     assert_eq!(r, c::CUresult::CUDA_SUCCESS, "driver call failed");
 }
 
-/// (host µs per call, GPU-timed µs per call) for `call`, measured as documented above.
-fn measure(stream: &Stream, ctx: &std::sync::Arc<Context>, mut call: impl FnMut()) -> (Vec<f64>, Vec<f64>) {
-    let mut host = Vec::with_capacity(SINGLE);
-    for _ in 0..SINGLE {
+/// Host µs per call (single calls, `a` and `b` alternating) and GPU-timed µs per call (batches of
+/// `PER_BATCH`, alternating) for two ways of doing the same thing: (a host, b host, a gpu, b gpu).
+fn measure_pair(stream: &Stream, ctx: &std::sync::Arc<Context>, mut a: impl FnMut(), mut b: impl FnMut()) -> [f64; 4] {
+    let (mut ha, mut hb) = (Vec::with_capacity(SINGLE), Vec::with_capacity(SINGLE));
+    for i in 0..2 * SINGLE {
         let t = Instant::now();
-        call();
-        host.push(t.elapsed().as_secs_f64() * 1e6);
-        if host.len() % 256 == 0 {
+        if i % 2 == 0 { a() } else { b() }
+        let us = t.elapsed().as_secs_f64() * 1e6;
+        if i % 2 == 0 { ha.push(us) } else { hb.push(us) }
+        if i % 512 == 511 {
             stream.synchronize().unwrap();
         }
     }
     stream.synchronize().unwrap();
     let (s, e) = (Event::new(ctx, true).unwrap(), Event::new(ctx, true).unwrap());
-    let mut dev = Vec::with_capacity(BATCHES);
-    for _ in 0..BATCHES {
+    let (mut da, mut db) = (Vec::with_capacity(BATCHES), Vec::with_capacity(BATCHES));
+    for i in 0..2 * BATCHES {
         s.record(stream).unwrap();
         for _ in 0..PER_BATCH {
-            call();
+            if i % 2 == 0 { a() } else { b() }
         }
         e.record(stream).unwrap();
         e.synchronize().unwrap();
-        dev.push(e.elapsed_ms(&s).unwrap() as f64 * 1e3 / PER_BATCH as f64);
+        let us = e.elapsed_ms(&s).unwrap() as f64 * 1e3 / PER_BATCH as f64;
+        if i % 2 == 0 { da.push(us) } else { db.push(us) }
     }
-    (host, dev)
+    [median(ha), median(hb), median(da), median(db)]
 }
 
 fn main() {
@@ -79,16 +83,8 @@ fn main() {
     let mut rows = Vec::new();
     // Interleave raw and safe in halves to cancel drift: raw, safe, raw, safe.
     {
-        let label = "eager launch, empty kernel";
-        let (h1, d1) = measure(&stream, &ctx, raw_launch);
-        let (h2, d2) = measure(&stream, &ctx, || k.empty(&stream).unwrap());
-        let (h3, d3) = measure(&stream, &ctx, raw_launch);
-        let (h4, d4) = measure(&stream, &ctx, || k.empty(&stream).unwrap());
-        let raw_h = median([h1, h3].concat());
-        let safe_h = median([h2, h4].concat());
-        let raw_d = median([d1, d3].concat());
-        let safe_d = median([d2, d4].concat());
-        rows.push((label.to_string(), raw_h, safe_h, raw_d, safe_d));
+        let [rh, sh, rd, sd] = measure_pair(&stream, &ctx, raw_launch, || k.empty(&stream).unwrap());
+        rows.push(("eager launch, empty kernel".to_string(), rh, sh, rd, sd));
     }
 
     for nodes in [1usize, 10, 100] {
@@ -126,17 +122,8 @@ fn main() {
             exec.launch(&stream).unwrap();
         }
         stream.synchronize().unwrap();
-        let (h1, d1) = measure(&stream, &ctx, raw_replay);
-        let (h2, d2) = measure(&stream, &ctx, || exec.launch(&stream).unwrap());
-        let (h3, d3) = measure(&stream, &ctx, raw_replay);
-        let (h4, d4) = measure(&stream, &ctx, || exec.launch(&stream).unwrap());
-        rows.push((
-            format!("graph replay, {nodes} node(s)"),
-            median([h1, h3].concat()),
-            median([h2, h4].concat()),
-            median([d1, d3].concat()),
-            median([d2, d4].concat()),
-        ));
+        let [rh, sh, rd, sd] = measure_pair(&stream, &ctx, raw_replay, || exec.launch(&stream).unwrap());
+        rows.push((format!("graph replay, {nodes} node(s)"), rh, sh, rd, sd));
         // SAFETY: created above, destroyed once.
         unsafe {
             ok((a.cuGraphExecDestroy().unwrap().f)(raw_exec));

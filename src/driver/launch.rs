@@ -63,13 +63,13 @@ impl Function {
         if stream.context().raw() != self.module().context().raw() {
             return Err(Error::invalid("stream", "a stream of the kernel's context", "a stream of another context"));
         }
-        stream.context().bind()?;
-        let a = init()?;
+        // No context switch: the function and the stream carry their context, and an eager launch
+        // must cost what a raw cuLaunchKernel costs (benches/overhead.rs).
         match cfg.cluster {
             None => {
-                let f = a.cuLaunchKernel()?;
+                let (f, name) = self.launch_fn;
                 check(
-                    (f.f)(
+                    f(
                         self.raw,
                         cfg.grid.x,
                         cfg.grid.y,
@@ -82,7 +82,7 @@ impl Function {
                         params.as_mut_ptr(),
                         std::ptr::null_mut(),
                     ),
-                    f.name,
+                    name,
                 )
             }
             Some(cl) => {
@@ -106,7 +106,7 @@ impl Function {
                     attrs: &mut attr,
                     numAttrs: 1,
                 };
-                let f = a.cuLaunchKernelEx()?;
+                let f = init()?.cuLaunchKernelEx()?;
                 check((f.f)(&lc, self.raw, params.as_mut_ptr(), std::ptr::null_mut()), f.name)
             }
         }

@@ -40,7 +40,8 @@ impl Module {
         let mut raw = std::ptr::null_mut();
         // SAFETY: out-pointer to a local; cname is NUL-terminated.
         check(unsafe { (f.f)(&mut raw, self.raw, cname.as_ptr()) }, f.name)?;
-        Ok(Function { raw, module: self.clone() })
+        let launch = init()?.cuLaunchKernel()?;
+        Ok(Function { raw, module: self.clone(), launch_fn: (launch.f, launch.name) })
     }
 
     /// The context it was loaded into.
@@ -66,6 +67,8 @@ impl Drop for Module {
 pub struct Function {
     pub(crate) raw: c::CUfunction,
     module: Arc<Module>,
+    // cuLaunchKernel, resolved once: eager launch is a hot path.
+    pub(crate) launch_fn: (<c::PFN_cuLaunchKernel_v4000 as crate::sys::driver::OptionInner>::Inner, &'static str),
 }
 
 // SAFETY: function handles may be used from any thread.

@@ -285,6 +285,10 @@ impl Graph {
         let mut n = 0usize;
         // SAFETY: a null node array asks for the count.
         check(unsafe { (get.f)(self.raw, std::ptr::null_mut(), &mut n) }, get.name)?;
+        if n == 0 {
+            // The driver refuses a (dangling) array pointer with a count of zero.
+            return Ok(Vec::new());
+        }
         let mut nodes: Vec<c::CUgraphNode> = vec![std::ptr::null_mut(); n];
         // SAFETY: the array holds n entries.
         check(unsafe { (get.f)(self.raw, nodes.as_mut_ptr(), &mut n) }, get.name)?;
@@ -318,7 +322,8 @@ impl Graph {
         let mut exec: c::CUgraphExec = std::ptr::null_mut();
         // SAFETY: live graph; out-pointer to a local.
         check(unsafe { (f.f)(&mut exec, self.raw, 0) }, f.name)?;
-        Ok(GraphExec { raw: exec, keep: self.keep.clone(), ctx: self.ctx.clone() })
+        let launch = init()?.cuGraphLaunch()?;
+        Ok(GraphExec { raw: exec, keep: self.keep.clone(), ctx: self.ctx.clone(), launch: launch.f, launch_name: launch.name })
     }
 
     /// The raw handle.
@@ -341,6 +346,9 @@ pub struct GraphExec {
     raw: c::CUgraphExec,
     keep: Arc<[Arc<Allocation>]>,
     ctx: Arc<Context>,
+    // Resolved once: replay is the hot path of a decode loop (benches/overhead.rs measures it).
+    launch: <c::PFN_cuGraphLaunch_v10000 as crate::sys::driver::OptionInner>::Inner,
+    launch_name: &'static str,
 }
 
 // SAFETY: executable graph handles may be launched from any thread.
@@ -349,11 +357,15 @@ unsafe impl Sync for GraphExec {}
 
 impl GraphExec {
     /// Launches (replays) the graph on `stream`.
+    ///
+    /// No context switch: the executable and the stream carry their context, and a replay must
+    /// cost what a raw `cuGraphLaunch` costs. The stream must belong to the graph's context.
     pub fn launch(&self, stream: &Stream) -> Result<()> {
-        self.same_context(stream)?;
-        let f = init()?.cuGraphLaunch()?;
+        if stream.context().raw() != self.ctx.raw() {
+            return Err(Error::invalid("stream", "a stream of the graph's device", "a stream of another context"));
+        }
         // SAFETY: live handles; every captured buffer is alive (self.keep).
-        check(unsafe { (f.f)(self.raw, stream.raw()) }, f.name)
+        check(unsafe { (self.launch)(self.raw, stream.raw()) }, self.launch_name)
     }
 
     /// Uploads the graph's work to the device ahead of the first launch (takes that cost off it).

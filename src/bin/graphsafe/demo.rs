@@ -120,7 +120,7 @@ mod live {
                 let w = cap.bind_workspace(&mut ws).map_err(e)?;
                 let (ca, cx, cy) = (cap.bind_buffer(&a).map_err(e)?, cap.bind_buffer(&x).map_err(e)?, cap.bind_buffer(&y).map_err(e)?);
                 cap.memset_u8(&cy, 0).map_err(e)?;
-                let too_small = SplitKShape { m: SHAPE.m * 2, ..SHAPE };
+                let too_small = SplitKShape { splits: SHAPE.splits * 2, ..SHAPE };
                 let refused = matches!(
                     kernels.split_k_gemv_captured(&ca, &cx, &cy, too_small, &w, &cap),
                     Err(graphsafe::Error::WorkspaceTooSmall { .. })
