@@ -54,7 +54,7 @@ fn cache_dir() -> PathBuf {
 fn run() -> Result<(), String> {
     let manifest_dir = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").unwrap());
     let out_dir = PathBuf::from(std::env::var("OUT_DIR").unwrap());
-    for p in ["build.rs", "build", "cuda-src", "include"] {
+    for p in ["build.rs", "build", "cuda-src", "include/graphsafe_kernels.h", "cbindgen.toml"] {
         println!("cargo:rerun-if-changed={p}");
     }
     for v in ENV_INPUTS {
@@ -99,8 +99,11 @@ fn run() -> Result<(), String> {
 
     #[cfg(feature = "bindgen")]
     {
+        // The C header is generated from src/capi: rerun when it changes (only with this feature).
+        println!("cargo:rerun-if-changed=src/capi");
         bindings::check_or_write(&manifest_dir.join("src/sys/kernels_bindings.rs"), &bindings::kernels(&manifest_dir));
         bindings::check_or_write(&manifest_dir.join("src/sys/cuda_bindings.rs"), &bindings::cuda(&cuda.include));
+        bindings::check_or_write(&manifest_dir.join("include/graphsafe.h"), &bindings::c_header(&manifest_dir));
     }
     Ok(())
 }

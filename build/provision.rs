@@ -201,10 +201,8 @@ fn find_verified_wheel(dir: &Path, pin: &Pin, sha: &str) -> Option<PathBuf> {
     let prefix = format!("{}-{}-", pin.name.replace('-', "_"), pin.version);
     for entry in fs::read_dir(dir).ok()?.flatten() {
         let name = entry.file_name().to_string_lossy().to_string();
-        if name.starts_with(&prefix) && name.ends_with(".whl") {
-            if sha256_file(&entry.path()).ok()?.as_str() == sha {
-                return Some(entry.path());
-            }
+        if name.starts_with(&prefix) && name.ends_with(".whl") && sha256_file(&entry.path()).ok()?.as_str() == sha {
+            return Some(entry.path());
         }
     }
     None

@@ -91,16 +91,18 @@ typedef struct GsMlaDecodeArgs {
   /** GsDtype of q and the KV cache. Output is bf16 for bf16 and fp8, fp16 for fp16. */
   int32_t dtype;
   int32_t batch;
+  /** Query heads: 128 for sm100; a multiple of 16 up to 128 for sm90 (q/out are [batch, num_heads, ...]). */
+  int32_t num_heads;
   /** Upper bound of seq_lens: sizes the splits and the workspace. */
   int32_t max_seq_len;
   int32_t num_splits;
   int32_t sm_count;
   int32_t device;
-  /** [batch, 128, 512] */
+  /** [batch, num_heads, 512] */
   const void* q_nope;
   int64_t q_nope_stride_batch;
   int64_t q_nope_stride_head;
-  /** [batch, 128, 64] */
+  /** [batch, num_heads, 64] */
   const void* q_pe;
   int64_t q_pe_stride_batch;
   int64_t q_pe_stride_head;
@@ -108,12 +110,12 @@ typedef struct GsMlaDecodeArgs {
   const void* kv_cache;
   int32_t num_pages;
   int32_t page_size;
-  /** [batch] int32, each in 1..=max_seq_len. */
+  /** [batch] int32. sm100: each in 1..=max_seq_len. sm90: 0 gives zeros and LSE -inf; above max_seq_len is clamped. */
   const int32_t* seq_lens;
   /** [batch, page_table_stride] int32 page indices. */
   const int32_t* page_table;
   int32_t page_table_stride;
-  /** [batch, 128, 512] */
+  /** [batch, num_heads, 512] */
   void* out;
   int64_t out_stride_batch;
   int64_t out_stride_head;
@@ -128,6 +130,35 @@ typedef struct GsMlaDecodeArgs {
  * gs_mla_sm100_workspace_bytes for these arguments. Only present when sm_100a was built.
  */
 int gs_mla_sm100_decode(const GsMlaDecodeArgs* args, void* workspace, uint64_t workspace_bytes, void* stream);
+
+/* ---- Hopper (sm_90a): graphsafe's own split-KV MLA decode + combine kernel ---------------- */
+
+/** KV tokens per tile of the sm90 kernel: splits are counted in these. */
+#define GS_MLA_SM90_TILE_S 64
+
+/**
+ * KV splits for the sm90 decode (host-only, every build). requested == 0 picks the default:
+ * T = ceil(max_seq_len / 64), C = batch * ceil(num_heads / 64) CTAs per split,
+ * cap = max(1, min(256, T, ceil(2 * sm_count / C))), and the smallest s in 1..=cap minimising
+ * ceil(C * s / sm_count) * ceil(T / s) (waves x tiles per CTA; never leaves a split empty at
+ * max_seq_len). requested > 0 is validated (1..=min(256, T)). Rationale and measurements:
+ * cuda-src/mla/sm90/plan.cu.
+ */
+int gs_mla_sm90_num_splits(int32_t batch, int32_t num_heads, int32_t max_seq_len, int32_t sm_count, int32_t requested,
+                           int32_t* out_splits);
+
+/**
+ * Workspace bytes of the sm90 decode: fp32 partial O [batch, splits, heads, 512] then fp32 partial
+ * LSE [batch, splits, heads], each region 256-byte aligned; 0 for one split.
+ */
+int gs_mla_sm90_workspace_bytes(int32_t batch, int32_t num_heads, int32_t num_splits, uint64_t* out_bytes);
+
+/**
+ * Launches the sm90 decode (splits > 1: the split kernel, then the combine kernel) on `stream`.
+ * bf16 or fp16 q/KV; page_size 64 or 128. GS_ERR_WORKSPACE_TOO_SMALL (nothing launched) when
+ * workspace_bytes is below gs_mla_sm90_workspace_bytes. Only present when sm_90a was built.
+ */
+int gs_mla_sm90_decode(const GsMlaDecodeArgs* args, void* workspace, uint64_t workspace_bytes, void* stream);
 
 /** The cudaError_t of the last GS_ERR_CUDA on this thread (0 if none). */
 int gs_last_cuda_error(void);

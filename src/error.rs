@@ -41,6 +41,13 @@ pub enum Error {
         tried: Vec<String>,
     },
 
+    /// `libcudnn.so.9` could not be found or opened.
+    #[error("cuDNN not found (tried: {})", tried.join("; "))]
+    CudnnNotFound {
+        /// Each place looked, with the loader's reason.
+        tried: Vec<String>,
+    },
+
     /// A cuDNN call returned an error status.
     #[error("cuDNN {call} failed with status {status}")]
     Cudnn {

@@ -10,6 +10,7 @@
 //!
 //! Layers, each depending only on those below it:
 //!
+//! * [`capi`]: the C ABI (`include/graphsafe.h`);
 //! * [`ops`]: safe kernel wrappers (validate, size, launch) and their planners;
 //! * [`graph`]: stream capture as a typestate; graphs own every buffer they captured;
 //! * [`workspace`]: [`workspace::Workspace`] (retire, never resize; zero-filled) and the planner;
@@ -18,6 +19,7 @@
 
 #![warn(missing_docs)]
 
+pub mod capi;
 pub mod driver;
 pub mod error;
 pub mod graph;

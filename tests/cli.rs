@@ -34,6 +34,19 @@ fn plan_mla_json_is_machine_readable() {
 }
 
 #[test]
+fn plan_mla_for_hopper_uses_graphsafes_kernel() {
+    let out = graphsafe(&["plan", "mla", "--arch", "sm_90", "--heads", "16", "--batch", "1,64", "--seq-len", "4096", "--sm-count", "132", "--json"]);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["kernel"], "graphsafe-sm90");
+    let p = graphsafe::ops::mla::sm90::plan(graphsafe::ops::mla::KvDtype::Bf16, 16, 1, 4096, 132, None).unwrap();
+    assert_eq!(v["plans"][0]["num_splits"], p.num_splits);
+    assert_eq!(v["plans"][0]["workspace_bytes"], p.workspace_bytes);
+    let text = String::from_utf8(graphsafe(&["plan", "mla", "--arch", "sm_90", "--batch", "8", "--seq-len", "65536", "--sm-count", "132"]).stdout).unwrap();
+    assert!(text.contains("graphsafe sm90 kernel") && text.contains("pre-grow before capture"), "{text}");
+}
+
+#[test]
 fn bad_arguments_exit_2_with_one_line() {
     let cases: &[&[&str]] = &[
         &["plan", "mla", "--batch", "0", "--seq-len", "10", "--sm-count", "10"],
@@ -46,6 +59,9 @@ fn bad_arguments_exit_2_with_one_line() {
         &["plan", "mla", "--batch", "2", "--seq-len", "10000", "--sm-count", "148", "--splits", "4"],
         &["plan", "mla", "--seq-len", "10", "--sm-count", "10"],
         &["plan", "attention"],
+        &["plan", "mla", "--arch", "sm_80", "--batch", "1", "--seq-len", "10", "--sm-count", "10"],
+        &["plan", "mla", "--arch", "sm_90", "--heads", "20", "--batch", "1", "--seq-len", "10", "--sm-count", "10"],
+        &["plan", "mla", "--arch", "sm_100", "--heads", "64", "--batch", "1", "--seq-len", "10", "--sm-count", "10"],
         &["frobnicate"],
     ];
     for args in cases {

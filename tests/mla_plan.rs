@@ -148,3 +148,83 @@ fn worst_case_is_not_always_at_the_longest_sequence() {
     assert_eq!(w.num_splits, 16);
     assert!(w.workspace_bytes > at_max.workspace_bytes);
 }
+
+// ---- graphsafe's sm90 kernel ------------------------------------------------------------------
+// Closed form (cuda-src/mla/sm90/plan.cu): T = ceil(seq/64); C = B·ceil(heads/64);
+// cap = max(1, min(256, T, ceil(2·sm/C))); splits = the smallest s in 1..=cap minimising
+// ceil(C·s/sm)·ceil(T/s). Workspace for splits > 1: round256(4·B·s·H·512) + round256(4·B·s·H).
+
+use graphsafe::ops::mla::sm90;
+
+fn sm90_closed_form(b: i64, h: i64, seq: i64, sm: i64) -> (u32, u64) {
+    let cd = |a: i64, d: i64| (a + d - 1) / d;
+    let t = cd(seq, 64);
+    let c = b * cd(h, 64);
+    let cap = cd(2 * sm, c).min(t).min(256).max(1);
+    let s = (1..=cap).min_by_key(|&s| (cd(c * s, sm) * cd(t, s), s)).unwrap();
+    let r = |x: u64| x.div_ceil(256) * 256;
+    let rows = (b * s * h) as u64;
+    (s as u32, if s > 1 { r(rows * 512 * 4) + r(rows * 4) } else { 0 })
+}
+
+#[test]
+fn sm90_splits_and_workspace_match_closed_form_on_a_grid() {
+    let mut n = 0;
+    for &b in &[1i64, 2, 3, 8, 64, 128, 300] {
+        for &h in &[16i64, 32, 64, 80, 128] {
+            for &seq in &[1i64, 63, 64, 65, 1000, 4096, 8192, 65_536] {
+                for &sm in &[1i64, 8, 132] {
+                    let p = sm90::plan(KvDtype::Bf16, h, b, seq, sm, None).unwrap();
+                    assert_eq!((p.num_splits, p.workspace_bytes), sm90_closed_form(b, h, seq, sm), "b={b} h={h} seq={seq} sm={sm}");
+                    n += 1;
+                }
+            }
+        }
+    }
+    assert!(n >= 50);
+}
+
+#[test]
+fn sm90_default_never_leaves_a_split_empty_at_the_longest_length() {
+    for seq in (1..=20_000i64).step_by(37) {
+        for &(b, h, sm) in &[(1i64, 16i64, 132i64), (1, 128, 132), (3, 64, 20), (2, 16, 8)] {
+            let s = sm90::num_splits(b, h, seq, sm, None).unwrap() as i64;
+            let t = (seq + 63) / 64;
+            let per = (t + s - 1) / s;
+            assert!((s - 1) * per < t, "seq={seq} b={b} h={h} sm={sm}: {s} splits leave one empty");
+        }
+    }
+}
+
+#[test]
+fn sm90_rules_and_errors() {
+    assert_eq!(sm90::num_splits(1, 128, 4096, 132, Some(64)).unwrap(), 64);
+    for (b, h, seq, sm, req, what) in [
+        (1, 128, 4096, 132, Some(65), "num_splits"),
+        (1, 128, 64, 132, Some(2), "num_splits"),
+        (1, 24, 64, 132, None, "num_heads"),
+        (1, 0, 64, 132, None, "num_heads"),
+        (0, 128, 64, 132, None, "batch"),
+        (1, 128, 0, 132, None, "max_seq_len"),
+        (1, 128, 64, 0, None, "sm_count"),
+    ] {
+        match sm90::num_splits(b, h, seq, sm, req) {
+            Err(Error::InvalidArgument { what: w, .. }) => assert_eq!(w, what),
+            other => panic!("{b} {h} {seq} {sm} {req:?}: {other:?}"),
+        }
+    }
+    assert!(matches!(sm90::plan(KvDtype::Fp8E4m3, 128, 1, 64, 132, None), Err(Error::InvalidArgument { .. })));
+}
+
+#[test]
+fn sm90_planner_equals_the_brute_force_maximum() {
+    for &(max_batch, heads, max_seq, sm) in &[(4i64, 128i64, 3000i64, 132i64), (3, 16, 2000, 8), (2, 64, 700, 132)] {
+        let mut brute = 0u64;
+        for b in 1..=max_batch {
+            for seq in 1..=max_seq {
+                brute = brute.max(sm90::plan(KvDtype::Fp16, heads, b, seq, sm, None).unwrap().workspace_bytes);
+            }
+        }
+        assert_eq!(sm90::worst_case(KvDtype::Fp16, heads, max_batch, max_seq, sm).unwrap().workspace_bytes, brute);
+    }
+}

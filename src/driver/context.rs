@@ -10,6 +10,11 @@ use std::sync::Arc;
 pub struct Context {
     raw: c::CUcontext,
     device: Device,
+    // Asked once: ops dispatch on them at every call.
+    compute_capability: (i32, i32),
+    sm_count: u32,
+    // False for adopted contexts: the caller owns them.
+    retained: bool,
 }
 
 // SAFETY: a CUcontext handle may be used from any thread; we make it current per call.
@@ -25,14 +30,59 @@ impl Context {
         let mut raw = std::ptr::null_mut();
         // SAFETY: out-pointer to a local; device is valid.
         check(unsafe { (f.f)(&mut raw, device.raw) }, f.name)?;
-        let ctx = Arc::new(Context { raw, device });
+        let ctx = Arc::new(Context {
+            raw,
+            device,
+            compute_capability: device.compute_capability()?,
+            sm_count: device.sm_count()?,
+            retained: true,
+        });
         ctx.bind()?;
         Ok(ctx)
+    }
+
+    /// Wraps a context the caller owns (an engine's existing `CUcontext`, primary or not); it is
+    /// made current on this thread and not released on drop.
+    ///
+    /// # Safety
+    /// `raw` must be a valid context that outlives the returned value and everything made from it.
+    pub unsafe fn adopt(raw: c::CUcontext) -> Result<Arc<Context>> {
+        if raw.is_null() {
+            return Err(crate::Error::invalid("context", "a CUcontext", "null"));
+        }
+        let a = init()?;
+        let set = a.cuCtxSetCurrent()?;
+        check((set.f)(raw), set.name)?;
+        let get = a.cuCtxGetDevice()?;
+        let mut dev = 0;
+        check((get.f)(&mut dev), get.name)?;
+        let n = super::device_count()?;
+        let device = (0..n)
+            .map(Device::get)
+            .find(|d| d.as_ref().is_ok_and(|d| d.raw == dev))
+            .ok_or_else(|| crate::Error::invalid("context", "a context of a visible device", "an unknown device"))??;
+        Ok(Arc::new(Context {
+            raw,
+            device,
+            compute_capability: device.compute_capability()?,
+            sm_count: device.sm_count()?,
+            retained: false,
+        }))
     }
 
     /// The device.
     pub fn device(&self) -> Device {
         self.device
+    }
+
+    /// The device's compute capability (major, minor).
+    pub fn compute_capability(&self) -> (i32, i32) {
+        self.compute_capability
+    }
+
+    /// The device's SM count.
+    pub fn sm_count(&self) -> u32 {
+        self.sm_count
     }
 
     /// The raw handle.
@@ -66,6 +116,9 @@ impl Context {
 
 impl Drop for Context {
     fn drop(&mut self) {
+        if !self.retained {
+            return;
+        }
         let r = (|| {
             let f = init()?.cuDevicePrimaryCtxRelease()?;
             // SAFETY: we retained it in new().

@@ -177,6 +177,37 @@ impl DeviceBuffer {
         stream.synchronize()
     }
 
+    /// Copies `src` into the buffer at byte `offset`, on `stream` (`src` may be dropped on return).
+    pub fn copy_from_host_at(&self, offset: usize, src: &[u8], stream: &Stream) -> Result<()> {
+        self.same_context(stream)?;
+        if offset.checked_add(src.len()).is_none_or(|e| e > self.alloc.bytes) {
+            return Err(Error::invalid("offset + length", format!("at most {} bytes", self.alloc.bytes), format!("{offset} + {}", src.len())));
+        }
+        if src.is_empty() {
+            return Ok(());
+        }
+        stream.context().bind()?;
+        let f = init()?.cuMemcpyHtoDAsync()?;
+        // SAFETY: the range is inside our allocation; src is valid for its length.
+        check(unsafe { (f.f)(self.alloc.ptr + offset as u64, src.as_ptr().cast(), src.len(), stream.raw()) }, f.name)
+    }
+
+    /// Copies the buffer's bytes at `offset` into `dst` and waits for `stream`.
+    pub fn copy_to_host_at(&self, offset: usize, dst: &mut [u8], stream: &Stream) -> Result<()> {
+        self.same_context(stream)?;
+        if offset.checked_add(dst.len()).is_none_or(|e| e > self.alloc.bytes) {
+            return Err(Error::invalid("offset + length", format!("at most {} bytes", self.alloc.bytes), format!("{offset} + {}", dst.len())));
+        }
+        if dst.is_empty() {
+            return Ok(());
+        }
+        stream.context().bind()?;
+        let f = init()?.cuMemcpyDtoHAsync()?;
+        // SAFETY: dst is valid for its length and borrowed until the synchronize below.
+        check(unsafe { (f.f)(dst.as_mut_ptr().cast(), self.alloc.ptr + offset as u64, dst.len(), stream.raw()) }, f.name)?;
+        stream.synchronize()
+    }
+
     /// Reads the whole buffer as `T`s (waits for `stream`).
     pub fn to_host_vec<T: DeviceCopy + Default>(&self, stream: &Stream) -> Result<Vec<T>> {
         let mut v = vec![T::default(); self.alloc.bytes / std::mem::size_of::<T>()];

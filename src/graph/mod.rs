@@ -49,11 +49,59 @@ impl CaptureMode {
 impl Stream {
     /// Begins capturing this stream into a graph (see [`Capture`]).
     pub fn begin_capture(&mut self, mode: CaptureMode) -> Result<Capture<'_>> {
-        self.context().bind()?;
-        let f = init()?.cuStreamBeginCapture()?;
-        // SAFETY: live stream; mode is a valid enum value.
-        check(unsafe { (f.f)(self.raw(), mode.raw()) }, f.name)?;
+        begin_capture(self, mode)?;
         Ok(Capture { stream: self, mode, keep: Vec::new(), ended: false, _not_send: PhantomData })
+    }
+}
+
+fn begin_capture(stream: &Stream, mode: CaptureMode) -> Result<()> {
+    stream.context().bind()?;
+    let f = init()?.cuStreamBeginCapture()?;
+    // SAFETY: live stream; mode is a valid enum value.
+    check(unsafe { (f.f)(stream.raw(), mode.raw()) }, f.name)
+}
+
+/// A capture whose lifetime the type checker cannot follow: the C ABI's. Same driver calls and
+/// the same keep-alive rule as [`Capture`]; the borrow rules (no growth of a bound workspace, no
+/// eager work on the stream) are enforced at run time by `capi`.
+pub(crate) struct DetachedCapture {
+    stream: Arc<Stream>,
+    keep: Vec<Arc<Allocation>>,
+    ended: bool,
+}
+
+impl DetachedCapture {
+    pub(crate) fn begin(stream: Arc<Stream>, mode: CaptureMode) -> Result<DetachedCapture> {
+        begin_capture(&stream, mode)?;
+        Ok(DetachedCapture { stream, keep: Vec::new(), ended: false })
+    }
+    pub(crate) fn keep(&mut self, a: Arc<Allocation>) {
+        self.keep.push(a);
+    }
+    pub(crate) fn stream(&self) -> &Arc<Stream> {
+        &self.stream
+    }
+    pub(crate) fn end(mut self) -> Result<Graph> {
+        self.ended = true;
+        let raw = end_capture(&self.stream)?;
+        Ok(Graph { raw, keep: Arc::from(std::mem::take(&mut self.keep)), ctx: self.stream.context().clone() })
+    }
+}
+
+impl Drop for DetachedCapture {
+    fn drop(&mut self) {
+        if !self.ended {
+            abandon(&self.stream);
+        }
+    }
+}
+
+/// Ends an abandoned capture so the stream is usable again, throwing the graph away.
+fn abandon(stream: &Stream) {
+    match end_capture(stream) {
+        Ok(g) => destroy_graph(g),
+        Err(Error::CaptureInvalidated { .. }) => {}
+        Err(e) => log::error!("graphsafe: ending an abandoned capture failed: {e}"),
     }
 }
 
@@ -118,6 +166,7 @@ impl Captured<'_> {
 pub struct CapturedBuffer<'c> {
     ptr: DevicePtr,
     len: usize,
+    ctx: c::CUcontext,
     _capture: PhantomData<&'c ()>,
 }
 
@@ -133,6 +182,10 @@ impl CapturedBuffer<'_> {
     /// Always false (device buffers are never empty).
     pub fn is_empty(&self) -> bool {
         self.len == 0
+    }
+    /// The context the buffer lives in.
+    pub fn context_raw(&self) -> c::CUcontext {
+        self.ctx
     }
 }
 
@@ -169,7 +222,7 @@ impl<'c> Capture<'c> {
     pub fn bind_buffer(&mut self, buf: &DeviceBuffer) -> Result<CapturedBuffer<'c>> {
         self.same_context(buf.context())?;
         self.keep.push(buf.allocation().clone());
-        Ok(CapturedBuffer { ptr: buf.device_ptr(), len: buf.len(), _capture: PhantomData })
+        Ok(CapturedBuffer { ptr: buf.device_ptr(), len: buf.len(), ctx: buf.context().raw(), _capture: PhantomData })
     }
 
     /// Captures a memset of the whole buffer (a memset node of the graph).
@@ -243,11 +296,7 @@ impl Drop for Capture<'_> {
             return;
         }
         // Abandoned (early return, `?`, panic): end the capture so the stream is usable again.
-        match end_capture(self.stream) {
-            Ok(g) => destroy_graph(g),
-            Err(Error::CaptureInvalidated { .. }) => {}
-            Err(e) => log::error!("graphsafe: ending an abandoned capture failed: {e}"),
-        }
+        abandon(self.stream);
     }
 }
 

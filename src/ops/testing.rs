@@ -142,6 +142,7 @@ impl TestKernels {
     /// # Safety
     /// All addresses must be valid for the shape for as long as the launch (or any graph that
     /// captured it) can run.
+    #[allow(clippy::too_many_arguments)]
     pub unsafe fn split_k_gemv_raw(&self, a: DevicePtr, x: DevicePtr, y: DevicePtr, shape: SplitKShape, ws: DevicePtr, stream: c::CUstream, ctx: &Arc<Context>) -> Result<()> {
         shape.validate()?;
         let s = Stream::adopt(ctx, stream)?;

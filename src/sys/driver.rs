@@ -112,6 +112,8 @@ driver_api! {
     cuCtxSetCurrent: PFN_cuCtxSetCurrent_v4000 = ["cuCtxSetCurrent"];
     /// cuCtxGetCurrent
     cuCtxGetCurrent: PFN_cuCtxGetCurrent_v4000 = ["cuCtxGetCurrent"];
+    /// cuCtxGetDevice (of the current context)
+    cuCtxGetDevice: PFN_cuCtxGetDevice_v2000 = ["cuCtxGetDevice"];
     /// cuCtxSynchronize
     cuCtxSynchronize: PFN_cuCtxSynchronize_v2000 = ["cuCtxSynchronize"];
     /// cuMemAlloc

@@ -8,6 +8,7 @@ pub const GS_MLA_LATENT_DIM: u32 = 512;
 pub const GS_MLA_ROPE_DIM: u32 = 64;
 pub const GS_MLA_SM100_TILE_S: u32 = 128;
 pub const GS_MLA_SM100_MAX_SPLITS: u32 = 16;
+pub const GS_MLA_SM90_TILE_S: u32 = 64;
 impl GsStatus {
     pub const GS_OK: GsStatus = GsStatus(0);
     pub const GS_ERR_INVALID_ARGUMENT: GsStatus = GsStatus(1);
@@ -73,6 +74,7 @@ unsafe extern "C" {
 pub struct GsMlaDecodeArgs {
     pub dtype: i32,
     pub batch: i32,
+    pub num_heads: i32,
     pub max_seq_len: i32,
     pub num_splits: i32,
     pub sm_count: i32,
@@ -106,6 +108,32 @@ impl Default for GsMlaDecodeArgs {
 }
 unsafe extern "C" {
     pub fn gs_mla_sm100_decode(
+        args: *const GsMlaDecodeArgs,
+        workspace: *mut ::std::os::raw::c_void,
+        workspace_bytes: u64,
+        stream: *mut ::std::os::raw::c_void,
+    ) -> ::std::os::raw::c_int;
+}
+unsafe extern "C" {
+    pub fn gs_mla_sm90_num_splits(
+        batch: i32,
+        num_heads: i32,
+        max_seq_len: i32,
+        sm_count: i32,
+        requested: i32,
+        out_splits: *mut i32,
+    ) -> ::std::os::raw::c_int;
+}
+unsafe extern "C" {
+    pub fn gs_mla_sm90_workspace_bytes(
+        batch: i32,
+        num_heads: i32,
+        num_splits: i32,
+        out_bytes: *mut u64,
+    ) -> ::std::os::raw::c_int;
+}
+unsafe extern "C" {
+    pub fn gs_mla_sm90_decode(
         args: *const GsMlaDecodeArgs,
         workspace: *mut ::std::os::raw::c_void,
         workspace_bytes: u64,

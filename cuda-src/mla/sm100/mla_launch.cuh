@@ -26,10 +26,10 @@ int ensure_smem_attribute(int device) {
   return GS_OK;
 }
 
-template <class Element, bool Persistent>
+template <class Element, bool Persistent, bool CpAsync>
 int launch(GsMlaDecodeArgs const& g, void* workspace, uint64_t workspace_bytes, cudaStream_t stream) {
   using Out = typename OutputOf<Element>::type;
-  using Cfg = Config<Element, Out, Persistent>;
+  using Cfg = Config<Element, Out, Persistent, CpAsync>;
   using Op = typename Cfg::Op;
   using Kernel = typename Cfg::Kernel;
 
@@ -70,12 +70,13 @@ int launch(GsMlaDecodeArgs const& g, void* workspace, uint64_t workspace_bytes, 
   return GS_OK;
 }
 
-// Entry point per element type: persistent for one split, individual for more (the safe rule).
-template <class Element>
+// Entry point per element type and loader: persistent for one split, individual for more (the
+// safe rule). TMA loads need page size 128; cp.async loads take power-of-two pages up to 128.
+template <class Element, bool CpAsync>
 int decode(GsMlaDecodeArgs const* g, void* workspace, uint64_t workspace_bytes, void* stream) {
   auto s = static_cast<cudaStream_t>(stream);
-  if (g->num_splits == 1) return launch<Element, true>(*g, workspace, workspace_bytes, s);
-  return launch<Element, false>(*g, workspace, workspace_bytes, s);
+  if (g->num_splits == 1) return launch<Element, true, CpAsync>(*g, workspace, workspace_bytes, s);
+  return launch<Element, false, CpAsync>(*g, workspace, workspace_bytes, s);
 }
 
 }  // namespace graphsafe::mla_sm100

@@ -1,7 +1,7 @@
 // The CUTLASS 4.2 sm100 MLA instantiations graphsafe uses, by element type and scheduler.
 // Headers come from the provisioned CUTLASS (include/ and examples/77_blackwell_fmha); nothing is
 // copied from it. Shape: 128 heads, latent 512 + rope 64, tile 128 (heads) x 128 (KV), fp32
-// accumulators and LSE, TMA loads (page size 128).
+// accumulators and LSE; TMA loads (page size 128) or cp.async loads (power-of-two pages <= 128).
 #pragma once
 
 #include "cutlass/cutlass.h"
@@ -15,12 +15,12 @@ namespace graphsafe::mla_sm100 {
 
 using TileShape = cute::Shape<cute::_128, cute::_128, cute::Shape<cute::_512, cute::_64>>;
 
-template <class Element, class ElementOut, bool Persistent>
+template <class Element, class ElementOut, bool Persistent, bool CpAsync = false>
 struct Config {
   using Scheduler = std::conditional_t<Persistent, cutlass::fmha::kernel::Sm100MlaPersistentTileScheduler,
                                        cutlass::fmha::kernel::Sm100MlaIndividualTileScheduler>;
   using Kernel = cutlass::fmha::kernel::Sm100FmhaMlaKernelTmaWarpspecialized<TileShape, Element, float, ElementOut,
-                                                                             float, Scheduler>;
+                                                                             float, Scheduler, CpAsync>;
   using Op = cutlass::fmha::device::MLA<Kernel>;
 };
 

@@ -52,7 +52,11 @@ pub fn run() -> i32 {
             return 1;
         }
     }
-    live::run(gpu.is_some())
+    let code = live::run(gpu.is_some());
+    if code != 0 {
+        return code;
+    }
+    mla_live::run(gpu.is_some())
 }
 
 mod live {
@@ -155,6 +159,112 @@ mod live {
             "with the graph gone every retired buffer is freed (free memory {} MiB -> {} MiB)",
             free_start >> 20, free_end >> 20
         ))?;
+        Ok(())
+    }
+}
+
+mod mla_live {
+    //! One DeepSeek-V3-shaped MLA decode step on the GPU found: eager, then captured with a
+    //! pre-grown workspace, replayed, and compared bit for bit with eager.
+    use graphsafe::driver::{Context, DeviceBuffer, Stream};
+    use graphsafe::graph::CaptureMode;
+    use graphsafe::ops::mla::{decode, decode_captured, MlaArch, MlaDecodeArgs, NUM_HEADS};
+    use graphsafe::ops::tensor::{DType, Tensor};
+    use graphsafe::workspace::Workspace;
+
+    const SEQ_LENS: [i32; 8] = [4096, 17, 1000, 2048, 1, 3333, 640, 129];
+    const PAGE: usize = 64;
+
+    pub fn run(has_gpu: bool) -> i32 {
+        if !has_gpu {
+            println!("live MLA decode: skipped (no CUDA driver or GPU on this machine)");
+            return 0;
+        }
+        match step() {
+            Ok(()) => 0,
+            Err(e) => {
+                eprintln!("live MLA decode FAILED: {e}");
+                1
+            }
+        }
+    }
+
+    fn step() -> Result<(), String> {
+        let e = |e: graphsafe::Error| e.to_string();
+        let ctx = Context::new(0).map_err(e)?;
+        let mut stream = Stream::new(&ctx).map_err(e)?;
+        match MlaArch::for_compute_capability(ctx.device().compute_capability().map_err(e)?) {
+            Ok(arch) => println!("live MLA decode ({arch:?} back-end): batch {}, {NUM_HEADS} heads, seq lens {SEQ_LENS:?}, page {PAGE}", SEQ_LENS.len()),
+            Err(err) => {
+                println!("live MLA decode: skipped ({err})");
+                return Ok(());
+            }
+        }
+        let b = SEQ_LENS.len();
+        let max_seq = *SEQ_LENS.iter().max().expect("non-empty") as usize;
+        let max_pages = max_seq.div_ceil(PAGE);
+        let pages = b * max_pages;
+        let bits = |n: usize, seed: usize| -> Vec<u16> {
+            (0..n).map(|i| half::bf16::from_f32((((i * 7919 + seed * 104_729) % 2003) as f32 / 1001.0 - 1.0) * 0.5).to_bits()).collect()
+        };
+        let q_nope = DeviceBuffer::from_host(&stream, &bits(b * NUM_HEADS * 512, 1)).map_err(e)?;
+        let q_pe = DeviceBuffer::from_host(&stream, &bits(b * NUM_HEADS * 64, 2)).map_err(e)?;
+        let kv = DeviceBuffer::from_host(&stream, &bits(pages * PAGE * 576, 3)).map_err(e)?;
+        let seq_lens = DeviceBuffer::from_host(&stream, &SEQ_LENS).map_err(e)?;
+        let pt: Vec<i32> = (0..b * max_pages).map(|i| ((i % max_pages) * b + i / max_pages) as i32).collect();
+        let page_table = DeviceBuffer::from_host(&stream, &pt).map_err(e)?;
+        let out = DeviceBuffer::alloc_zeroed(&stream, b * NUM_HEADS * 512 * 2).map_err(e)?;
+        let lse = DeviceBuffer::alloc_zeroed(&stream, b * NUM_HEADS * 4).map_err(e)?;
+        let args = MlaDecodeArgs {
+            q_nope: Tensor::contiguous(&q_nope, DType::Bf16, &[b, NUM_HEADS, 512]),
+            q_pe: Tensor::contiguous(&q_pe, DType::Bf16, &[b, NUM_HEADS, 64]),
+            kv_cache: Tensor::contiguous(&kv, DType::Bf16, &[pages, PAGE, 576]),
+            seq_lens: Tensor::contiguous(&seq_lens, DType::I32, &[b]),
+            page_table: Tensor::contiguous(&page_table, DType::I32, &[b, max_pages]),
+            out: Tensor::contiguous(&out, DType::Bf16, &[b, NUM_HEADS, 512]),
+            lse: Some(Tensor::contiguous(&lse, DType::F32, &[b, NUM_HEADS])),
+            sm_scale: 1.0 / 192f32.sqrt(),
+            max_seq_len: max_seq as u32,
+            num_splits: None,
+        };
+        // Size before capture: the plan for the largest shape this "engine" captures.
+        let arch = MlaArch::for_compute_capability(ctx.device().compute_capability().map_err(e)?).map_err(e)?;
+        let plan = args.plan(arch, ctx.device().sm_count().map_err(e)?, ctx.raw()).map_err(e)?;
+        let mut ws = Workspace::new(&stream, plan.workspace_bytes).map_err(e)?;
+        decode(&args, &mut ws, &stream).map_err(e)?;
+        let eager_out = out.to_host_vec::<u16>(&stream).map_err(e)?;
+        let eager_lse = lse.to_host_vec::<u32>(&stream).map_err(e)?;
+        println!("  ok: eager decode, {} KV splits, {} workspace bytes (pre-grown)", plan.num_splits, plan.workspace_bytes);
+        let exec = {
+            let mut cap = stream.begin_capture(CaptureMode::ThreadLocal).map_err(e)?;
+            let w = cap.bind_workspace(&mut ws).map_err(e)?;
+            let mut bind = |buf: &DeviceBuffer| cap.bind_buffer(buf).map_err(e);
+            let ca = MlaDecodeArgs {
+                q_nope: args.q_nope.clone().with_mem(bind(&q_nope)?),
+                q_pe: args.q_pe.clone().with_mem(bind(&q_pe)?),
+                kv_cache: args.kv_cache.clone().with_mem(bind(&kv)?),
+                seq_lens: args.seq_lens.clone().with_mem(bind(&seq_lens)?),
+                page_table: args.page_table.clone().with_mem(bind(&page_table)?),
+                out: args.out.clone().with_mem(bind(&out)?),
+                lse: Some(args.lse.clone().expect("set above").with_mem(bind(&lse)?)),
+                sm_scale: args.sm_scale,
+                max_seq_len: args.max_seq_len,
+                num_splits: None,
+            };
+            decode_captured(&ca, &w, &cap).map_err(e)?;
+            cap.end().map_err(e)?.instantiate().map_err(e)?
+        };
+        ws.ensure_size(ws.capacity() * 4 + (64 << 20), &stream).map_err(e)?;
+        let mut same = 0;
+        for _ in 0..50 {
+            out.memset_u8(0, &stream).map_err(e)?;
+            exec.launch(&stream).map_err(e)?;
+            same += (out.to_host_vec::<u16>(&stream).map_err(e)? == eager_out && lse.to_host_vec::<u32>(&stream).map_err(e)? == eager_lse) as usize;
+        }
+        if same != 50 {
+            return Err(format!("only {same}/50 replays equal eager"));
+        }
+        println!("  ok: 50/50 replays of the captured decode (workspace grown past it afterwards) are bit-identical to eager");
         Ok(())
     }
 }

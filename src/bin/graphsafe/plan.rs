@@ -1,12 +1,18 @@
 //! `graphsafe plan …`
 
 use clap::Subcommand;
-use graphsafe::ops::mla::{sm100, KvDtype};
+use graphsafe::ops::mla::{sm100, sm90, KvDtype};
 
 #[derive(Subcommand)]
 pub enum PlanOp {
-    /// MLA decode (CUTLASS sm100 kernel): splits and workspace per batch, and the pre-grow maximum.
+    /// MLA decode: splits and workspace per batch, and the pre-grow maximum.
     Mla {
+        /// Target: sm_100 (B200/GB200, CUTLASS's kernel) or sm_90 (H100/H200, graphsafe's kernel).
+        #[arg(long, default_value = "sm_100")]
+        arch: String,
+        /// Query heads (sm_100: 128; sm_90: a multiple of 16 up to 128).
+        #[arg(long, default_value_t = 128, allow_negative_numbers = true)]
+        heads: i64,
         /// Batch sizes, comma separated (e.g. 1,8,64,128).
         #[arg(long, value_delimiter = ',', required = true, allow_negative_numbers = true)]
         batch: Vec<i64>,
@@ -30,8 +36,13 @@ pub enum PlanOp {
 
 pub fn run(op: PlanOp) -> i32 {
     match op {
-        PlanOp::Mla { batch, seq_len, sm_count, dtype, splits, json } => {
-            match mla(&batch, seq_len, sm_count, &dtype, splits, json) {
+        PlanOp::Mla { arch, heads, batch, seq_len, sm_count, dtype, splits, json } => {
+            let r = match arch.as_str() {
+                "sm_100" | "sm100" | "sm_100a" => mla(&batch, heads, seq_len, sm_count, &dtype, splits, json),
+                "sm_90" | "sm90" | "sm_90a" => mla_sm90(&batch, heads, seq_len, sm_count, &dtype, splits, json),
+                other => Err(graphsafe::Error::invalid("arch", "sm_90 or sm_100", other)),
+            };
+            match r {
                 Ok(()) => 0,
                 Err(e) => crate::usage_error(&e),
             }
@@ -39,8 +50,11 @@ pub fn run(op: PlanOp) -> i32 {
     }
 }
 
-fn mla(batches: &[i64], seq_len: i64, sm_count: i64, dtype: &str, splits: Option<i64>, json: bool) -> graphsafe::Result<()> {
+fn mla(batches: &[i64], heads: i64, seq_len: i64, sm_count: i64, dtype: &str, splits: Option<i64>, json: bool) -> graphsafe::Result<()> {
     let dtype: KvDtype = dtype.parse()?;
+    if heads != 128 {
+        return Err(graphsafe::Error::invalid("heads", "128 for sm_100 (pad fewer heads up to 128)", heads));
+    }
     let mut plans = Vec::new();
     for &b in batches {
         plans.push(sm100::plan(dtype, b, seq_len, sm_count, splits)?);
@@ -75,6 +89,48 @@ fn mla(batches: &[i64], seq_len: i64, sm_count: i64, dtype: &str, splits: Option
             sm100::Scheduler::Individual => "individual",
         };
         println!("{:>8} {:>7} {:>11} {:>16}", p.batch, p.num_splits, sched, p.workspace_bytes);
+    }
+    println!(
+        "pre-grow before capture: {} bytes (worst case over batch 1..={max_batch} and seq len 1..={seq_len}: \
+         batch {}, seq len {}, {} splits)",
+        worst.workspace_bytes, worst.batch, worst.max_seq_len, worst.num_splits
+    );
+    Ok(())
+}
+
+fn mla_sm90(batches: &[i64], heads: i64, seq_len: i64, sm_count: i64, dtype: &str, splits: Option<i64>, json: bool) -> graphsafe::Result<()> {
+    let dtype: KvDtype = dtype.parse()?;
+    let mut plans = Vec::new();
+    for &b in batches {
+        plans.push(sm90::plan(dtype, heads, b, seq_len, sm_count, splits)?);
+    }
+    let max_batch = *batches.iter().max().expect("clap requires at least one batch");
+    let worst = sm90::worst_case(dtype, heads, max_batch, seq_len, sm_count)?;
+    if json {
+        let v = serde_json::json!({
+            "op": "mla",
+            "kernel": "graphsafe-sm90",
+            "dtype": dtype,
+            "heads": heads,
+            "seq_len": seq_len,
+            "sm_count": sm_count,
+            "plans": plans,
+            "pre_grow": {
+                "workspace_bytes": worst.workspace_bytes,
+                "over_batches": format!("1..={max_batch}"),
+                "over_seq_lens": format!("1..={seq_len}"),
+                "worst_batch": worst.batch,
+                "worst_seq_len": worst.max_seq_len,
+                "worst_num_splits": worst.num_splits,
+            }
+        });
+        println!("{}", serde_json::to_string_pretty(&v).expect("plain JSON values serialize"));
+        return Ok(());
+    }
+    println!("MLA decode plan: graphsafe sm90 kernel, {dtype}, {heads} heads, max seq len {seq_len}, {sm_count} SMs");
+    println!("{:>8} {:>7} {:>16}", "batch", "splits", "workspace bytes");
+    for p in &plans {
+        println!("{:>8} {:>7} {:>16}", p.batch, p.num_splits, p.workspace_bytes);
     }
     println!(
         "pre-grow before capture: {} bytes (worst case over batch 1..={max_batch} and seq len 1..={seq_len}: \

@@ -1,12 +1,19 @@
 //! Multi-head latent attention (DeepSeek-V2/V3 MLA) decode.
 //!
-//! Per request one query token, 128 query heads, one latent KV head of 512 + 64 rope dims.
-//! [`sm100`] is CUTLASS 4.2's Blackwell kernel (its planning runs on any machine).
+//! Per request one query token, up to 128 query heads, one latent KV head of 512 + 64 rope dims
+//! (QK over 576, V over the first 512), fp32 softmax. [`decode`] is the op; [`sm100`] (CUTLASS
+//! 4.2's Blackwell kernel) and [`sm90`] (graphsafe's Hopper kernel) plan its two back-ends, on any
+//! machine; [`reference`] checks them.
 
 use std::fmt;
 use std::str::FromStr;
 
+pub mod decode;
+pub mod reference;
 pub mod sm100;
+pub mod sm90;
+
+pub use decode::{decode, decode_captured, MlaArch, MlaDecodeArgs, MlaDecodePlan};
 
 /// Query heads of the MLA kernels (engines with tensor parallelism pad fewer heads up to this).
 pub const NUM_HEADS: usize = crate::sys::kernels::GS_MLA_NUM_HEADS as usize;

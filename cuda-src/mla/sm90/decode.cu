@@ -1,0 +1,159 @@
+// graphsafe-build: archs=sm_90a kind=object mem_mib=250
+// graphsafe's own Hopper (sm_90a) split-KV MLA decode: gs_mla_sm90_decode.
+//
+// Design (kernels in kernels.cuh):
+//   * KV tiles of 64 tokens (one tile never crosses a page: pages are 64 or 128 tokens) are
+//     streamed by a producer warp with TMA (a 2-D tensor map over the cache viewed as
+//     [num_pages * page_size, 576]; nine 64 x 64 boxes per tile, 128-byte swizzle) into two stages.
+//   * 48..128 heads ("M64"): a CTA per (64-head group, split, request); warpgroup 0 computes
+//     S = Q.K^T with wgmma m64n64k16 (Q resident in shared memory), the online softmax, and
+//     writes P into the tile's dead rope block; both warpgroups accumulate half of O = P.V each
+//     (wgmma m64n256k16, V read MN-major from the same tile).
+//   * 16 or 32 heads ("N"): tokens as M, heads as N (wgmma m64n16/m64n32), so no MMA row is padding;
+//     the two warpgroups take alternate tiles and merge at the end.
+//   * splits > 1: fp32 partial O and LSE to the workspace, then the combine kernel.
+// No allocation, no legacy stream, no atomics: deterministic and capturable.
+#include <atomic>
+#include <climits>
+#include <cmath>
+#include "common/status.cuh"
+#include "mla/sm90/kernels.cuh"
+
+using namespace graphsafe::mla_sm90;
+
+namespace {
+
+using EncodeTiled = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
+                                 const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
+                                 CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+
+// cuTensorMapEncodeTiled through the runtime's driver entry point (the crate never links libcuda).
+int encode_fn(EncodeTiled* out) {
+  static std::atomic<EncodeTiled> cached{nullptr};
+  EncodeTiled f = cached.load(std::memory_order_acquire);
+  if (f == nullptr) {
+    void* fn = nullptr;
+    cudaDriverEntryPointQueryResult q{};
+    cudaError_t e = cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &q);
+    if (e != cudaSuccess) return graphsafe::cuda_failed(e);
+    if (q != cudaDriverEntryPointSuccess || fn == nullptr) return graphsafe::cuda_failed(cudaErrorNotSupported);
+    f = reinterpret_cast<EncodeTiled>(fn);
+    cached.store(f, std::memory_order_release);
+  }
+  *out = f;
+  return GS_OK;
+}
+
+// cudaFuncSetAttribute is per device: a per-device bitmask per kernel (devices >= 64 set it every call).
+// Keyed by the kernel itself (a non-type parameter): all the kernels share one function-pointer type.
+template <auto Kernel>
+int ensure_smem(int device, int bytes) {
+  static std::atomic<uint64_t> done{0};
+  const uint64_t bit = device < 64 ? (uint64_t{1} << device) : 0;
+  if (bit != 0 && (done.load(std::memory_order_acquire) & bit)) return GS_OK;
+  cudaError_t e = cudaFuncSetAttribute(reinterpret_cast<const void*>(Kernel), cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+  if (e != cudaSuccess) return graphsafe::cuda_failed(e);
+  done.fetch_or(bit, std::memory_order_acq_rel);
+  return GS_OK;
+}
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
+
+int validate(const GsMlaDecodeArgs* a) {
+  if (a == nullptr) return GS_ERR_INVALID_ARGUMENT;
+  if (a->dtype != GS_DTYPE_BF16 && a->dtype != GS_DTYPE_FP16) return GS_ERR_INVALID_ARGUMENT;  // no fp8 path
+  if (a->batch <= 0 || a->batch > 65535) return GS_ERR_INVALID_ARGUMENT;                       // grid.z
+  if (a->num_heads < 16 || a->num_heads > 128 || a->num_heads % 16 != 0) return GS_ERR_INVALID_ARGUMENT;
+  if (a->max_seq_len <= 0 || a->device < 0) return GS_ERR_INVALID_ARGUMENT;
+  const int64_t tiles = ceil_div(a->max_seq_len, GS_MLA_SM90_TILE_S);
+  if (a->num_splits < 1 || a->num_splits > 256 || a->num_splits > tiles) return GS_ERR_INVALID_ARGUMENT;
+  if (a->page_size != 64 && a->page_size != 128) return GS_ERR_INVALID_ARGUMENT;
+  if (a->num_pages <= 0 || int64_t(a->num_pages) * a->page_size > INT_MAX) return GS_ERR_INVALID_ARGUMENT;
+  if (a->page_table_stride < ceil_div(a->max_seq_len, a->page_size) && a->batch > 1) return GS_ERR_INVALID_ARGUMENT;
+  if (a->q_nope == nullptr || a->q_pe == nullptr || a->kv_cache == nullptr || a->seq_lens == nullptr ||
+      a->page_table == nullptr || a->out == nullptr)
+    return GS_ERR_INVALID_ARGUMENT;
+  if (!aligned16(a->kv_cache)) return GS_ERR_INVALID_ARGUMENT;  // TMA
+  if (!(std::isfinite(a->sm_scale) && a->sm_scale > 0.f)) return GS_ERR_INVALID_ARGUMENT;
+  return GS_OK;
+}
+
+template <bool F16>
+int launch(const GsMlaDecodeArgs& a, const CUtensorMap& map, const Params& p, cudaStream_t stream) {
+  const dim3 block(kThreads);
+  cudaError_t e;
+  if (a.num_heads == 16) {
+    constexpr auto k = mla_sm90_n_kernel<16, F16>;
+    if (int st = ensure_smem<k>(a.device, NLayout<16>::kSmem); st != GS_OK) return st;
+    k<<<dim3(1, a.num_splits, a.batch), block, NLayout<16>::kSmem, stream>>>(map, p);
+  } else if (a.num_heads == 32) {
+    constexpr auto k = mla_sm90_n_kernel<32, F16>;
+    if (int st = ensure_smem<k>(a.device, NLayout<32>::kSmem); st != GS_OK) return st;
+    k<<<dim3(1, a.num_splits, a.batch), block, NLayout<32>::kSmem, stream>>>(map, p);
+  } else {
+    constexpr auto k = mla_sm90_m64_kernel<F16>;
+    if (int st = ensure_smem<k>(a.device, kM64Smem); st != GS_OK) return st;
+    k<<<dim3((a.num_heads + 63) / 64, a.num_splits, a.batch), block, kM64Smem, stream>>>(map, p);
+  }
+  if ((e = cudaGetLastError()) != cudaSuccess) return graphsafe::cuda_failed(e);
+  if (a.num_splits > 1) {
+    mla_sm90_combine_kernel<F16><<<dim3(a.num_heads, a.batch, kCombineChunks), dim3(128), 0, stream>>>(p);
+    if ((e = cudaGetLastError()) != cudaSuccess) return graphsafe::cuda_failed(e);
+  }
+  return GS_OK;
+}
+
+}  // namespace
+
+extern "C" int gs_mla_sm90_decode(const GsMlaDecodeArgs* args, void* workspace, uint64_t workspace_bytes, void* stream) {
+  if (int st = validate(args); st != GS_OK) return st;
+  const GsMlaDecodeArgs& a = *args;
+  uint64_t need = 0;
+  if (int st = gs_mla_sm90_workspace_bytes(a.batch, a.num_heads, a.num_splits, &need); st != GS_OK) return st;
+  if (need > 0 && (workspace == nullptr || workspace_bytes < need)) return GS_ERR_WORKSPACE_TOO_SMALL;
+
+  Params p{};
+  p.q_nope = static_cast<const uint16_t*>(a.q_nope);
+  p.q_nope_sb = a.q_nope_stride_batch;
+  p.q_nope_sh = a.q_nope_stride_head;
+  p.q_pe = static_cast<const uint16_t*>(a.q_pe);
+  p.q_pe_sb = a.q_pe_stride_batch;
+  p.q_pe_sh = a.q_pe_stride_head;
+  p.seq_lens = a.seq_lens;
+  p.page_table = a.page_table;
+  p.page_table_stride = a.page_table_stride;
+  p.page_size = a.page_size;
+  p.num_pages = a.num_pages;
+  p.max_seq_len = a.max_seq_len;
+  p.num_heads = a.num_heads;
+  p.num_splits = a.num_splits;
+  p.q_vec = aligned16(a.q_nope) && aligned16(a.q_pe) && a.q_nope_stride_batch % 8 == 0 && a.q_nope_stride_head % 8 == 0 &&
+            a.q_pe_stride_batch % 8 == 0 && a.q_pe_stride_head % 8 == 0;
+  p.out_vec = aligned16(a.out) && a.out_stride_batch % 8 == 0 && a.out_stride_head % 8 == 0;
+  p.out = static_cast<uint16_t*>(a.out);
+  p.out_sb = a.out_stride_batch;
+  p.out_sh = a.out_stride_head;
+  p.lse = a.lse;
+  if (a.num_splits > 1) {
+    const uint64_t rows = uint64_t(a.batch) * a.num_splits * a.num_heads;
+    p.ws_o = static_cast<float*>(workspace);
+    p.ws_lse = reinterpret_cast<float*>(static_cast<uint8_t*>(workspace) + ((rows * kNope * 4 + 255) & ~uint64_t{255}));
+  }
+  p.scale_log2 = a.sm_scale * kLog2e;
+
+  EncodeTiled encode = nullptr;
+  if (int st = encode_fn(&encode); st != GS_OK) return st;
+  CUtensorMap map;
+  const cuuint64_t dims[2] = {cuuint64_t(kDim), cuuint64_t(a.num_pages) * cuuint64_t(a.page_size)};
+  const cuuint64_t strides[1] = {cuuint64_t(kDim) * 2};
+  const cuuint32_t box[2] = {64, cuuint32_t(kTileS)};
+  const cuuint32_t elem_strides[2] = {1, 1};
+  if (encode(&map, CU_TENSOR_MAP_DATA_TYPE_UINT16, 2, const_cast<void*>(a.kv_cache), dims, strides, box, elem_strides,
+             CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+             CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) != CUDA_SUCCESS)
+    return GS_ERR_INVALID_ARGUMENT;
+
+  auto s = static_cast<cudaStream_t>(stream);
+  return a.dtype == GS_DTYPE_FP16 ? launch<true>(a, map, p, s) : launch<false>(a, map, p, s);
+}

@@ -1,0 +1,164 @@
+// Device primitives of the sm90 MLA decode: mbarriers, TMA tile loads, wgmma fences and shared
+// memory descriptors, named barriers. Hand-written PTX; sm_90a only.
+#pragma once
+
+#include <cuda.h>  // CUtensorMap (a type only: the driver is reached through the runtime's entry points)
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cstdint>
+
+namespace graphsafe::mla_sm90 {
+
+// ---- shapes -------------------------------------------------------------------------------------
+constexpr int kTileS = 64;                          // KV tokens per tile (GS_MLA_SM90_TILE_S)
+constexpr int kNope = 512;                          // latent dims (also V)
+constexpr int kDim = 576;                           // latent + rope
+constexpr int kBlocks = kDim / 64;                  // 9 column blocks of 64 elements (128 bytes)
+constexpr int kBlockBytes = kTileS * 128;           // one column block of a tile: 64 rows x 128 B
+constexpr int kStageBytes = kBlocks * kBlockBytes;  // one KV tile in shared memory: 73,728 B
+constexpr int kMathThreads = 256;                   // two warpgroups
+constexpr int kThreads = kMathThreads + 128;        // + a producer warpgroup (one thread issues TMA)
+constexpr int kMathRegs = 232;                      // setmaxnreg: 2 x 232 + 40 <= 512 per thread slot
+constexpr int kProducerRegs = 40;
+constexpr float kLn2 = 0.693147180559945309f;
+constexpr float kLog2e = 1.442695040888963407f;
+
+// Everything a kernel needs besides the tensor map; filled and checked by the host launcher.
+struct Params {
+  const uint16_t* q_nope;
+  int64_t q_nope_sb, q_nope_sh;
+  const uint16_t* q_pe;
+  int64_t q_pe_sb, q_pe_sh;
+  const int32_t* seq_lens;
+  const int32_t* page_table;
+  int64_t page_table_stride;
+  int32_t page_size;
+  int32_t num_pages;
+  int32_t max_seq_len;
+  int32_t num_heads;
+  int32_t num_splits;
+  int32_t q_vec;    // q pointers and strides allow 16-byte loads
+  int32_t out_vec;  // out pointer and strides allow 16-byte stores
+  uint16_t* out;
+  int64_t out_sb, out_sh;
+  float* lse;     // [batch, heads] or null
+  float* ws_o;    // splits > 1: fp32 [batch, splits, heads, 512]
+  float* ws_lse;  // splits > 1: fp32 [batch, splits, heads]
+  float scale_log2;  // sm_scale * log2(e)
+};
+
+// ---- shared memory, barriers ------------------------------------------------------------------
+__device__ __forceinline__ uint32_t smem_u32(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// The dynamic shared memory base rounded up to 1024 bytes (the 128-byte swizzle repeats every 1 KiB,
+// and both TMA and wgmma compute it from the shared-window address).
+__device__ __forceinline__ uint8_t* smem_base_1k(uint8_t* raw) {
+  const uint32_t a = smem_u32(raw);
+  return raw + ((1024u - (a & 1023u)) & 1023u);
+}
+
+__device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
+  uint32_t done;
+  do {
+    asm volatile(
+        "{\n.reg .pred p;\n"
+        "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+        "selp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(done)
+        : "r"(bar), "r"(parity)
+        : "memory");
+  } while (!done);
+}
+__device__ __forceinline__ void fence_barrier_init() {
+  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+}
+// A barrier among the math threads through an mbarrier of `count` arrivals (phase tracked by the
+// caller). Used instead of a named barrier for the CTA-wide math syncs: the producer warpgroup has
+// exited by then, and compute-sanitizer's racecheck models mbarriers exactly.
+__device__ __forceinline__ void mbar_sync(uint32_t bar, uint32_t& phase) {
+  mbar_arrive(bar);
+  mbar_wait(bar, phase);
+  phase ^= 1u;
+}
+// Generic-proxy shared-memory writes -> later reads by the async proxy (wgmma, TMA).
+__device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
+__device__ __forceinline__ void named_bar_sync(uint32_t id, uint32_t threads) {
+  asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
+}
+
+// Register reallocation between warpgroups (needs the __launch_bounds__(kThreads, 1) cap).
+template <int R>
+__device__ __forceinline__ void regs_increase() { asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(R)); }
+template <int R>
+__device__ __forceinline__ void regs_decrease() { asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(R)); }
+
+// 2-D TMA tile load (box and swizzle come from the tensor map), completing on `bar`.
+__device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap* map, int32_t x, int32_t y, uint32_t bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];" ::"r"(
+          dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(x), "r"(y), "r"(bar)
+      : "memory");
+}
+
+// ---- wgmma --------------------------------------------------------------------------------------
+__device__ __forceinline__ void wg_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
+__device__ __forceinline__ void wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
+__device__ __forceinline__ void wg_wait_all() { asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory"); }
+// Keeps the compiler from touching accumulator registers across an asynchronous wgmma.
+template <int R>
+__device__ __forceinline__ void reg_fence(float (&r)[R]) {
+#pragma unroll
+  for (int i = 0; i < R; ++i) asm volatile("" : "+f"(r[i])::"memory");
+}
+
+// Shared-memory matrix descriptor, 128-byte swizzle. Offsets in bytes; the start address field is
+// 14 bits of 16-byte units (all of shared memory), so a byte offset >> 4 can be added to the result.
+//   K-major operand:  rows of 128 B (64 elements), 8-row groups `sbo` = 1024 B apart (lbo unused: 16).
+//   MN-major operand: 64 MN-elements per 128-B row, 8 K-rows per 1 KiB atom; `lbo` = distance between
+//                     64-element MN blocks, `sbo` = distance between 8-row K groups (1024 B here).
+__device__ __forceinline__ uint64_t sw128_desc(uint32_t addr, uint32_t lbo, uint32_t sbo) {
+  return uint64_t((addr >> 4) & 0x3FFFu) | (uint64_t((lbo >> 4) & 0x3FFFu) << 16) |
+         (uint64_t((sbo >> 4) & 0x3FFFu) << 32) | (uint64_t(1) << 62);
+}
+
+// ---- math -----------------------------------------------------------------------------------------
+__device__ __forceinline__ float ex2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
+template <bool F16>
+__device__ __forceinline__ uint32_t pack2(float a, float b) {
+  if constexpr (F16) {
+    __half2 v = __floats2half2_rn(a, b);
+    return *reinterpret_cast<uint32_t*>(&v);
+  } else {
+    __nv_bfloat162 v = __floats2bfloat162_rn(a, b);
+    return *reinterpret_cast<uint32_t*>(&v);
+  }
+}
+template <bool F16>
+__device__ __forceinline__ uint16_t to_bits(float a) {
+  if constexpr (F16) {
+    __half v = __float2half_rn(a);
+    return *reinterpret_cast<uint16_t*>(&v);
+  } else {
+    __nv_bfloat16 v = __float2bfloat16_rn(a);
+    return *reinterpret_cast<uint16_t*>(&v);
+  }
+}
+
+}  // namespace graphsafe::mla_sm90

@@ -1,0 +1,254 @@
+//! MLA decode planning and launch through the C ABI. Tensors are raw device pointers the caller
+//! owns and keeps alive (shapes and strides are checked; bounds cannot be, without sizes).
+
+use super::core::{capture_obj, eager_stream, workspace_obj, GraphsafeCapture, GraphsafeStream, GraphsafeWorkspace};
+use super::{busy, guard, null, put, Fail};
+use crate::driver::DevicePtr;
+use crate::ops::mla::decode::{run, WorkspaceArg};
+use crate::ops::mla::{sm100, sm90, KvDtype, MlaDecodeArgs};
+use crate::ops::tensor::{DType, DeviceMemory, Tensor};
+use crate::sys::cuda as c;
+use std::ffi::c_int;
+
+/// bf16 q/KV (bf16 output).
+pub const GRAPHSAFE_DTYPE_BF16: c_int = 0;
+/// fp16 q/KV (fp16 output).
+pub const GRAPHSAFE_DTYPE_FP16: c_int = 1;
+/// fp8-e4m3 q/KV (bf16 output; sm_100 only).
+pub const GRAPHSAFE_DTYPE_FP8_E4M3: c_int = 2;
+
+/// Back-end selector for planning: 90 (Hopper, graphsafe's kernel) or 100 (Blackwell, CUTLASS's).
+pub const GRAPHSAFE_ARCH_SM90: c_int = 90;
+/// See GRAPHSAFE_ARCH_SM90.
+pub const GRAPHSAFE_ARCH_SM100: c_int = 100;
+
+/// A decode plan: KV splits and workspace bytes.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct GraphsafeMlaPlan {
+    /// KV splits.
+    pub num_splits: c_int,
+    /// Workspace bytes to provide (pre-grow to this before capturing).
+    pub workspace_bytes: u64,
+    /// For worst-case plans: the batch size that needs the most.
+    pub worst_batch: c_int,
+    /// For worst-case plans: the sequence length that needs the most.
+    pub worst_seq_len: c_int,
+}
+
+/// One MLA decode step over caller-owned device memory. Strides are in elements.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct GraphsafeMlaDecodeArgs {
+    /// GRAPHSAFE_DTYPE_* of q and kv_cache.
+    pub dtype: c_int,
+    /// Requests.
+    pub batch: c_int,
+    /// Query heads (128 on sm_100; a multiple of 16 up to 128 on sm_90).
+    pub num_heads: c_int,
+    /// [batch, heads, 512].
+    pub q_nope: u64,
+    /// Stride between requests.
+    pub q_nope_stride_batch: i64,
+    /// Stride between heads.
+    pub q_nope_stride_head: i64,
+    /// [batch, heads, 64].
+    pub q_pe: u64,
+    /// Stride between requests.
+    pub q_pe_stride_batch: i64,
+    /// Stride between heads.
+    pub q_pe_stride_head: i64,
+    /// [num_pages, page_size, 576], contiguous.
+    pub kv_cache: u64,
+    /// Pages in the cache.
+    pub num_pages: c_int,
+    /// Tokens per page.
+    pub page_size: c_int,
+    /// [batch] int32 sequence lengths, each in 1..=max_seq_len.
+    pub seq_lens: u64,
+    /// [batch, max_pages] int32 page indices.
+    pub page_table: u64,
+    /// Columns of page_table (its row stride).
+    pub max_pages: c_int,
+    /// [batch, heads, 512] output (bf16, or fp16 for fp16 input).
+    pub out: u64,
+    /// Stride between requests.
+    pub out_stride_batch: i64,
+    /// Stride between heads.
+    pub out_stride_head: i64,
+    /// [batch, heads] fp32 log-sum-exp, or 0.
+    pub lse: u64,
+    /// Softmax scale (> 0).
+    pub sm_scale: f32,
+    /// Upper bound of seq_lens.
+    pub max_seq_len: c_int,
+    /// KV splits, or 0 for the default rule.
+    pub num_splits: c_int,
+}
+
+/// Caller-owned memory: its size is unknown, so only shape, stride and alignment are checked.
+#[derive(Clone, Copy)]
+struct Raw {
+    ptr: DevicePtr,
+    ctx: c::CUcontext,
+}
+
+impl DeviceMemory for Raw {
+    fn device_ptr(&self) -> DevicePtr {
+        self.ptr
+    }
+    fn len(&self) -> usize {
+        usize::MAX
+    }
+    fn context_raw(&self) -> c::CUcontext {
+        self.ctx
+    }
+}
+
+fn dtype_of(d: c_int) -> Result<(KvDtype, DType, DType), Fail> {
+    Ok(match d {
+        GRAPHSAFE_DTYPE_BF16 => (KvDtype::Bf16, DType::Bf16, DType::Bf16),
+        GRAPHSAFE_DTYPE_FP16 => (KvDtype::Fp16, DType::Fp16, DType::Fp16),
+        GRAPHSAFE_DTYPE_FP8_E4M3 => (KvDtype::Fp8E4m3, DType::Fp8E4m3, DType::Bf16),
+        other => return Err(crate::Error::invalid("dtype", "GRAPHSAFE_DTYPE_BF16, _FP16 or _FP8_E4M3", other).into()),
+    })
+}
+
+fn non_negative(what: &str, v: i64) -> Result<usize, Fail> {
+    usize::try_from(v).map_err(|_| crate::Error::invalid(what, "a value >= 0", v).into())
+}
+
+fn to_args(a: &GraphsafeMlaDecodeArgs, ctx: c::CUcontext) -> Result<MlaDecodeArgs<Raw>, Fail> {
+    let (_, dt, out_dt) = dtype_of(a.dtype)?;
+    let (b, h) = (non_negative("batch", a.batch as i64)?, non_negative("num_heads", a.num_heads as i64)?);
+    let m = |ptr: u64, what: &str| -> Result<Raw, Fail> {
+        if ptr == 0 {
+            return Err(null(what));
+        }
+        Ok(Raw { ptr, ctx })
+    };
+    let st = |v: i64, what: &str| non_negative(what, v);
+    Ok(MlaDecodeArgs {
+        q_nope: Tensor::strided(m(a.q_nope, "q_nope")?, 0, dt, &[b, h, 512], &[st(a.q_nope_stride_batch, "q_nope_stride_batch")?, st(a.q_nope_stride_head, "q_nope_stride_head")?, 1]),
+        q_pe: Tensor::strided(m(a.q_pe, "q_pe")?, 0, dt, &[b, h, 64], &[st(a.q_pe_stride_batch, "q_pe_stride_batch")?, st(a.q_pe_stride_head, "q_pe_stride_head")?, 1]),
+        kv_cache: Tensor::contiguous(m(a.kv_cache, "kv_cache")?, dt, &[non_negative("num_pages", a.num_pages as i64)?, non_negative("page_size", a.page_size as i64)?, 576]),
+        seq_lens: Tensor::contiguous(m(a.seq_lens, "seq_lens")?, DType::I32, &[b]),
+        page_table: Tensor::contiguous(m(a.page_table, "page_table")?, DType::I32, &[b, non_negative("max_pages", a.max_pages as i64)?]),
+        out: Tensor::strided(m(a.out, "out")?, 0, out_dt, &[b, h, 512], &[st(a.out_stride_batch, "out_stride_batch")?, st(a.out_stride_head, "out_stride_head")?, 1]),
+        lse: if a.lse == 0 { None } else { Some(Tensor::contiguous(Raw { ptr: a.lse, ctx }, DType::F32, &[b, h])) },
+        sm_scale: a.sm_scale,
+        max_seq_len: non_negative("max_seq_len", a.max_seq_len as i64)? as u32,
+        num_splits: if a.num_splits == 0 { None } else { Some(non_negative("num_splits", a.num_splits as i64)? as u32) },
+    })
+}
+
+/// Splits and workspace for one decode shape on `arch` (GRAPHSAFE_ARCH_SM90/SM100). Host-only:
+/// works without a GPU. `requested_splits` 0 = default rule. Thread-safe. `out`: non-null.
+#[no_mangle]
+pub extern "C" fn graphsafe_mla_plan(arch: c_int, dtype: c_int, num_heads: c_int, batch: c_int, max_seq_len: c_int, sm_count: c_int, requested_splits: c_int, out: *mut GraphsafeMlaPlan) -> c_int {
+    guard(|| {
+        if out.is_null() {
+            return Err(null("out"));
+        }
+        let (kv, _, _) = dtype_of(dtype)?;
+        let req = (requested_splits != 0).then_some(requested_splits as i64);
+        let (n, bytes) = match arch {
+            GRAPHSAFE_ARCH_SM100 => {
+                if num_heads != 128 {
+                    return Err(crate::Error::invalid("num_heads", "128 on sm_100", num_heads).into());
+                }
+                let p = sm100::plan(kv, batch as i64, max_seq_len as i64, sm_count as i64, req)?;
+                (p.num_splits, p.workspace_bytes)
+            }
+            GRAPHSAFE_ARCH_SM90 => {
+                let p = sm90::plan(kv, num_heads as i64, batch as i64, max_seq_len as i64, sm_count as i64, req)?;
+                (p.num_splits, p.workspace_bytes)
+            }
+            other => return Err(crate::Error::invalid("arch", "GRAPHSAFE_ARCH_SM90 or GRAPHSAFE_ARCH_SM100", other).into()),
+        };
+        put(out, "out", GraphsafeMlaPlan { num_splits: n as c_int, workspace_bytes: bytes, worst_batch: batch, worst_seq_len: max_seq_len })
+    })
+}
+
+/// The workspace to pre-grow before capture: the worst case over batch 1..=max_batch and sequence
+/// lengths 1..=max_seq_len. Host-only. Thread-safe. `out`: non-null.
+#[no_mangle]
+pub extern "C" fn graphsafe_mla_worst_case(arch: c_int, dtype: c_int, num_heads: c_int, max_batch: c_int, max_seq_len: c_int, sm_count: c_int, out: *mut GraphsafeMlaPlan) -> c_int {
+    guard(|| {
+        if out.is_null() {
+            return Err(null("out"));
+        }
+        let (kv, _, _) = dtype_of(dtype)?;
+        let p = match arch {
+            GRAPHSAFE_ARCH_SM100 => {
+                if num_heads != 128 {
+                    return Err(crate::Error::invalid("num_heads", "128 on sm_100", num_heads).into());
+                }
+                let w = sm100::worst_case(kv, max_batch as i64, max_seq_len as i64, sm_count as i64)?;
+                GraphsafeMlaPlan { num_splits: w.num_splits as c_int, workspace_bytes: w.workspace_bytes, worst_batch: w.batch as c_int, worst_seq_len: w.max_seq_len as c_int }
+            }
+            GRAPHSAFE_ARCH_SM90 => {
+                let w = sm90::worst_case(kv, num_heads as i64, max_batch as i64, max_seq_len as i64, sm_count as i64)?;
+                GraphsafeMlaPlan { num_splits: w.num_splits as c_int, workspace_bytes: w.workspace_bytes, worst_batch: w.batch as c_int, worst_seq_len: w.max_seq_len as c_int }
+            }
+            other => return Err(crate::Error::invalid("arch", "GRAPHSAFE_ARCH_SM90 or GRAPHSAFE_ARCH_SM100", other).into()),
+        };
+        put(out, "out", p)
+    })
+}
+
+/// Eager MLA decode on `stream`: validates, grows `ws` if needed (retiring, zero-filled), launches.
+/// `plan` (nullable) receives what ran. BUSY while the stream is capturing or `ws` is bound to an
+/// open capture. Thread-safe (calls on one workspace are serialized).
+#[no_mangle]
+pub extern "C" fn graphsafe_mla_decode(args: *const GraphsafeMlaDecodeArgs, ws: GraphsafeWorkspace, stream: GraphsafeStream, plan: *mut GraphsafeMlaPlan) -> c_int {
+    guard(|| {
+        if args.is_null() {
+            return Err(null("args"));
+        }
+        // SAFETY: non-null; the caller passes a valid struct.
+        let a = unsafe { *args };
+        let s = eager_stream(stream)?;
+        let w = workspace_obj(ws)?;
+        let mut st = w.state.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(cid) = st.bound_to {
+            return Err(busy(format!("the workspace is bound to open capture {cid:#x}: use graphsafe_mla_decode_captured")));
+        }
+        let margs = to_args(&a, s.stream.context().raw())?;
+        let p = run(&margs, s.stream.context(), s.stream.raw(), WorkspaceArg::Grow(&mut st.ws, &s.stream))?;
+        if !plan.is_null() {
+            put(plan, "plan", GraphsafeMlaPlan { num_splits: p.num_splits as c_int, workspace_bytes: p.workspace_bytes, worst_batch: a.batch, worst_seq_len: a.max_seq_len })?;
+        }
+        Ok(())
+    })
+}
+
+/// Captured MLA decode: `ws` must be bound to `capture`; never grows it
+/// (GRAPHSAFE_ERROR_WORKSPACE_TOO_SMALL names both sizes, nothing captured). Same thread as the
+/// capture's begin for THREAD_LOCAL/GLOBAL captures.
+#[no_mangle]
+pub extern "C" fn graphsafe_mla_decode_captured(args: *const GraphsafeMlaDecodeArgs, capture: GraphsafeCapture, ws: GraphsafeWorkspace, plan: *mut GraphsafeMlaPlan) -> c_int {
+    guard(|| {
+        if args.is_null() {
+            return Err(null("args"));
+        }
+        // SAFETY: non-null; the caller passes a valid struct.
+        let a = unsafe { *args };
+        let cobj = capture_obj(capture)?;
+        let cs = cobj.state.lock().unwrap_or_else(|p| p.into_inner());
+        let state = cs.as_ref().ok_or_else(|| busy("the capture has ended".into()))?;
+        let (ptr, capacity) = state
+            .bound
+            .iter()
+            .find(|(id, _, _)| *id == ws.id)
+            .map(|&(_, p, c)| (p, c))
+            .ok_or_else(|| crate::Error::invalid("ws", "a workspace bound to this capture (graphsafe_capture_bind_workspace)", format!("{:#x}", ws.id)))?;
+        let stream = state.cap.stream();
+        let margs = to_args(&a, stream.context().raw())?;
+        let p = run(&margs, stream.context(), stream.raw(), WorkspaceArg::Fixed { ptr, capacity })?;
+        if !plan.is_null() {
+            put(plan, "plan", GraphsafeMlaPlan { num_splits: p.num_splits as c_int, workspace_bytes: p.workspace_bytes, worst_batch: a.batch, worst_seq_len: a.max_seq_len })?;
+        }
+        Ok(())
+    })
+}

@@ -1,0 +1,323 @@
+//! The MLA decode op: one graph-safe API over CUTLASS's sm100 kernel and graphsafe's sm90 kernel.
+//!
+//! ```text
+//! q_nope [B, H, 512]   q_pe [B, H, 64]   kv_cache [pages, page_size, 576]
+//! seq_lens [B] i32     page_table [B, max_pages] i32
+//! out [B, H, 512]      lse [B, H] f32 (optional)
+//! ```
+//!
+//! [`decode`] (eager) grows the workspace when it must; [`decode_captured`] never grows and returns
+//! [`Error::WorkspaceTooSmall`] instead, launching nothing. Both validate every argument first.
+
+use super::{sm100, sm90, KvDtype, LATENT_DIM, NUM_HEADS, ROPE_DIM};
+use crate::driver::{DeviceBuffer, Stream};
+use crate::error::{Error, Result};
+use crate::graph::{Capture, Captured, CapturedBuffer};
+use crate::ops::tensor::{Check, DType, DeviceMemory, Tensor};
+use crate::sys::{check_glue, cuda as c, kernels as k};
+use crate::workspace::Workspace;
+
+/// The two back-ends.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MlaArch {
+    /// Hopper: graphsafe's split-KV kernel + combine (bf16/fp16, pages of 64 or 128).
+    Sm90,
+    /// Blackwell B200/GB200: CUTLASS 4.2's kernel (bf16/fp16/fp8, 128 heads, pages ≤ 128, power of two).
+    Sm100,
+}
+
+impl MlaArch {
+    /// The back-end for a compute capability, if this build has one for it.
+    pub fn for_compute_capability(cc: (i32, i32)) -> Result<MlaArch> {
+        let have = format!("sm_{}{}", cc.0, cc.1);
+        let arch = match cc {
+            (9, 0) => MlaArch::Sm90,
+            (10, 0) => MlaArch::Sm100,
+            _ => {
+                return Err(Error::ArchUnsupported { op: "mla decode", need: "sm_90 (H100/H200) or sm_100 (B200/GB200)".into(), have })
+            }
+        };
+        if !crate::build_info::has_arch(arch.built_arch()) {
+            return Err(Error::ArchUnsupported {
+                op: "mla decode",
+                need: format!("a build with {} (GRAPHSAFE_CUDA_ARCHS)", arch.built_arch()),
+                have: format!("{have}, built for {}", crate::build_info::archs().join(",")),
+            });
+        }
+        Ok(arch)
+    }
+
+    fn built_arch(self) -> &'static str {
+        match self {
+            MlaArch::Sm90 => "sm_90a",
+            MlaArch::Sm100 => "sm_100a",
+        }
+    }
+}
+
+/// Arguments of one decode step. `M` is `&DeviceBuffer` eagerly, [`CapturedBuffer`] in a capture.
+#[derive(Clone, Debug)]
+pub struct MlaDecodeArgs<M> {
+    /// [B, H, 512], bf16/fp16/fp8.
+    pub q_nope: Tensor<M>,
+    /// [B, H, 64], same dtype as q_nope.
+    pub q_pe: Tensor<M>,
+    /// [pages, page_size, 576] contiguous, same dtype as q.
+    pub kv_cache: Tensor<M>,
+    /// [B] i32, each in 1..=max_seq_len (device data: not checked on the host).
+    pub seq_lens: Tensor<M>,
+    /// [B, max_pages] i32, innermost contiguous; every used entry < pages.
+    pub page_table: Tensor<M>,
+    /// [B, H, 512]: bf16 for bf16/fp8 inputs, fp16 for fp16.
+    pub out: Tensor<M>,
+    /// [B, H] f32 log-sum-exp, optional.
+    pub lse: Option<Tensor<M>>,
+    /// Softmax scale (finite, > 0), e.g. 1/sqrt(192) for DeepSeek-V3 (with YaRN's mscale applied).
+    pub sm_scale: f32,
+    /// Upper bound of seq_lens: sizes the splits and the workspace (use the capture's maximum).
+    pub max_seq_len: u32,
+    /// Explicit KV split count, validated against the back-end's rule; `None` for the default.
+    pub num_splits: Option<u32>,
+}
+
+/// What a decode will launch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct MlaDecodePlan {
+    /// Back-end.
+    pub arch: MlaArch,
+    /// Element type.
+    pub dtype: KvDtype,
+    /// Requests.
+    pub batch: u32,
+    /// Heads.
+    pub num_heads: u32,
+    /// Page size.
+    pub page_size: u32,
+    /// KV splits.
+    pub num_splits: u32,
+    /// Workspace bytes needed.
+    pub workspace_bytes: u64,
+}
+
+fn kv_dtype(d: DType) -> Option<KvDtype> {
+    match d {
+        DType::Bf16 => Some(KvDtype::Bf16),
+        DType::Fp16 => Some(KvDtype::Fp16),
+        DType::Fp8E4m3 => Some(KvDtype::Fp8E4m3),
+        _ => None,
+    }
+}
+
+impl<M: DeviceMemory> MlaDecodeArgs<M> {
+    /// Validates everything that can be checked on the host and plans the launch for `arch` on a
+    /// GPU with `sm_count` SMs whose context is `ctx` (null skips the device check: planning only).
+    pub fn plan(&self, arch: MlaArch, sm_count: u32, ctx: c::CUcontext) -> Result<MlaDecodePlan> {
+        let q_types: &[DType] = match arch {
+            MlaArch::Sm100 => &[DType::Bf16, DType::Fp16, DType::Fp8E4m3],
+            MlaArch::Sm90 => &[DType::Bf16, DType::Fp16],
+        };
+        let qn = Check { name: "q_nope", t: &self.q_nope };
+        qn.dtype(q_types)?.shape(&[None, None, Some(LATENT_DIM)])?.inner_contiguous()?;
+        let (batch, heads) = (self.q_nope.shape[0], self.q_nope.shape[1]);
+        if batch == 0 || batch > 65_535 {
+            return Err(Error::invalid("q_nope.shape[0] (batch)", "1..=65535", batch));
+        }
+        match arch {
+            MlaArch::Sm100 if heads != NUM_HEADS => {
+                return Err(Error::invalid("q_nope.shape[1] (heads)", format!("{NUM_HEADS} for the sm100 kernel (pad heads up to 128)"), heads))
+            }
+            MlaArch::Sm90 => {
+                sm90::check_heads(heads as i64).map_err(|_| Error::invalid("q_nope.shape[1] (heads)", "a multiple of 16 in 16..=128", heads))?;
+            }
+            _ => {}
+        }
+        let dt = self.q_nope.dtype;
+        let qp = Check { name: "q_pe", t: &self.q_pe };
+        qp.dtype(&[dt])?.shape(&[Some(batch), Some(heads), Some(ROPE_DIM)])?.inner_contiguous()?;
+        let kv = Check { name: "kv_cache", t: &self.kv_cache };
+        kv.dtype(&[dt])?.shape(&[None, None, Some(LATENT_DIM + ROPE_DIM)])?.contiguous()?;
+        let (pages, page_size) = (self.kv_cache.shape[0], self.kv_cache.shape[1]);
+        if pages == 0 || (pages as u64) * (page_size as u64) >= 1 << 31 {
+            return Err(Error::invalid("kv_cache.shape[0] (pages)", "at least 1, with pages x page_size below 2^31 tokens", pages));
+        }
+        let page_ok = match arch {
+            MlaArch::Sm100 => page_size.is_power_of_two() && page_size <= 128,
+            MlaArch::Sm90 => page_size == 64 || page_size == 128,
+        };
+        if !page_ok {
+            let want = match arch {
+                MlaArch::Sm100 => "a power of two up to 128 (128 uses TMA loads)",
+                MlaArch::Sm90 => "64 or 128",
+            };
+            return Err(Error::invalid("kv_cache.shape[1] (page_size)", want, page_size));
+        }
+        Check { name: "seq_lens", t: &self.seq_lens }.dtype(&[DType::I32])?.shape(&[Some(batch)])?.contiguous()?;
+        let pt = Check { name: "page_table", t: &self.page_table };
+        pt.dtype(&[DType::I32])?.shape(&[Some(batch), None])?.inner_contiguous()?;
+        let max_pages = self.page_table.shape[1];
+        if self.max_seq_len == 0 {
+            return Err(Error::invalid("max_seq_len", "at least 1", 0));
+        }
+        if self.max_seq_len as u64 > max_pages as u64 * page_size as u64 {
+            return Err(Error::invalid(
+                "max_seq_len",
+                format!("at most page_table.shape[1] x page_size = {}", max_pages as u64 * page_size as u64),
+                self.max_seq_len,
+            ));
+        }
+        if batch > 1 && (self.page_table.strides[0] < max_pages || self.page_table.strides[0] > i32::MAX as usize) {
+            return Err(Error::invalid(
+                "page_table.strides[0]",
+                format!("{max_pages}..2^31 (rows of the page table may not overlap)"),
+                self.page_table.strides[0],
+            ));
+        }
+        let out_dt = if dt == DType::Fp16 { DType::Fp16 } else { DType::Bf16 };
+        let out = Check { name: "out", t: &self.out };
+        out.dtype(&[out_dt])?.shape(&[Some(batch), Some(heads), Some(LATENT_DIM)])?.inner_contiguous()?;
+        if let Some(lse) = &self.lse {
+            Check { name: "lse", t: lse }.dtype(&[DType::F32])?.shape(&[Some(batch), Some(heads)])?.contiguous()?;
+        }
+        if !(self.sm_scale.is_finite() && self.sm_scale > 0.0) {
+            return Err(Error::invalid("sm_scale", "a finite value > 0", self.sm_scale));
+        }
+        // Alignment (16-byte vector and TMA loads), bounds and device, for every tensor.
+        let mut all: Vec<(&str, &Tensor<M>, usize)> = vec![
+            ("q_nope", &self.q_nope, 16),
+            ("q_pe", &self.q_pe, 16),
+            ("kv_cache", &self.kv_cache, 16),
+            ("seq_lens", &self.seq_lens, 4),
+            ("page_table", &self.page_table, 4),
+            ("out", &self.out, 16),
+        ];
+        if let Some(lse) = &self.lse {
+            all.push(("lse", lse, 4));
+        }
+        for (name, t, align) in all {
+            let ch = Check { name, t };
+            ch.aligned(align)?.in_bounds()?;
+            if !ctx.is_null() {
+                ch.device(ctx)?;
+            }
+        }
+
+        let dtype = kv_dtype(dt).expect("checked above");
+        let requested = self.num_splits.map(|n| n as i64);
+        let (num_splits, workspace_bytes) = match arch {
+            MlaArch::Sm100 => {
+                let p = sm100::plan(dtype, batch as i64, self.max_seq_len as i64, sm_count as i64, requested)?;
+                (p.num_splits, p.workspace_bytes)
+            }
+            MlaArch::Sm90 => {
+                let p = sm90::plan(dtype, heads as i64, batch as i64, self.max_seq_len as i64, sm_count as i64, requested)?;
+                (p.num_splits, p.workspace_bytes)
+            }
+        };
+        Ok(MlaDecodePlan {
+            arch,
+            dtype,
+            batch: batch as u32,
+            num_heads: heads as u32,
+            page_size: page_size as u32,
+            num_splits,
+            workspace_bytes,
+        })
+    }
+
+    fn to_sys(&self, p: &MlaDecodePlan, sm_count: u32, device: usize) -> k::GsMlaDecodeArgs {
+        k::GsMlaDecodeArgs {
+            dtype: p.dtype.to_sys(),
+            batch: p.batch as i32,
+            num_heads: p.num_heads as i32,
+            max_seq_len: self.max_seq_len as i32,
+            num_splits: p.num_splits as i32,
+            sm_count: sm_count as i32,
+            device: device as i32,
+            q_nope: self.q_nope.device_ptr() as *const _,
+            q_nope_stride_batch: self.q_nope.strides[0] as i64,
+            q_nope_stride_head: self.q_nope.strides[1] as i64,
+            q_pe: self.q_pe.device_ptr() as *const _,
+            q_pe_stride_batch: self.q_pe.strides[0] as i64,
+            q_pe_stride_head: self.q_pe.strides[1] as i64,
+            kv_cache: self.kv_cache.device_ptr() as *const _,
+            num_pages: self.kv_cache.shape[0] as i32,
+            page_size: p.page_size as i32,
+            seq_lens: self.seq_lens.device_ptr() as *const i32,
+            page_table: self.page_table.device_ptr() as *const i32,
+            page_table_stride: self.page_table.strides[0] as i32,
+            out: self.out.device_ptr() as *mut _,
+            out_stride_batch: self.out.strides[0] as i64,
+            out_stride_head: self.out.strides[1] as i64,
+            lse: self.lse.as_ref().map_or(std::ptr::null_mut(), |t| t.device_ptr() as *mut f32),
+            sm_scale: self.sm_scale,
+        }
+    }
+}
+
+/// Launches a validated plan through the glue.
+fn launch(arch: MlaArch, args: &k::GsMlaDecodeArgs, ws: u64, ws_bytes: u64, stream: c::CUstream) -> Result<()> {
+    let status: i32 = match arch {
+        #[cfg(graphsafe_arch = "sm_90a")]
+        // SAFETY: every pointer in args was validated (dtype, shape, bounds, device) and is kept
+        // alive by the caller's borrow (eager) or the capture (captured); ws holds ws_bytes.
+        MlaArch::Sm90 => unsafe { k::gs_mla_sm90_decode(args, ws as *mut _, ws_bytes, stream.cast()) },
+        #[cfg(graphsafe_arch = "sm_100a")]
+        // SAFETY: as above.
+        MlaArch::Sm100 => unsafe { k::gs_mla_sm100_decode(args, ws as *mut _, ws_bytes, stream.cast()) },
+        #[allow(unreachable_patterns)]
+        other => {
+            return Err(Error::ArchUnsupported { op: "mla decode", need: other.built_arch().into(), have: "a build without it".into() })
+        }
+    };
+    let op = match arch {
+        MlaArch::Sm90 => "gs_mla_sm90_decode",
+        MlaArch::Sm100 => "gs_mla_sm100_decode",
+    };
+    check_glue(status, op)
+}
+
+fn device_facts(ctx: &crate::driver::Context) -> Result<(MlaArch, u32)> {
+    Ok((MlaArch::for_compute_capability(ctx.compute_capability())?, ctx.sm_count()))
+}
+
+/// Where the workspace comes from: an eager call may grow it; a captured one may not.
+pub(crate) enum WorkspaceArg<'a> {
+    Grow(&'a mut Workspace, &'a Stream),
+    Fixed { ptr: u64, capacity: u64 },
+}
+
+/// Validate, size, launch: the one path behind every entry point (Rust eager, Rust captured, C).
+pub(crate) fn run<M: DeviceMemory>(
+    args: &MlaDecodeArgs<M>,
+    ctx: &crate::driver::Context,
+    stream: c::CUstream,
+    ws: WorkspaceArg<'_>,
+) -> Result<MlaDecodePlan> {
+    let (arch, sms) = device_facts(ctx)?;
+    let plan = args.plan(arch, sms, ctx.raw())?;
+    let (w, capacity) = match ws {
+        WorkspaceArg::Grow(ws, s) => (ws.prepare(plan.workspace_bytes, s)?, ws.capacity()),
+        WorkspaceArg::Fixed { ptr, capacity } => {
+            if plan.workspace_bytes > capacity {
+                return Err(Error::WorkspaceTooSmall { needed: plan.workspace_bytes, capacity });
+            }
+            (ptr, capacity)
+        }
+    };
+    ctx.bind()?;
+    launch(arch, &args.to_sys(&plan, sms, ctx.device().ordinal()), w, capacity, stream)?;
+    Ok(plan)
+}
+
+/// Eager decode on `stream`: validates, grows `ws` if needed (retiring, zero-filled), launches.
+pub fn decode(args: &MlaDecodeArgs<&DeviceBuffer>, ws: &mut Workspace, stream: &Stream) -> Result<MlaDecodePlan> {
+    run(args, stream.context(), stream.raw(), WorkspaceArg::Grow(ws, stream))
+}
+
+/// Captured decode: validates, checks the captured workspace (never grows: `WorkspaceTooSmall`
+/// naming both sizes, nothing captured), captures the launch.
+pub fn decode_captured<'c>(args: &MlaDecodeArgs<CapturedBuffer<'c>>, ws: &Captured<'c>, cap: &Capture<'c>) -> Result<MlaDecodePlan> {
+    let s = cap.stream();
+    run(args, s.context(), s.raw(), WorkspaceArg::Fixed { ptr: ws.device_ptr(), capacity: ws.capacity() })
+}

@@ -1,0 +1,234 @@
+//! Tensor arguments of the ops: device memory plus dtype, shape, strides and a byte offset, and the
+//! checks every op runs on them (dtype, shape, stride, alignment, bounds, device).
+//!
+//! `M` is the memory: `&DeviceBuffer` for eager calls, [`CapturedBuffer`] inside a capture (so a
+//! captured op can only be given buffers the graph keeps alive).
+
+use crate::driver::{DeviceBuffer, DevicePtr};
+use crate::error::{Error, Result};
+use crate::graph::CapturedBuffer;
+use crate::sys::cuda as c;
+use std::fmt;
+
+/// Element types of op arguments.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DType {
+    /// bfloat16
+    Bf16,
+    /// float16
+    Fp16,
+    /// float8 e4m3
+    Fp8E4m3,
+    /// float32
+    F32,
+    /// int32
+    I32,
+}
+
+impl DType {
+    /// Bytes per element.
+    pub fn size(self) -> usize {
+        match self {
+            DType::Fp8E4m3 => 1,
+            DType::Bf16 | DType::Fp16 => 2,
+            DType::F32 | DType::I32 => 4,
+        }
+    }
+}
+
+impl fmt::Display for DType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            DType::Bf16 => "bf16",
+            DType::Fp16 => "fp16",
+            DType::Fp8E4m3 => "fp8_e4m3",
+            DType::F32 => "f32",
+            DType::I32 => "i32",
+        })
+    }
+}
+
+/// Device memory an op argument can live in.
+pub trait DeviceMemory {
+    /// Base address.
+    fn device_ptr(&self) -> DevicePtr;
+    /// Size in bytes.
+    fn len(&self) -> usize;
+    /// Whether the size is zero.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// The context the memory belongs to.
+    fn context_raw(&self) -> c::CUcontext;
+}
+
+impl DeviceMemory for &DeviceBuffer {
+    fn device_ptr(&self) -> DevicePtr {
+        DeviceBuffer::device_ptr(self)
+    }
+    fn len(&self) -> usize {
+        DeviceBuffer::len(self)
+    }
+    fn context_raw(&self) -> c::CUcontext {
+        self.context().raw()
+    }
+}
+
+impl DeviceMemory for CapturedBuffer<'_> {
+    fn device_ptr(&self) -> DevicePtr {
+        CapturedBuffer::device_ptr(self)
+    }
+    fn len(&self) -> usize {
+        CapturedBuffer::len(self)
+    }
+    fn context_raw(&self) -> c::CUcontext {
+        CapturedBuffer::context_raw(self)
+    }
+}
+
+/// A strided view of device memory. Strides are in elements.
+#[derive(Clone, Debug)]
+pub struct Tensor<M> {
+    /// The memory.
+    pub mem: M,
+    /// Byte offset of element [0, 0, …] from the memory's base.
+    pub offset: usize,
+    /// Element type.
+    pub dtype: DType,
+    /// Shape.
+    pub shape: Vec<usize>,
+    /// Strides in elements, one per dimension.
+    pub strides: Vec<usize>,
+}
+
+impl<M: DeviceMemory> Tensor<M> {
+    /// A row-major contiguous tensor at the start of `mem`.
+    pub fn contiguous(mem: M, dtype: DType, shape: &[usize]) -> Self {
+        let mut strides = vec![1usize; shape.len()];
+        for i in (0..shape.len().saturating_sub(1)).rev() {
+            strides[i] = strides[i + 1] * shape[i + 1];
+        }
+        Tensor { mem, offset: 0, dtype, shape: shape.to_vec(), strides }
+    }
+
+    /// A tensor with explicit strides (in elements) at byte `offset` of `mem`.
+    pub fn strided(mem: M, offset: usize, dtype: DType, shape: &[usize], strides: &[usize]) -> Self {
+        Tensor { mem, offset, dtype, shape: shape.to_vec(), strides: strides.to_vec() }
+    }
+
+    /// The same view over other memory (e.g. the buffer bound to a capture).
+    pub fn with_mem<N: DeviceMemory>(self, mem: N) -> Tensor<N> {
+        Tensor { mem, offset: self.offset, dtype: self.dtype, shape: self.shape, strides: self.strides }
+    }
+
+    /// Address of element [0, 0, …].
+    pub fn device_ptr(&self) -> DevicePtr {
+        self.mem.device_ptr() + self.offset as u64
+    }
+
+    /// Bytes from element [0, …] to one past the last element (0 for an empty tensor).
+    fn extent_bytes(&self) -> Option<usize> {
+        if self.shape.contains(&0) {
+            return Some(0);
+        }
+        let mut last = 0usize;
+        for (d, s) in self.shape.iter().zip(&self.strides) {
+            last = last.checked_add((d - 1).checked_mul(*s)?)?;
+        }
+        (last + 1).checked_mul(self.dtype.size())
+    }
+}
+
+/// Argument checks shared by the ops. Each returns `InvalidArgument` naming the argument.
+pub(crate) struct Check<'a, M> {
+    pub name: &'a str,
+    pub t: &'a Tensor<M>,
+}
+
+impl<M: DeviceMemory> Check<'_, M> {
+    pub fn dtype(&self, allowed: &[DType]) -> Result<&Self> {
+        if !allowed.contains(&self.t.dtype) {
+            let list: Vec<String> = allowed.iter().map(|d| d.to_string()).collect();
+            return Err(Error::invalid(format!("{}.dtype", self.name), list.join(" or "), self.t.dtype));
+        }
+        Ok(self)
+    }
+
+    /// `expected[i] == None` accepts any size in dimension i.
+    pub fn shape(&self, expected: &[Option<usize>]) -> Result<&Self> {
+        let fmt = |v: &[Option<usize>]| {
+            let parts: Vec<String> = v.iter().map(|d| d.map_or("*".to_string(), |n| n.to_string())).collect();
+            format!("[{}]", parts.join(", "))
+        };
+        let ok = self.t.shape.len() == expected.len()
+            && self.t.shape.iter().zip(expected).all(|(s, e)| e.is_none_or(|e| e == *s));
+        if !ok || self.t.strides.len() != self.t.shape.len() {
+            return Err(Error::invalid(format!("{}.shape", self.name), fmt(expected), format!("{:?}", self.t.shape)));
+        }
+        Ok(self)
+    }
+
+    /// The last dimension is contiguous.
+    pub fn inner_contiguous(&self) -> Result<&Self> {
+        if self.t.strides.last().is_some_and(|&s| s != 1) && self.t.shape.last().is_some_and(|&n| n > 1) {
+            return Err(Error::invalid(format!("{}.strides", self.name), "innermost stride 1", format!("{:?}", self.t.strides)));
+        }
+        Ok(self)
+    }
+
+    /// Row-major contiguous.
+    pub fn contiguous(&self) -> Result<&Self> {
+        let mut expect = 1usize;
+        for i in (0..self.t.shape.len()).rev() {
+            if self.t.shape[i] > 1 && self.t.strides[i] != expect {
+                return Err(Error::invalid(
+                    format!("{}.strides", self.name),
+                    "row-major contiguous strides",
+                    format!("{:?} for shape {:?}", self.t.strides, self.t.shape),
+                ));
+            }
+            expect *= self.t.shape[i];
+        }
+        Ok(self)
+    }
+
+    /// The base address and every outer stride are multiples of `bytes`.
+    pub fn aligned(&self, bytes: usize) -> Result<&Self> {
+        if self.t.device_ptr() % bytes as u64 != 0 {
+            return Err(Error::invalid(format!("{}.address", self.name), format!("{bytes}-byte aligned"), format!("{:#x}", self.t.device_ptr())));
+        }
+        let n = self.t.strides.len();
+        for (i, s) in self.t.strides.iter().enumerate().take(n.saturating_sub(1)) {
+            if self.t.shape[i] > 1 && (s * self.t.dtype.size()) % bytes != 0 {
+                return Err(Error::invalid(
+                    format!("{}.strides[{i}]", self.name),
+                    format!("a multiple of {bytes} bytes"),
+                    format!("{} elements of {}", s, self.t.dtype),
+                ));
+            }
+        }
+        Ok(self)
+    }
+
+    /// Every element lies inside the memory.
+    pub fn in_bounds(&self) -> Result<&Self> {
+        let end = self.t.extent_bytes().and_then(|e| e.checked_add(self.t.offset));
+        match end {
+            Some(end) if end <= self.t.mem.len() => Ok(self),
+            _ => Err(Error::invalid(
+                format!("{}.extent", self.name),
+                format!("within its buffer of {} bytes", self.t.mem.len()),
+                format!("offset {} + shape {:?} strides {:?} of {}", self.t.offset, self.t.shape, self.t.strides, self.t.dtype),
+            )),
+        }
+    }
+
+    /// The memory belongs to context `ctx` (the stream's).
+    pub fn device(&self, ctx: c::CUcontext) -> Result<&Self> {
+        if self.t.mem.context_raw() != ctx {
+            return Err(Error::invalid(format!("{}.device", self.name), "memory on the stream's device", "memory of another device/context"));
+        }
+        Ok(self)
+    }
+}

@@ -1,0 +1,263 @@
+// The C ABI as a C++ engine uses it: links libgraphsafe.a through include/graphsafe.h.
+//
+// Without a GPU (CI): driver-absent statuses and texts, argument validation (null pointers, wrong,
+// forged and destroyed handles), and MLA planning answers. With a GPU (GRAPHSAFE_REQUIRE_GPU=1
+// makes a missing one a failure): an MLA decode captured through the C ABI, the workspace grown
+// past it afterwards, replays compared with the eager result, double destroys, BUSY rules.
+//
+// Build: g++ -std=c++17 -Iinclude tests/capi/capi_test.cpp target/debug/libgraphsafe.a
+//            -lstdc++ -ldl -lrt -lpthread -lm -o capi_test
+#include "graphsafe.h"
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+static int g_checks = 0, g_failures = 0;
+
+#define CHECK(cond)                                                                               \
+  do {                                                                                            \
+    ++g_checks;                                                                                   \
+    if (!(cond)) {                                                                                \
+      ++g_failures;                                                                               \
+      std::fprintf(stderr, "FAILED %s:%d: %s (last error: %s)\n", __FILE__, __LINE__, #cond,    \
+                   graphsafe_last_error());                                                       \
+    }                                                                                             \
+  } while (0)
+
+#define CHECK_STATUS(call, status) CHECK((call) == (status))
+
+static bool last_error_mentions(const char* needle) { return std::strstr(graphsafe_last_error(), needle) != nullptr; }
+
+static void planning() {
+  GraphsafeMlaPlan p{};
+  CHECK_STATUS(graphsafe_mla_plan(GRAPHSAFE_ARCH_SM100, GRAPHSAFE_DTYPE_BF16, 128, 1, 65536, 148, 0, &p), GRAPHSAFE_OK);
+  CHECK(p.num_splits == 16);
+  CHECK(p.workspace_bytes == 2052ull * 128 * 16);
+  CHECK_STATUS(graphsafe_mla_plan(GRAPHSAFE_ARCH_SM100, GRAPHSAFE_DTYPE_FP8_E4M3, 128, 8, 65536, 148, 0, &p), GRAPHSAFE_OK);
+  CHECK(p.num_splits == 1 && p.workspace_bytes == 0);
+  // Split-KV with batch > 1 is refused on sm100 (CUTLASS 4.2 hangs there).
+  CHECK_STATUS(graphsafe_mla_plan(GRAPHSAFE_ARCH_SM100, GRAPHSAFE_DTYPE_BF16, 128, 2, 65536, 148, 2, &p), GRAPHSAFE_ERROR_INVALID_ARGUMENT);
+  CHECK(last_error_mentions("num_splits"));
+  CHECK_STATUS(graphsafe_mla_plan(GRAPHSAFE_ARCH_SM100, GRAPHSAFE_DTYPE_BF16, 64, 1, 1024, 148, 0, &p), GRAPHSAFE_ERROR_INVALID_ARGUMENT);
+  CHECK_STATUS(graphsafe_mla_plan(GRAPHSAFE_ARCH_SM90, GRAPHSAFE_DTYPE_BF16, 16, 1, 4096, 132, 0, &p), GRAPHSAFE_OK);
+  CHECK(p.num_splits == 64);  // 2 waves of 132 SMs, capped by 64 tiles
+  CHECK(p.workspace_bytes > 0);
+  CHECK_STATUS(graphsafe_mla_plan(GRAPHSAFE_ARCH_SM90, GRAPHSAFE_DTYPE_FP8_E4M3, 16, 1, 4096, 132, 0, &p), GRAPHSAFE_ERROR_INVALID_ARGUMENT);
+  CHECK_STATUS(graphsafe_mla_plan(80, GRAPHSAFE_DTYPE_BF16, 128, 1, 4096, 132, 0, &p), GRAPHSAFE_ERROR_INVALID_ARGUMENT);
+  CHECK(last_error_mentions("arch"));
+  CHECK_STATUS(graphsafe_mla_plan(GRAPHSAFE_ARCH_SM90, 7, 128, 1, 4096, 132, 0, &p), GRAPHSAFE_ERROR_INVALID_ARGUMENT);
+  CHECK_STATUS(graphsafe_mla_plan(GRAPHSAFE_ARCH_SM90, GRAPHSAFE_DTYPE_BF16, 128, 0, 4096, 132, 0, &p), GRAPHSAFE_ERROR_INVALID_ARGUMENT);
+  CHECK(last_error_mentions("batch"));
+  CHECK_STATUS(graphsafe_mla_plan(GRAPHSAFE_ARCH_SM90, GRAPHSAFE_DTYPE_BF16, 128, 1, -5, 132, 0, &p), GRAPHSAFE_ERROR_INVALID_ARGUMENT);
+  CHECK_STATUS(graphsafe_mla_plan(GRAPHSAFE_ARCH_SM90, GRAPHSAFE_DTYPE_BF16, 128, 1, 4096, 132, 0, nullptr), GRAPHSAFE_ERROR_NULL_POINTER);
+  GraphsafeMlaPlan w{};
+  CHECK_STATUS(graphsafe_mla_worst_case(GRAPHSAFE_ARCH_SM100, GRAPHSAFE_DTYPE_BF16, 128, 128, 65536, 148, &w), GRAPHSAFE_OK);
+  CHECK(w.workspace_bytes == 2052ull * 128 * 16 && w.worst_batch == 1 && w.worst_seq_len == 2048);
+}
+
+static void bad_handles() {
+  GraphsafeContext zero_ctx{0};
+  GraphsafeStream forged_stream{(2ull << 56) | (1ull << 32) | 12345};
+  GraphsafeWorkspace wrong_type{(2ull << 56) | (1ull << 32)};  // a stream id passed as a workspace
+  CHECK_STATUS(graphsafe_context_destroy(zero_ctx), GRAPHSAFE_ERROR_INVALID_HANDLE);
+  CHECK(last_error_mentions("context"));
+  CHECK_STATUS(graphsafe_stream_destroy(forged_stream), GRAPHSAFE_ERROR_INVALID_HANDLE);
+  CHECK_STATUS(graphsafe_stream_synchronize(forged_stream), GRAPHSAFE_ERROR_INVALID_HANDLE);
+  CHECK_STATUS(graphsafe_workspace_destroy(wrong_type), GRAPHSAFE_ERROR_INVALID_HANDLE);
+  CHECK_STATUS(graphsafe_workspace_ensure_size(wrong_type, 1, forged_stream, nullptr), GRAPHSAFE_ERROR_INVALID_HANDLE);
+  GraphsafeCapture cap{};
+  CHECK_STATUS(graphsafe_capture_begin(forged_stream, GRAPHSAFE_CAPTURE_THREAD_LOCAL, &cap), GRAPHSAFE_ERROR_INVALID_HANDLE);
+  CHECK_STATUS(graphsafe_capture_begin(forged_stream, GRAPHSAFE_CAPTURE_THREAD_LOCAL, nullptr), GRAPHSAFE_ERROR_NULL_POINTER);
+  CHECK_STATUS(graphsafe_capture_begin(forged_stream, 9, &cap), GRAPHSAFE_ERROR_INVALID_ARGUMENT);
+  CHECK_STATUS(graphsafe_capture_end(cap, nullptr), GRAPHSAFE_ERROR_NULL_POINTER);
+  GraphsafeGraph g{};
+  CHECK_STATUS(graphsafe_capture_end(cap, &g), GRAPHSAFE_ERROR_INVALID_HANDLE);
+  CHECK_STATUS(graphsafe_graph_exec_destroy(GraphsafeGraphExec{~0ull}), GRAPHSAFE_ERROR_INVALID_HANDLE);
+  CHECK_STATUS(graphsafe_mla_decode(nullptr, wrong_type, forged_stream, nullptr), GRAPHSAFE_ERROR_NULL_POINTER);
+  CHECK(graphsafe_version() != nullptr && std::strlen(graphsafe_version()) > 0);
+  CHECK(graphsafe_build_archs() != nullptr);
+}
+
+static void no_driver() {
+  int n = -1;
+  CHECK_STATUS(graphsafe_device_count(&n), GRAPHSAFE_ERROR_DRIVER_NOT_FOUND);
+  CHECK(last_error_mentions("libcuda.so.1"));
+  GraphsafeContext c{};
+  CHECK_STATUS(graphsafe_context_create(0, &c), GRAPHSAFE_ERROR_DRIVER_NOT_FOUND);
+  int major = 0, minor = 0;
+  CHECK_STATUS(graphsafe_driver_version(&major, &minor), GRAPHSAFE_ERROR_DRIVER_NOT_FOUND);
+  CHECK_STATUS(graphsafe_device_count(nullptr), GRAPHSAFE_ERROR_NULL_POINTER);
+}
+
+// ---- GPU part -----------------------------------------------------------------------------------
+
+static uint16_t to_bf16(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return static_cast<uint16_t>((u + 0x7FFF + ((u >> 16) & 1)) >> 16);
+}
+
+#define OK(call) CHECK_STATUS(call, GRAPHSAFE_OK)
+
+static void gpu(int device_count) {
+  GraphsafeContext ctx{};
+  OK(graphsafe_context_create(0, &ctx));
+  GraphsafeDeviceInfo info{};
+  OK(graphsafe_device_info(0, &info));
+  std::printf("GPU 0: %s, sm_%d%d, %d SMs (%d device(s))\n", info.name, info.cc_major, info.cc_minor, info.sm_count, device_count);
+  GraphsafeStream stream{};
+  OK(graphsafe_stream_create(ctx, &stream));
+
+  const int B = 4, H = 128, PAGE = 64, MAX_SEQ = 1024, MAX_PAGES = MAX_SEQ / PAGE, PAGES = B * MAX_PAGES;
+  const int seq_lens[B] = {1024, 1, 333, 700};
+  std::vector<uint16_t> q(size_t(B) * H * 576), kv(size_t(PAGES) * PAGE * 576);
+  for (size_t i = 0; i < q.size(); ++i) q[i] = to_bf16(float((i * 7919) % 2003) / 1001.f - 1.f);
+  for (size_t i = 0; i < kv.size(); ++i) kv[i] = to_bf16(float((i * 104729) % 997) / 498.f - 1.f);
+  std::vector<int> pt(size_t(B) * MAX_PAGES);
+  for (int i = 0; i < B * MAX_PAGES; ++i) pt[i] = (i % MAX_PAGES) * B + i / MAX_PAGES;  // interleaved pages
+
+  GraphsafeBuffer bq{}, bkv{}, bsl{}, bpt{}, bout{};
+  OK(graphsafe_buffer_create(stream, q.size() * 2, 0, &bq));
+  OK(graphsafe_buffer_create(stream, kv.size() * 2, 0, &bkv));
+  OK(graphsafe_buffer_create(stream, sizeof seq_lens, 0, &bsl));
+  OK(graphsafe_buffer_create(stream, pt.size() * 4, 0, &bpt));
+  OK(graphsafe_buffer_create(stream, size_t(B) * H * 512 * 2, 1, &bout));
+  OK(graphsafe_buffer_write(bq, 0, q.data(), q.size() * 2, stream));
+  OK(graphsafe_buffer_write(bkv, 0, kv.data(), kv.size() * 2, stream));
+  OK(graphsafe_buffer_write(bsl, 0, seq_lens, sizeof seq_lens, stream));
+  OK(graphsafe_buffer_write(bpt, 0, pt.data(), pt.size() * 4, stream));
+  CHECK_STATUS(graphsafe_buffer_write(bq, 8, q.data(), q.size() * 2, stream), GRAPHSAFE_ERROR_INVALID_ARGUMENT);  // past the end
+
+  uint64_t pq, pkv, psl, ppt, pout;
+  OK(graphsafe_buffer_info(bq, &pq, nullptr));
+  OK(graphsafe_buffer_info(bkv, &pkv, nullptr));
+  OK(graphsafe_buffer_info(bsl, &psl, nullptr));
+  OK(graphsafe_buffer_info(bpt, &ppt, nullptr));
+  OK(graphsafe_buffer_info(bout, &pout, nullptr));
+  GraphsafeMlaDecodeArgs a{};
+  a.dtype = GRAPHSAFE_DTYPE_BF16;
+  a.batch = B;
+  a.num_heads = H;
+  a.q_nope = pq;
+  a.q_nope_stride_batch = H * 576;
+  a.q_nope_stride_head = 576;
+  a.q_pe = pq + 1024;  // rope part of each 576-wide q row
+  a.q_pe_stride_batch = H * 576;
+  a.q_pe_stride_head = 576;
+  a.kv_cache = pkv;
+  a.num_pages = PAGES;
+  a.page_size = PAGE;
+  a.seq_lens = psl;
+  a.page_table = ppt;
+  a.max_pages = MAX_PAGES;
+  a.out = pout;
+  a.out_stride_batch = H * 512;
+  a.out_stride_head = 512;
+  a.sm_scale = 1.f / std::sqrt(192.f);
+  a.max_seq_len = MAX_SEQ;
+  a.num_splits = 0;
+
+  int arch = info.cc_major == 10 ? GRAPHSAFE_ARCH_SM100 : GRAPHSAFE_ARCH_SM90;
+  GraphsafeMlaPlan plan{};
+  OK(graphsafe_mla_plan(arch, GRAPHSAFE_DTYPE_BF16, H, B, MAX_SEQ, info.sm_count, 0, &plan));
+  GraphsafeWorkspace ws{};
+  OK(graphsafe_workspace_create(stream, plan.workspace_bytes, &ws));
+
+  // Eager reference result.
+  GraphsafeMlaPlan ran{};
+  int st = graphsafe_mla_decode(&a, ws, stream, &ran);
+  if (st == GRAPHSAFE_ERROR_ARCH_UNSUPPORTED) {
+    std::printf("SKIP: MLA decode has no kernel here (%s)\n", graphsafe_last_error());
+    return;
+  }
+  CHECK_STATUS(st, GRAPHSAFE_OK);
+  CHECK(ran.num_splits == plan.num_splits && ran.workspace_bytes == plan.workspace_bytes);
+  std::vector<uint16_t> eager(size_t(B) * H * 512), got(eager.size());
+  OK(graphsafe_buffer_read(bout, 0, eager.data(), eager.size() * 2, stream));
+  size_t nonzero = 0;
+  for (uint16_t v : eager) nonzero += v != 0;
+  CHECK(nonzero > eager.size() / 2);
+
+  // Capture through the C ABI.
+  GraphsafeCapture cap{};
+  OK(graphsafe_capture_begin(stream, GRAPHSAFE_CAPTURE_THREAD_LOCAL, &cap));
+  CHECK_STATUS(graphsafe_stream_synchronize(stream), GRAPHSAFE_ERROR_BUSY);
+  CHECK_STATUS(graphsafe_stream_destroy(stream), GRAPHSAFE_ERROR_BUSY);
+  GraphsafeCapture cap2{};
+  CHECK_STATUS(graphsafe_capture_begin(stream, GRAPHSAFE_CAPTURE_THREAD_LOCAL, &cap2), GRAPHSAFE_ERROR_BUSY);
+  uint64_t wptr = 0, wcap = 0;
+  OK(graphsafe_capture_bind_workspace(cap, ws, &wptr, &wcap));
+  CHECK(wcap >= plan.workspace_bytes);
+  for (GraphsafeBuffer b : {bq, bkv, bsl, bpt, bout}) OK(graphsafe_capture_bind_buffer(cap, b, nullptr));
+  // The bound workspace can neither grow nor be destroyed; eager work on the stream is refused.
+  CHECK_STATUS(graphsafe_workspace_ensure_size(ws, wcap * 4 + (1 << 20), stream, nullptr), GRAPHSAFE_ERROR_BUSY);
+  CHECK_STATUS(graphsafe_workspace_destroy(ws), GRAPHSAFE_ERROR_BUSY);
+  CHECK_STATUS(graphsafe_mla_decode(&a, ws, stream, nullptr), GRAPHSAFE_ERROR_BUSY);
+  OK(graphsafe_mla_decode_captured(&a, cap, ws, nullptr));
+  GraphsafeGraph graph{};
+  OK(graphsafe_capture_end(cap, &graph));
+  CHECK_STATUS(graphsafe_capture_end(cap, &graph), GRAPHSAFE_ERROR_INVALID_HANDLE);  // consumed
+  uint64_t nodes = 0;
+  OK(graphsafe_graph_node_count(graph, &nodes));
+  CHECK(nodes >= 1);
+  GraphsafeGraphExec exec{};
+  OK(graphsafe_graph_instantiate(graph, &exec));
+  OK(graphsafe_graph_destroy(graph));
+  CHECK_STATUS(graphsafe_graph_destroy(graph), GRAPHSAFE_ERROR_INVALID_HANDLE);  // double destroy
+
+  // Grow (retire) the workspace and drop graphsafe's handles to the inputs: the executable keeps
+  // both alive. Then replay.
+  int grew = 0;
+  OK(graphsafe_workspace_ensure_size(ws, wcap * 4 + (64 << 20), stream, &grew));
+  CHECK(grew == 1);
+  OK(graphsafe_buffer_destroy(bq));
+  OK(graphsafe_buffer_destroy(bkv));
+  CHECK_STATUS(graphsafe_buffer_destroy(bkv), GRAPHSAFE_ERROR_INVALID_HANDLE);
+  GraphsafeBuffer churn{};
+  OK(graphsafe_buffer_create(stream, kv.size() * 2, 0, &churn));  // likely reuses a freed block if any
+  int same = 0;
+  for (int i = 0; i < 20; ++i) {
+    std::vector<uint16_t> zeros(got.size(), 0);
+    OK(graphsafe_buffer_write(bout, 0, zeros.data(), zeros.size() * 2, stream));
+    OK(graphsafe_graph_exec_launch(exec, stream));
+    OK(graphsafe_buffer_read(bout, 0, got.data(), got.size() * 2, stream));
+    same += got == eager;
+  }
+  CHECK(same == 20);
+  std::printf("capture/grow/replay through the C ABI: %d/20 replays identical to eager (%d splits, %llu workspace bytes)\n", same,
+              plan.num_splits, (unsigned long long)plan.workspace_bytes);
+
+  OK(graphsafe_graph_exec_destroy(exec));
+  CHECK_STATUS(graphsafe_graph_exec_destroy(exec), GRAPHSAFE_ERROR_INVALID_HANDLE);
+  OK(graphsafe_buffer_destroy(churn));
+  for (GraphsafeBuffer b : {bsl, bpt, bout}) OK(graphsafe_buffer_destroy(b));
+  OK(graphsafe_workspace_destroy(ws));
+  OK(graphsafe_stream_destroy(stream));
+  OK(graphsafe_context_destroy(ctx));
+  CHECK_STATUS(graphsafe_context_destroy(ctx), GRAPHSAFE_ERROR_INVALID_HANDLE);
+}
+
+int main() {
+  planning();
+  bad_handles();
+  int n = 0;
+  int st = graphsafe_device_count(&n);
+  const char* req = std::getenv("GRAPHSAFE_REQUIRE_GPU");
+  bool require = req != nullptr && std::strcmp(req, "1") == 0;
+  if (st == GRAPHSAFE_OK && n > 0) {
+    gpu(n);
+  } else if (require) {
+    std::fprintf(stderr, "FAILED: GRAPHSAFE_REQUIRE_GPU=1 but no GPU: %s\n", graphsafe_last_error());
+    ++g_failures;
+  } else {
+    std::string why = graphsafe_last_error();
+    no_driver();
+    std::printf("SKIP: GPU part (%s)\n", why.c_str());
+  }
+  std::printf("capi_test: %d passed, %d failed\n", g_checks - g_failures, g_failures);
+  return g_failures == 0 ? 0 : 1;
+}

@@ -1,0 +1,280 @@
+//! Every validation rule of the MLA decode op, fed its bad value, on the CPU (no GPU: the checks
+//! run on descriptors of device memory). One good argument set is mutated one field at a time.
+
+use graphsafe::driver::DevicePtr;
+use graphsafe::ops::mla::{MlaArch, MlaDecodeArgs};
+use graphsafe::ops::tensor::{DType, DeviceMemory, Tensor};
+use graphsafe::sys::cuda as c;
+use graphsafe::Error;
+
+/// A stand-in for a device buffer: an address, a size and a context tag.
+#[derive(Clone, Copy, Debug)]
+struct Fake {
+    ptr: DevicePtr,
+    len: usize,
+    ctx: usize,
+}
+
+impl DeviceMemory for Fake {
+    fn device_ptr(&self) -> DevicePtr {
+        self.ptr
+    }
+    fn len(&self) -> usize {
+        self.len
+    }
+    fn context_raw(&self) -> c::CUcontext {
+        self.ctx as c::CUcontext
+    }
+}
+
+const CTX: usize = 0x1000;
+const B: usize = 4;
+const PAGES: usize = 64;
+
+fn mem(len: usize, i: u64) -> Fake {
+    Fake { ptr: 0x10_0000_0000 * (i + 1), len, ctx: CTX }
+}
+
+fn good(arch: MlaArch, heads: usize, page: usize, dtype: DType) -> MlaDecodeArgs<Fake> {
+    let e = dtype.size();
+    let out_dt = if dtype == DType::Fp16 { DType::Fp16 } else { DType::Bf16 };
+    let max_pages = 8;
+    let _ = arch;
+    MlaDecodeArgs {
+        q_nope: Tensor::contiguous(mem(B * heads * 512 * e, 0), dtype, &[B, heads, 512]),
+        q_pe: Tensor::contiguous(mem(B * heads * 64 * e, 1), dtype, &[B, heads, 64]),
+        kv_cache: Tensor::contiguous(mem(PAGES * page * 576 * e, 2), dtype, &[PAGES, page, 576]),
+        seq_lens: Tensor::contiguous(mem(B * 4, 3), DType::I32, &[B]),
+        page_table: Tensor::contiguous(mem(B * max_pages * 4, 4), DType::I32, &[B, max_pages]),
+        out: Tensor::contiguous(mem(B * heads * 512 * 2, 5), out_dt, &[B, heads, 512]),
+        lse: Some(Tensor::contiguous(mem(B * heads * 4, 6), DType::F32, &[B, heads])),
+        sm_scale: 0.0723,
+        max_seq_len: (max_pages * page) as u32,
+        num_splits: None,
+    }
+}
+
+fn plan(a: &MlaDecodeArgs<Fake>, arch: MlaArch) -> graphsafe::Result<graphsafe::ops::mla::MlaDecodePlan> {
+    a.plan(arch, 132, CTX as c::CUcontext)
+}
+
+#[track_caller]
+fn rejects(a: &MlaDecodeArgs<Fake>, arch: MlaArch, what: &str) {
+    match plan(a, arch) {
+        Err(Error::InvalidArgument { what: w, expected, got }) => {
+            assert!(w.starts_with(what), "expected an error about {what}, got one about {w} (expected {expected}, got {got})");
+        }
+        other => panic!("expected InvalidArgument about {what}, got {other:?}"),
+    }
+}
+
+#[test]
+fn the_good_arguments_plan_on_both_back_ends() {
+    let p = plan(&good(MlaArch::Sm90, 16, 64, DType::Bf16), MlaArch::Sm90).unwrap();
+    assert_eq!((p.batch, p.num_heads, p.page_size), (4, 16, 64));
+    let p = plan(&good(MlaArch::Sm100, 128, 128, DType::Fp8E4m3), MlaArch::Sm100).unwrap();
+    assert_eq!((p.num_splits, p.workspace_bytes), (1, 0));
+    let p = plan(&good(MlaArch::Sm100, 128, 32, DType::Fp16), MlaArch::Sm100).unwrap();
+    assert_eq!(p.page_size, 32);
+}
+
+#[test]
+fn dtypes() {
+    let mut a = good(MlaArch::Sm90, 128, 64, DType::Bf16);
+    a.q_nope.dtype = DType::F32;
+    rejects(&a, MlaArch::Sm90, "q_nope.dtype");
+    // fp8 only on sm100.
+    rejects(&good(MlaArch::Sm90, 128, 64, DType::Fp8E4m3), MlaArch::Sm90, "q_nope.dtype");
+    let mut a = good(MlaArch::Sm90, 128, 64, DType::Bf16);
+    a.q_pe.dtype = DType::Fp16;
+    rejects(&a, MlaArch::Sm90, "q_pe.dtype");
+    let mut a = good(MlaArch::Sm90, 128, 64, DType::Bf16);
+    a.kv_cache.dtype = DType::Fp16;
+    rejects(&a, MlaArch::Sm90, "kv_cache.dtype");
+    let mut a = good(MlaArch::Sm90, 128, 64, DType::Bf16);
+    a.seq_lens.dtype = DType::F32;
+    rejects(&a, MlaArch::Sm90, "seq_lens.dtype");
+    let mut a = good(MlaArch::Sm90, 128, 64, DType::Bf16);
+    a.page_table.dtype = DType::Bf16;
+    rejects(&a, MlaArch::Sm90, "page_table.dtype");
+    let mut a = good(MlaArch::Sm90, 128, 64, DType::Fp16);
+    a.out.dtype = DType::Bf16;
+    rejects(&a, MlaArch::Sm90, "out.dtype");
+    let mut a = good(MlaArch::Sm100, 128, 128, DType::Fp8E4m3);
+    a.out.dtype = DType::Fp8E4m3;
+    rejects(&a, MlaArch::Sm100, "out.dtype");
+    let mut a = good(MlaArch::Sm90, 128, 64, DType::Bf16);
+    a.lse.as_mut().unwrap().dtype = DType::Bf16;
+    rejects(&a, MlaArch::Sm90, "lse.dtype");
+}
+
+#[test]
+fn shapes() {
+    let mut a = good(MlaArch::Sm90, 128, 64, DType::Bf16);
+    a.q_nope.shape[2] = 576;
+    rejects(&a, MlaArch::Sm90, "q_nope.shape");
+    let mut a = good(MlaArch::Sm90, 128, 64, DType::Bf16);
+    a.q_nope.shape = vec![4, 128];
+    a.q_nope.strides = vec![128, 1];
+    rejects(&a, MlaArch::Sm90, "q_nope.shape");
+    // heads: 128 only on sm100; multiples of 16 on sm90.
+    rejects(&good(MlaArch::Sm100, 64, 128, DType::Bf16), MlaArch::Sm100, "q_nope.shape[1]");
+    rejects(&good(MlaArch::Sm90, 24, 64, DType::Bf16), MlaArch::Sm90, "q_nope.shape[1]");
+    rejects(&good(MlaArch::Sm90, 144, 64, DType::Bf16), MlaArch::Sm90, "q_nope.shape[1]");
+    let mut a = good(MlaArch::Sm90, 128, 64, DType::Bf16);
+    a.q_nope.shape[0] = 0;
+    rejects(&a, MlaArch::Sm90, "q_nope.shape[0]");
+    let mut a = good(MlaArch::Sm90, 16, 64, DType::Bf16);
+    a.q_nope.shape[0] = 65_536;
+    rejects(&a, MlaArch::Sm90, "q_nope.shape[0]");
+    // A cache of 2^31 tokens or more cannot be indexed.
+    let mut a = good(MlaArch::Sm90, 128, 64, DType::Bf16);
+    a.kv_cache.shape[0] = 1 << 25;
+    rejects(&a, MlaArch::Sm90, "kv_cache.shape[0]");
+    let mut a = good(MlaArch::Sm90, 128, 64, DType::Bf16);
+    a.q_pe.shape[1] = 64;
+    rejects(&a, MlaArch::Sm90, "q_pe.shape");
+    let mut a = good(MlaArch::Sm90, 128, 64, DType::Bf16);
+    a.kv_cache.shape[2] = 512;
+    rejects(&a, MlaArch::Sm90, "kv_cache.shape");
+    let mut a = good(MlaArch::Sm90, 128, 64, DType::Bf16);
+    a.seq_lens.shape = vec![3];
+    rejects(&a, MlaArch::Sm90, "seq_lens.shape");
+    let mut a = good(MlaArch::Sm90, 128, 64, DType::Bf16);
+    a.page_table.shape[0] = 5;
+    rejects(&a, MlaArch::Sm90, "page_table.shape");
+    let mut a = good(MlaArch::Sm90, 128, 64, DType::Bf16);
+    a.out.shape[1] = 16;
+    rejects(&a, MlaArch::Sm90, "out.shape");
+    let mut a = good(MlaArch::Sm90, 128, 64, DType::Bf16);
+    a.lse.as_mut().unwrap().shape = vec![4, 16];
+    rejects(&a, MlaArch::Sm90, "lse.shape");
+}
+
+#[test]
+fn page_sizes_per_back_end() {
+    rejects(&good(MlaArch::Sm90, 128, 32, DType::Bf16), MlaArch::Sm90, "kv_cache.shape[1]");
+    rejects(&good(MlaArch::Sm90, 128, 256, DType::Bf16), MlaArch::Sm90, "kv_cache.shape[1]");
+    rejects(&good(MlaArch::Sm100, 128, 96, DType::Bf16), MlaArch::Sm100, "kv_cache.shape[1]");
+    rejects(&good(MlaArch::Sm100, 128, 256, DType::Bf16), MlaArch::Sm100, "kv_cache.shape[1]");
+    for page in [1, 16, 64, 128] {
+        plan(&good(MlaArch::Sm100, 128, page, DType::Bf16), MlaArch::Sm100).unwrap();
+    }
+}
+
+#[test]
+fn strides() {
+    let mut a = good(MlaArch::Sm90, 128, 64, DType::Bf16);
+    a.q_nope.strides[2] = 2;
+    rejects(&a, MlaArch::Sm90, "q_nope.strides");
+    let mut a = good(MlaArch::Sm90, 128, 64, DType::Bf16);
+    a.kv_cache.strides[1] = 640; // padded rows are not supported
+    rejects(&a, MlaArch::Sm90, "kv_cache.strides");
+    let mut a = good(MlaArch::Sm90, 128, 64, DType::Bf16);
+    a.page_table.strides[1] = 2;
+    rejects(&a, MlaArch::Sm90, "page_table.strides");
+    let mut a = good(MlaArch::Sm90, 128, 64, DType::Bf16);
+    a.lse.as_mut().unwrap().strides = vec![256, 1];
+    rejects(&a, MlaArch::Sm90, "lse.strides");
+    // Overlapping page-table rows.
+    let mut a = good(MlaArch::Sm90, 128, 64, DType::Bf16);
+    a.page_table.strides[0] = 4;
+    rejects(&a, MlaArch::Sm90, "page_table.strides[0]");
+    // A head stride that breaks 16-byte alignment of rows.
+    let mut a = good(MlaArch::Sm90, 128, 64, DType::Bf16);
+    a.q_nope.strides = vec![128 * 516, 516, 1];
+    a.q_nope.mem.len = 4 * 128 * 516 * 2;
+    rejects(&a, MlaArch::Sm90, "q_nope.strides[1]");
+    // A padded (but aligned) head stride is fine.
+    let mut a = good(MlaArch::Sm90, 128, 64, DType::Bf16);
+    a.q_nope.strides = vec![128 * 576, 576, 1];
+    a.q_nope.mem.len = 4 * 128 * 576 * 2;
+    plan(&a, MlaArch::Sm90).unwrap();
+}
+
+#[test]
+fn alignment() {
+    let mut a = good(MlaArch::Sm90, 128, 64, DType::Bf16);
+    a.q_pe.offset = 8;
+    a.q_pe.mem.len += 8;
+    rejects(&a, MlaArch::Sm90, "q_pe.address");
+    let mut a = good(MlaArch::Sm90, 128, 64, DType::Bf16);
+    a.kv_cache.mem.ptr += 4;
+    rejects(&a, MlaArch::Sm90, "kv_cache.address");
+    let mut a = good(MlaArch::Sm90, 128, 64, DType::Bf16);
+    a.out.offset = 2;
+    a.out.mem.len += 2;
+    rejects(&a, MlaArch::Sm90, "out.address");
+    let mut a = good(MlaArch::Sm90, 128, 64, DType::Bf16);
+    a.seq_lens.mem.ptr += 2;
+    rejects(&a, MlaArch::Sm90, "seq_lens.address");
+}
+
+#[test]
+fn bounds() {
+    let mut a = good(MlaArch::Sm90, 128, 64, DType::Bf16);
+    a.kv_cache.mem.len -= 1;
+    rejects(&a, MlaArch::Sm90, "kv_cache.extent");
+    let mut a = good(MlaArch::Sm90, 128, 64, DType::Bf16);
+    a.out.offset = 16;
+    rejects(&a, MlaArch::Sm90, "out.extent");
+    let mut a = good(MlaArch::Sm90, 128, 64, DType::Bf16);
+    a.page_table.mem.len = 4;
+    rejects(&a, MlaArch::Sm90, "page_table.extent");
+    // seq_lens bound larger than the page table can address.
+    let mut a = good(MlaArch::Sm90, 128, 64, DType::Bf16);
+    a.max_seq_len = 8 * 64 + 1;
+    rejects(&a, MlaArch::Sm90, "max_seq_len");
+    let mut a = good(MlaArch::Sm90, 128, 64, DType::Bf16);
+    a.max_seq_len = 0;
+    rejects(&a, MlaArch::Sm90, "max_seq_len");
+}
+
+#[test]
+fn device_of_every_buffer() {
+    for field in 0..7 {
+        let mut a = good(MlaArch::Sm90, 128, 64, DType::Bf16);
+        let t = match field {
+            0 => &mut a.q_nope,
+            1 => &mut a.q_pe,
+            2 => &mut a.kv_cache,
+            3 => &mut a.seq_lens,
+            4 => &mut a.page_table,
+            5 => &mut a.out,
+            _ => a.lse.as_mut().unwrap(),
+        };
+        t.mem.ctx = 0x2000;
+        let name = ["q_nope", "q_pe", "kv_cache", "seq_lens", "page_table", "out", "lse"][field];
+        rejects(&a, MlaArch::Sm90, &format!("{name}.device"));
+    }
+}
+
+#[test]
+fn scale_and_splits() {
+    for bad in [0.0f32, -1.0, f32::NAN, f32::INFINITY] {
+        let mut a = good(MlaArch::Sm90, 128, 64, DType::Bf16);
+        a.sm_scale = bad;
+        rejects(&a, MlaArch::Sm90, "sm_scale");
+    }
+    // sm100: split-KV with batch > 1 is refused (the 4.2 kernel hangs).
+    let mut a = good(MlaArch::Sm100, 128, 128, DType::Bf16);
+    a.num_splits = Some(2);
+    rejects(&a, MlaArch::Sm100, "num_splits");
+    // sm90: at most one split per 64-token tile.
+    let mut a = good(MlaArch::Sm90, 128, 64, DType::Bf16);
+    a.num_splits = Some(9); // max_seq_len 512 = 8 tiles
+    rejects(&a, MlaArch::Sm90, "num_splits");
+    a.num_splits = Some(8);
+    assert_eq!(plan(&a, MlaArch::Sm90).unwrap().num_splits, 8);
+}
+
+#[test]
+fn arch_dispatch() {
+    assert!(matches!(MlaArch::for_compute_capability((8, 0)), Err(Error::ArchUnsupported { .. })));
+    assert!(matches!(MlaArch::for_compute_capability((12, 0)), Err(Error::ArchUnsupported { .. })));
+    let sm90 = MlaArch::for_compute_capability((9, 0));
+    assert_eq!(sm90.is_ok(), graphsafe::build_info::has_arch("sm_90a"), "{sm90:?}");
+    if let Err(Error::ArchUnsupported { need, .. }) = MlaArch::for_compute_capability((10, 0)) {
+        assert!(!graphsafe::build_info::has_arch("sm_100a") && need.contains("sm_100a"));
+    }
+}
