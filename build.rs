@@ -54,7 +54,7 @@ fn cache_dir() -> PathBuf {
 fn run() -> Result<(), String> {
     let manifest_dir = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").unwrap());
     let out_dir = PathBuf::from(std::env::var("OUT_DIR").unwrap());
-    for p in ["build.rs", "build", "cuda-src", "include/graphsafe_kernels.h", "cbindgen.toml"] {
+    for p in ["build.rs", "build", "cuda-src", "include/graphsafe_kernels.h", "include/graphsafe_kernels", "cbindgen.toml"] {
         println!("cargo:rerun-if-changed={p}");
     }
     for v in ENV_INPUTS {

@@ -12,6 +12,7 @@ pub fn kernels(manifest_dir: &Path) -> String {
     let header = manifest_dir.join("include/graphsafe_kernels.h");
     let b = base()
         .header(header.to_string_lossy())
+        .clang_arg(format!("-I{}", manifest_dir.join("include").display()))
         .allowlist_function("gs_.*")
         .allowlist_type("[Gg]s.*|GS_.*")
         .allowlist_var("GS_.*");

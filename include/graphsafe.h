@@ -116,6 +116,11 @@
 #define GRAPHSAFE_CAPTURE_RELAXED 2
 
 /**
+ * fp32 (cuDNN matmul output only).
+ */
+#define GRAPHSAFE_DTYPE_F32 3
+
+/**
  * bf16 q/KV (bf16 output).
  */
 #define GRAPHSAFE_DTYPE_BF16 0
@@ -139,6 +144,11 @@
  * See GRAPHSAFE_ARCH_SM90.
  */
 #define GRAPHSAFE_ARCH_SM100 100
+
+/**
+ * Back-end selector for NVFP4 planning (GRAPHSAFE_ARCH_SM90 / SM100 as for MLA, or this).
+ */
+#define GRAPHSAFE_ARCH_SM120 120
 
 /**
  * What `graphsafe_device_info` reports.
@@ -235,6 +245,69 @@ typedef struct {
    */
   uint64_t id;
 } GraphsafeGraphExec;
+
+/**
+ * C[b, m, n] = A[b, m, k] · B[b, k, n] over caller-owned device memory. Strides are in elements,
+ * [batch, row, column]; a batch of 1 for A or B broadcasts it. Row- or column-major via strides.
+ */
+typedef struct {
+  /**
+   * GRAPHSAFE_DTYPE_BF16, _FP16 or _FP8_E4M3 (A and B).
+   */
+  int input_dtype;
+  /**
+   * GRAPHSAFE_DTYPE_BF16, _FP16 or _F32 (C).
+   */
+  int output_dtype;
+  /**
+   * Batch of C (1 for a plain GEMM).
+   */
+  int batch;
+  /**
+   * Rows of A and C.
+   */
+  int m;
+  /**
+   * Columns of B and C.
+   */
+  int n;
+  /**
+   * Reduction length.
+   */
+  int k;
+  /**
+   * A's device address.
+   */
+  uint64_t a;
+  /**
+   * A's batch (1 or `batch`).
+   */
+  int a_batch;
+  /**
+   * A's strides [batch, row, column].
+   */
+  int64_t a_strides[3];
+  /**
+   * B's device address.
+   */
+  uint64_t b;
+  /**
+   * B's batch (1 or `batch`).
+   */
+  int b_batch;
+  /**
+   * B's strides [batch, row, column].
+   */
+  int64_t b_strides[3];
+  /**
+   * C's device address (written).
+   */
+  uint64_t c;
+  /**
+   * C's strides [batch, row, column].
+   */
+  int64_t c_strides[3];
+} GraphsafeCudnnMatmulArgs;
 
 /**
  * A decode plan: KV splits and workspace bytes.
@@ -351,6 +424,134 @@ typedef struct {
    */
   int num_splits;
 } GraphsafeMlaDecodeArgs;
+
+/**
+ * An NVFP4 GEMM plan.
+ */
+typedef struct {
+  /**
+   * CUTLASS tile (Blackwell; 0 on Hopper).
+   */
+  int tile_m;
+  /**
+   * CUTLASS tile N.
+   */
+  int tile_n;
+  /**
+   * CUTLASS tile K.
+   */
+  int tile_k;
+  /**
+   * Cluster M.
+   */
+  int cluster_m;
+  /**
+   * Cluster N.
+   */
+  int cluster_n;
+  /**
+   * Workspace bytes (pre-grow to the largest over the shapes you capture).
+   */
+  uint64_t workspace_bytes;
+  /**
+   * Bytes of a prepared weight (Hopper; 0 on Blackwell).
+   */
+  uint64_t prepared_weight_bytes;
+} GraphsafeNvfp4Plan;
+
+/**
+ * An NVFP4 matrix [rows, k] in caller-owned device memory.
+ */
+typedef struct {
+  /**
+   * Packed e2m1 values [rows, k/2], 16-byte aligned.
+   */
+  uint64_t packed;
+  /**
+   * Swizzled fp8 scales (graphsafe_nvfp4_scale_bytes), 16-byte aligned.
+   */
+  uint64_t scales;
+  /**
+   * One fp32 global scale.
+   */
+  uint64_t global_scale;
+  /**
+   * Rows.
+   */
+  int rows;
+  /**
+   * Columns (K), a multiple of 32.
+   */
+  int k;
+} GraphsafeNvfp4Matrix;
+
+/**
+ * The W4A16 GEMM's arguments: D[m, n] (bf16) = alpha · A[m, k] (bf16) · Wᵀ.
+ */
+typedef struct {
+  /**
+   * A's device address, leading dimension lda.
+   */
+  uint64_t a;
+  /**
+   * Leading dimension of A (elements).
+   */
+  int64_t lda;
+  /**
+   * The prepared weight (graphsafe_nvfp4_prepare_weight).
+   */
+  GraphsafeBuffer weight;
+  /**
+   * Rows of the weight.
+   */
+  int n;
+  /**
+   * Columns of the weight (K).
+   */
+  int k;
+  /**
+   * Device fp32 scalar alpha (read at run time: may change between replays).
+   */
+  uint64_t alpha;
+  /**
+   * D's device address, leading dimension ldd.
+   */
+  uint64_t d;
+  /**
+   * Leading dimension of D (elements).
+   */
+  int64_t ldd;
+  /**
+   * Rows of A and D.
+   */
+  int m;
+} GraphsafeW4a16Args;
+
+/**
+ * The Blackwell GEMM's arguments: D[m, n] = alpha · A · Bᵀ, A [m, k] and B [n, k] NVFP4.
+ */
+typedef struct {
+  /**
+   * A [m, k].
+   */
+  GraphsafeNvfp4Matrix a;
+  /**
+   * B [n, k].
+   */
+  GraphsafeNvfp4Matrix b;
+  /**
+   * Device fp32 scalar alpha.
+   */
+  uint64_t alpha;
+  /**
+   * D [m, n], contiguous.
+   */
+  uint64_t d;
+  /**
+   * GRAPHSAFE_DTYPE_BF16 or _FP16.
+   */
+  int out_dtype;
+} GraphsafeNvfp4GemmArgs;
 
 #ifdef __cplusplus
 extern "C" {
@@ -563,6 +764,39 @@ int graphsafe_graph_exec_upload(GraphsafeGraphExec exec, GraphsafeStream stream)
 int graphsafe_graph_exec_destroy(GraphsafeGraphExec exec);
 
 /**
+ * cuDNN's version (major, minor, patch) as found at run time; GRAPHSAFE_ERROR_CUDNN_NOT_FOUND
+ * (the text lists where it looked) without it. Thread-safe. Outputs: non-null.
+ */
+int graphsafe_cudnn_version(int *major, int *minor, int *patch);
+
+/**
+ * Builds (once; cached for the process) the plan of this matmul on `ctx`'s device and returns the
+ * workspace bytes its execute uses: call it for every problem you will capture, before capturing,
+ * and pre-grow the workspace to the largest. The pointers are not dereferenced. Thread-safe.
+ */
+int graphsafe_cudnn_plan(GraphsafeContext ctx,
+                         const GraphsafeCudnnMatmulArgs *args,
+                         uint64_t *workspace_bytes);
+
+/**
+ * Eager matmul on `stream` (of `ctx`'s device): builds the plan if needed, grows `ws` if needed.
+ * BUSY while the stream is capturing or `ws` is bound to an open capture.
+ */
+int graphsafe_cudnn_matmul(GraphsafeContext ctx,
+                           const GraphsafeCudnnMatmulArgs *args,
+                           GraphsafeWorkspace ws,
+                           GraphsafeStream stream);
+
+/**
+ * Captured matmul: only a plan built before the capture (graphsafe_cudnn_plan or an eager call),
+ * `ws` bound to `capture` and never grown (GRAPHSAFE_ERROR_WORKSPACE_TOO_SMALL otherwise).
+ */
+int graphsafe_cudnn_matmul_captured(GraphsafeContext ctx,
+                                    const GraphsafeCudnnMatmulArgs *args,
+                                    GraphsafeCapture capture,
+                                    GraphsafeWorkspace ws);
+
+/**
  * Splits and workspace for one decode shape on `arch` (GRAPHSAFE_ARCH_SM90/SM100). Host-only:
  * works without a GPU. `requested_splits` 0 = default rule. Thread-safe. `out`: non-null.
  */
@@ -606,6 +840,84 @@ int graphsafe_mla_decode_captured(const GraphsafeMlaDecodeArgs *args,
                                   GraphsafeCapture capture,
                                   GraphsafeWorkspace ws,
                                   GraphsafeMlaPlan *plan);
+
+/**
+ * Tile and workspace (and, on Hopper, the prepared weight's size) for D[m,n] = A[m,k]·W[n,k]ᵀ.
+ * Host-only: works without a GPU. Thread-safe. `out`: non-null.
+ */
+int graphsafe_nvfp4_plan(int arch,
+                         int m,
+                         int n_,
+                         int k,
+                         int out_dtype,
+                         int sm_count,
+                         GraphsafeNvfp4Plan *out);
+
+/**
+ * Bytes of the swizzled scale tensor of an [rows, k] NVFP4 matrix. Host-only. `out`: non-null.
+ */
+int graphsafe_nvfp4_scale_bytes(int rows, int k, uint64_t *out);
+
+/**
+ * Quantizes x [m, k] (bf16/fp16, leading dimension ld_x) with the device global scale into
+ * `out` (whose global_scale must point to the same scalar or a copy), on `stream`.
+ */
+int graphsafe_nvfp4_quantize(uint64_t x,
+                             int dtype,
+                             int m,
+                             int k,
+                             int64_t ld_x,
+                             const GraphsafeNvfp4Matrix *out,
+                             GraphsafeStream stream);
+
+/**
+ * Captured quantize (the memory is the caller's to keep alive while the graph can run).
+ */
+int graphsafe_nvfp4_quantize_captured(uint64_t x,
+                                      int dtype,
+                                      int m,
+                                      int k,
+                                      int64_t ld_x,
+                                      const GraphsafeNvfp4Matrix *out,
+                                      GraphsafeCapture capture,
+                                      GraphsafeWorkspace ws);
+
+/**
+ * Repacks an [n, k] NVFP4 weight for the Hopper W4A16 GEMM into a new graphsafe buffer (`out`),
+ * once, eagerly. ARCH_UNSUPPORTED on other GPUs.
+ */
+int graphsafe_nvfp4_prepare_weight(const GraphsafeNvfp4Matrix *weight,
+                                   GraphsafeStream stream,
+                                   GraphsafeBuffer *out);
+
+/**
+ * Eager W4A16 GEMM (Hopper): may grow `ws`. BUSY while the stream is capturing or `ws` is bound.
+ */
+int graphsafe_nvfp4_w4a16_gemm(const GraphsafeW4a16Args *args,
+                               GraphsafeWorkspace ws,
+                               GraphsafeStream stream);
+
+/**
+ * Captured W4A16 GEMM: `ws` bound to `capture`, never grown; bind the prepared weight too
+ * (graphsafe_capture_bind_buffer) so the graph keeps it alive.
+ */
+int graphsafe_nvfp4_w4a16_gemm_captured(const GraphsafeW4a16Args *args,
+                                        GraphsafeCapture capture,
+                                        GraphsafeWorkspace ws);
+
+/**
+ * Eager block-scaled GEMM (Blackwell): may grow `ws`.
+ */
+int graphsafe_nvfp4_gemm(const GraphsafeNvfp4GemmArgs *args,
+                         GraphsafeWorkspace ws,
+                         GraphsafeStream stream);
+
+/**
+ * Captured block-scaled GEMM (Blackwell): `ws` bound to `capture`, never grown.
+ */
+int graphsafe_nvfp4_gemm_captured(const GraphsafeNvfp4GemmArgs *args,
+                                  GraphsafeCapture capture,
+                                  GraphsafeWorkspace ws);
 
 #ifdef __cplusplus
 }  // extern "C"

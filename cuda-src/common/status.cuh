@@ -1,7 +1,7 @@
 // Shared helpers of the glue: status plumbing from CUDA/CUTLASS to GsStatus.
 #pragma once
 #include <cuda_runtime_api.h>
-#include "graphsafe_kernels.h"
+#include "graphsafe_kernels/common.h"
 
 namespace graphsafe {
 

@@ -4,7 +4,7 @@ use super::handles::{self, Tag};
 use super::{busy, guard, null, put, Fail};
 use crate::driver::{self, Context, DeviceBuffer, Stream};
 use crate::graph::{CaptureMode, DetachedCapture, Graph, GraphExec};
-use crate::workspace::Workspace;
+use crate::workspace::{Workspace, WorkspaceArg};
 use std::ffi::{c_char, c_int, c_void};
 use std::sync::{Arc, Mutex};
 
@@ -129,6 +129,33 @@ pub(crate) fn workspace_obj(w: GraphsafeWorkspace) -> Result<Arc<WorkspaceObj>, 
 
 pub(crate) fn capture_obj(c: GraphsafeCapture) -> Result<Arc<CaptureObj>, Fail> {
     handles::get::<CaptureObj>(Tag::Capture, c.id)
+}
+
+/// Runs an eager op: the stream must not be capturing and `ws` must not be bound to an open
+/// capture; the op may grow `ws`.
+pub(crate) fn eager_op<T>(ws: GraphsafeWorkspace, stream: GraphsafeStream, f: impl FnOnce(&Stream, WorkspaceArg<'_>) -> Result<T, Fail>) -> Result<T, Fail> {
+    let s = eager_stream(stream)?;
+    let w = workspace_obj(ws)?;
+    let mut st = lock(&w.state);
+    if let Some(cid) = st.bound_to {
+        return Err(busy(format!("the workspace is bound to open capture {cid:#x}: use the captured variant of the call")));
+    }
+    f(&s.stream, WorkspaceArg::Grow(&mut st.ws, &s.stream))
+}
+
+/// Runs a captured op on `capture`'s stream with `ws`, which must be bound to that capture (its
+/// captured address and capacity; never grown).
+pub(crate) fn captured_op<T>(capture: GraphsafeCapture, ws: GraphsafeWorkspace, f: impl FnOnce(&Stream, WorkspaceArg<'_>) -> Result<T, Fail>) -> Result<T, Fail> {
+    let cobj = capture_obj(capture)?;
+    let cs = lock(&cobj.state);
+    let state = cs.as_ref().ok_or_else(|| busy("the capture has ended".into()))?;
+    let (ptr, capacity) = state
+        .bound
+        .iter()
+        .find(|(id, _, _)| *id == ws.id)
+        .map(|&(_, p, c)| (p, c))
+        .ok_or_else(|| crate::Error::invalid("ws", "a workspace bound to this capture (graphsafe_capture_bind_workspace)", format!("{:#x}", ws.id)))?;
+    f(state.cap.stream(), WorkspaceArg::Fixed { ptr, capacity })
 }
 
 /// The driver's CUDA version. Thread-safe. `major`/`minor`: non-null outputs.

@@ -1,12 +1,11 @@
 //! MLA decode planning and launch through the C ABI. Tensors are raw device pointers the caller
 //! owns and keeps alive (shapes and strides are checked; bounds cannot be, without sizes).
 
-use super::core::{capture_obj, eager_stream, workspace_obj, GraphsafeCapture, GraphsafeStream, GraphsafeWorkspace};
-use super::{busy, guard, null, put, Fail};
-use crate::driver::DevicePtr;
-use crate::ops::mla::decode::{run, WorkspaceArg};
+use super::core::{captured_op, eager_op, GraphsafeCapture, GraphsafeStream, GraphsafeWorkspace};
+use super::{guard, null, put, Fail, Raw};
+use crate::ops::mla::decode::run;
 use crate::ops::mla::{sm100, sm90, KvDtype, MlaDecodeArgs};
-use crate::ops::tensor::{DType, DeviceMemory, Tensor};
+use crate::ops::tensor::{DType, Tensor};
 use crate::sys::cuda as c;
 use std::ffi::c_int;
 
@@ -84,25 +83,6 @@ pub struct GraphsafeMlaDecodeArgs {
     pub max_seq_len: c_int,
     /// KV splits, or 0 for the default rule.
     pub num_splits: c_int,
-}
-
-/// Caller-owned memory: its size is unknown, so only shape, stride and alignment are checked.
-#[derive(Clone, Copy)]
-struct Raw {
-    ptr: DevicePtr,
-    ctx: c::CUcontext,
-}
-
-impl DeviceMemory for Raw {
-    fn device_ptr(&self) -> DevicePtr {
-        self.ptr
-    }
-    fn len(&self) -> usize {
-        usize::MAX
-    }
-    fn context_raw(&self) -> c::CUcontext {
-        self.ctx
-    }
 }
 
 fn dtype_of(d: c_int) -> Result<(KvDtype, DType, DType), Fail> {
@@ -208,14 +188,7 @@ pub extern "C" fn graphsafe_mla_decode(args: *const GraphsafeMlaDecodeArgs, ws: 
         }
         // SAFETY: non-null; the caller passes a valid struct.
         let a = unsafe { *args };
-        let s = eager_stream(stream)?;
-        let w = workspace_obj(ws)?;
-        let mut st = w.state.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(cid) = st.bound_to {
-            return Err(busy(format!("the workspace is bound to open capture {cid:#x}: use graphsafe_mla_decode_captured")));
-        }
-        let margs = to_args(&a, s.stream.context().raw())?;
-        let p = run(&margs, s.stream.context(), s.stream.raw(), WorkspaceArg::Grow(&mut st.ws, &s.stream))?;
+        let p = eager_op(ws, stream, |s, w| Ok(run(&to_args(&a, s.context().raw())?, s.context(), s.raw(), w)?))?;
         if !plan.is_null() {
             put(plan, "plan", GraphsafeMlaPlan { num_splits: p.num_splits as c_int, workspace_bytes: p.workspace_bytes, worst_batch: a.batch, worst_seq_len: a.max_seq_len })?;
         }
@@ -234,18 +207,7 @@ pub extern "C" fn graphsafe_mla_decode_captured(args: *const GraphsafeMlaDecodeA
         }
         // SAFETY: non-null; the caller passes a valid struct.
         let a = unsafe { *args };
-        let cobj = capture_obj(capture)?;
-        let cs = cobj.state.lock().unwrap_or_else(|p| p.into_inner());
-        let state = cs.as_ref().ok_or_else(|| busy("the capture has ended".into()))?;
-        let (ptr, capacity) = state
-            .bound
-            .iter()
-            .find(|(id, _, _)| *id == ws.id)
-            .map(|&(_, p, c)| (p, c))
-            .ok_or_else(|| crate::Error::invalid("ws", "a workspace bound to this capture (graphsafe_capture_bind_workspace)", format!("{:#x}", ws.id)))?;
-        let stream = state.cap.stream();
-        let margs = to_args(&a, stream.context().raw())?;
-        let p = run(&margs, stream.context(), stream.raw(), WorkspaceArg::Fixed { ptr, capacity })?;
+        let p = captured_op(capture, ws, |s, w| Ok(run(&to_args(&a, s.context().raw())?, s.context(), s.raw(), w)?))?;
         if !plan.is_null() {
             put(plan, "plan", GraphsafeMlaPlan { num_splits: p.num_splits as c_int, workspace_bytes: p.workspace_bytes, worst_batch: a.batch, worst_seq_len: a.max_seq_len })?;
         }

@@ -21,8 +21,10 @@
 #![allow(clippy::not_unsafe_ptr_arg_deref)]
 
 mod core;
+mod cudnn;
 mod handles;
 mod mla;
+mod nvfp4;
 
 use crate::error::Error;
 use std::cell::RefCell;
@@ -30,7 +32,9 @@ use std::ffi::{c_char, CString};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 pub use self::core::*;
+pub use self::cudnn::*;
 pub use self::mla::*;
+pub use self::nvfp4::*;
 
 /// Success.
 pub const GRAPHSAFE_OK: i32 = 0;
@@ -118,6 +122,26 @@ pub(crate) fn guard(f: impl FnOnce() -> Result<(), Fail>) -> i32 {
             LAST_ERROR.with(|e| *e.borrow_mut() = c);
             code
         }
+    }
+}
+
+/// Caller-owned device memory: its size is unknown, so only shape, stride and alignment are
+/// checked (and the device, by the context it is given).
+#[derive(Clone, Copy)]
+pub(crate) struct Raw {
+    pub ptr: crate::driver::DevicePtr,
+    pub ctx: crate::sys::cuda::CUcontext,
+}
+
+impl crate::ops::tensor::DeviceMemory for Raw {
+    fn device_ptr(&self) -> crate::driver::DevicePtr {
+        self.ptr
+    }
+    fn len(&self) -> usize {
+        usize::MAX
+    }
+    fn context_raw(&self) -> crate::sys::cuda::CUcontext {
+        self.ctx
     }
 }
 

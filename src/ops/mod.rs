@@ -3,5 +3,6 @@
 
 pub mod cudnn;
 pub mod mla;
+pub mod nvfp4;
 pub mod tensor;
 pub mod testing;

@@ -24,13 +24,15 @@ pub enum DType {
     F32,
     /// int32
     I32,
+    /// raw bytes (packed FP4 pairs, fp8 scale factors)
+    U8,
 }
 
 impl DType {
     /// Bytes per element.
     pub fn size(self) -> usize {
         match self {
-            DType::Fp8E4m3 => 1,
+            DType::Fp8E4m3 | DType::U8 => 1,
             DType::Bf16 | DType::Fp16 => 2,
             DType::F32 | DType::I32 => 4,
         }
@@ -45,6 +47,7 @@ impl fmt::Display for DType {
             DType::Fp8E4m3 => "fp8_e4m3",
             DType::F32 => "f32",
             DType::I32 => "i32",
+            DType::U8 => "u8",
         })
     }
 }

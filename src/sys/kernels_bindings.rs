@@ -9,6 +9,7 @@ pub const GS_MLA_ROPE_DIM: u32 = 64;
 pub const GS_MLA_SM100_TILE_S: u32 = 128;
 pub const GS_MLA_SM100_MAX_SPLITS: u32 = 16;
 pub const GS_MLA_SM90_TILE_S: u32 = 64;
+pub const GS_NVFP4_BLOCK: u32 = 16;
 impl GsStatus {
     pub const GS_OK: GsStatus = GsStatus(0);
     pub const GS_ERR_INVALID_ARGUMENT: GsStatus = GsStatus(1);
@@ -29,6 +30,9 @@ impl GsDtype {
 #[repr(transparent)]
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct GsDtype(pub ::std::os::raw::c_uint);
+unsafe extern "C" {
+    pub fn gs_last_cuda_error() -> ::std::os::raw::c_int;
+}
 impl GsMlaScheduler {
     pub const GS_MLA_SCHED_PERSISTENT: GsMlaScheduler = GsMlaScheduler(0);
     pub const GS_MLA_SCHED_INDIVIDUAL: GsMlaScheduler = GsMlaScheduler(1);
@@ -141,5 +145,164 @@ unsafe extern "C" {
     ) -> ::std::os::raw::c_int;
 }
 unsafe extern "C" {
-    pub fn gs_last_cuda_error() -> ::std::os::raw::c_int;
+    pub fn gs_nvfp4_scale_bytes(
+        rows: i32,
+        k: i32,
+        out_bytes: *mut u64,
+    ) -> ::std::os::raw::c_int;
+}
+unsafe extern "C" {
+    pub fn gs_nvfp4_cutlass_scale_offset(
+        rows: i32,
+        k: i32,
+        row: i32,
+        block: i32,
+        out_offset: *mut u64,
+    ) -> ::std::os::raw::c_int;
+}
+unsafe extern "C" {
+    pub fn gs_nvfp4_global_scale(
+        x: *const ::std::os::raw::c_void,
+        dtype: i32,
+        n: i64,
+        global_scale: *mut f32,
+        stream: *mut ::std::os::raw::c_void,
+    ) -> ::std::os::raw::c_int;
+}
+unsafe extern "C" {
+    pub fn gs_nvfp4_quantize(
+        x: *const ::std::os::raw::c_void,
+        dtype: i32,
+        m: i32,
+        k: i32,
+        ld_x: i64,
+        global_scale: *const f32,
+        packed: *mut u8,
+        scales: *mut u8,
+        stream: *mut ::std::os::raw::c_void,
+    ) -> ::std::os::raw::c_int;
+}
+unsafe extern "C" {
+    pub fn gs_nvfp4_dequantize(
+        packed: *const u8,
+        scales: *const u8,
+        global_scale: *const f32,
+        m: i32,
+        k: i32,
+        out_dtype: i32,
+        out: *mut ::std::os::raw::c_void,
+        ld_out: i64,
+        stream: *mut ::std::os::raw::c_void,
+    ) -> ::std::os::raw::c_int;
+}
+unsafe extern "C" {
+    pub fn gs_nvfp4_w4a16_prepared_bytes(
+        n: i32,
+        k: i32,
+        out_bytes: *mut u64,
+    ) -> ::std::os::raw::c_int;
+}
+unsafe extern "C" {
+    pub fn gs_nvfp4_w4a16_prepare(
+        packed: *const u8,
+        scales: *const u8,
+        global_scale: *const f32,
+        n: i32,
+        k: i32,
+        prepared: *mut ::std::os::raw::c_void,
+        prepared_bytes: u64,
+        stream: *mut ::std::os::raw::c_void,
+    ) -> ::std::os::raw::c_int;
+}
+unsafe extern "C" {
+    pub fn gs_nvfp4_w4a16_check_shape(m: i32, n: i32, k: i32) -> ::std::os::raw::c_int;
+}
+unsafe extern "C" {
+    pub fn gs_nvfp4_w4a16_workspace_bytes(
+        m: i32,
+        n: i32,
+        k: i32,
+        sm_count: i32,
+        out_bytes: *mut u64,
+    ) -> ::std::os::raw::c_int;
+}
+unsafe extern "C" {
+    pub fn gs_nvfp4_w4a16_gemm(
+        a: *const ::std::os::raw::c_void,
+        ld_a: i64,
+        prepared: *const ::std::os::raw::c_void,
+        alpha: *const f32,
+        d: *mut ::std::os::raw::c_void,
+        ld_d: i64,
+        m: i32,
+        n: i32,
+        k: i32,
+        sm_count: i32,
+        workspace: *mut ::std::os::raw::c_void,
+        workspace_bytes: u64,
+        stream: *mut ::std::os::raw::c_void,
+    ) -> ::std::os::raw::c_int;
+}
+#[repr(C)]
+#[derive(Debug, Default, Copy, Clone)]
+pub struct GsNvfp4Tile {
+    pub tile_m: i32,
+    pub tile_n: i32,
+    pub tile_k: i32,
+    pub cluster_m: i32,
+    pub cluster_n: i32,
+}
+unsafe extern "C" {
+    pub fn gs_nvfp4_gemm_tile(
+        arch: i32,
+        m: i32,
+        out_tile: *mut GsNvfp4Tile,
+    ) -> ::std::os::raw::c_int;
+}
+unsafe extern "C" {
+    pub fn gs_nvfp4_gemm_workspace_bytes(
+        arch: i32,
+        m: i32,
+        n: i32,
+        k: i32,
+        out_dtype: i32,
+        sm_count: i32,
+        out_bytes: *mut u64,
+    ) -> ::std::os::raw::c_int;
+}
+unsafe extern "C" {
+    pub fn gs_nvfp4_gemm_sm100(
+        a: *const u8,
+        a_scales: *const u8,
+        b: *const u8,
+        b_scales: *const u8,
+        alpha: *const f32,
+        d: *mut ::std::os::raw::c_void,
+        out_dtype: i32,
+        m: i32,
+        n: i32,
+        k: i32,
+        sm_count: i32,
+        workspace: *mut ::std::os::raw::c_void,
+        workspace_bytes: u64,
+        stream: *mut ::std::os::raw::c_void,
+    ) -> ::std::os::raw::c_int;
+}
+unsafe extern "C" {
+    pub fn gs_nvfp4_gemm_sm120(
+        a: *const u8,
+        a_scales: *const u8,
+        b: *const u8,
+        b_scales: *const u8,
+        alpha: *const f32,
+        d: *mut ::std::os::raw::c_void,
+        out_dtype: i32,
+        m: i32,
+        n: i32,
+        k: i32,
+        sm_count: i32,
+        workspace: *mut ::std::os::raw::c_void,
+        workspace_bytes: u64,
+        stream: *mut ::std::os::raw::c_void,
+    ) -> ::std::os::raw::c_int;
 }

@@ -16,6 +16,9 @@ pub mod cuda;
 
 pub mod driver;
 
+/// `libcudnn.so.9` loaded at run time (lazy per symbol) and its bindgen output (`cudnn::ffi`).
+pub mod cudnn;
+
 /// Fatbins compiled from `cuda-src/` files marked `kind=fatbin`, for `driver::Module`.
 /// Each is `None` when none of its archs was selected by `GRAPHSAFE_CUDA_ARCHS`.
 pub mod modules {

@@ -114,3 +114,23 @@ impl Workspace {
         Ok(self.device_ptr())
     }
 }
+
+/// Where an op's workspace comes from: an eager call may grow it; a captured one (or a C ABI call
+/// on a bound workspace) may not. The one rule every op applies through [`WorkspaceArg::take`].
+pub(crate) enum WorkspaceArg<'a> {
+    /// Grow if needed, on this stream.
+    Grow(&'a mut Workspace, &'a Stream),
+    /// A fixed, captured region: `WorkspaceTooSmall` when it does not fit.
+    Fixed { ptr: DevicePtr, capacity: u64 },
+}
+
+impl WorkspaceArg<'_> {
+    /// The address to launch with and the capacity behind it, for a kernel that needs `needed` bytes.
+    pub(crate) fn take(self, needed: u64) -> Result<(DevicePtr, u64)> {
+        match self {
+            WorkspaceArg::Grow(ws, stream) => Ok((ws.prepare(needed, stream)?, ws.capacity())),
+            WorkspaceArg::Fixed { ptr, capacity } if needed <= capacity => Ok((ptr, capacity)),
+            WorkspaceArg::Fixed { capacity, .. } => Err(Error::WorkspaceTooSmall { needed, capacity }),
+        }
+    }
+}

@@ -42,7 +42,7 @@ int main(int argc, char** argv) {
     std::memset(&args, 0, sizeof args);
     for (size_t b = 0; b < sizeof args; ++b) reinterpret_cast<unsigned char*>(&args)[b] = rng() % 3 ? 0 : uint8_t(rng());
     int s = 0;
-    switch (rng() % 36) {
+    switch (rng() % 46) {
       case 0: s = graphsafe_driver_version(null_out ? nullptr : &iv, &iv); break;
       case 1: s = graphsafe_device_count(null_out ? nullptr : &iv); break;
       case 2: s = graphsafe_device_info(i32(), null_out ? nullptr : &info); break;
@@ -78,6 +78,17 @@ int main(int argc, char** argv) {
       case 32: s = graphsafe_mla_worst_case(rng() % 2 ? 90 : 100, i32() % 3, 16 * int(rng() % 9), int(rng() % 5), int(rng() % 3000), i32(), null_out ? nullptr : &plan); break;
       case 33: s = graphsafe_mla_decode(null_out ? nullptr : &args, GraphsafeWorkspace{handle()}, GraphsafeStream{handle()}, rng() % 2 ? nullptr : &plan); break;
       case 34: s = graphsafe_mla_decode_captured(null_out ? nullptr : &args, GraphsafeCapture{handle()}, GraphsafeWorkspace{handle()}, rng() % 2 ? nullptr : &plan); break;
+      case 35: s = graphsafe_cudnn_version(null_out ? nullptr : &iv, &iv, &iv); break;
+      case 36: { GraphsafeCudnnMatmulArgs ca; std::memcpy(&ca, &args, sizeof ca < sizeof args ? sizeof ca : sizeof args); s = graphsafe_cudnn_plan(GraphsafeContext{handle()}, null_out ? nullptr : &ca, &u64); break; }
+      case 37: { GraphsafeCudnnMatmulArgs ca; std::memcpy(&ca, &args, sizeof ca < sizeof args ? sizeof ca : sizeof args); s = graphsafe_cudnn_matmul(GraphsafeContext{handle()}, null_out ? nullptr : &ca, GraphsafeWorkspace{handle()}, GraphsafeStream{handle()}); break; }
+      case 38: { GraphsafeCudnnMatmulArgs ca{}; s = graphsafe_cudnn_matmul_captured(GraphsafeContext{handle()}, null_out ? nullptr : &ca, GraphsafeCapture{handle()}, GraphsafeWorkspace{handle()}); break; }
+      case 39: { GraphsafeNvfp4Plan p; s = graphsafe_nvfp4_plan(i32(), i32(), i32(), i32(), i32() % 3, i32(), null_out ? nullptr : &p); break; }
+      case 40: s = graphsafe_nvfp4_scale_bytes(i32(), i32(), null_out ? nullptr : &u64); break;
+      case 41: { GraphsafeNvfp4Matrix q{rng(), rng(), rng(), i32(), i32()}; s = graphsafe_nvfp4_quantize(rng(), i32() % 3, i32(), i32(), int64_t(rng() % 100000), null_out ? nullptr : &q, GraphsafeStream{handle()}); break; }
+      case 42: { GraphsafeNvfp4Matrix q{rng(), rng(), rng(), i32(), i32()}; GraphsafeBuffer o; s = graphsafe_nvfp4_prepare_weight(null_out ? nullptr : &q, GraphsafeStream{handle()}, &o); break; }
+      case 43: { GraphsafeW4a16Args g{rng(), int64_t(rng() % 9000), GraphsafeBuffer{handle()}, i32(), i32(), rng(), rng(), int64_t(rng() % 9000), i32()}; s = graphsafe_nvfp4_w4a16_gemm(null_out ? nullptr : &g, GraphsafeWorkspace{handle()}, GraphsafeStream{handle()}); break; }
+      case 44: { GraphsafeW4a16Args g{rng(), 0, GraphsafeBuffer{handle()}, i32(), i32(), rng(), rng(), 0, i32()}; s = graphsafe_nvfp4_w4a16_gemm_captured(null_out ? nullptr : &g, GraphsafeCapture{handle()}, GraphsafeWorkspace{handle()}); break; }
+      case 45: { GraphsafeNvfp4GemmArgs g{}; g.alpha = rng(); s = rng() % 2 ? graphsafe_nvfp4_gemm(null_out ? nullptr : &g, GraphsafeWorkspace{handle()}, GraphsafeStream{handle()}) : graphsafe_nvfp4_gemm_captured(null_out ? nullptr : &g, GraphsafeCapture{handle()}, GraphsafeWorkspace{handle()}); break; }
       default: s = (graphsafe_last_error() != nullptr && graphsafe_version() != nullptr && graphsafe_build_archs() != nullptr) ? 0 : -99; break;
     }
     ++calls;

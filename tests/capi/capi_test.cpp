@@ -59,6 +59,30 @@ static void planning() {
   CHECK(w.workspace_bytes == 2052ull * 128 * 16 && w.worst_batch == 1 && w.worst_seq_len == 2048);
 }
 
+static void nvfp4_and_cudnn_planning() {
+  GraphsafeNvfp4Plan p{};
+  CHECK_STATUS(graphsafe_nvfp4_plan(GRAPHSAFE_ARCH_SM100, 1, 8192, 8192, GRAPHSAFE_DTYPE_BF16, 148, &p), GRAPHSAFE_OK);
+  CHECK(p.tile_m == 128 && p.tile_n == 128 && p.tile_k == 256 && p.cluster_m == 1 && p.prepared_weight_bytes == 0);
+  CHECK_STATUS(graphsafe_nvfp4_plan(GRAPHSAFE_ARCH_SM100, 4096, 8192, 8192, GRAPHSAFE_DTYPE_FP16, 148, &p), GRAPHSAFE_OK);
+  CHECK(p.tile_m == 256 && p.tile_n == 256 && p.cluster_m == 2);
+  CHECK_STATUS(graphsafe_nvfp4_plan(GRAPHSAFE_ARCH_SM120, 300, 8192, 8192, GRAPHSAFE_DTYPE_BF16, 170, &p), GRAPHSAFE_OK);
+  CHECK(p.tile_m == 256 && p.tile_n == 128 && p.tile_k == 128);
+  CHECK_STATUS(graphsafe_nvfp4_plan(GRAPHSAFE_ARCH_SM90, 16, 8192, 8192, GRAPHSAFE_DTYPE_BF16, 132, &p), GRAPHSAFE_OK);
+  CHECK(p.tile_m == 0 && p.prepared_weight_bytes >= 8192ull * 8192 / 2);
+  CHECK_STATUS(graphsafe_nvfp4_plan(GRAPHSAFE_ARCH_SM100, 16, 8192, 48, GRAPHSAFE_DTYPE_BF16, 148, &p), GRAPHSAFE_ERROR_INVALID_ARGUMENT);
+  CHECK(last_error_mentions("k"));
+  CHECK_STATUS(graphsafe_nvfp4_plan(GRAPHSAFE_ARCH_SM90, 16, 8192, 8192, GRAPHSAFE_DTYPE_FP16, 132, &p), GRAPHSAFE_ERROR_INVALID_ARGUMENT);
+  CHECK_STATUS(graphsafe_nvfp4_plan(80, 16, 8192, 8192, GRAPHSAFE_DTYPE_BF16, 132, &p), GRAPHSAFE_ERROR_INVALID_ARGUMENT);
+  uint64_t sb = 0;
+  CHECK_STATUS(graphsafe_nvfp4_scale_bytes(300, 96, &sb), GRAPHSAFE_OK);
+  CHECK(sb == 384 * 8);
+  int ma = 0, mi = 0, pa = 0;
+  int st = graphsafe_cudnn_version(&ma, &mi, &pa);
+  CHECK(st == GRAPHSAFE_OK || st == GRAPHSAFE_ERROR_CUDNN_NOT_FOUND);
+  CHECK(st != GRAPHSAFE_OK || ma >= 9);
+  CHECK_STATUS(graphsafe_cudnn_version(nullptr, &mi, &pa), GRAPHSAFE_ERROR_NULL_POINTER);
+}
+
 static void bad_handles() {
   GraphsafeContext zero_ctx{0};
   GraphsafeStream forged_stream{(2ull << 56) | (1ull << 32) | 12345};
@@ -102,6 +126,56 @@ static uint16_t to_bf16(float f) {
 }
 
 #define OK(call) CHECK_STATUS(call, GRAPHSAFE_OK)
+
+// Captures `launch` (after binding ws) and checks 10 replays reproduce `out` as the eager call left it.
+template <class Eager, class Captured>
+static void capture_and_compare(GraphsafeStream stream, GraphsafeWorkspace ws, GraphsafeBuffer out, size_t out_bytes,
+                                const char* what, Eager eager, Captured captured) {
+  OK(eager());
+  std::vector<unsigned char> want(out_bytes), got(out_bytes), zeros(out_bytes, 0);
+  OK(graphsafe_buffer_read(out, 0, want.data(), out_bytes, stream));
+  GraphsafeCapture cap{};
+  OK(graphsafe_capture_begin(stream, GRAPHSAFE_CAPTURE_THREAD_LOCAL, &cap));
+  OK(graphsafe_capture_bind_workspace(cap, ws, nullptr, nullptr));
+  OK(graphsafe_capture_bind_buffer(cap, out, nullptr));
+  OK(captured(cap));
+  GraphsafeGraph g{};
+  OK(graphsafe_capture_end(cap, &g));
+  GraphsafeGraphExec e{};
+  OK(graphsafe_graph_instantiate(g, &e));
+  OK(graphsafe_graph_destroy(g));
+  uint64_t cap_bytes = 0;
+  OK(graphsafe_workspace_info(ws, &cap_bytes, nullptr));
+  OK(graphsafe_workspace_ensure_size(ws, cap_bytes * 2 + (1 << 20), stream, nullptr));  // retire it
+  int same = 0;
+  for (int i = 0; i < 10; ++i) {
+    OK(graphsafe_buffer_write(out, 0, zeros.data(), out_bytes, stream));
+    OK(graphsafe_graph_exec_launch(e, stream));
+    OK(graphsafe_buffer_read(out, 0, got.data(), out_bytes, stream));
+    same += got == want;
+  }
+  CHECK(same == 10);
+  size_t nonzero = 0;
+  for (unsigned char b : want) nonzero += b != 0;
+  CHECK(nonzero > out_bytes / 4);
+  std::printf("%s through the C ABI: captured, workspace grown after, %d/10 replays identical to eager\n", what, same);
+  OK(graphsafe_graph_exec_destroy(e));
+}
+
+static GraphsafeBuffer upload(GraphsafeStream stream, const void* data, size_t bytes) {
+  GraphsafeBuffer b{};
+  OK(graphsafe_buffer_create(stream, bytes, 0, &b));
+  OK(graphsafe_buffer_write(b, 0, data, bytes, stream));
+  return b;
+}
+
+static uint64_t addr(GraphsafeBuffer b) {
+  uint64_t p = 0;
+  OK(graphsafe_buffer_info(b, &p, nullptr));
+  return p;
+}
+
+static void cudnn_and_w4a16(GraphsafeContext ctx, GraphsafeStream stream, const GraphsafeDeviceInfo& info);
 
 static void gpu(int device_count) {
   GraphsafeContext ctx{};
@@ -233,6 +307,7 @@ static void gpu(int device_count) {
 
   OK(graphsafe_graph_exec_destroy(exec));
   CHECK_STATUS(graphsafe_graph_exec_destroy(exec), GRAPHSAFE_ERROR_INVALID_HANDLE);
+  cudnn_and_w4a16(ctx, stream, info);
   OK(graphsafe_buffer_destroy(churn));
   for (GraphsafeBuffer b : {bsl, bpt, bout}) OK(graphsafe_buffer_destroy(b));
   OK(graphsafe_workspace_destroy(ws));
@@ -241,8 +316,74 @@ static void gpu(int device_count) {
   CHECK_STATUS(graphsafe_context_destroy(ctx), GRAPHSAFE_ERROR_INVALID_HANDLE);
 }
 
+static void cudnn_and_w4a16(GraphsafeContext ctx, GraphsafeStream stream, const GraphsafeDeviceInfo& info) {
+  const int M = 16, N = 256, K = 512;
+  std::vector<uint16_t> a(size_t(M) * K), b(size_t(K) * N);
+  for (size_t i = 0; i < a.size(); ++i) a[i] = to_bf16(float((i * 7919) % 2003) / 1001.f - 1.f);
+  for (size_t i = 0; i < b.size(); ++i) b[i] = to_bf16(float((i * 104729) % 997) / 498.f - 1.f);
+  GraphsafeBuffer ba = upload(stream, a.data(), a.size() * 2), bb = upload(stream, b.data(), b.size() * 2);
+  GraphsafeBuffer bc{};
+  OK(graphsafe_buffer_create(stream, size_t(M) * N * 2, 1, &bc));
+  GraphsafeWorkspace ws{};
+  OK(graphsafe_workspace_create(stream, 0, &ws));
+
+  int ma = 0, mi = 0, pa = 0;
+  if (graphsafe_cudnn_version(&ma, &mi, &pa) == GRAPHSAFE_OK) {
+    GraphsafeCudnnMatmulArgs m{};
+    m.input_dtype = GRAPHSAFE_DTYPE_BF16;
+    m.output_dtype = GRAPHSAFE_DTYPE_BF16;
+    m.batch = 1, m.m = M, m.n = N, m.k = K;
+    m.a = addr(ba), m.a_batch = 1, m.a_strides[0] = int64_t(M) * K, m.a_strides[1] = K, m.a_strides[2] = 1;
+    m.b = addr(bb), m.b_batch = 1, m.b_strides[0] = int64_t(K) * N, m.b_strides[1] = N, m.b_strides[2] = 1;
+    m.c = addr(bc), m.c_strides[0] = int64_t(M) * N, m.c_strides[1] = N, m.c_strides[2] = 1;
+    uint64_t need = 0;
+    OK(graphsafe_cudnn_plan(ctx, &m, &need));
+    OK(graphsafe_workspace_ensure_size(ws, need, stream, nullptr));
+    capture_and_compare(stream, ws, bc, size_t(M) * N * 2, "cuDNN matmul",
+                        [&] { return graphsafe_cudnn_matmul(ctx, &m, ws, stream); },
+                        [&](GraphsafeCapture cap) { return graphsafe_cudnn_matmul_captured(ctx, &m, cap, ws); });
+  } else {
+    std::printf("SKIP: cuDNN part (%s)\n", graphsafe_last_error());
+  }
+
+  if (info.cc_major == 9) {
+    // Quantize a [N, K] weight on the GPU, prepare it, run the W4A16 GEMM D[M, N] = A · Wᵀ.
+    std::vector<uint16_t> w(size_t(N) * K);
+    for (size_t i = 0; i < w.size(); ++i) w[i] = to_bf16(float((i * 31) % 211) / 105.f - 1.f);
+    GraphsafeBuffer bw = upload(stream, w.data(), w.size() * 2);
+    const float gs = 1.0f;
+    GraphsafeBuffer bgs = upload(stream, &gs, 4), balpha = upload(stream, &gs, 4);
+    uint64_t sb = 0;
+    OK(graphsafe_nvfp4_scale_bytes(N, K, &sb));
+    GraphsafeBuffer bp{}, bs{};
+    OK(graphsafe_buffer_create(stream, size_t(N) * K / 2, 0, &bp));
+    OK(graphsafe_buffer_create(stream, sb, 0, &bs));
+    GraphsafeNvfp4Matrix q{addr(bp), addr(bs), addr(bgs), N, K};
+    OK(graphsafe_nvfp4_quantize(addr(bw), GRAPHSAFE_DTYPE_BF16, N, K, K, &q, stream));
+    GraphsafeBuffer prepared{};
+    OK(graphsafe_nvfp4_prepare_weight(&q, stream, &prepared));
+    GraphsafeW4a16Args g{addr(ba), K, prepared, N, K, addr(balpha), addr(bc), N, M};
+    GraphsafeNvfp4Plan plan{};
+    OK(graphsafe_nvfp4_plan(GRAPHSAFE_ARCH_SM90, M, N, K, GRAPHSAFE_DTYPE_BF16, info.sm_count, &plan));
+    OK(graphsafe_workspace_ensure_size(ws, plan.workspace_bytes, stream, nullptr));
+    capture_and_compare(stream, ws, bc, size_t(M) * N * 2, "NVFP4 W4A16 GEMM",
+                        [&] { return graphsafe_nvfp4_w4a16_gemm(&g, ws, stream); },
+                        [&](GraphsafeCapture cap) {
+                          int s = graphsafe_capture_bind_buffer(cap, prepared, nullptr);
+                          return s != GRAPHSAFE_OK ? s : graphsafe_nvfp4_w4a16_gemm_captured(&g, cap, ws);
+                        });
+    // The Blackwell GEMM is refused here by name.
+    GraphsafeNvfp4GemmArgs bg{q, q, addr(balpha), addr(bc), GRAPHSAFE_DTYPE_BF16};
+    CHECK_STATUS(graphsafe_nvfp4_gemm(&bg, ws, stream), GRAPHSAFE_ERROR_ARCH_UNSUPPORTED);
+    for (GraphsafeBuffer x : {bw, bgs, balpha, bp, bs, prepared}) OK(graphsafe_buffer_destroy(x));
+  }
+  for (GraphsafeBuffer x : {ba, bb, bc}) OK(graphsafe_buffer_destroy(x));
+  OK(graphsafe_workspace_destroy(ws));
+}
+
 int main() {
   planning();
+  nvfp4_and_cudnn_planning();
   bad_handles();
   int n = 0;
   int st = graphsafe_device_count(&n);

@@ -1,7 +1,7 @@
 // graphsafe-build: archs=sm_100a kind=object mem_mib=600
 // gs_mla_sm100_decode: validates the host-side arguments and dispatches by element type to the
 // per-dtype instantiations (mla_{bf16,fp16,fp8}.cu). Built only with sm_100a.
-#include "graphsafe_kernels.h"
+#include "graphsafe_kernels/mla.h"
 
 extern "C" {
 int gs_mla_sm100_decode_bf16(GsMlaDecodeArgs const*, void*, uint64_t, void*);

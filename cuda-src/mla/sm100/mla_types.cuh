@@ -9,7 +9,7 @@
 #include "cutlass/numeric_types.h"
 #include "device/sm100_mla.hpp"
 #include "kernel/sm100_mla_tile_scheduler.hpp"
-#include "graphsafe_kernels.h"
+#include "graphsafe_kernels/mla.h"
 
 namespace graphsafe::mla_sm100 {
 

@@ -17,6 +17,7 @@
 #include <climits>
 #include <cmath>
 #include "common/status.cuh"
+#include "graphsafe_kernels/mla.h"
 #include "mla/sm90/kernels.cuh"
 
 using namespace graphsafe::mla_sm90;

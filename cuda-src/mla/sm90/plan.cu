@@ -27,7 +27,7 @@
 #include <algorithm>
 #include <climits>
 #include <cstdint>
-#include "graphsafe_kernels.h"
+#include "graphsafe_kernels/mla.h"
 
 namespace {
 constexpr int64_t kMaxSplits = 256;

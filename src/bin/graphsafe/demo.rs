@@ -3,7 +3,11 @@
 //! 1. Plans the MLA workspace of a DeepSeek-V3-shaped decode step (128 heads, latent 512 + rope
 //!    64, contexts up to 163,840 tokens, the batch sizes an engine captures) for the GPU it finds,
 //!    or for a B200 (148 SMs) when there is none, and says which.
-//! 2. With a GPU, runs the graph-safety scenario on real memory (see `live`).
+//! 2. With a GPU, runs the graph-safety scenario on real memory (see `live`), then an MLA decode
+//!    step (`mla_live`).
+//! 3. With a GPU and cuDNN, captures the cuDNN GEMMs around MLA, planned before capture (`cudnn_live`).
+//! 4. With a GPU, an NVFP4 layer: quantize a weight on the GPU, then (Hopper) the W4A16 GEMM
+//!    captured and replayed against eager (`nvfp4_live`).
 
 use graphsafe::driver;
 use graphsafe::ops::mla::{sm100, KvDtype, LATENT_DIM, NUM_HEADS, ROPE_DIM};
@@ -56,7 +60,15 @@ pub fn run() -> i32 {
     if code != 0 {
         return code;
     }
-    mla_live::run(gpu.is_some())
+    let code = mla_live::run(gpu.is_some());
+    if code != 0 {
+        return code;
+    }
+    let code = cudnn_live::run(gpu.is_some());
+    if code != 0 {
+        return code;
+    }
+    nvfp4_live::run(gpu.is_some())
 }
 
 mod live {
@@ -265,6 +277,204 @@ mod mla_live {
             return Err(format!("only {same}/50 replays equal eager"));
         }
         println!("  ok: 50/50 replays of the captured decode (workspace grown past it afterwards) are bit-identical to eager");
+        Ok(())
+    }
+}
+
+
+mod cudnn_live {
+    //! A cuDNN GEMM in the decode step: the linear layers around MLA (DeepSeek-V3: hidden 7168 →
+    //! q_lora 1536 and kv_lora 512 + rope 64) for every captured batch size, planned before capture,
+    //! one pre-grow, captured, the workspace grown past the graph, replayed, compared with eager.
+    use graphsafe::driver::{Context, DeviceBuffer, Stream};
+    use graphsafe::graph::CaptureMode;
+    use graphsafe::ops::cudnn::{self, Cudnn, MatmulArgs, MatmulProblem};
+    use graphsafe::ops::tensor::{DType, Tensor};
+    use graphsafe::workspace::Workspace;
+
+    const HIDDEN: usize = 7168;
+    const OUTS: [usize; 2] = [1536, 576];
+    const BATCHES: [usize; 4] = [1, 16, 64, 256];
+
+    pub fn run(has_gpu: bool) -> i32 {
+        if !has_gpu {
+            println!("live cuDNN GEMM: skipped (no CUDA driver or GPU on this machine)");
+            return 0;
+        }
+        match step() {
+            Ok(()) => 0,
+            Err(e) => {
+                eprintln!("live cuDNN GEMM FAILED: {e}");
+                1
+            }
+        }
+    }
+
+    fn step() -> Result<(), String> {
+        let e = |e: graphsafe::Error| e.to_string();
+        let ctx = Context::new(0).map_err(e)?;
+        let dnn = match Cudnn::new(&ctx) {
+            Ok(d) => d,
+            Err(err) => {
+                println!("live cuDNN GEMM: skipped ({err})");
+                return Ok(());
+            }
+        };
+        let mut stream = Stream::new(&ctx).map_err(e)?;
+        let problems: Vec<MatmulProblem> = BATCHES
+            .iter()
+            .flat_map(|&m| OUTS.iter().map(move |&n| MatmulProblem::new(m, n, HIDDEN, DType::Bf16, DType::Bf16).with_b_col_major()))
+            .collect();
+        let bytes = cudnn::plan_workspace(&dnn, &problems).map_err(e)?;
+        let mut ws = Workspace::new(&stream, bytes).map_err(e)?;
+        println!(
+            "live cuDNN GEMM (cuDNN {}): {} problems (batch {BATCHES:?} x out {OUTS:?}, K {HIDDEN}) planned before capture; workspace pre-grown to {bytes} bytes",
+            dnn.version(),
+            problems.len()
+        );
+        let mmax = *BATCHES.iter().max().expect("non-empty");
+        let bits = |n: usize, seed: usize| -> Vec<u16> {
+            (0..n).map(|i| (((((i * 7919 + seed * 104_729) % 2003) as f32 / 1001.0 - 1.0) * 0.25).to_bits() >> 16) as u16).collect()
+        };
+        let x = DeviceBuffer::from_host(&stream, &bits(mmax * HIDDEN, 1)).map_err(e)?;
+        let ws_bufs: Vec<DeviceBuffer> = OUTS.iter().enumerate().map(|(i, &n)| DeviceBuffer::from_host(&stream, &bits(n * HIDDEN, 2 + i))).collect::<Result<_, _>>().map_err(e)?;
+        let outs: Vec<DeviceBuffer> = problems.iter().map(|p| DeviceBuffer::alloc_zeroed(&stream, p.m * p.n * 2)).collect::<Result<_, _>>().map_err(e)?;
+        let w_of = |p: &MatmulProblem| &ws_bufs[OUTS.iter().position(|&n| n == p.n).expect("planned")];
+        let mut eager = Vec::new();
+        for (p, y) in problems.iter().zip(&outs) {
+            let args = MatmulArgs {
+                a: Tensor::contiguous(&x, DType::Bf16, &[p.m, HIDDEN]),
+                b: Tensor::strided(w_of(p), 0, DType::Bf16, &[HIDDEN, p.n], &[1, HIDDEN]),
+                c: Tensor::contiguous(y, DType::Bf16, &[p.m, p.n]),
+            };
+            cudnn::matmul(&dnn, &args, &mut ws, &stream).map_err(e)?;
+            eager.push(y.to_host_vec::<u16>(&stream).map_err(e)?);
+        }
+        if ws.retired_count() != 0 {
+            return Err("the planned workspace was too small for an eager execute".into());
+        }
+        println!("  ok: {} eager GEMMs ran within the planned workspace (no growth)", problems.len());
+        let exec = {
+            let mut cap = stream.begin_capture(CaptureMode::ThreadLocal).map_err(e)?;
+            let w = cap.bind_workspace(&mut ws).map_err(e)?;
+            let xc = cap.bind_buffer(&x).map_err(e)?;
+            for (p, y) in problems.iter().zip(&outs) {
+                let args = MatmulArgs {
+                    a: Tensor::contiguous(xc, DType::Bf16, &[p.m, HIDDEN]),
+                    b: Tensor::strided(cap.bind_buffer(w_of(p)).map_err(e)?, 0, DType::Bf16, &[HIDDEN, p.n], &[1, HIDDEN]),
+                    c: Tensor::contiguous(cap.bind_buffer(y).map_err(e)?, DType::Bf16, &[p.m, p.n]),
+                };
+                cudnn::matmul_captured(&dnn, &args, &w, &cap).map_err(e)?;
+            }
+            cap.end().map_err(e)?.instantiate().map_err(e)?
+        };
+        ws.ensure_size(ws.capacity() * 4 + (64 << 20), &stream).map_err(e)?;
+        let mut same = 0;
+        for _ in 0..50 {
+            for y in &outs {
+                y.memset_u8(0, &stream).map_err(e)?;
+            }
+            exec.launch(&stream).map_err(e)?;
+            let mut all = true;
+            for (y, ey) in outs.iter().zip(&eager) {
+                all &= y.to_host_vec::<u16>(&stream).map_err(e)? == *ey;
+            }
+            same += all as usize;
+        }
+        if same != 50 {
+            return Err(format!("only {same}/50 replays equal eager"));
+        }
+        println!("  ok: 50/50 replays of the captured GEMMs (workspace grown past them afterwards) are bit-identical to eager");
+        Ok(())
+    }
+}
+
+mod nvfp4_live {
+    //! An NVFP4 linear layer (DeepSeek-V3's q_a projection, 7168 -> 1536) on the GPU found.
+    use graphsafe::driver::{Context, DeviceBuffer, Stream};
+    use graphsafe::graph::CaptureMode;
+    use graphsafe::ops::nvfp4::{self, Nvfp4Arch, Nvfp4Matrix};
+    use graphsafe::ops::tensor::{DType, Tensor};
+    use graphsafe::workspace::Workspace;
+
+    const N: usize = 1536;
+    const K: usize = 7168;
+    const BATCHES: [usize; 4] = [1, 16, 64, 256];
+
+    pub fn run(has_gpu: bool) -> i32 {
+        if !has_gpu {
+            println!("live NVFP4 layer: skipped (no CUDA driver or GPU on this machine)");
+            return 0;
+        }
+        match layer() {
+            Ok(()) => 0,
+            Err(e) => {
+                eprintln!("live NVFP4 layer FAILED: {e}");
+                1
+            }
+        }
+    }
+
+    fn layer() -> Result<(), String> {
+        let e = |e: graphsafe::Error| e.to_string();
+        let ctx = Context::new(0).map_err(e)?;
+        let mut stream = Stream::new(&ctx).map_err(e)?;
+        let arch = match Nvfp4Arch::for_compute_capability(ctx.compute_capability()) {
+            Ok(a) => a,
+            Err(err) => {
+                println!("live NVFP4 layer: skipped ({err})");
+                return Ok(());
+            }
+        };
+        // Quantize a bf16 weight on the GPU with a global scale computed on the GPU.
+        let w_bits: Vec<u16> = (0..N * K).map(|i| half::bf16::from_f32(((i * 7919 % 4001) as f32 / 2000.0 - 1.0) * 0.05).to_bits()).collect();
+        let wb = DeviceBuffer::from_host(&stream, &w_bits).map_err(e)?;
+        let gs = DeviceBuffer::alloc_zeroed(&stream, 4).map_err(e)?;
+        let wt = Tensor::contiguous(&wb, DType::Bf16, &[N, K]);
+        nvfp4::global_scale(&wt, &gs, &stream).map_err(e)?;
+        let packed = DeviceBuffer::alloc(&ctx, N * K / 2).map_err(e)?;
+        let scales = DeviceBuffer::alloc(&ctx, nvfp4::scale_bytes(N as i64, K as i64).map_err(e)? as usize).map_err(e)?;
+        let w = Nvfp4Matrix { packed: &packed, scales: &scales, global_scale: &gs, rows: N, k: K };
+        nvfp4::quantize(&wt, &gs, &w, &stream).map_err(e)?;
+        println!("live NVFP4 layer ({arch:?}): weight [{N}, {K}] quantized on the GPU ({} bytes -> {} + {} scale bytes)", N * K * 2, N * K / 2, scales.len());
+        if arch != Nvfp4Arch::Sm90 {
+            println!("  (the Blackwell GEMM path is exercised by tests/gpu_nvfp4.rs on Blackwell GPUs)");
+            return Ok(());
+        }
+        let prepared = nvfp4::prepare_weight(&w, &stream).map_err(e)?;
+        // Size before capture: the largest workspace over the batch sizes captured.
+        let mut bytes = 0;
+        for &m in &BATCHES {
+            bytes = bytes.max(nvfp4::plan(arch, m as i64, N as i64, K as i64, DType::Bf16, ctx.sm_count() as i64).map_err(e)?.workspace_bytes);
+        }
+        let mut ws = Workspace::new(&stream, bytes).map_err(e)?;
+        let alpha = DeviceBuffer::from_host(&stream, &[1.0f32]).map_err(e)?;
+        for &m in &BATCHES {
+            let a_bits: Vec<u16> = (0..m * K).map(|i| half::bf16::from_f32((i * 104_729 % 2003) as f32 / 1001.0 - 1.0).to_bits()).collect();
+            let a = DeviceBuffer::from_host(&stream, &a_bits).map_err(e)?;
+            let d = DeviceBuffer::alloc_zeroed(&stream, m * N * 2).map_err(e)?;
+            let (at, dt) = (Tensor::contiguous(&a, DType::Bf16, &[m, K]), Tensor::contiguous(&d, DType::Bf16, &[m, N]));
+            nvfp4::w4a16_gemm(&at, &prepared, &alpha, &dt, &mut ws, &stream).map_err(e)?;
+            let eager = d.to_host_vec::<u16>(&stream).map_err(e)?;
+            let exec = {
+                let mut cap = stream.begin_capture(CaptureMode::ThreadLocal).map_err(e)?;
+                let w = cap.bind_workspace(&mut ws).map_err(e)?;
+                let (ca, cal, cd) = (cap.bind_buffer(&a).map_err(e)?, cap.bind_buffer(&alpha).map_err(e)?, cap.bind_buffer(&d).map_err(e)?);
+                let cw = prepared.bind(&mut cap).map_err(e)?;
+                nvfp4::w4a16_gemm_captured(&Tensor::contiguous(ca, DType::Bf16, &[m, K]), &cw, &cal, &Tensor::contiguous(cd, DType::Bf16, &[m, N]), &w, &cap).map_err(e)?;
+                cap.end().map_err(e)?.instantiate().map_err(e)?
+            };
+            let mut same = 0;
+            for _ in 0..10 {
+                d.memset_u8(0, &stream).map_err(e)?;
+                exec.launch(&stream).map_err(e)?;
+                same += (d.to_host_vec::<u16>(&stream).map_err(e)? == eager) as usize;
+            }
+            if same != 10 {
+                return Err(format!("batch {m}: {same}/10 replays equal eager"));
+            }
+        }
+        println!("  ok: W4A16 for batches {BATCHES:?}: workspace pre-grown once to {bytes} bytes, 10/10 replays per batch bit-identical to eager");
         Ok(())
     }
 }

@@ -24,6 +24,10 @@ pub fn run(json: bool) -> i32 {
             "cutlass": { "version": build_info::CUTLASS_VERSION, "source": build_info::CUTLASS_SOURCE },
             "driver": match &driver_state { Ok(s) => serde_json::json!({"present": true, "version": s}),
                                              Err(e) => serde_json::json!({"present": false, "reason": e}) },
+            "cudnn": match graphsafe::ops::cudnn::library_info() {
+                Ok((v, lib)) => serde_json::json!({"present": true, "version": v.to_string(), "library": lib}),
+                Err(e) => serde_json::json!({"present": false, "reason": e.to_string()}),
+            },
             "gpus": match &gpus { Ok(g) => serde_json::json!(g), Err(e) => serde_json::json!({"error": e}) },
         });
         println!("{}", serde_json::to_string_pretty(&v).expect("plain JSON values serialize"));
@@ -40,6 +44,10 @@ pub fn run(json: bool) -> i32 {
     match &driver_state {
         Ok(s) => println!("driver: {s}"),
         Err(e) => println!("driver: not present ({e})"),
+    }
+    match graphsafe::ops::cudnn::library_info() {
+        Ok((v, lib)) => println!("cuDNN: {v} ({lib})"),
+        Err(e) => println!("cuDNN: not found ({e})"),
     }
     match &gpus {
         Ok(g) if g.is_empty() => println!("GPUs: none"),

@@ -2,9 +2,36 @@
 
 use clap::Subcommand;
 use graphsafe::ops::mla::{sm100, sm90, KvDtype};
+use graphsafe::ops::nvfp4::{self, Nvfp4Arch};
+use graphsafe::ops::tensor::DType;
 
 #[derive(Subcommand)]
 pub enum PlanOp {
+    /// NVFP4 GEMM D[M,N] = A[M,K]·W[N,K]ᵀ: tile and workspace per M (sm_100/sm_120: CUTLASS block-scaled;
+    /// sm_90: weight-only kernel, with the prepared weight's size).
+    Nvfp4 {
+        /// Rows of A, comma separated (e.g. 1,16,256,4096).
+        #[arg(long, value_delimiter = ',', required = true, allow_negative_numbers = true)]
+        m: Vec<i64>,
+        /// Rows of W (output features), a multiple of 32.
+        #[arg(long, allow_negative_numbers = true)]
+        n: i64,
+        /// Reduction length, a multiple of 32.
+        #[arg(long, allow_negative_numbers = true)]
+        k: i64,
+        /// sm_90, sm_100 or sm_120.
+        #[arg(long, default_value = "sm_100")]
+        arch: String,
+        /// Output dtype: bf16 or fp16 (sm_90: bf16).
+        #[arg(long, default_value = "bf16")]
+        out: String,
+        /// SMs of the target GPU (default: B200 148, H200 132, RTX 5090 170).
+        #[arg(long = "sm-count", allow_negative_numbers = true)]
+        sm_count: Option<i64>,
+        /// Machine-readable output.
+        #[arg(long)]
+        json: bool,
+    },
     /// MLA decode: splits and workspace per batch, and the pre-grow maximum.
     Mla {
         /// Target: sm_100 (B200/GB200, CUTLASS's kernel) or sm_90 (H100/H200, graphsafe's kernel).
@@ -36,6 +63,10 @@ pub enum PlanOp {
 
 pub fn run(op: PlanOp) -> i32 {
     match op {
+        PlanOp::Nvfp4 { m, n, k, arch, out, sm_count, json } => match nvfp4_plan(&m, n, k, &arch, &out, sm_count, json) {
+            Ok(()) => 0,
+            Err(e) => crate::usage_error(&e),
+        },
         PlanOp::Mla { arch, heads, batch, seq_len, sm_count, dtype, splits, json } => {
             let r = match arch.as_str() {
                 "sm_100" | "sm100" | "sm_100a" => mla(&batch, heads, seq_len, sm_count, &dtype, splits, json),
@@ -137,5 +168,33 @@ fn mla_sm90(batches: &[i64], heads: i64, seq_len: i64, sm_count: i64, dtype: &st
          batch {}, seq len {}, {} splits)",
         worst.workspace_bytes, worst.batch, worst.max_seq_len, worst.num_splits
     );
+    Ok(())
+}
+
+fn nvfp4_plan(ms: &[i64], n: i64, k: i64, arch: &str, out: &str, sm_count: Option<i64>, json: bool) -> graphsafe::Result<()> {
+    let arch: Nvfp4Arch = arch.parse()?;
+    let out = match out {
+        "bf16" => DType::Bf16,
+        "fp16" => DType::Fp16,
+        other => return Err(graphsafe::Error::invalid("out", "bf16 or fp16", other)),
+    };
+    let sms = sm_count.unwrap_or(match arch {
+        Nvfp4Arch::Sm90 => 132,
+        Nvfp4Arch::Sm100 => 148,
+        Nvfp4Arch::Sm120 => 170,
+    });
+    let plans = ms.iter().map(|&m| nvfp4::plan(arch, m, n, k, out, sms)).collect::<graphsafe::Result<Vec<_>>>()?;
+    if json {
+        let v = serde_json::json!({ "op": "nvfp4", "arch": arch, "n": n, "k": k, "sm_count": sms, "plans": plans });
+        println!("{}", serde_json::to_string_pretty(&v).expect("plain JSON values serialize"));
+        return Ok(());
+    }
+    println!("NVFP4 GEMM plan: {arch:?}, N {n}, K {k}, {sms} SMs, {out} out");
+    println!("{:>8} {:>22} {:>16} {:>16}", "m", "tile (cluster)", "workspace bytes", "prepared weight");
+    for p in &plans {
+        let tile = p.tile.map_or("weight-only kernel".to_string(), |t| format!("{}x{}x{} ({}x{})", t.m, t.n, t.k, t.cluster_m, t.cluster_n));
+        let prep = p.prepared_weight_bytes.map_or("-".to_string(), |b| b.to_string());
+        println!("{:>8} {:>22} {:>16} {:>16}", p.m, tile, p.workspace_bytes, prep);
+    }
     Ok(())
 }

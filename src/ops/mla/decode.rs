@@ -15,7 +15,7 @@ use crate::error::{Error, Result};
 use crate::graph::{Capture, Captured, CapturedBuffer};
 use crate::ops::tensor::{Check, DType, DeviceMemory, Tensor};
 use crate::sys::{check_glue, cuda as c, kernels as k};
-use crate::workspace::Workspace;
+use crate::workspace::{Workspace, WorkspaceArg};
 
 /// The two back-ends.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
@@ -281,12 +281,6 @@ fn device_facts(ctx: &crate::driver::Context) -> Result<(MlaArch, u32)> {
     Ok((MlaArch::for_compute_capability(ctx.compute_capability())?, ctx.sm_count()))
 }
 
-/// Where the workspace comes from: an eager call may grow it; a captured one may not.
-pub(crate) enum WorkspaceArg<'a> {
-    Grow(&'a mut Workspace, &'a Stream),
-    Fixed { ptr: u64, capacity: u64 },
-}
-
 /// Validate, size, launch: the one path behind every entry point (Rust eager, Rust captured, C).
 pub(crate) fn run<M: DeviceMemory>(
     args: &MlaDecodeArgs<M>,
@@ -296,15 +290,7 @@ pub(crate) fn run<M: DeviceMemory>(
 ) -> Result<MlaDecodePlan> {
     let (arch, sms) = device_facts(ctx)?;
     let plan = args.plan(arch, sms, ctx.raw())?;
-    let (w, capacity) = match ws {
-        WorkspaceArg::Grow(ws, s) => (ws.prepare(plan.workspace_bytes, s)?, ws.capacity()),
-        WorkspaceArg::Fixed { ptr, capacity } => {
-            if plan.workspace_bytes > capacity {
-                return Err(Error::WorkspaceTooSmall { needed: plan.workspace_bytes, capacity });
-            }
-            (ptr, capacity)
-        }
-    };
+    let (w, capacity) = ws.take(plan.workspace_bytes)?;
     ctx.bind()?;
     launch(arch, &args.to_sys(&plan, sms, ctx.device().ordinal()), w, capacity, stream)?;
     Ok(plan)

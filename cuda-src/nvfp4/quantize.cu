@@ -1,0 +1,298 @@
+// graphsafe-build: archs=sm_90a,sm_100a,sm_120a kind=object mem_mib=400
+// NVFP4 quantize / dequantize / global scale (gs_nvfp4_quantize, gs_nvfp4_dequantize,
+// gs_nvfp4_global_scale): bit-exact with the algorithm in include/graphsafe_kernels/nvfp4.h and
+// the Rust reference (src/ops/nvfp4/reference.rs). Plain CUDA, no arch-specific instructions
+// beyond the fp8 conversion (hardware on sm_89+), so the same source builds for all three archs.
+//
+// Exactness: every step is the header's fp32 expression evaluated in IEEE round-to-nearest-even:
+// amax / 6.0f * global_scale (a true division: nvcc's default -prec-div=true, no fast math; no
+// FMA can form, there is no addition), the fp8 e4m3 conversion with saturation and subnormals
+// (__nv_cvt_float_to_fp8, __NV_SATFINITE), global_scale / (float)sf (true division), x * inv,
+// then e2m1 by comparing against the midpoints (no arithmetic, so nothing to contract).
+//
+// quantize: one thread per 8 elements (one 16-byte load, one 4-byte store of 8 codes); a lane
+// pair owns a block of 16 (amax through one shuffle) and 8 lanes own the 4 blocks whose scales
+// are one aligned 4-byte word of the swizzled layout, stored by one lane. Threads cover
+// round_up(m, 128) rows x round_up(k / 16, 4) blocks, so the padding of the scale tensor is
+// written with zeros by the same pass. Each thread handles two such items (two loads in flight).
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+#include <cuda_runtime.h>
+#include <climits>
+#include <cstdint>
+#include "common/status.cuh"
+#include "graphsafe_kernels/nvfp4.h"
+
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kItems = 2;  // 8-element items per thread in quantize
+
+bool aligned(const void* p, uintptr_t a) { return (reinterpret_cast<uintptr_t>(p) & (a - 1)) == 0; }
+
+template <bool F16>
+__device__ __forceinline__ float to_float(uint32_t bits16) {
+  if constexpr (F16) {
+    __half_raw r;
+    r.x = static_cast<unsigned short>(bits16);
+    return __half2float(__half(r));
+  } else {
+    return __uint_as_float(bits16 << 16);  // bf16 -> f32 is exact: the bits are the top half
+  }
+}
+
+template <bool F16>
+__device__ __forceinline__ uint16_t from_float(float v) {
+  if constexpr (F16) {
+    __half h = __float2half_rn(v);
+    return __half_as_ushort(h);
+  } else {
+    __nv_bfloat16 b = __float2bfloat16_rn(v);
+    return __bfloat16_as_ushort(b);
+  }
+}
+
+template <bool F16>
+__device__ __forceinline__ void unpack8(const uint4& v, float (&f)[8]) {
+  const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    f[2 * i] = to_float<F16>(w[i] & 0xFFFFu);
+    f[2 * i + 1] = to_float<F16>(w[i] >> 16);
+  }
+}
+
+// e2m1 code of v: nearest of {0, .5, 1, 1.5, 2, 3, 4, 6}, ties to the even code; |v| > 6 -> 6;
+// NaN -> +0; a result of magnitude 0 is +0 whatever v's sign.
+// The rounding is one IEEE addition: on [0, 2) the grid step is 0.5, on [2, 4) 1, on [4, 6] 2, and
+// a + 2^22 * step rounds a to a multiple of step, to nearest, ties to even (an even multiple is an
+// even code); the multiple is read off the sum's bits. |v| is clamped to 6 first (saturation).
+__device__ __forceinline__ uint32_t e2m1_code(float v) {
+  const float a = fminf(fabsf(v), 6.0f);  // NaN -> 6 here; fixed below
+  const bool p2 = a >= 2.0f, p4 = a >= 4.0f;
+  const float magic = p4 ? 16777216.0f : (p2 ? 8388608.0f : 4194304.0f);
+  const uint32_t base = p4 ? (0x4B800000u - 4u) : (p2 ? (0x4B000000u - 2u) : 0x4A800000u);
+  const uint32_t mag = __float_as_uint(a + magic) - base;
+  const uint32_t sign = (__float_as_uint(v) >> 28) & 8u;
+  return isnan(v) ? 0u : (mag != 0u ? (mag | sign) : 0u);
+}
+
+__device__ __forceinline__ float e4m3_to_float(uint32_t b) {
+  __half_raw h = __nv_cvt_fp8_to_halfraw(static_cast<__nv_fp8_storage_t>(b), __NV_E4M3);
+  return __half2float(__half(h));  // exact: e4m3 is a subset of fp16
+}
+
+__device__ __forceinline__ float e2m1_value(uint32_t code) {
+  // Magnitudes 0, .5, 1, 1.5, 2, 3, 4, 6: codes >= 2 are 2^(c/2 - 1) * (1 + (c & 1) / 2).
+  const uint32_t c = code & 7u;
+  const float m = c == 0u ? 0.0f : c == 1u ? 0.5f : __uint_as_float(((126u + (c >> 1)) << 23) | ((c & 1u) << 22));
+  return (code & 8u) ? -m : m;
+}
+
+// Byte offset of scale (row, block) in the swizzled 128x4-atom layout (see nvfp4.h).
+__device__ __forceinline__ int64_t scale_offset(int64_t row, int block, int kb4) {
+  return (row >> 7) * (int64_t(kb4) * 512) + int64_t(block >> 2) * 512 + (row & 31) * 16 + ((row & 127) >> 5) * 4 +
+         (block & 3);
+}
+
+template <bool F16>
+__global__ void __launch_bounds__(kThreads) nvfp4_quantize_kernel(const uint16_t* __restrict__ x, int64_t ld_x, int m,
+                                                                   int k, int kb4, uint32_t div_magic, int div_shift,
+                                                                   const float* __restrict__ gsp,
+                                                                   uint32_t* __restrict__ packed,
+                                                                   uint8_t* __restrict__ scales) {
+  const float gs = __ldg(gsp);
+  const uint32_t base = blockIdx.x * (kThreads * kItems) + threadIdx.x;  // < 2^31 (host check)
+  const int sub = threadIdx.x & 7;  // lane within the 8 lanes of a 4-block group
+  uint4 v[kItems];
+  int64_t row[kItems];
+  int g4[kItems], col[kItems];
+  bool valid[kItems];
+#pragma unroll
+  for (int i = 0; i < kItems; ++i) {
+    // item = row * (8 * kb4) + 8 * g4 + sub; the division by 8 * kb4 is a multiply-high (host magic)
+    const uint32_t item = base + i * kThreads;
+    const uint32_t r = (__umulhi(item, div_magic) + item) >> div_shift;
+    row[i] = r;
+    g4[i] = int((item - r * uint32_t(8 * kb4)) >> 3);
+    col[i] = (g4[i] * 4 + (sub >> 1)) * 16 + (sub & 1) * 8;
+    valid[i] = row[i] < m && col[i] < k;
+    v[i] = make_uint4(0, 0, 0, 0);
+    if (valid[i]) v[i] = __ldg(reinterpret_cast<const uint4*>(x + row[i] * ld_x + col[i]));
+  }
+#pragma unroll
+  for (int i = 0; i < kItems; ++i) {
+    float f[8];
+    unpack8<F16>(v[i], f);
+    float amax = 0.0f;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) amax = fmaxf(amax, fabsf(f[j]));  // fmaxf ignores NaN
+    amax = fmaxf(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, 1));
+    const __nv_fp8_storage_t sf = __nv_cvt_float_to_fp8(amax / 6.0f * gs, __NV_SATFINITE, __NV_E4M3);
+    const float sf_f = e4m3_to_float(sf);
+    const float inv = (sf_f == 0.0f) ? 0.0f : gs / sf_f;
+    uint32_t codes = 0;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) codes |= e2m1_code(f[j] * inv) << (4 * j);
+    if (valid[i]) packed[row[i] * (k >> 3) + (col[i] >> 3)] = codes;
+    // Gather the 4 scale bytes of this group (even lanes own a block) into one word.
+    uint32_t word = (valid[i] && (sub & 1) == 0) ? uint32_t(sf) << (8 * (sub >> 1)) : 0u;
+    word |= __shfl_xor_sync(0xFFFFFFFFu, word, 1);
+    word |= __shfl_xor_sync(0xFFFFFFFFu, word, 2);
+    word |= __shfl_xor_sync(0xFFFFFFFFu, word, 4);
+    if (sub == 0) *reinterpret_cast<uint32_t*>(scales + scale_offset(row[i], g4[i] * 4, kb4)) = word;
+  }
+}
+
+template <bool F16>
+__global__ void __launch_bounds__(kThreads) nvfp4_dequantize_kernel(const uint32_t* __restrict__ packed,
+                                                                     const uint8_t* __restrict__ scales,
+                                                                     const float* __restrict__ gsp, int m, int k,
+                                                                     int kb4, uint16_t* __restrict__ out,
+                                                                     int64_t ld_out, int vec) {
+  const int64_t idx = int64_t(blockIdx.x) * kThreads + threadIdx.x;
+  const int64_t per_row = k >> 3;
+  if (idx >= int64_t(m) * per_row) return;
+  const int64_t row = idx / per_row;
+  const int col = int(idx - row * per_row) * 8;
+  const float gs = __ldg(gsp);
+  const uint32_t codes = __ldg(packed + idx);
+  const float sf = e4m3_to_float(__ldg(scales + scale_offset(row, col >> 4, kb4)));
+  uint16_t o[8];
+#pragma unroll
+  for (int j = 0; j < 8; ++j) o[j] = from_float<F16>(e2m1_value(codes >> (4 * j)) * sf / gs);
+  uint16_t* dst = out + row * ld_out + col;
+  if (vec) {
+    uint4 w;
+    w.x = o[0] | (uint32_t(o[1]) << 16);
+    w.y = o[2] | (uint32_t(o[3]) << 16);
+    w.z = o[4] | (uint32_t(o[5]) << 16);
+    w.w = o[6] | (uint32_t(o[7]) << 16);
+    *reinterpret_cast<uint4*>(dst) = w;
+  } else {
+#pragma unroll
+    for (int j = 0; j < 8; ++j) dst[j] = o[j];
+  }
+}
+
+// amax(|x|) into *gs's bits (the caller zeroed them): non-negative floats order like their bits.
+template <bool F16>
+__global__ void __launch_bounds__(kThreads) nvfp4_amax_kernel(const uint16_t* __restrict__ x, int64_t n,
+                                                               unsigned int* __restrict__ out_bits) {
+  float amax = 0.0f;
+  const int64_t vecs = n >> 3;
+  const int64_t stride = int64_t(gridDim.x) * kThreads;
+  const uint4* xv = reinterpret_cast<const uint4*>(x);
+  int64_t i = int64_t(blockIdx.x) * kThreads + threadIdx.x;
+  for (; i + stride < vecs; i += 2 * stride) {  // two loads in flight
+    const uint4 a = __ldg(xv + i), b = __ldg(xv + i + stride);
+    float f[8], g[8];
+    unpack8<F16>(a, f);
+    unpack8<F16>(b, g);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) amax = fmaxf(amax, fmaxf(fabsf(f[j]), fabsf(g[j])));
+  }
+  if (i < vecs) {
+    float f[8];
+    unpack8<F16>(__ldg(xv + i), f);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) amax = fmaxf(amax, fabsf(f[j]));
+  }
+  if (blockIdx.x == 0 && threadIdx.x < 8 && (vecs << 3) + threadIdx.x < n)
+    amax = fmaxf(amax, fabsf(to_float<F16>(x[(vecs << 3) + threadIdx.x])));
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, o));
+  __shared__ float warp_max[kThreads / 32];
+  if ((threadIdx.x & 31) == 0) warp_max[threadIdx.x >> 5] = amax;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    float b = warp_max[0];
+#pragma unroll
+    for (int w = 1; w < kThreads / 32; ++w) b = fmaxf(b, warp_max[w]);
+    if (b > 0.0f) atomicMax(out_bits, __float_as_uint(b));
+  }
+}
+
+__global__ void nvfp4_global_scale_finish_kernel(float* gs) {
+  const float a = __uint_as_float(*reinterpret_cast<unsigned int*>(gs));
+  *gs = (a == 0.0f || !isfinite(a)) ? 1.0f : 2688.0f / a;  // 448 * 6 / amax
+}
+
+int launch_status() {
+  cudaError_t e = cudaGetLastError();
+  return e == cudaSuccess ? GS_OK : graphsafe::cuda_failed(e);
+}
+
+}  // namespace
+
+extern "C" int gs_nvfp4_global_scale(const void* x, int32_t dtype, int64_t n, float* global_scale, void* stream) {
+  if (x == nullptr || global_scale == nullptr || n <= 0 || !aligned(x, 16) || !aligned(global_scale, 4))
+    return GS_ERR_INVALID_ARGUMENT;
+  if (dtype != GS_DTYPE_BF16 && dtype != GS_DTYPE_FP16) return GS_ERR_INVALID_ARGUMENT;
+  auto s = static_cast<cudaStream_t>(stream);
+  cudaError_t e = cudaMemsetAsync(global_scale, 0, sizeof(float), s);
+  if (e != cudaSuccess) return graphsafe::cuda_failed(e);
+  const int64_t vecs = n >> 3;
+  int64_t blocks = (vecs + kThreads - 1) / kThreads;
+  if (blocks > 2048) blocks = 2048;
+  if (blocks < 1) blocks = 1;
+  auto* bits = reinterpret_cast<unsigned int*>(global_scale);
+  const auto* xs = static_cast<const uint16_t*>(x);
+  if (dtype == GS_DTYPE_FP16)
+    nvfp4_amax_kernel<true><<<unsigned(blocks), kThreads, 0, s>>>(xs, n, bits);
+  else
+    nvfp4_amax_kernel<false><<<unsigned(blocks), kThreads, 0, s>>>(xs, n, bits);
+  if (int st = launch_status(); st != GS_OK) return st;
+  nvfp4_global_scale_finish_kernel<<<1, 1, 0, s>>>(global_scale);
+  return launch_status();
+}
+
+extern "C" int gs_nvfp4_quantize(const void* x, int32_t dtype, int32_t m, int32_t k, int64_t ld_x,
+                                 const float* global_scale, uint8_t* packed, uint8_t* scales, void* stream) {
+  if (x == nullptr || global_scale == nullptr || packed == nullptr || scales == nullptr) return GS_ERR_INVALID_ARGUMENT;
+  if (dtype != GS_DTYPE_BF16 && dtype != GS_DTYPE_FP16) return GS_ERR_INVALID_ARGUMENT;
+  if (m <= 0 || k <= 0 || k % 32 != 0 || ld_x < k || ld_x % 8 != 0) return GS_ERR_INVALID_ARGUMENT;
+  // 16-byte rows (the header's rule); codes and scale words are stored 4 bytes at a time.
+  if (!aligned(x, 16) || !aligned(packed, 4) || !aligned(scales, 4)) return GS_ERR_INVALID_ARGUMENT;
+  const int kb4 = (k / 16 + 3) / 4;
+  const int64_t rows_pad = (int64_t(m) + 127) / 128 * 128;
+  const int64_t items = rows_pad * kb4 * 8;  // a multiple of 1024
+  const int64_t blocks = items / (kThreads * kItems);
+  if (items > INT32_MAX) return GS_ERR_INVALID_ARGUMENT;  // 32-bit item indices (a 32 GiB tensor)
+  // Division by d = 8 * kb4 for item < 2^31: q = (umulhi(item, magic) + item) >> l, l = ceil(log2 d),
+  // magic = floor(2^32 (2^l - d) / d) + 1 (Granlund-Montgomery; the sum cannot overflow 32 bits).
+  const uint32_t d = uint32_t(8 * kb4);
+  int l = 0;
+  while ((uint64_t{1} << l) < d) ++l;
+  const uint32_t magic = uint32_t(((uint64_t{1} << 32) * ((uint64_t{1} << l) - d)) / d + 1);
+  auto s = static_cast<cudaStream_t>(stream);
+  const auto* xs = static_cast<const uint16_t*>(x);
+  auto* pk = reinterpret_cast<uint32_t*>(packed);
+  if (dtype == GS_DTYPE_FP16)
+    nvfp4_quantize_kernel<true><<<unsigned(blocks), kThreads, 0, s>>>(xs, ld_x, m, k, kb4, magic, l, global_scale, pk, scales);
+  else
+    nvfp4_quantize_kernel<false><<<unsigned(blocks), kThreads, 0, s>>>(xs, ld_x, m, k, kb4, magic, l, global_scale, pk, scales);
+  return launch_status();
+}
+
+extern "C" int gs_nvfp4_dequantize(const uint8_t* packed, const uint8_t* scales, const float* global_scale, int32_t m,
+                                   int32_t k, int32_t out_dtype, void* out, int64_t ld_out, void* stream) {
+  if (packed == nullptr || scales == nullptr || global_scale == nullptr || out == nullptr) return GS_ERR_INVALID_ARGUMENT;
+  if (out_dtype != GS_DTYPE_BF16 && out_dtype != GS_DTYPE_FP16) return GS_ERR_INVALID_ARGUMENT;
+  if (m <= 0 || k <= 0 || k % 32 != 0 || ld_out < k) return GS_ERR_INVALID_ARGUMENT;
+  if (!aligned(packed, 4) || !aligned(out, 2)) return GS_ERR_INVALID_ARGUMENT;
+  const int kb4 = (k / 16 + 3) / 4;
+  const int64_t threads = int64_t(m) * (k / 8);
+  const int64_t blocks = (threads + kThreads - 1) / kThreads;
+  if (blocks > INT32_MAX) return GS_ERR_INVALID_ARGUMENT;
+  const int vec = aligned(out, 16) && ld_out % 8 == 0;
+  auto s = static_cast<cudaStream_t>(stream);
+  const auto* pk = reinterpret_cast<const uint32_t*>(packed);
+  auto* o = static_cast<uint16_t*>(out);
+  if (out_dtype == GS_DTYPE_FP16)
+    nvfp4_dequantize_kernel<true><<<unsigned(blocks), kThreads, 0, s>>>(pk, scales, global_scale, m, k, kb4, o, ld_out, vec);
+  else
+    nvfp4_dequantize_kernel<false><<<unsigned(blocks), kThreads, 0, s>>>(pk, scales, global_scale, m, k, kb4, o, ld_out, vec);
+  return launch_status();
+}

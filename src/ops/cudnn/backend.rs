@@ -1,0 +1,422 @@
+//! RAII wrappers of the cuDNN backend graph API: descriptors (tensors, operations, operation
+//! graphs, heuristics, engine configs, execution plans, variant packs) and the handle.
+//!
+//! Every descriptor is destroyed exactly once, by its owner's `Drop`; a failure there is logged,
+//! not hidden. Attribute setters take Rust slices, so element counts always match the data.
+
+use crate::error::{Error, Result};
+use crate::sys::cudnn::{check, ffi as c, Api};
+use std::ffi::c_void;
+
+pub(crate) use c::cudnnBackendAttributeName_t as Attr;
+pub(crate) use c::cudnnBackendDescriptorType_t as Kind;
+use c::cudnnBackendAttributeType_t as Ty;
+
+/// A cuDNN handle (`cudnnCreate`/`cudnnDestroy`). Bound to the device that was current when it
+/// was made; not to be used from two threads at once (its owner keeps it behind a mutex).
+pub(crate) struct Handle {
+    pub raw: c::cudnnHandle_t,
+    api: &'static Api,
+}
+
+// SAFETY: the handle is only used under its owner's mutex (one thread at a time).
+unsafe impl Send for Handle {}
+
+impl Handle {
+    pub fn new(api: &'static Api) -> Result<Handle> {
+        let f = api.cudnnCreate()?;
+        let mut raw = std::ptr::null_mut();
+        // SAFETY: out-pointer to a local; the caller made the device's context current.
+        check(api, unsafe { (f.f)(&mut raw) }, f.name)?;
+        Ok(Handle { raw, api })
+    }
+}
+
+impl Drop for Handle {
+    fn drop(&mut self) {
+        let r = self.api.cudnnDestroy().and_then(|f| {
+            // SAFETY: created in new(), destroyed once.
+            check(self.api, unsafe { (f.f)(self.raw) }, f.name)
+        });
+        if let Err(e) = r {
+            log::error!("graphsafe: cudnnDestroy failed in drop: {e}");
+        }
+    }
+}
+
+/// One backend descriptor of any kind.
+pub(crate) struct Descriptor {
+    raw: c::cudnnBackendDescriptor_t,
+    kind: Kind,
+    api: &'static Api,
+}
+
+// SAFETY: a descriptor is plain host memory owned by this value; cuDNN documents finalized
+// descriptors as read-only, and mutation happens only before they are shared.
+unsafe impl Send for Descriptor {}
+unsafe impl Sync for Descriptor {}
+
+/// The `call` text of finalize errors, per descriptor kind (the error carries a `&'static str`).
+fn finalize_call(kind: Kind) -> &'static str {
+    match kind {
+        Kind::CUDNN_BACKEND_TENSOR_DESCRIPTOR => "cudnnBackendFinalize(TENSOR)",
+        Kind::CUDNN_BACKEND_MATMUL_DESCRIPTOR => "cudnnBackendFinalize(MATMUL)",
+        Kind::CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR => "cudnnBackendFinalize(OPERATION_MATMUL)",
+        Kind::CUDNN_BACKEND_POINTWISE_DESCRIPTOR => "cudnnBackendFinalize(POINTWISE)",
+        Kind::CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR => "cudnnBackendFinalize(OPERATION_POINTWISE)",
+        Kind::CUDNN_BACKEND_OPERATION_BLOCK_SCALE_DEQUANTIZE_DESCRIPTOR => "cudnnBackendFinalize(OPERATION_BLOCK_SCALE_DEQUANTIZE)",
+        Kind::CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR => "cudnnBackendFinalize(OPERATIONGRAPH)",
+        Kind::CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR => "cudnnBackendFinalize(ENGINEHEUR)",
+        Kind::CUDNN_BACKEND_ENGINECFG_DESCRIPTOR => "cudnnBackendFinalize(ENGINECFG)",
+        Kind::CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR => "cudnnBackendFinalize(EXECUTION_PLAN)",
+        Kind::CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR => "cudnnBackendFinalize(VARIANT_PACK)",
+        _ => "cudnnBackendFinalize",
+    }
+}
+
+impl Descriptor {
+    pub fn new(api: &'static Api, kind: Kind) -> Result<Descriptor> {
+        let f = api.cudnnBackendCreateDescriptor()?;
+        let mut raw = std::ptr::null_mut();
+        // SAFETY: out-pointer to a local.
+        check(api, unsafe { (f.f)(kind, &mut raw) }, f.name)?;
+        Ok(Descriptor { raw, kind, api })
+    }
+
+    pub fn raw(&self) -> c::cudnnBackendDescriptor_t {
+        self.raw
+    }
+
+    /// # Safety
+    /// `data` must point to `count` elements of the C type `ty` names.
+    unsafe fn set_raw(&self, name: Attr, ty: Ty, count: usize, data: *const c_void) -> Result<()> {
+        let f = self.api.cudnnBackendSetAttribute()?;
+        let r = (f.f)(self.raw, name, ty, count as i64, data);
+        check(self.api, r, f.name).inspect_err(|_| log::debug!("graphsafe: setting cuDNN attribute {} failed", name.0))
+    }
+
+    pub fn set_i64s(&self, name: Attr, v: &[i64]) -> Result<()> {
+        // SAFETY: v holds v.len() int64_t.
+        unsafe { self.set_raw(name, Ty::CUDNN_TYPE_INT64, v.len(), v.as_ptr().cast()) }
+    }
+
+    pub fn set_i32s(&self, name: Attr, v: &[i32]) -> Result<()> {
+        // SAFETY: v holds v.len() int32_t.
+        unsafe { self.set_raw(name, Ty::CUDNN_TYPE_INT32, v.len(), v.as_ptr().cast()) }
+    }
+
+    pub fn set_bool(&self, name: Attr, v: bool) -> Result<()> {
+        let b: bool = v; // C's bool is one byte, as Rust's
+        // SAFETY: one bool.
+        unsafe { self.set_raw(name, Ty::CUDNN_TYPE_BOOLEAN, 1, (&b as *const bool).cast()) }
+    }
+
+    pub fn set_dtype(&self, name: Attr, v: c::cudnnDataType_t) -> Result<()> {
+        // SAFETY: one cudnnDataType_t.
+        unsafe { self.set_raw(name, Ty::CUDNN_TYPE_DATA_TYPE, 1, (&v as *const c::cudnnDataType_t).cast()) }
+    }
+
+    pub fn set_heur_mode(&self, name: Attr, v: c::cudnnBackendHeurMode_t) -> Result<()> {
+        // SAFETY: one cudnnBackendHeurMode_t.
+        unsafe { self.set_raw(name, Ty::CUDNN_TYPE_HEUR_MODE, 1, (&v as *const c::cudnnBackendHeurMode_t).cast()) }
+    }
+
+    pub fn set_pointwise_mode(&self, name: Attr, v: c::cudnnPointwiseMode_t) -> Result<()> {
+        // SAFETY: one cudnnPointwiseMode_t.
+        unsafe { self.set_raw(name, Ty::CUDNN_TYPE_POINTWISE_MODE, 1, (&v as *const c::cudnnPointwiseMode_t).cast()) }
+    }
+
+    pub fn set_reordering(&self, name: Attr, v: c::cudnnBackendTensorReordering_t) -> Result<()> {
+        // SAFETY: one cudnnBackendTensorReordering_t.
+        unsafe { self.set_raw(name, Ty::CUDNN_TYPE_TENSOR_REORDERING_MODE, 1, (&v as *const c::cudnnBackendTensorReordering_t).cast()) }
+    }
+
+    pub fn set_handle(&self, name: Attr, h: &Handle) -> Result<()> {
+        // SAFETY: one cudnnHandle_t.
+        unsafe { self.set_raw(name, Ty::CUDNN_TYPE_HANDLE, 1, (&h.raw as *const c::cudnnHandle_t).cast()) }
+    }
+
+    pub fn set_descs(&self, name: Attr, v: &[&Descriptor]) -> Result<()> {
+        let raws: Vec<c::cudnnBackendDescriptor_t> = v.iter().map(|d| d.raw).collect();
+        // SAFETY: raws holds raws.len() descriptor handles, each alive for the call.
+        unsafe { self.set_raw(name, Ty::CUDNN_TYPE_BACKEND_DESCRIPTOR, raws.len(), raws.as_ptr().cast()) }
+    }
+
+    pub fn set_ptrs(&self, name: Attr, v: &[*mut c_void]) -> Result<()> {
+        // SAFETY: v holds v.len() void pointers.
+        unsafe { self.set_raw(name, Ty::CUDNN_TYPE_VOID_PTR, v.len(), v.as_ptr().cast()) }
+    }
+
+    pub fn finalize(&self) -> Result<()> {
+        let f = self.api.cudnnBackendFinalize()?;
+        // SAFETY: live descriptor.
+        check(self.api, unsafe { (f.f)(self.raw) }, finalize_call(self.kind))
+    }
+
+    /// # Safety
+    /// `out` must have room for `cap` elements of the C type `ty` names.
+    unsafe fn get_raw(&self, name: Attr, ty: Ty, cap: usize, out: *mut c_void) -> Result<usize> {
+        let f = self.api.cudnnBackendGetAttribute()?;
+        let mut n: i64 = 0;
+        check(self.api, (f.f)(self.raw, name, ty, cap as i64, &mut n, out), f.name)?;
+        Ok(n.max(0) as usize)
+    }
+
+    pub fn get_i64(&self, name: Attr) -> Result<i64> {
+        let mut v: i64 = 0;
+        // SAFETY: room for one int64_t.
+        unsafe { self.get_raw(name, Ty::CUDNN_TYPE_INT64, 1, (&mut v as *mut i64).cast()) }?;
+        Ok(v)
+    }
+
+    /// Up to `cap` enum values (notes) of type `ty`, as their raw numbers.
+    pub fn get_enums(&self, name: Attr, ty: Ty, cap: usize) -> Result<Vec<u32>> {
+        let mut v = vec![0u32; cap];
+        // SAFETY: cuDNN enums are C enums (4 bytes); room for cap of them.
+        let n = unsafe { self.get_raw(name, ty, cap, v.as_mut_ptr().cast()) }?;
+        v.truncate(n.min(cap));
+        Ok(v)
+    }
+
+    /// How many descriptors attribute `name` holds (e.g. heuristic results).
+    pub fn count_descs(&self, name: Attr) -> Result<usize> {
+        // SAFETY: a zero-capacity query writes only the count.
+        unsafe { self.get_raw(name, Ty::CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, std::ptr::null_mut()) }
+    }
+
+    /// Reads up to `n` descriptors of `kind` from attribute `name` into fresh descriptors.
+    pub fn get_descs(&self, name: Attr, kind: Kind, n: usize) -> Result<Vec<Descriptor>> {
+        let out: Vec<Descriptor> = (0..n).map(|_| Descriptor::new(self.api, kind)).collect::<Result<_>>()?;
+        let mut raws: Vec<c::cudnnBackendDescriptor_t> = out.iter().map(|d| d.raw).collect();
+        // SAFETY: raws holds n created descriptors of the kind cuDNN fills in.
+        let got = unsafe { self.get_raw(name, Ty::CUDNN_TYPE_BACKEND_DESCRIPTOR, n, raws.as_mut_ptr().cast()) }?;
+        let mut out = out;
+        out.truncate(got.min(n));
+        Ok(out)
+    }
+}
+
+impl Drop for Descriptor {
+    fn drop(&mut self) {
+        let r = self.api.cudnnBackendDestroyDescriptor().and_then(|f| {
+            // SAFETY: created in new(), destroyed once.
+            check(self.api, unsafe { (f.f)(self.raw) }, f.name)
+        });
+        if let Err(e) = r {
+            log::error!("graphsafe: cudnnBackendDestroyDescriptor failed in drop: {e}");
+        }
+    }
+}
+
+/// A tensor of an operation graph, as cuDNN sees it.
+#[derive(Clone, Debug)]
+pub(crate) struct TensorSpec {
+    pub uid: i64,
+    pub dtype: c::cudnnDataType_t,
+    pub dims: Vec<i64>,
+    pub strides: Vec<i64>,
+    pub is_virtual: bool,
+    pub by_value: bool,
+    pub reordering: Option<c::cudnnBackendTensorReordering_t>,
+}
+
+/// Byte alignment declared for every non-virtual tensor (validation requires it of each pointer).
+pub(crate) const TENSOR_ALIGNMENT: i64 = 16;
+
+impl TensorSpec {
+    pub fn io(uid: i64, dtype: c::cudnnDataType_t, dims: &[i64], strides: &[i64]) -> TensorSpec {
+        TensorSpec { uid, dtype, dims: dims.to_vec(), strides: strides.to_vec(), is_virtual: false, by_value: false, reordering: None }
+    }
+
+    pub fn virt(uid: i64, dtype: c::cudnnDataType_t, dims: &[i64], strides: &[i64]) -> TensorSpec {
+        TensorSpec { is_virtual: true, ..TensorSpec::io(uid, dtype, dims, strides) }
+    }
+
+    pub fn build(&self, api: &'static Api) -> Result<Descriptor> {
+        let d = Descriptor::new(api, Kind::CUDNN_BACKEND_TENSOR_DESCRIPTOR)?;
+        d.set_dtype(Attr::CUDNN_ATTR_TENSOR_DATA_TYPE, self.dtype)?;
+        d.set_i64s(Attr::CUDNN_ATTR_TENSOR_DIMENSIONS, &self.dims)?;
+        d.set_i64s(Attr::CUDNN_ATTR_TENSOR_STRIDES, &self.strides)?;
+        d.set_i64s(Attr::CUDNN_ATTR_TENSOR_UNIQUE_ID, &[self.uid])?;
+        d.set_i64s(Attr::CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, &[TENSOR_ALIGNMENT])?;
+        if self.is_virtual {
+            d.set_bool(Attr::CUDNN_ATTR_TENSOR_IS_VIRTUAL, true)?;
+        }
+        if self.by_value {
+            d.set_bool(Attr::CUDNN_ATTR_TENSOR_IS_BY_VALUE, true)?;
+        }
+        if let Some(r) = self.reordering {
+            d.set_reordering(Attr::CUDNN_ATTR_TENSOR_REORDERING_MODE, r)?;
+        }
+        d.finalize()?;
+        Ok(d)
+    }
+}
+
+/// A finalized operation graph and every descriptor it references (kept alive with it).
+pub(crate) struct OpGraph {
+    pub graph: Descriptor,
+    // Dropped after `graph` (declaration order): operations, then tensors.
+    _parts: Vec<Descriptor>,
+    /// The uids of the non-virtual tensors, in the order a variant pack lists their pointers.
+    pub io_uids: Vec<i64>,
+}
+
+impl OpGraph {
+    /// Finalizes a graph of `ops`; `tensors` (and the other descriptors the ops reference) are kept
+    /// alive with it.
+    pub fn new(api: &'static Api, handle: &Handle, ops: Vec<Descriptor>, tensors: Vec<Descriptor>, io_uids: Vec<i64>) -> Result<OpGraph> {
+        let graph = Descriptor::new(api, Kind::CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR)?;
+        graph.set_handle(Attr::CUDNN_ATTR_OPERATIONGRAPH_HANDLE, handle)?;
+        graph.set_descs(Attr::CUDNN_ATTR_OPERATIONGRAPH_OPS, &ops.iter().collect::<Vec<_>>())?;
+        graph.finalize()?;
+        let mut parts = ops;
+        parts.extend(tensors);
+        Ok(OpGraph { graph, _parts: parts, io_uids })
+    }
+}
+
+/// Which heuristic list an engine config came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Source {
+    /// `CUDNN_HEUR_MODE_A`, cuDNN's preferred decision-tree heuristic.
+    HeuristicA,
+    /// `CUDNN_HEUR_MODE_FALLBACK`: functional engines, no performance promise.
+    Fallback,
+}
+
+/// Numerical notes that disqualify an engine: it would not compute what the op promises (fp32
+/// accumulation of the inputs as given, the same bits on every run, which replay-equals-eager needs).
+const EXCLUDED_NOTES: [c::cudnnBackendNumericalNote_t; 3] = [
+    c::cudnnBackendNumericalNote_t::CUDNN_NUMERICAL_NOTE_DOWN_CONVERT_INPUTS,
+    c::cudnnBackendNumericalNote_t::CUDNN_NUMERICAL_NOTE_REDUCED_PRECISION_REDUCTION,
+    c::cudnnBackendNumericalNote_t::CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC,
+];
+
+/// A finalized execution plan with everything it was made from.
+pub(crate) struct ExecPlan {
+    pub plan: Descriptor,
+    _cfg: Descriptor,
+    pub graph: std::sync::Arc<OpGraph>,
+    /// `CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE`: the bytes every execute of this plan uses.
+    pub workspace_bytes: u64,
+    /// The engine's global index.
+    pub engine: i64,
+    pub source: Source,
+    /// Position in its heuristic list.
+    pub rank: usize,
+}
+
+/// Builds up to `max` execution plans for `graph`: the engine configs of heuristic mode A in
+/// order, then those of the fallback list, skipping engines whose numerical notes disqualify them
+/// and configs that do not finalize. The first is what an unprompted caller gets.
+pub(crate) fn build_plans(api: &'static Api, handle: &Handle, graph: &std::sync::Arc<OpGraph>, max: usize) -> Result<Vec<ExecPlan>> {
+    let mut plans: Vec<ExecPlan> = Vec::new();
+    let mut last_err: Option<Error> = None;
+    let mut seen_engines = Vec::new();
+    for (mode, source) in [
+        (c::cudnnBackendHeurMode_t::CUDNN_HEUR_MODE_A, Source::HeuristicA),
+        (c::cudnnBackendHeurMode_t::CUDNN_HEUR_MODE_FALLBACK, Source::Fallback),
+    ] {
+        if plans.len() >= max {
+            break;
+        }
+        let heur = Descriptor::new(api, Kind::CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR)?;
+        heur.set_descs(Attr::CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, &[&graph.graph])?;
+        heur.set_heur_mode(Attr::CUDNN_ATTR_ENGINEHEUR_MODE, mode)?;
+        if let Err(e) = heur.finalize() {
+            last_err = Some(e);
+            continue;
+        }
+        let n = heur.count_descs(Attr::CUDNN_ATTR_ENGINEHEUR_RESULTS)?;
+        if n == 0 {
+            continue;
+        }
+        let cfgs = heur.get_descs(Attr::CUDNN_ATTR_ENGINEHEUR_RESULTS, Kind::CUDNN_BACKEND_ENGINECFG_DESCRIPTOR, n)?;
+        for (rank, cfg) in cfgs.into_iter().enumerate() {
+            if plans.len() >= max {
+                break;
+            }
+            let engine = match cfg.get_descs(Attr::CUDNN_ATTR_ENGINECFG_ENGINE, Kind::CUDNN_BACKEND_ENGINE_DESCRIPTOR, 1) {
+                Ok(mut v) if !v.is_empty() => v.remove(0),
+                Ok(_) => continue,
+                Err(e) => {
+                    last_err = Some(e);
+                    continue;
+                }
+            };
+            let notes = engine.get_enums(Attr::CUDNN_ATTR_ENGINE_NUMERICAL_NOTE, Ty::CUDNN_TYPE_NUMERICAL_NOTE, 16).unwrap_or_default();
+            if notes.iter().any(|n| EXCLUDED_NOTES.iter().any(|x| x.0 == *n)) {
+                continue;
+            }
+            let index = engine.get_i64(Attr::CUDNN_ATTR_ENGINE_GLOBAL_INDEX).unwrap_or(-1);
+            let plan = Descriptor::new(api, Kind::CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR)?;
+            plan.set_handle(Attr::CUDNN_ATTR_EXECUTION_PLAN_HANDLE, handle)?;
+            plan.set_descs(Attr::CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, &[&cfg])?;
+            if let Err(e) = plan.finalize() {
+                last_err = Some(e);
+                continue;
+            }
+            let ws = plan.get_i64(Attr::CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE)?;
+            // The same engine from the fallback list (or twice with other knobs) adds nothing to
+            // choose from when tuning; keep the first.
+            if seen_engines.contains(&(index, ws)) {
+                continue;
+            }
+            seen_engines.push((index, ws));
+            plans.push(ExecPlan {
+                plan,
+                _cfg: cfg,
+                graph: graph.clone(),
+                workspace_bytes: ws.max(0) as u64,
+                engine: index,
+                source,
+                rank,
+            });
+        }
+    }
+    if plans.is_empty() {
+        let status = match last_err {
+            Some(Error::Cudnn { status, .. }) => status,
+            _ => c::cudnnStatus_t::CUDNN_STATUS_NOT_SUPPORTED.0 as i32,
+        };
+        return Err(Error::Cudnn {
+            call: "building an execution plan (no engine config of heuristic mode A or the fallback list finalized)",
+            status,
+        });
+    }
+    Ok(plans)
+}
+
+/// A finalized variant pack: the data pointers (by uid) and the workspace of one execute.
+pub(crate) struct VariantPack {
+    pub desc: Descriptor,
+    pub ptrs: Vec<u64>,
+    pub workspace: u64,
+}
+
+impl VariantPack {
+    pub fn new(api: &'static Api, uids: &[i64], ptrs: &[u64], workspace: u64) -> Result<VariantPack> {
+        let d = Descriptor::new(api, Kind::CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR)?;
+        let raw: Vec<*mut c_void> = ptrs.iter().map(|&p| p as usize as *mut c_void).collect();
+        d.set_ptrs(Attr::CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, &raw)?;
+        d.set_i64s(Attr::CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, uids)?;
+        d.set_ptrs(Attr::CUDNN_ATTR_VARIANT_PACK_WORKSPACE, &[workspace as usize as *mut c_void])?;
+        d.finalize()?;
+        Ok(VariantPack { desc: d, ptrs: ptrs.to_vec(), workspace })
+    }
+}
+
+/// cuDNN data type of a graphsafe dtype (`None` for one cuDNN's matmul has no use for).
+pub(crate) fn data_type(d: crate::ops::tensor::DType) -> Option<c::cudnnDataType_t> {
+    use crate::ops::tensor::DType;
+    #[allow(unreachable_patterns)] // DType may grow
+    Some(match d {
+        DType::Bf16 => c::cudnnDataType_t::CUDNN_DATA_BFLOAT16,
+        DType::Fp16 => c::cudnnDataType_t::CUDNN_DATA_HALF,
+        DType::Fp8E4m3 => c::cudnnDataType_t::CUDNN_DATA_FP8_E4M3,
+        DType::F32 => c::cudnnDataType_t::CUDNN_DATA_FLOAT,
+        _ => return None,
+    })
+}

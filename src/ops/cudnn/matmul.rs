@@ -1,0 +1,527 @@
+//! The matmul op: `C[M, N] = A[M, K] · B[K, N]`, optionally batched, through cuDNN's backend
+//! graph API (one `OPERATION_MATMUL` node, fp32 compute).
+//!
+//! ```text
+//! a [M, K] or [batch|1, M, K]    bf16 | fp16 | fp8_e4m3 (fp8: sm_89+)
+//! b [K, N] or [batch|1, K, N]    the dtype of a
+//! c [M, N] or [batch, M, N]      bf16 | fp16 | f32
+//! ```
+//!
+//! Row- or column-major operands through strides (in elements): each matrix needs a unit stride in
+//! one of its last two dimensions; the other is its leading dimension (padding allowed). A batch of
+//! one in `a` or `b` is broadcast over C's batch (shared weights). Base addresses must be 16-byte
+//! aligned (declared to cuDNN as `CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT`); `c` may not overlap `a` or `b`.
+//!
+//! [`matmul`] (eager) builds the plan on first use and grows the workspace when it must;
+//! [`matmul_captured`] uses plans built before the capture only and never grows
+//! ([`Error::WorkspaceTooSmall`], nothing executed). [`plan_workspace`] builds every plan an engine
+//! will capture and returns the largest workspace: pre-grow to it once, then capture.
+
+use super::backend::{data_type, Attr, Descriptor, Handle, Kind, OpGraph, TensorSpec, TENSOR_ALIGNMENT};
+use super::{Cudnn, OpKey, PlanInfo};
+use crate::driver::{DeviceBuffer, Event, Stream};
+use crate::error::{Error, Result};
+use crate::graph::{Capture, Captured, CapturedBuffer};
+use crate::ops::tensor::{Check, DType, DeviceMemory, Tensor};
+use crate::sys::cuda as cu;
+use crate::sys::cudnn::{ffi as c, Api};
+use crate::workspace::{Workspace, WorkspacePlanner};
+use std::sync::Arc;
+
+const UID_A: i64 = 1;
+const UID_B: i64 = 2;
+const UID_C: i64 = 3;
+
+/// One operand of a [`MatmulProblem`]: its dtype, its batch (1 = broadcast, or C's batch) and its
+/// strides in elements over (batch, rows, cols).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
+pub struct MatmulOperand {
+    /// Element type.
+    pub dtype: DType,
+    /// 1 (broadcast over C's batch) or C's batch.
+    pub batch: usize,
+    /// (batch, row, column) strides in elements. Normalized: a batch of 1 has stride rows·cols.
+    pub strides: [usize; 3],
+}
+
+/// The shape of one matmul, everything that selects its plan: what planning takes (before any
+/// buffer exists) and what [`MatmulArgs::problem`] derives from tensors.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
+pub struct MatmulProblem {
+    /// C's batch (1 = not batched).
+    pub batch: usize,
+    /// Rows of A and C.
+    pub m: usize,
+    /// Columns of B and C.
+    pub n: usize,
+    /// Columns of A, rows of B.
+    pub k: usize,
+    /// A [batch, M, K].
+    pub a: MatmulOperand,
+    /// B [batch, K, N].
+    pub b: MatmulOperand,
+    /// C [batch, M, N].
+    pub c: MatmulOperand,
+}
+
+fn row_major(dtype: DType, batch: usize, rows: usize, cols: usize) -> MatmulOperand {
+    MatmulOperand { dtype, batch, strides: [rows * cols, cols, 1] }
+}
+
+fn col_major(dtype: DType, batch: usize, rows: usize, cols: usize) -> MatmulOperand {
+    MatmulOperand { dtype, batch, strides: [rows * cols, 1, rows] }
+}
+
+impl MatmulOperand {
+    fn is_col_major(&self) -> bool {
+        self.strides[1] == 1 && self.strides[2] != 1
+    }
+}
+
+impl MatmulProblem {
+    /// An unbatched problem with every operand row-major and contiguous.
+    pub fn new(m: usize, n: usize, k: usize, input: DType, output: DType) -> MatmulProblem {
+        MatmulProblem {
+            batch: 1,
+            m,
+            n,
+            k,
+            a: row_major(input, 1, m, k),
+            b: row_major(input, 1, k, n),
+            c: row_major(output, 1, m, n),
+        }
+    }
+
+    /// The same problem over `batch` contiguous matrices of each operand.
+    pub fn with_batch(mut self, batch: usize) -> MatmulProblem {
+        self.batch = batch;
+        for o in [&mut self.a, &mut self.b, &mut self.c] {
+            o.batch = batch;
+        }
+        self
+    }
+
+    /// B broadcast: one B for every batch of A and C (shared weights).
+    pub fn with_broadcast_b(mut self) -> MatmulProblem {
+        self.b.batch = 1;
+        self
+    }
+
+    /// A stored column-major (M contiguous).
+    pub fn with_a_col_major(mut self) -> MatmulProblem {
+        self.a = col_major(self.a.dtype, self.a.batch, self.m, self.k);
+        self
+    }
+
+    /// B stored column-major (K contiguous): a weight matrix stored `[N, K]` row-major, as
+    /// `y = x·Wᵀ` layers keep it. The layout fp8 engines want.
+    pub fn with_b_col_major(mut self) -> MatmulProblem {
+        self.b = col_major(self.b.dtype, self.b.batch, self.k, self.n);
+        self
+    }
+
+    /// C stored column-major (M contiguous).
+    pub fn with_c_col_major(mut self) -> MatmulProblem {
+        self.c = col_major(self.c.dtype, self.c.batch, self.m, self.n);
+        self
+    }
+
+    /// A short description for workspace planners and logs.
+    pub fn label(&self) -> String {
+        let l = |o: &MatmulOperand| if o.is_col_major() { "col" } else { "row" };
+        format!(
+            "cudnn matmul {}x{}->{} batch={} m={} n={} k={} a={} b={}{} c={}",
+            self.a.dtype,
+            self.b.dtype,
+            self.c.dtype,
+            self.batch,
+            self.m,
+            self.n,
+            self.k,
+            l(&self.a),
+            l(&self.b),
+            if self.b.batch == 1 && self.batch > 1 { "(broadcast)" } else { "" },
+            l(&self.c)
+        )
+    }
+
+    /// Host-side checks of the problem itself (dtypes, sizes, batches, strides); every error names
+    /// the field.
+    pub fn validate(&self) -> Result<()> {
+        for (what, v) in [("batch", self.batch), ("m", self.m), ("n", self.n), ("k", self.k)] {
+            crate::error::positive(what, v.try_into().unwrap_or(i64::MAX))?;
+        }
+        let inputs = [DType::Bf16, DType::Fp16, DType::Fp8E4m3];
+        if !inputs.contains(&self.a.dtype) {
+            return Err(Error::invalid("a.dtype", "bf16, fp16 or fp8_e4m3", self.a.dtype));
+        }
+        if self.b.dtype != self.a.dtype {
+            return Err(Error::invalid("b.dtype", format!("{} (the dtype of a)", self.a.dtype), self.b.dtype));
+        }
+        if ![DType::Bf16, DType::Fp16, DType::F32].contains(&self.c.dtype) {
+            return Err(Error::invalid("c.dtype", "bf16, fp16 or f32", self.c.dtype));
+        }
+        let dims = [("a", &self.a, self.m, self.k), ("b", &self.b, self.k, self.n), ("c", &self.c, self.m, self.n)];
+        for (name, o, rows, cols) in dims {
+            let batch_ok = if name == "c" { o.batch == self.batch } else { o.batch == 1 || o.batch == self.batch };
+            if !batch_ok {
+                let want = if name == "c" { format!("{}", self.batch) } else { format!("1 or {}", self.batch) };
+                return Err(Error::invalid(format!("{name}.batch"), want, o.batch));
+            }
+            let [bs, rs, cs] = o.strides;
+            let unit = (cs == 1 || cols == 1) || (rs == 1 || rows == 1);
+            if !unit {
+                return Err(Error::invalid(
+                    format!("{name}.strides"),
+                    "a unit stride in one of the last two dimensions (row- or column-major)",
+                    format!("{:?}", o.strides),
+                ));
+            }
+            if (rows > 1 && rs == 0) || (cols > 1 && cs == 0) || (o.batch > 1 && bs == 0) {
+                return Err(Error::invalid(format!("{name}.strides"), "non-zero strides (broadcast with a batch of 1)", format!("{:?}", o.strides)));
+            }
+        }
+        Ok(())
+    }
+
+    /// The batch stride of a batch-1 operand is meaningless; fix it so equal problems hash equal.
+    fn normalized(mut self) -> MatmulProblem {
+        let (m, n, k) = (self.m, self.n, self.k);
+        for (o, rows, cols) in [(&mut self.a, m, k), (&mut self.b, k, n), (&mut self.c, m, n)] {
+            if o.batch == 1 {
+                o.strides[0] = rows * cols;
+            }
+        }
+        self
+    }
+
+    /// The cuDNN operation graph of the problem.
+    fn graph(&self, api: &'static Api, handle: &Handle) -> Result<OpGraph> {
+        let batch = self.batch;
+        let spec = |uid, o: &MatmulOperand, rows: usize, cols: usize| {
+            let dt = data_type(o.dtype).ok_or_else(|| Error::invalid("dtype", "bf16, fp16, fp8_e4m3 or f32", o.dtype))?;
+            // A broadcast operand (batch 1 under a batch > 1) is described to cuDNN as the full
+            // batch with batch stride 0: on cuDNN 9.14 its size-1-batch form gave wrong results
+            // with the cuBLASLt-backed engine (tests/gpu_cudnn.rs caught it).
+            let (b, bs) = if o.batch == 1 && batch > 1 { (batch, 0) } else { (o.batch, o.strides[0]) };
+            let dims = [b as i64, rows as i64, cols as i64];
+            let strides = [bs as i64, o.strides[1] as i64, o.strides[2] as i64];
+            TensorSpec::io(uid, dt, &dims, &strides).build(api)
+        };
+        let a = spec(UID_A, &self.a, self.m, self.k)?;
+        let b = spec(UID_B, &self.b, self.k, self.n)?;
+        let cc = spec(UID_C, &self.c, self.m, self.n)?;
+        let mm = Descriptor::new(api, Kind::CUDNN_BACKEND_MATMUL_DESCRIPTOR)?;
+        mm.set_dtype(Attr::CUDNN_ATTR_MATMUL_COMP_TYPE, c::cudnnDataType_t::CUDNN_DATA_FLOAT)?;
+        mm.finalize()?;
+        let op = Descriptor::new(api, Kind::CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR)?;
+        op.set_descs(Attr::CUDNN_ATTR_OPERATION_MATMUL_ADESC, &[&a])?;
+        op.set_descs(Attr::CUDNN_ATTR_OPERATION_MATMUL_BDESC, &[&b])?;
+        op.set_descs(Attr::CUDNN_ATTR_OPERATION_MATMUL_CDESC, &[&cc])?;
+        op.set_descs(Attr::CUDNN_ATTR_OPERATION_MATMUL_DESC, &[&mm])?;
+        op.finalize()?;
+        OpGraph::new(api, handle, vec![op], vec![mm, a, b, cc], vec![UID_A, UID_B, UID_C])
+    }
+}
+
+/// Arguments of one matmul. `M` is `&DeviceBuffer` eagerly, [`CapturedBuffer`] in a capture.
+#[derive(Clone, Debug)]
+pub struct MatmulArgs<M> {
+    /// A: [M, K] or [batch|1, M, K].
+    pub a: Tensor<M>,
+    /// B: [K, N] or [batch|1, K, N].
+    pub b: Tensor<M>,
+    /// C: [M, N] or [batch, M, N] (written).
+    pub c: Tensor<M>,
+}
+
+/// (batch, rows, cols, strides[3]) of a rank-2 or rank-3 tensor.
+fn dims3<M>(name: &str, t: &Tensor<M>) -> Result<(usize, usize, usize, [usize; 3])> {
+    let ok = (t.shape.len() == 2 || t.shape.len() == 3) && t.strides.len() == t.shape.len();
+    if !ok {
+        return Err(Error::invalid(format!("{name}.shape"), "[rows, cols] or [batch, rows, cols] (with as many strides)", format!("{:?} strides {:?}", t.shape, t.strides)));
+    }
+    Ok(if t.shape.len() == 2 {
+        (1, t.shape[0], t.shape[1], [t.shape[0] * t.shape[1], t.strides[0], t.strides[1]])
+    } else {
+        (t.shape[0], t.shape[1], t.shape[2], [t.strides[0], t.strides[1], t.strides[2]])
+    })
+}
+
+/// Byte range [start, end) a tensor's elements span.
+fn byte_range<M: DeviceMemory>(t: &Tensor<M>) -> Option<(u64, u64)> {
+    let mut last = 0u64;
+    for (d, s) in t.shape.iter().zip(&t.strides) {
+        if *d == 0 {
+            return None;
+        }
+        last = last.checked_add(((d - 1) as u64).checked_mul(*s as u64)?)?;
+    }
+    let start = t.device_ptr();
+    Some((start, start.checked_add((last + 1).checked_mul(t.dtype.size() as u64)?)?))
+}
+
+impl<M: DeviceMemory> MatmulArgs<M> {
+    /// Validates everything that can be checked on the host (shapes, dtypes, strides, alignment,
+    /// bounds, overlap, and the device when `ctx` is not null) and returns the problem.
+    pub fn problem(&self, ctx: cu::CUcontext) -> Result<MatmulProblem> {
+        let (ab, m, k, a_st) = dims3("a", &self.a)?;
+        let (bb, k2, n, b_st) = dims3("b", &self.b)?;
+        let (cb, m2, n2, c_st) = dims3("c", &self.c)?;
+        if k2 != k {
+            return Err(Error::invalid("b.shape[-2] (K)", format!("{k} (a.shape[-1])"), k2));
+        }
+        if m2 != m {
+            return Err(Error::invalid("c.shape[-2] (M)", format!("{m} (a.shape[-2])"), m2));
+        }
+        if n2 != n {
+            return Err(Error::invalid("c.shape[-1] (N)", format!("{n} (b.shape[-1])"), n2));
+        }
+        let batch = ab.max(bb);
+        if cb != batch {
+            return Err(Error::invalid("c.shape[0] (batch)", format!("{batch} (the batch of a and b)"), cb));
+        }
+        let p = MatmulProblem {
+            batch,
+            m,
+            n,
+            k,
+            a: MatmulOperand { dtype: self.a.dtype, batch: ab, strides: a_st },
+            b: MatmulOperand { dtype: self.b.dtype, batch: bb, strides: b_st },
+            c: MatmulOperand { dtype: self.c.dtype, batch: cb, strides: c_st },
+        }
+        .normalized();
+        p.validate()?;
+        for (name, t) in [("a", &self.a), ("b", &self.b), ("c", &self.c)] {
+            if t.device_ptr() % TENSOR_ALIGNMENT as u64 != 0 {
+                return Err(Error::invalid(format!("{name}.address"), format!("{TENSOR_ALIGNMENT}-byte aligned"), format!("{:#x}", t.device_ptr())));
+            }
+            let ch = Check { name, t };
+            ch.in_bounds()?;
+            if !ctx.is_null() {
+                ch.device(ctx)?;
+            }
+        }
+        let rc = byte_range(&self.c);
+        for (name, t) in [("a", &self.a), ("b", &self.b)] {
+            if let (Some((c0, c1)), Some((x0, x1))) = (rc, byte_range(t)) {
+                if c0 < x1 && x0 < c1 {
+                    return Err(Error::invalid("c", format!("memory that does not overlap {name}"), format!("[{c0:#x}, {c1:#x}) overlapping [{x0:#x}, {x1:#x})")));
+                }
+            }
+        }
+        Ok(p)
+    }
+
+    fn ptrs(&self) -> [crate::driver::DevicePtr; 3] {
+        [self.a.device_ptr(), self.b.device_ptr(), self.c.device_ptr()]
+    }
+}
+
+/// Refuses fp8 on GPUs without fp8 tensor cores, naming both.
+fn check_arch(dnn: &Cudnn, p: &MatmulProblem) -> Result<()> {
+    let cc = dnn.context().compute_capability();
+    if p.a.dtype == DType::Fp8E4m3 && cc < (8, 9) {
+        return Err(Error::ArchUnsupported { op: "cudnn matmul (fp8_e4m3)", need: "sm_89 or newer (Ada, Hopper, Blackwell)".into(), have: format!("sm_{}{}", cc.0, cc.1) });
+    }
+    Ok(())
+}
+
+fn plan_of(dnn: &Cudnn, p: &MatmulProblem) -> Result<Arc<super::Plan>> {
+    let key = dnn.key(OpKey::Matmul(*p));
+    dnn.plan(&key, |api, h| p.graph(api, h))
+}
+
+/// Eager matmul on `stream`: validates, builds the plan on first use (cached), grows `ws` if the
+/// plan needs more (retiring the old buffer, zero-filled), executes. Returns what the plan is.
+pub fn matmul(dnn: &Cudnn, args: &MatmulArgs<&DeviceBuffer>, ws: &mut Workspace, stream: &Stream) -> Result<PlanInfo> {
+    dnn.same_context(stream.context())?;
+    let p = args.problem(stream.context().raw())?;
+    check_arch(dnn, &p)?;
+    let plan = plan_of(dnn, &p)?;
+    let w = ws.prepare(plan.info().workspace_bytes, stream)?;
+    // SAFETY: the buffers are validated (bounds, device) and borrowed for the call; cuMemFree waits
+    // for the work before any of them can be freed. ws holds the plan's workspace.
+    unsafe { dnn.execute(&plan, &args.ptrs(), w, stream.raw()) }?;
+    Ok(plan.info())
+}
+
+/// Captured matmul: validates, looks up the plan built before the capture (never builds one
+/// inside it: building may allocate, which a capture forbids), checks the captured workspace
+/// (never grows: [`Error::WorkspaceTooSmall`] naming both sizes, nothing captured), captures the
+/// execute.
+pub fn matmul_captured<'c>(dnn: &Cudnn, args: &MatmulArgs<CapturedBuffer<'c>>, ws: &Captured<'c>, cap: &Capture<'c>) -> Result<PlanInfo> {
+    let s = cap.stream();
+    dnn.same_context(s.context())?;
+    let p = args.problem(s.context().raw())?;
+    check_arch(dnn, &p)?;
+    let key = dnn.key(OpKey::Matmul(p));
+    let plan = dnn.cached(&key).ok_or_else(|| {
+        Error::invalid(
+            "plan",
+            "a plan built before the capture (ops::cudnn::plan_workspace, workspace_size or an eager matmul of this problem)",
+            format!("none cached for {}", p.label()),
+        )
+    })?;
+    let w = ws.require(plan.info().workspace_bytes)?;
+    // SAFETY: the buffers are bound to the capture (kept alive by every graph made from it), the
+    // workspace is the captured one, which holds the plan's workspace; the plan is never freed.
+    unsafe { dnn.execute(&plan, &args.ptrs(), w, s.raw()) }?;
+    Ok(plan.info())
+}
+
+/// The C ABI's path, over any memory: eager (`WorkspaceArg::Grow`: builds the plan if needed, may
+/// grow) or captured (`Fixed`: only a plan built before the capture, never grows). The Rust entry
+/// points above are the same steps with the borrow rules in their types.
+pub(crate) fn matmul_on<M: DeviceMemory>(
+    dnn: &Cudnn,
+    args: &MatmulArgs<M>,
+    ctx: &crate::driver::Context,
+    stream: cu::CUstream,
+    ws: crate::workspace::WorkspaceArg<'_>,
+) -> Result<PlanInfo> {
+    dnn.same_context(ctx)?;
+    let p = args.problem(ctx.raw())?;
+    check_arch(dnn, &p)?;
+    let captured = matches!(ws, crate::workspace::WorkspaceArg::Fixed { .. });
+    let plan = if captured {
+        dnn.cached(&dnn.key(OpKey::Matmul(p))).ok_or_else(|| {
+            Error::invalid("plan", "a plan built before the capture (graphsafe_cudnn_plan)", format!("none cached for {}", p.label()))
+        })?
+    } else {
+        plan_of(dnn, &p)?
+    };
+    let (w, _) = ws.take(plan.info().workspace_bytes)?;
+    // SAFETY: validated arguments (the C caller keeps raw memory alive, as documented there); the
+    // workspace holds the plan's bytes; plans are never freed.
+    unsafe { dnn.execute(&plan, &args.ptrs(), w, stream) }?;
+    Ok(plan.info())
+}
+
+/// The workspace bytes `problem`'s plan uses: builds (and caches) the plan, so a later capture
+/// executes exactly the plan that was sized.
+pub fn workspace_size(dnn: &Cudnn, problem: &MatmulProblem) -> Result<u64> {
+    let p = problem.normalized();
+    p.validate()?;
+    check_arch(dnn, &p)?;
+    Ok(plan_of(dnn, &p)?.info().workspace_bytes)
+}
+
+/// Size before capture: builds the plan of every problem an engine will capture and returns the
+/// largest workspace among them (0 if none needs one). Pre-grow the shared workspace to it once.
+pub fn plan_workspace(dnn: &Cudnn, problems: &[MatmulProblem]) -> Result<u64> {
+    let mut planner = WorkspacePlanner::new();
+    require_workspace(dnn, problems, &mut planner)?;
+    Ok(planner.bytes())
+}
+
+/// [`plan_workspace`] into a [`WorkspacePlanner`] shared with other ops' requirements.
+pub fn require_workspace(dnn: &Cudnn, problems: &[MatmulProblem], planner: &mut WorkspacePlanner) -> Result<()> {
+    for p in problems {
+        let bytes = workspace_size(dnn, p)?;
+        planner.require(p.label(), bytes);
+    }
+    Ok(())
+}
+
+/// What [`autotune`] measured.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct AutotuneReport {
+    /// The plan now cached for the problem.
+    pub chosen: PlanInfo,
+    /// Every candidate with its median µs per execute.
+    pub candidates: Vec<(PlanInfo, f64)>,
+}
+
+/// Times up to `max_candidates` plans for the problem of `args` on its buffers (eagerly, on
+/// `stream`; `c` is overwritten) and caches the fastest for it. Call it before planning the
+/// workspace and capturing. A plan it replaces stays alive (graphs may hold it). `ws` grows to the
+/// largest candidate's workspace.
+pub fn autotune(dnn: &Cudnn, args: &MatmulArgs<&DeviceBuffer>, ws: &mut Workspace, stream: &Stream, max_candidates: usize) -> Result<AutotuneReport> {
+    dnn.same_context(stream.context())?;
+    let p = args.problem(stream.context().raw())?;
+    check_arch(dnn, &p)?;
+    let cands = dnn.candidates(|api, h| p.graph(api, h), max_candidates.max(1))?;
+    let most = cands.iter().map(|c| c.info().workspace_bytes).max().unwrap_or(0);
+    let w = ws.prepare(most, stream)?;
+    let ctx = stream.context();
+    let (start, end) = (Event::new(ctx, true)?, Event::new(ctx, true)?);
+    let mut timed = Vec::new();
+    for cand in &cands {
+        // SAFETY: as in matmul(); ws holds the largest candidate's workspace.
+        let run = || unsafe { dnn.execute(cand, &args.ptrs(), w, stream.raw()) };
+        for _ in 0..2 {
+            run()?;
+        }
+        let mut trials = Vec::new();
+        for _ in 0..5 {
+            start.record(stream)?;
+            for _ in 0..5 {
+                run()?;
+            }
+            end.record(stream)?;
+            end.synchronize()?;
+            trials.push(end.elapsed_ms(&start)? as f64 * 1e3 / 5.0);
+        }
+        trials.sort_by(|a, b| a.total_cmp(b));
+        timed.push((cand.clone(), trials[trials.len() / 2]));
+    }
+    let best = timed.iter().min_by(|a, b| a.1.total_cmp(&b.1)).map(|(p, _)| p.clone()).expect("at least one candidate");
+    dnn.install(&dnn.key(OpKey::Matmul(p)), best.clone());
+    Ok(AutotuneReport { chosen: best.info(), candidates: timed.iter().map(|(p, t)| (p.info(), *t)).collect() })
+}
+
+#[doc(hidden)]
+/// Executes the cached (or newly built) plan of `problem` on raw addresses, with a workspace of
+/// `ws_bytes` at `ws`: for tests that need an allocation of exactly the plan's size, and for
+/// benchmarks that measure the cost of the safe path.
+///
+/// # Safety
+/// `a`, `b`, `c` must be valid device addresses of the problem's layout in the stream's context,
+/// `ws` must hold `ws_bytes`, and all must stay valid until the work finishes.
+pub unsafe fn matmul_raw(dnn: &Cudnn, problem: &MatmulProblem, ptrs: [u64; 3], ws: u64, ws_bytes: u64, stream: &Stream) -> Result<PlanInfo> {
+    dnn.same_context(stream.context())?;
+    let p = problem.normalized();
+    p.validate()?;
+    let plan = plan_of(dnn, &p)?;
+    if plan.info().workspace_bytes > ws_bytes {
+        return Err(Error::WorkspaceTooSmall { needed: plan.info().workspace_bytes, capacity: ws_bytes });
+    }
+    dnn.execute(&plan, &ptrs, ws, stream.raw())?;
+    Ok(plan.info())
+}
+
+#[doc(hidden)]
+/// The floor the safe path is measured against (benches/cudnn.rs): a prebuilt variant pack and a
+/// bare `cudnnBackendExecute`, with no validation, lookup, lock or stream check.
+pub struct RawExecutor {
+    plan: Arc<super::Plan>,
+    pack: super::backend::VariantPack,
+    handle: crate::sys::cudnn::ffi::cudnnHandle_t,
+    execute: super::ExecuteFn,
+    _dnn: Arc<Cudnn>,
+}
+
+impl RawExecutor {
+    #[doc(hidden)]
+    /// Builds the floor for `problem` (plan cached as for [`matmul`]), bound to `stream`.
+    ///
+    /// # Safety
+    /// As [`matmul_raw`]; in addition nothing else may use `dnn` from another thread while the
+    /// executor is used (it calls into the shared handle without its lock).
+    pub unsafe fn new(dnn: &Arc<Cudnn>, problem: &MatmulProblem, ptrs: [u64; 3], ws: u64, ws_bytes: u64, stream: &Stream) -> Result<RawExecutor> {
+        let info = matmul_raw(dnn, problem, ptrs, ws, ws_bytes, stream)?;
+        let _ = info;
+        let plan = plan_of(dnn, &problem.normalized())?;
+        let pack = super::backend::VariantPack::new(dnn.api, &plan.exec.graph.io_uids, &ptrs, ws)?;
+        let handle = dnn.lock().handle.raw;
+        Ok(RawExecutor { plan, pack, handle, execute: dnn.execute_fn, _dnn: dnn.clone() })
+    }
+
+    #[doc(hidden)]
+    /// One bare `cudnnBackendExecute`; returns the raw status.
+    pub fn call(&self) -> u32 {
+        // SAFETY: handle, plan and pack are alive (held by self); the caller upholds new()'s contract.
+        unsafe { (self.execute)(self.handle, self.plan.exec.plan.raw(), self.pack.desc.raw()) }.0
+    }
+}

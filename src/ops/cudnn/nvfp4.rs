@@ -1,0 +1,305 @@
+//! NVFP4 block-scaled matmul (Blackwell): `C = alpha · dequant(A, sA) · dequant(B, sB)`.
+//!
+//! ```text
+//! a        [batch, M, K] fp4 e2m1, row-major, two values per byte (K/2 bytes a row)
+//! a_scale  [batch, ⌈M/128⌉·128, ⌈K/16/4⌉·4] fp8 e4m3, one per 16 values of a row, F8_128x4 order
+//! b        [batch, K, N] fp4 e2m1, column-major (K contiguous: a weight stored [N, K])
+//! b_scale  [batch, ⌈K/16/4⌉·4, ⌈N/128⌉·128] fp8 e4m3, F8_128x4 order
+//! alpha    one f32 in device memory (the global scale: both tensors' per-tensor scales)
+//! c        [batch, M, N] bf16 | fp16 | f32, row-major
+//! ```
+//!
+//! One cuDNN operation graph: two `BLOCK_SCALE_DEQUANTIZE` nodes (block 16), a matmul with fp32
+//! compute, and a pointwise multiply by alpha. cuDNN has engines for it on Blackwell (sm_100,
+//! sm_103, sm_120, sm_121) from cuDNN 9.7. Anywhere else the call returns
+//! [`Error::ArchUnsupported`] naming what it needs (the GPU first, then the cuDNN version) before
+//! touching cuDNN. Planning, the workspace rules and capture behave as for [`super::matmul`].
+
+use super::backend::{Attr, Descriptor, Handle, Kind, OpGraph, TensorSpec, TENSOR_ALIGNMENT};
+use super::{Cudnn, OpKey, PlanInfo, Version};
+use crate::driver::{DeviceBuffer, Stream};
+use crate::error::{Error, Result};
+use crate::graph::{Capture, Captured, CapturedBuffer};
+use crate::ops::tensor::{Check, DType, DeviceMemory, Tensor};
+use crate::sys::cuda as cu;
+use crate::sys::cudnn::{ffi as c, Api};
+use crate::workspace::Workspace;
+use std::sync::Arc;
+
+/// Values per block scale.
+pub const NVFP4_BLOCK: usize = 16;
+/// The first cuDNN with block-scale dequantize (and NVFP4 matmul engines on Blackwell).
+pub const NVFP4_MIN_VERSION: Version = Version::new(9, 7, 0);
+
+const UID_A: i64 = 10;
+const UID_SA: i64 = 11;
+const UID_B: i64 = 12;
+const UID_SB: i64 = 13;
+const UID_ALPHA: i64 = 14;
+const UID_C: i64 = 15;
+const UID_DA: i64 = 100;
+const UID_DB: i64 = 101;
+const UID_ACC: i64 = 102;
+
+/// The shape of one NVFP4 matmul (everything that selects its plan).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
+pub struct Nvfp4Problem {
+    /// Batch (1 = not batched).
+    pub batch: usize,
+    /// Rows of A and C.
+    pub m: usize,
+    /// Columns of B and C.
+    pub n: usize,
+    /// The reduction (a multiple of 16).
+    pub k: usize,
+    /// C's dtype: bf16, fp16 or f32.
+    pub out: DType,
+}
+
+fn round_up(x: usize, m: usize) -> usize {
+    x.div_ceil(m) * m
+}
+
+impl Nvfp4Problem {
+    /// An unbatched problem.
+    pub fn new(m: usize, n: usize, k: usize, out: DType) -> Nvfp4Problem {
+        Nvfp4Problem { batch: 1, m, n, k, out }
+    }
+
+    /// `batch` independent problems.
+    pub fn with_batch(mut self, batch: usize) -> Nvfp4Problem {
+        self.batch = batch;
+        self
+    }
+
+    /// Host checks; errors name the field.
+    pub fn validate(&self) -> Result<()> {
+        for (what, v) in [("batch", self.batch), ("m", self.m), ("n", self.n), ("k", self.k)] {
+            crate::error::positive(what, v.try_into().unwrap_or(i64::MAX))?;
+        }
+        if self.k % NVFP4_BLOCK != 0 {
+            return Err(Error::invalid("k", format!("a multiple of {NVFP4_BLOCK} (the scale block)"), self.k));
+        }
+        if ![DType::Bf16, DType::Fp16, DType::F32].contains(&self.out) {
+            return Err(Error::invalid("c.dtype", "bf16, fp16 or f32", self.out));
+        }
+        Ok(())
+    }
+
+    /// Scale blocks along K, padded to the F8_128x4 tile (4).
+    fn k_blocks(&self) -> usize {
+        round_up(self.k / NVFP4_BLOCK, 4)
+    }
+
+    /// Bytes of packed A (`batch·M·K/2`).
+    pub fn a_bytes(&self) -> usize {
+        self.batch * self.m * self.k / 2
+    }
+    /// Bytes of packed B (`batch·K·N/2`).
+    pub fn b_bytes(&self) -> usize {
+        self.batch * self.n * self.k / 2
+    }
+    /// Bytes of A's scales (`batch·⌈M/128⌉·128·⌈K/64⌉·4`).
+    pub fn a_scale_bytes(&self) -> usize {
+        self.batch * round_up(self.m, 128) * self.k_blocks()
+    }
+    /// Bytes of B's scales (`batch·⌈K/64⌉·4·⌈N/128⌉·128`).
+    pub fn b_scale_bytes(&self) -> usize {
+        self.batch * round_up(self.n, 128) * self.k_blocks()
+    }
+
+    /// A short description for planners and logs.
+    pub fn label(&self) -> String {
+        format!("cudnn nvfp4 matmul ->{} batch={} m={} n={} k={}", self.out, self.batch, self.m, self.n, self.k)
+    }
+
+    pub(crate) fn graph(&self, api: &'static Api, handle: &Handle) -> Result<OpGraph> {
+        let (b, m, n, k) = (self.batch as i64, self.m as i64, self.n as i64, self.k as i64);
+        let (mp, np, kb) = (round_up(self.m, 128) as i64, round_up(self.n, 128) as i64, self.k_blocks() as i64);
+        let fp4 = c::cudnnDataType_t::CUDNN_DATA_FP4_E2M1;
+        let fp8 = c::cudnnDataType_t::CUDNN_DATA_FP8_E4M3;
+        let f32_ = c::cudnnDataType_t::CUDNN_DATA_FLOAT;
+        let out = super::backend::data_type(self.out).ok_or_else(|| Error::invalid("c.dtype", "bf16, fp16 or f32", self.out))?;
+        let reorder = c::cudnnBackendTensorReordering_t::CUDNN_TENSOR_REORDERING_F8_128x4;
+
+        let a = TensorSpec::io(UID_A, fp4, &[b, m, k], &[m * k, k, 1]).build(api)?;
+        let sa = TensorSpec { reordering: Some(reorder), ..TensorSpec::io(UID_SA, fp8, &[b, mp, kb], &[mp * kb, kb, 1]) }.build(api)?;
+        let bq = TensorSpec::io(UID_B, fp4, &[b, k, n], &[k * n, 1, k]).build(api)?;
+        let sb = TensorSpec { reordering: Some(reorder), ..TensorSpec::io(UID_SB, fp8, &[b, kb, np], &[np * kb, 1, kb]) }.build(api)?;
+        let alpha = TensorSpec::io(UID_ALPHA, f32_, &[1, 1, 1], &[1, 1, 1]).build(api)?;
+        let cc = TensorSpec::io(UID_C, out, &[b, m, n], &[m * n, n, 1]).build(api)?;
+        let da = TensorSpec::virt(UID_DA, f32_, &[b, m, k], &[m * k, k, 1]).build(api)?;
+        let db = TensorSpec::virt(UID_DB, f32_, &[b, k, n], &[k * n, 1, k]).build(api)?;
+        let acc = TensorSpec::virt(UID_ACC, f32_, &[b, m, n], &[m * n, n, 1]).build(api)?;
+
+        let dequant = |x: &Descriptor, s: &Descriptor, y: &Descriptor| -> Result<Descriptor> {
+            let d = Descriptor::new(api, Kind::CUDNN_BACKEND_OPERATION_BLOCK_SCALE_DEQUANTIZE_DESCRIPTOR)?;
+            d.set_descs(Attr::CUDNN_ATTR_OPERATION_BLOCK_SCALE_DEQUANTIZE_XDESC, &[x])?;
+            d.set_descs(Attr::CUDNN_ATTR_OPERATION_BLOCK_SCALE_DEQUANTIZE_SCALE_DESC, &[s])?;
+            d.set_descs(Attr::CUDNN_ATTR_OPERATION_BLOCK_SCALE_DEQUANTIZE_YDESC, &[y])?;
+            d.set_dtype(Attr::CUDNN_ATTR_OPERATION_BLOCK_SCALE_DEQUANTIZE_MATH_PREC, f32_)?;
+            d.set_i32s(Attr::CUDNN_ATTR_OPERATION_BLOCK_SCALE_DEQUANTIZE_BLOCK_SIZE, &[NVFP4_BLOCK as i32])?;
+            d.finalize()?;
+            Ok(d)
+        };
+        let deq_a = dequant(&a, &sa, &da)?;
+        let deq_b = dequant(&bq, &sb, &db)?;
+
+        let mm = Descriptor::new(api, Kind::CUDNN_BACKEND_MATMUL_DESCRIPTOR)?;
+        mm.set_dtype(Attr::CUDNN_ATTR_MATMUL_COMP_TYPE, f32_)?;
+        mm.finalize()?;
+        let op_mm = Descriptor::new(api, Kind::CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR)?;
+        op_mm.set_descs(Attr::CUDNN_ATTR_OPERATION_MATMUL_ADESC, &[&da])?;
+        op_mm.set_descs(Attr::CUDNN_ATTR_OPERATION_MATMUL_BDESC, &[&db])?;
+        op_mm.set_descs(Attr::CUDNN_ATTR_OPERATION_MATMUL_CDESC, &[&acc])?;
+        op_mm.set_descs(Attr::CUDNN_ATTR_OPERATION_MATMUL_DESC, &[&mm])?;
+        op_mm.finalize()?;
+
+        let pw = Descriptor::new(api, Kind::CUDNN_BACKEND_POINTWISE_DESCRIPTOR)?;
+        pw.set_pointwise_mode(Attr::CUDNN_ATTR_POINTWISE_MODE, c::cudnnPointwiseMode_t::CUDNN_POINTWISE_MUL)?;
+        pw.set_dtype(Attr::CUDNN_ATTR_POINTWISE_MATH_PREC, f32_)?;
+        pw.finalize()?;
+        let op_scale = Descriptor::new(api, Kind::CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR)?;
+        op_scale.set_descs(Attr::CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR, &[&pw])?;
+        op_scale.set_descs(Attr::CUDNN_ATTR_OPERATION_POINTWISE_XDESC, &[&acc])?;
+        op_scale.set_descs(Attr::CUDNN_ATTR_OPERATION_POINTWISE_BDESC, &[&alpha])?;
+        op_scale.set_descs(Attr::CUDNN_ATTR_OPERATION_POINTWISE_YDESC, &[&cc])?;
+        op_scale.finalize()?;
+
+        OpGraph::new(
+            api,
+            handle,
+            vec![deq_a, deq_b, op_mm, op_scale],
+            vec![mm, pw, a, sa, bq, sb, alpha, cc, da, db, acc],
+            vec![UID_A, UID_SA, UID_B, UID_SB, UID_ALPHA, UID_C],
+        )
+    }
+}
+
+/// Arguments of one NVFP4 matmul. `M` is `&DeviceBuffer` eagerly, [`CapturedBuffer`] in a capture.
+/// The quantized operands are raw memory (their layout is fixed by the problem); `c` is a tensor.
+#[derive(Clone, Debug)]
+pub struct Nvfp4MatmulArgs<M> {
+    /// The problem (batch, M, N, K, C's dtype).
+    pub problem: Nvfp4Problem,
+    /// Packed A, at least [`Nvfp4Problem::a_bytes`].
+    pub a: M,
+    /// A's scales, at least [`Nvfp4Problem::a_scale_bytes`].
+    pub a_scale: M,
+    /// Packed B, at least [`Nvfp4Problem::b_bytes`].
+    pub b: M,
+    /// B's scales, at least [`Nvfp4Problem::b_scale_bytes`].
+    pub b_scale: M,
+    /// One f32: the global scale.
+    pub alpha: M,
+    /// C: [batch, M, N] (or [M, N] unbatched), row-major contiguous, of the problem's dtype.
+    pub c: Tensor<M>,
+}
+
+impl<M: DeviceMemory> Nvfp4MatmulArgs<M> {
+    /// Validates sizes, alignment and device (`ctx` null skips the device check).
+    pub fn validate(&self, ctx: cu::CUcontext) -> Result<()> {
+        let p = &self.problem;
+        p.validate()?;
+        let bufs: [(&str, &M, usize); 5] = [
+            ("a", &self.a, p.a_bytes()),
+            ("a_scale", &self.a_scale, p.a_scale_bytes()),
+            ("b", &self.b, p.b_bytes()),
+            ("b_scale", &self.b_scale, p.b_scale_bytes()),
+            ("alpha", &self.alpha, 4),
+        ];
+        for (name, mem, need) in bufs {
+            if mem.len() < need {
+                return Err(Error::invalid(format!("{name}.len"), format!("at least {need} bytes for {}", p.label()), mem.len()));
+            }
+            if mem.device_ptr() % TENSOR_ALIGNMENT as u64 != 0 {
+                return Err(Error::invalid(format!("{name}.address"), format!("{TENSOR_ALIGNMENT}-byte aligned"), format!("{:#x}", mem.device_ptr())));
+            }
+            if !ctx.is_null() && mem.context_raw() != ctx {
+                return Err(Error::invalid(format!("{name}.device"), "memory on the stream's device", "memory of another device/context"));
+            }
+        }
+        let want: Vec<Option<usize>> = if self.c.shape.len() == 2 { vec![Some(p.m), Some(p.n)] } else { vec![Some(p.batch), Some(p.m), Some(p.n)] };
+        if self.c.shape.len() == 2 && p.batch != 1 {
+            return Err(Error::invalid("c.shape", format!("[{}, {}, {}]", p.batch, p.m, p.n), format!("{:?}", self.c.shape)));
+        }
+        let ch = Check { name: "c", t: &self.c };
+        ch.dtype(&[p.out])?.shape(&want)?.contiguous()?.in_bounds()?;
+        if self.c.device_ptr() % TENSOR_ALIGNMENT as u64 != 0 {
+            return Err(Error::invalid("c.address", format!("{TENSOR_ALIGNMENT}-byte aligned"), format!("{:#x}", self.c.device_ptr())));
+        }
+        if !ctx.is_null() {
+            ch.device(ctx)?;
+        }
+        Ok(())
+    }
+
+    fn ptrs(&self) -> [crate::driver::DevicePtr; 6] {
+        [self.a.device_ptr(), self.a_scale.device_ptr(), self.b.device_ptr(), self.b_scale.device_ptr(), self.alpha.device_ptr(), self.c.device_ptr()]
+    }
+}
+
+/// The GPU, then the cuDNN version: what NVFP4 needs, named in the error.
+pub fn check_support(cc: (i32, i32), version: Version) -> Result<()> {
+    if !matches!(cc.0, 10 | 12) {
+        return Err(Error::ArchUnsupported {
+            op: "cudnn nvfp4 matmul",
+            need: "a Blackwell GPU: sm_100/sm_103 (B200, GB200, B300) or sm_120/sm_121 (RTX 50, RTX PRO, DGX Spark)".into(),
+            have: format!("sm_{}{}", cc.0, cc.1),
+        });
+    }
+    if version < NVFP4_MIN_VERSION {
+        return Err(Error::ArchUnsupported {
+            op: "cudnn nvfp4 matmul",
+            need: format!("cuDNN >= {NVFP4_MIN_VERSION} (block-scale dequantize)"),
+            have: format!("cuDNN {version}"),
+        });
+    }
+    Ok(())
+}
+
+fn plan_of(dnn: &Cudnn, p: &Nvfp4Problem) -> Result<Arc<super::Plan>> {
+    check_support(dnn.context().compute_capability(), dnn.version())?;
+    dnn.plan(&dnn.key(OpKey::Nvfp4Matmul(*p)), |api, h| p.graph(api, h))
+}
+
+/// The workspace bytes of `problem`'s plan (builds and caches it): as [`super::workspace_size`].
+pub fn nvfp4_workspace_size(dnn: &Cudnn, problem: &Nvfp4Problem) -> Result<u64> {
+    problem.validate()?;
+    Ok(plan_of(dnn, problem)?.info().workspace_bytes)
+}
+
+/// Eager NVFP4 matmul: validates, checks the GPU and cuDNN, plans (cached), grows `ws` if needed,
+/// executes on `stream`.
+pub fn nvfp4_matmul(dnn: &Cudnn, args: &Nvfp4MatmulArgs<&DeviceBuffer>, ws: &mut Workspace, stream: &Stream) -> Result<PlanInfo> {
+    dnn.same_context(stream.context())?;
+    args.validate(stream.context().raw())?;
+    let plan = plan_of(dnn, &args.problem)?;
+    let w = ws.prepare(plan.info().workspace_bytes, stream)?;
+    // SAFETY: buffers validated (sizes, device) and borrowed for the call; ws holds the plan's bytes.
+    unsafe { dnn.execute(&plan, &args.ptrs(), w, stream.raw()) }?;
+    Ok(plan.info())
+}
+
+/// Captured NVFP4 matmul: a plan built before the capture only, never grows the workspace.
+pub fn nvfp4_matmul_captured<'c>(dnn: &Cudnn, args: &Nvfp4MatmulArgs<CapturedBuffer<'c>>, ws: &Captured<'c>, cap: &Capture<'c>) -> Result<PlanInfo> {
+    let s = cap.stream();
+    dnn.same_context(s.context())?;
+    args.validate(s.context().raw())?;
+    check_support(dnn.context().compute_capability(), dnn.version())?;
+    let plan = dnn.cached(&dnn.key(OpKey::Nvfp4Matmul(args.problem))).ok_or_else(|| {
+        Error::invalid("plan", "a plan built before the capture (nvfp4_workspace_size or an eager call)", format!("none cached for {}", args.problem.label()))
+    })?;
+    let w = ws.require(plan.info().workspace_bytes)?;
+    // SAFETY: buffers bound to the capture; the captured workspace holds the plan's bytes.
+    unsafe { dnn.execute(&plan, &args.ptrs(), w, s.raw()) }?;
+    Ok(plan.info())
+}
+
+#[doc(hidden)]
+/// Builds and finalizes the NVFP4 operation graph only (no engine, no GPU check): shows on any GPU
+/// that the graph is well-formed for this cuDNN.
+pub fn finalize_graph(dnn: &Cudnn, problem: &Nvfp4Problem) -> Result<()> {
+    problem.validate()?;
+    dnn.finalize_graph_only(|api, h| problem.graph(api, h))
+}

@@ -1,0 +1,524 @@
+//! NVFP4: 4-bit e2m1 values packed two per byte, one fp8-e4m3 scale per 16 elements along K (in
+//! CUTLASS's swizzled 128x4 layout), one fp32 global scale per tensor.
+//!
+//! * [`quantize`] / [`dequantize`] / [`global_scale`]: every arch (bit-identical to
+//!   [`reference`], the host algorithm);
+//! * [`gemm`]: Blackwell, CUTLASS block-scaled GEMM `D = alpha · A · Bᵀ`, A and B NVFP4 (sm_100a:
+//!   B200/GB200, sm_120a: RTX 50 / RTX PRO), tile chosen by M as production engines do;
+//! * [`w4a16_gemm`]: Hopper, graphsafe's weight-only kernel `D = alpha · A(bf16) · Wᵀ(NVFP4)`, over
+//!   a weight repacked once by [`prepare_weight`] (outside capture).
+//!
+//! `alpha` is always a device scalar, so it can change between graph replays. Eager calls may grow
+//! the workspace; captured calls never do ([`Error::WorkspaceTooSmall`], nothing captured).
+
+pub mod reference;
+
+use crate::driver::{Context, DeviceBuffer, DevicePtr, Stream};
+use crate::error::{positive, Error, Result};
+use crate::graph::{Capture, Captured, CapturedBuffer};
+use crate::ops::tensor::{Check, DType, DeviceMemory, Tensor};
+use crate::sys::{check_glue, cuda as c, kernels as k};
+use crate::workspace::{Workspace, WorkspaceArg};
+
+/// Which NVFP4 back-end a GPU gets.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Nvfp4Arch {
+    /// Hopper: weight-only FP4 GEMM (bf16 activations).
+    Sm90,
+    /// B200/GB200: CUTLASS block-scaled GEMM.
+    Sm100,
+    /// RTX 50 / RTX PRO Blackwell: CUTLASS block-scaled GEMM (GeForce path).
+    Sm120,
+}
+
+impl Nvfp4Arch {
+    /// The back-end for a compute capability, if this build has it.
+    pub fn for_compute_capability(cc: (i32, i32)) -> Result<Nvfp4Arch> {
+        let (arch, built) = match cc {
+            (9, 0) => (Nvfp4Arch::Sm90, "sm_90a"),
+            (10, 0) => (Nvfp4Arch::Sm100, "sm_100a"),
+            (12, 0) => (Nvfp4Arch::Sm120, "sm_120a"),
+            _ => {
+                return Err(Error::ArchUnsupported {
+                    op: "nvfp4 gemm",
+                    need: "sm_90 (H100/H200), sm_100 (B200/GB200) or sm_120 (RTX 50/RTX PRO)".into(),
+                    have: format!("sm_{}{}", cc.0, cc.1),
+                })
+            }
+        };
+        if !crate::build_info::has_arch(built) {
+            return Err(Error::ArchUnsupported { op: "nvfp4 gemm", need: format!("a build with {built}"), have: crate::build_info::archs().join(",") });
+        }
+        Ok(arch)
+    }
+
+    fn number(self) -> i32 {
+        match self {
+            Nvfp4Arch::Sm90 => 90,
+            Nvfp4Arch::Sm100 => 100,
+            Nvfp4Arch::Sm120 => 120,
+        }
+    }
+}
+
+impl std::str::FromStr for Nvfp4Arch {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        match s {
+            "sm_90" | "sm90" | "sm_90a" => Ok(Nvfp4Arch::Sm90),
+            "sm_100" | "sm100" | "sm_100a" => Ok(Nvfp4Arch::Sm100),
+            "sm_120" | "sm120" | "sm_120a" => Ok(Nvfp4Arch::Sm120),
+            _ => Err(Error::invalid("arch", "sm_90, sm_100 or sm_120", s)),
+        }
+    }
+}
+
+/// A CUTLASS tile configuration of the Blackwell GEMM.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct Tile {
+    /// CTA tile M.
+    pub m: u32,
+    /// CTA tile N.
+    pub n: u32,
+    /// CTA tile K.
+    pub k: u32,
+    /// Cluster M.
+    pub cluster_m: u32,
+    /// Cluster N.
+    pub cluster_n: u32,
+}
+
+/// What a GEMM of one shape needs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct Nvfp4Plan {
+    /// Back-end.
+    pub arch: Nvfp4Arch,
+    /// Rows of A / D.
+    pub m: u32,
+    /// Rows of B (W) / columns of D.
+    pub n: u32,
+    /// Reduction length.
+    pub k: u32,
+    /// The CUTLASS tile (Blackwell only).
+    pub tile: Option<Tile>,
+    /// Workspace bytes.
+    pub workspace_bytes: u64,
+    /// Bytes of the prepared weight (Hopper only).
+    pub prepared_weight_bytes: Option<u64>,
+}
+
+fn out_code(d: DType) -> Result<i32> {
+    match d {
+        DType::Bf16 => Ok(k::GsDtype::GS_DTYPE_BF16.0 as i32),
+        DType::Fp16 => Ok(k::GsDtype::GS_DTYPE_FP16.0 as i32),
+        other => Err(Error::invalid("d.dtype", "bf16 or fp16", other)),
+    }
+}
+
+fn check_nk(n: i64, kk: i64) -> Result<(i32, i32)> {
+    let (n, kk) = (positive("n", n)?, positive("k", kk)?);
+    if kk % 32 != 0 {
+        return Err(Error::invalid("k", "a multiple of 32", kk));
+    }
+    if n % 32 != 0 {
+        return Err(Error::invalid("n", "a multiple of 32", n));
+    }
+    Ok((n, kk))
+}
+
+/// Bytes of the swizzled scale tensor of an [rows, k] NVFP4 matrix: `round_up(rows,128) × round_up(k/16,4)`.
+pub fn scale_bytes(rows: i64, kk: i64) -> Result<u64> {
+    let (r, kk) = (positive("rows", rows)?, positive("k", kk)?);
+    let mut out = 0u64;
+    // SAFETY: host function; out-pointer to a local.
+    check_glue(unsafe { k::gs_nvfp4_scale_bytes(r, kk, &mut out) }, "gs_nvfp4_scale_bytes")?;
+    Ok(out)
+}
+
+/// The Blackwell GEMM's tile for `m` on `arch` (Sm100 or Sm120).
+pub fn gemm_tile(arch: Nvfp4Arch, m: i64) -> Result<Tile> {
+    let m = positive("m", m)?;
+    if arch == Nvfp4Arch::Sm90 {
+        return Err(Error::invalid("arch", "sm_100 or sm_120 (Hopper runs the weight-only kernel)", "sm_90"));
+    }
+    let mut t = k::GsNvfp4Tile::default();
+    // SAFETY: host function; out-pointer to a local.
+    check_glue(unsafe { k::gs_nvfp4_gemm_tile(arch.number(), m, &mut t) }, "gs_nvfp4_gemm_tile")?;
+    Ok(Tile { m: t.tile_m as u32, n: t.tile_n as u32, k: t.tile_k as u32, cluster_m: t.cluster_m as u32, cluster_n: t.cluster_n as u32 })
+}
+
+/// Splits, workspace and (Hopper) prepared-weight size for D[m, n] = A[m, k] · W[n, k]ᵀ.
+pub fn plan(arch: Nvfp4Arch, m: i64, n: i64, kk: i64, out: DType, sm_count: i64) -> Result<Nvfp4Plan> {
+    let mm = positive("m", m)?;
+    let (nn, k32) = check_nk(n, kk)?;
+    let sm = positive("sm_count", sm_count)?;
+    let mut ws = 0u64;
+    let (tile, prepared) = match arch {
+        Nvfp4Arch::Sm90 => {
+            if out != DType::Bf16 {
+                return Err(Error::invalid("d.dtype", "bf16 (the Hopper W4A16 kernel)", out));
+            }
+            // SAFETY: host functions; out-pointers to locals.
+            check_glue(unsafe { k::gs_nvfp4_w4a16_check_shape(mm, nn, k32) }, "gs_nvfp4_w4a16_check_shape")
+                .map_err(|_| Error::invalid("shape (m, n, k)", "a shape the sm90 W4A16 kernel supports (see its README section)", format!("({m}, {n}, {kk})")))?;
+            check_glue(unsafe { k::gs_nvfp4_w4a16_workspace_bytes(mm, nn, k32, sm, &mut ws) }, "gs_nvfp4_w4a16_workspace_bytes")?;
+            let mut p = 0u64;
+            check_glue(unsafe { k::gs_nvfp4_w4a16_prepared_bytes(nn, k32, &mut p) }, "gs_nvfp4_w4a16_prepared_bytes")?;
+            (None, Some(p))
+        }
+        _ => {
+            let t = gemm_tile(arch, m)?;
+            // SAFETY: host function; out-pointer to a local.
+            check_glue(
+                unsafe { k::gs_nvfp4_gemm_workspace_bytes(arch.number(), mm, nn, k32, out_code(out)?, sm, &mut ws) },
+                "gs_nvfp4_gemm_workspace_bytes",
+            )?;
+            (Some(t), None)
+        }
+    };
+    Ok(Nvfp4Plan { arch, m: mm as u32, n: nn as u32, k: k32 as u32, tile, workspace_bytes: ws, prepared_weight_bytes: prepared })
+}
+
+/// An NVFP4 matrix [rows, k] in device memory.
+#[derive(Clone, Debug)]
+pub struct Nvfp4Matrix<M> {
+    /// Packed values, [rows, k/2] bytes, row-major, 16-byte aligned.
+    pub packed: M,
+    /// Swizzled fp8 scales ([`scale_bytes`] bytes), 16-byte aligned.
+    pub scales: M,
+    /// One fp32: the global scale.
+    pub global_scale: M,
+    /// Rows.
+    pub rows: usize,
+    /// Columns (the K dimension), a multiple of 32.
+    pub k: usize,
+}
+
+impl<M: DeviceMemory> Nvfp4Matrix<M> {
+    /// Checks sizes, alignment and device (`ctx` null: skip the device check). The ops call this first.
+    pub fn validate(&self, name: &str, ctx: c::CUcontext) -> Result<()> {
+        if self.rows == 0 || self.rows > i32::MAX as usize {
+            return Err(Error::invalid(format!("{name}.rows"), "1..2^31", self.rows));
+        }
+        if self.k == 0 || self.k % 32 != 0 || self.k > i32::MAX as usize {
+            return Err(Error::invalid(format!("{name}.k"), "a positive multiple of 32", self.k));
+        }
+        let parts: [(&str, &M, u64, u64); 3] = [
+            ("packed", &self.packed, (self.rows * self.k / 2) as u64, 16),
+            ("scales", &self.scales, scale_bytes(self.rows as i64, self.k as i64)?, 16),
+            ("global_scale", &self.global_scale, 4, 4),
+        ];
+        for (part, mem, need, align) in parts {
+            if (mem.len() as u64) < need {
+                return Err(Error::invalid(format!("{name}.{part}"), format!("at least {need} bytes"), mem.len()));
+            }
+            if mem.device_ptr() % align != 0 {
+                return Err(Error::invalid(format!("{name}.{part}.address"), format!("{align}-byte aligned"), format!("{:#x}", mem.device_ptr())));
+            }
+            if !ctx.is_null() && mem.context_raw() != ctx {
+                return Err(Error::invalid(format!("{name}.{part}.device"), "memory on the stream's device", "memory of another device"));
+            }
+        }
+        Ok(())
+    }
+}
+
+fn scalar<M: DeviceMemory>(name: &str, m: &M, ctx: c::CUcontext) -> Result<DevicePtr> {
+    if m.len() < 4 || m.device_ptr() % 4 != 0 {
+        return Err(Error::invalid(name, "a 4-byte aligned device f32", format!("{} bytes at {:#x}", m.len(), m.device_ptr())));
+    }
+    if !ctx.is_null() && m.context_raw() != ctx {
+        return Err(Error::invalid(format!("{name}.device"), "memory on the stream's device", "memory of another device"));
+    }
+    Ok(m.device_ptr())
+}
+
+fn dtype_code(d: DType) -> i32 {
+    match d {
+        DType::Fp16 => k::GsDtype::GS_DTYPE_FP16.0 as i32,
+        _ => k::GsDtype::GS_DTYPE_BF16.0 as i32,
+    }
+}
+
+/// Checks a row-major bf16/fp16 matrix [rows, cols] with 16-byte aligned rows.
+fn check_matrix<M: DeviceMemory>(name: &str, t: &Tensor<M>, types: &[DType], ctx: c::CUcontext) -> Result<(usize, usize)> {
+    let ch = Check { name, t };
+    ch.dtype(types)?.shape(&[None, None])?.inner_contiguous()?.aligned(16)?.in_bounds()?;
+    if !ctx.is_null() {
+        ch.device(ctx)?;
+    }
+    Ok((t.shape[0], t.shape[1]))
+}
+
+pub(crate) fn quantize_on<M: DeviceMemory>(x: &Tensor<M>, gs: &M, out: &Nvfp4Matrix<M>, ctx: &Context, stream: c::CUstream) -> Result<()> {
+    let (m, kk) = check_matrix("x", x, &[DType::Bf16, DType::Fp16], ctx.raw())?;
+    if out.rows != m || out.k != kk {
+        return Err(Error::invalid("out", format!("an NVFP4 matrix of [{m}, {kk}]"), format!("[{}, {}]", out.rows, out.k)));
+    }
+    out.validate("out", ctx.raw())?;
+    let g = scalar("global_scale", gs, ctx.raw())?;
+    ctx.bind()?;
+    // SAFETY: every pointer was checked for size, alignment and device above.
+    check_glue(
+        unsafe {
+            k::gs_nvfp4_quantize(
+                x.device_ptr() as *const _,
+                dtype_code(x.dtype),
+                m as i32,
+                kk as i32,
+                x.strides[0] as i64,
+                g as *const f32,
+                out.packed.device_ptr() as *mut u8,
+                out.scales.device_ptr() as *mut u8,
+                stream.cast(),
+            )
+        },
+        "gs_nvfp4_quantize",
+    )
+}
+
+/// Quantizes x [m, k] (bf16/fp16) with the device global scale `gs` into `out`, on `stream`.
+pub fn quantize(x: &Tensor<&DeviceBuffer>, gs: &DeviceBuffer, out: &Nvfp4Matrix<&DeviceBuffer>, stream: &Stream) -> Result<()> {
+    quantize_on(x, &gs, out, stream.context(), stream.raw())
+}
+
+/// Captures a quantize (every buffer bound to the capture).
+pub fn quantize_captured<'c>(x: &Tensor<CapturedBuffer<'c>>, gs: &CapturedBuffer<'c>, out: &Nvfp4Matrix<CapturedBuffer<'c>>, cap: &Capture<'c>) -> Result<()> {
+    let s = cap.stream();
+    quantize_on(x, gs, out, s.context(), s.raw())
+}
+
+/// The inverse: `out` [m, k] (bf16/fp16) from an NVFP4 matrix, on `stream`.
+pub fn dequantize(src: &Nvfp4Matrix<&DeviceBuffer>, out: &Tensor<&DeviceBuffer>, stream: &Stream) -> Result<()> {
+    let ctx = stream.context();
+    src.validate("src", ctx.raw())?;
+    let (m, kk) = check_matrix("out", out, &[DType::Bf16, DType::Fp16], ctx.raw())?;
+    if src.rows != m || src.k != kk {
+        return Err(Error::invalid("out.shape", format!("[{}, {}]", src.rows, src.k), format!("[{m}, {kk}]")));
+    }
+    ctx.bind()?;
+    // SAFETY: checked above.
+    check_glue(
+        unsafe {
+            k::gs_nvfp4_dequantize(
+                src.packed.device_ptr() as *const u8,
+                src.scales.device_ptr() as *const u8,
+                src.global_scale.device_ptr() as *const f32,
+                m as i32,
+                kk as i32,
+                dtype_code(out.dtype),
+                out.device_ptr() as *mut _,
+                out.strides[0] as i64,
+                stream.raw().cast(),
+            )
+        },
+        "gs_nvfp4_dequantize",
+    )
+}
+
+/// `out[0] = 448·6 / amax(|x|)` over a contiguous bf16/fp16 tensor (1 when amax is 0 or not finite).
+pub fn global_scale(x: &Tensor<&DeviceBuffer>, out: &DeviceBuffer, stream: &Stream) -> Result<()> {
+    let ctx = stream.context();
+    let ch = Check { name: "x", t: x };
+    ch.dtype(&[DType::Bf16, DType::Fp16])?.contiguous()?.aligned(16)?.in_bounds()?.device(ctx.raw())?;
+    let g = scalar("out", &out, ctx.raw())?;
+    let n: usize = x.shape.iter().product();
+    if n == 0 {
+        return Err(Error::invalid("x.shape", "at least one element", format!("{:?}", x.shape)));
+    }
+    ctx.bind()?;
+    // SAFETY: checked above.
+    check_glue(
+        unsafe { k::gs_nvfp4_global_scale(x.device_ptr() as *const _, dtype_code(x.dtype), n as i64, g as *mut f32, stream.raw().cast()) },
+        "gs_nvfp4_global_scale",
+    )
+}
+
+/// A Hopper weight repacked for the W4A16 kernel (made by [`prepare_weight`], outside capture).
+#[derive(Clone, Debug)]
+pub struct PreparedWeight {
+    buf: DeviceBuffer,
+    n: usize,
+    k: usize,
+}
+
+impl PreparedWeight {
+    /// The weight's [n, k].
+    pub fn shape(&self) -> (usize, usize) {
+        (self.n, self.k)
+    }
+    /// Binds it to a capture (the graph keeps it alive).
+    pub fn bind<'c>(&self, cap: &mut Capture<'c>) -> Result<CapturedWeight<'c>> {
+        Ok(CapturedWeight { buf: cap.bind_buffer(&self.buf)?, n: self.n, k: self.k })
+    }
+}
+
+/// A prepared weight bound to a capture.
+#[derive(Clone, Copy, Debug)]
+pub struct CapturedWeight<'c> {
+    buf: CapturedBuffer<'c>,
+    n: usize,
+    k: usize,
+}
+
+/// Repacks an [n, k] NVFP4 weight for the Hopper W4A16 kernel (allocates; eager only).
+pub fn prepare_weight(w: &Nvfp4Matrix<&DeviceBuffer>, stream: &Stream) -> Result<PreparedWeight> {
+    let buf = prepare_weight_raw(w, stream)?;
+    Ok(PreparedWeight { buf, n: w.rows, k: w.k })
+}
+
+/// [`prepare_weight`] over any memory, returning the prepared buffer (the C ABI's path).
+pub(crate) fn prepare_weight_raw<M: DeviceMemory>(w: &Nvfp4Matrix<M>, stream: &Stream) -> Result<DeviceBuffer> {
+    let ctx = stream.context();
+    if Nvfp4Arch::for_compute_capability(ctx.compute_capability())? != Nvfp4Arch::Sm90 {
+        return Err(Error::ArchUnsupported { op: "nvfp4 prepare_weight", need: "sm_90 (the weight-only kernel)".into(), have: format!("{:?}", ctx.compute_capability()) });
+    }
+    w.validate("w", ctx.raw())?;
+    let (n, kk) = check_nk(w.rows as i64, w.k as i64)?;
+    let mut bytes = 0u64;
+    // SAFETY: host function; out-pointer to a local.
+    check_glue(unsafe { k::gs_nvfp4_w4a16_prepared_bytes(n, kk, &mut bytes) }, "gs_nvfp4_w4a16_prepared_bytes")?;
+    let buf = DeviceBuffer::alloc_zeroed(stream, bytes as usize)?;
+    ctx.bind()?;
+    #[cfg(graphsafe_arch = "sm_90a")]
+    // SAFETY: checked above; buf holds `bytes`.
+    check_glue(
+        unsafe {
+            k::gs_nvfp4_w4a16_prepare(
+                w.packed.device_ptr() as *const u8,
+                w.scales.device_ptr() as *const u8,
+                w.global_scale.device_ptr() as *const f32,
+                n,
+                kk,
+                buf.device_ptr() as *mut _,
+                bytes,
+                stream.raw().cast(),
+            )
+        },
+        "gs_nvfp4_w4a16_prepare",
+    )?;
+    Ok(buf)
+}
+
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn w4a16_on<M: DeviceMemory>(a: &Tensor<M>, w: (DevicePtr, usize, usize, c::CUcontext), alpha: &M, d: &Tensor<M>, ws: WorkspaceArg<'_>, ctx: &Context, stream: c::CUstream) -> Result<Nvfp4Plan> {
+    let arch = Nvfp4Arch::for_compute_capability(ctx.compute_capability())?;
+    if arch != Nvfp4Arch::Sm90 {
+        return Err(Error::ArchUnsupported { op: "nvfp4 w4a16_gemm", need: "sm_90 (Blackwell: nvfp4::gemm)".into(), have: format!("{arch:?}") });
+    }
+    let (m, ka) = check_matrix("a", a, &[DType::Bf16], ctx.raw())?;
+    let (dm, dn) = check_matrix("d", d, &[DType::Bf16], ctx.raw())?;
+    let (wp, n, kk, wctx) = w;
+    if wctx != ctx.raw() {
+        return Err(Error::invalid("w.device", "a weight prepared on the stream's device", "one of another device"));
+    }
+    if ka != kk {
+        return Err(Error::invalid("a.shape[1] (k)", format!("{kk}, the weight's k"), ka));
+    }
+    if dm != m || dn != n {
+        return Err(Error::invalid("d.shape", format!("[{m}, {n}]"), format!("[{dm}, {dn}]")));
+    }
+    let al = scalar("alpha", alpha, ctx.raw())?;
+    let plan = plan(arch, m as i64, n as i64, kk as i64, DType::Bf16, ctx.sm_count() as i64)?;
+    let (wsp, wcap) = ws.take(plan.workspace_bytes)?;
+    ctx.bind()?;
+    #[cfg(graphsafe_arch = "sm_90a")]
+    // SAFETY: every pointer checked above; the workspace holds `wcap` >= the plan's bytes.
+    check_glue(
+        unsafe {
+            k::gs_nvfp4_w4a16_gemm(
+                a.device_ptr() as *const _,
+                a.strides[0] as i64,
+                wp as *const _,
+                al as *const f32,
+                d.device_ptr() as *mut _,
+                d.strides[0] as i64,
+                m as i32,
+                n as i32,
+                kk as i32,
+                ctx.sm_count() as i32,
+                wsp as *mut _,
+                wcap,
+                stream.cast(),
+            )
+        },
+        "gs_nvfp4_w4a16_gemm",
+    )?;
+    #[cfg(not(graphsafe_arch = "sm_90a"))]
+    let _ = (wp, al, wsp, wcap, stream);
+    Ok(plan)
+}
+
+/// Hopper: D[m, n] (bf16) = alpha · A[m, k] (bf16) · Wᵀ, eager (may grow `ws`).
+pub fn w4a16_gemm(a: &Tensor<&DeviceBuffer>, w: &PreparedWeight, alpha: &DeviceBuffer, d: &Tensor<&DeviceBuffer>, ws: &mut Workspace, stream: &Stream) -> Result<Nvfp4Plan> {
+    let wd = (w.buf.device_ptr(), w.n, w.k, w.buf.context().raw());
+    w4a16_on(a, wd, &alpha, d, WorkspaceArg::Grow(ws, stream), stream.context(), stream.raw())
+}
+
+/// Hopper, captured: never grows the workspace.
+pub fn w4a16_gemm_captured<'c>(a: &Tensor<CapturedBuffer<'c>>, w: &CapturedWeight<'c>, alpha: &CapturedBuffer<'c>, d: &Tensor<CapturedBuffer<'c>>, ws: &Captured<'c>, cap: &Capture<'c>) -> Result<Nvfp4Plan> {
+    let s = cap.stream();
+    let wd = (w.buf.device_ptr(), w.n, w.k, w.buf.context_raw());
+    w4a16_on(a, wd, alpha, d, WorkspaceArg::Fixed { ptr: ws.device_ptr(), capacity: ws.capacity() }, s.context(), s.raw())
+}
+
+pub(crate) fn gemm_on<M: DeviceMemory>(a: &Nvfp4Matrix<M>, b: &Nvfp4Matrix<M>, alpha: &M, d: &Tensor<M>, ws: WorkspaceArg<'_>, ctx: &Context, stream: c::CUstream) -> Result<Nvfp4Plan> {
+    let arch = Nvfp4Arch::for_compute_capability(ctx.compute_capability())?;
+    if arch == Nvfp4Arch::Sm90 {
+        return Err(Error::ArchUnsupported { op: "nvfp4 gemm", need: "sm_100 or sm_120 (Hopper: nvfp4::w4a16_gemm)".into(), have: "sm_90".into() });
+    }
+    a.validate("a", ctx.raw())?;
+    b.validate("b", ctx.raw())?;
+    if a.k != b.k {
+        return Err(Error::invalid("b.k", format!("{}, a's k", a.k), b.k));
+    }
+    let (dm, dn) = check_matrix("d", d, &[DType::Bf16, DType::Fp16], ctx.raw())?;
+    if dm != a.rows || dn != b.rows || d.strides[0] != dn {
+        return Err(Error::invalid("d", format!("a contiguous [{}, {}]", a.rows, b.rows), format!("{:?} strides {:?}", d.shape, d.strides)));
+    }
+    let al = scalar("alpha", alpha, ctx.raw())?;
+    let plan = plan(arch, a.rows as i64, b.rows as i64, a.k as i64, d.dtype, ctx.sm_count() as i64)?;
+    let (wsp, wcap) = ws.take(plan.workspace_bytes)?;
+    ctx.bind()?;
+    let args = (
+        a.packed.device_ptr() as *const u8,
+        a.scales.device_ptr() as *const u8,
+        b.packed.device_ptr() as *const u8,
+        b.scales.device_ptr() as *const u8,
+        al as *const f32,
+        d.device_ptr() as *mut std::ffi::c_void,
+        out_code(d.dtype)?,
+        (plan.m as i32, plan.n as i32, plan.k as i32, ctx.sm_count() as i32),
+    );
+    let status: i32 = match arch {
+        #[cfg(graphsafe_arch = "sm_100a")]
+        // SAFETY: every pointer checked above; the workspace holds `wcap` >= the plan's bytes.
+        Nvfp4Arch::Sm100 => unsafe {
+            k::gs_nvfp4_gemm_sm100(args.0, args.1, args.2, args.3, args.4, args.5, args.6, args.7 .0, args.7 .1, args.7 .2, args.7 .3, wsp as *mut _, wcap, stream.cast())
+        },
+        #[cfg(graphsafe_arch = "sm_120a")]
+        // SAFETY: as above.
+        Nvfp4Arch::Sm120 => unsafe {
+            k::gs_nvfp4_gemm_sm120(args.0, args.1, args.2, args.3, args.4, args.5, args.6, args.7 .0, args.7 .1, args.7 .2, args.7 .3, wsp as *mut _, wcap, stream.cast())
+        },
+        #[allow(unreachable_patterns)]
+        other => {
+            let _ = (args, wsp, wcap, stream);
+            return Err(Error::ArchUnsupported { op: "nvfp4 gemm", need: format!("a build with {other:?}"), have: crate::build_info::archs().join(",") });
+        }
+    };
+    check_glue(status, "gs_nvfp4_gemm")?;
+    Ok(plan)
+}
+
+/// Blackwell: D[m, n] (bf16/fp16, contiguous) = alpha · A[m, k] · B[n, k]ᵀ, A and B NVFP4; eager.
+pub fn gemm(a: &Nvfp4Matrix<&DeviceBuffer>, b: &Nvfp4Matrix<&DeviceBuffer>, alpha: &DeviceBuffer, d: &Tensor<&DeviceBuffer>, ws: &mut Workspace, stream: &Stream) -> Result<Nvfp4Plan> {
+    gemm_on(a, b, &alpha, d, WorkspaceArg::Grow(ws, stream), stream.context(), stream.raw())
+}
+
+/// Blackwell, captured: never grows the workspace.
+pub fn gemm_captured<'c>(a: &Nvfp4Matrix<CapturedBuffer<'c>>, b: &Nvfp4Matrix<CapturedBuffer<'c>>, alpha: &CapturedBuffer<'c>, d: &Tensor<CapturedBuffer<'c>>, ws: &Captured<'c>, cap: &Capture<'c>) -> Result<Nvfp4Plan> {
+    let s = cap.stream();
+    gemm_on(a, b, alpha, d, WorkspaceArg::Fixed { ptr: ws.device_ptr(), capacity: ws.capacity() }, s.context(), s.raw())
+}

@@ -1,0 +1,241 @@
+//! NVFP4 on the GPU: quantize/dequantize/global scale bit-identical to the host reference on random
+//! and adversarial inputs; the Hopper W4A16 GEMM against a dequantize-then-f64 reference; captured
+//! replay equal to eager (and alpha read at replay time); the Blackwell GEMM skips elsewhere.
+
+mod common;
+
+use common::{gpu, random_f32};
+use graphsafe::driver::{DeviceBuffer, Stream};
+use graphsafe::graph::CaptureMode;
+use graphsafe::ops::nvfp4::{self, reference as r, Nvfp4Matrix};
+use graphsafe::ops::tensor::{DType, Tensor};
+use graphsafe::workspace::Workspace;
+use half::{bf16, f16};
+
+fn to_bits(x: &[f32], dt: DType) -> (Vec<u16>, Vec<f32>) {
+    match dt {
+        DType::Fp16 => x.iter().map(|&v| { let h = f16::from_f32(v); (h.to_bits(), h.to_f32()) }).unzip(),
+        _ => x.iter().map(|&v| { let h = bf16::from_f32(v); (h.to_bits(), h.to_f32()) }).unzip(),
+    }
+}
+
+/// Random values at several magnitudes, plus adversarial rows.
+fn inputs(m: usize, k: usize, seed: u64, dt: DType) -> Vec<f32> {
+    let big = if dt == DType::Fp16 { 65504.0f32 } else { 3.0e38 };
+    let tiny = if dt == DType::Fp16 { 6.0e-8f32 } else { 1.0e-39 };
+    let mut x = random_f32(m * k, seed);
+    for (i, v) in x.iter_mut().enumerate() {
+        let row = i / k;
+        *v *= [1.0, 100.0, 1e-3, 7.0][row % 4];
+        match row % 9 {
+            5 => *v = 0.0,                                                  // all-zero row
+            6 => *v = tiny * ((i % 7) as f32),                              // denormals
+            7 => *v = if i % 2 == 0 { big } else { -big },                  // +-max
+            8 => *v = [0.25f32, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0, 6.0][i % 8] * if i % 3 == 0 { -1.0 } else { 1.0 }, // e2m1 ties
+            _ => {}
+        }
+    }
+    if m * k > 40 {
+        x[3] = f32::NAN;
+        x[k + 17] = f32::INFINITY;
+        x[k + 20] = -f32::INFINITY;
+    }
+    x
+}
+
+#[test]
+fn quantize_and_dequantize_are_bit_identical_to_the_host_reference() {
+    let Some((ctx, stream)) = gpu() else { return };
+    let mut cases = 0;
+    for dt in [DType::Bf16, DType::Fp16] {
+        for &(m, k) in &[(1usize, 32usize), (7, 64), (9, 96), (128, 256), (300, 1024), (1000, 4096)] {
+            for finite in [true, false] {
+                let mut x = inputs(m, k, (m * 31 + k) as u64, dt);
+                if finite {
+                    x.iter_mut().filter(|v| !v.is_finite()).for_each(|v| *v = 1.5);
+                }
+                let (bits, xf) = to_bits(&x, dt);
+                let xb = DeviceBuffer::from_host(&stream, &bits).unwrap();
+                let xt = Tensor::contiguous(&xb, dt, &[m, k]);
+                // Global scale on the device equals the host's, bit for bit.
+                let gs_dev = DeviceBuffer::alloc_zeroed(&stream, 4).unwrap();
+                nvfp4::global_scale(&xt, &gs_dev, &stream).unwrap();
+                let gs = gs_dev.to_host_vec::<f32>(&stream).unwrap()[0];
+                assert_eq!(gs.to_bits(), r::global_scale(&xf).to_bits(), "{dt} {m}x{k} finite={finite}");
+                let q = Nvfp4Matrix {
+                    packed: &DeviceBuffer::alloc(&ctx, m * k / 2).unwrap(),
+                    scales: &{
+                        let s = DeviceBuffer::alloc(&ctx, r::scale_bytes(m, k)).unwrap();
+                        s.memset_u8(0xAB, &stream).unwrap(); // dirty: padding must be written as 0
+                        s
+                    },
+                    global_scale: &gs_dev,
+                    rows: m,
+                    k,
+                };
+                nvfp4::quantize(&xt, &gs_dev, &q, &stream).unwrap();
+                let (want_p, want_s) = r::quantize(&xf, m, k, gs);
+                assert_eq!(q.packed.to_host_vec::<u8>(&stream).unwrap(), want_p, "{dt} {m}x{k} packed");
+                assert_eq!(q.scales.to_host_vec::<u8>(&stream).unwrap(), want_s, "{dt} {m}x{k} scales");
+                let out = DeviceBuffer::alloc(&ctx, m * k * 2).unwrap();
+                nvfp4::dequantize(&q, &Tensor::contiguous(&out, dt, &[m, k]), &stream).unwrap();
+                let (want_d, _) = to_bits(&r::dequantize(&want_p, &want_s, m, k, gs), dt);
+                assert_eq!(out.to_host_vec::<u16>(&stream).unwrap(), want_d, "{dt} {m}x{k} dequantized");
+                cases += 1;
+            }
+        }
+    }
+    eprintln!("{cases} quantize cases bit-identical");
+}
+
+struct W4a16 {
+    a: DeviceBuffer,
+    w: nvfp4::PreparedWeight,
+    reference: Vec<f64>,
+    m: usize,
+    n: usize,
+    k: usize,
+}
+
+fn w4a16_problem(stream: &Stream, m: usize, n: usize, k: usize, seed: u64) -> W4a16 {
+    let ctx = stream.context();
+    let wf = random_f32(n * k, seed);
+    let (_, wf) = to_bits(&wf, DType::Bf16);
+    let gs = r::global_scale(&wf);
+    let (p, s) = r::quantize(&wf, n, k, gs);
+    let wdq = r::dequantize(&p, &s, n, k, gs);
+    let (abits, af) = to_bits(&random_f32(m * k, seed + 1), DType::Bf16);
+    let packed = DeviceBuffer::from_host(stream, &p).unwrap();
+    let scales = DeviceBuffer::from_host(stream, &s).unwrap();
+    let gsb = DeviceBuffer::from_host(stream, &[gs]).unwrap();
+    let w = nvfp4::prepare_weight(&Nvfp4Matrix { packed: &packed, scales: &scales, global_scale: &gsb, rows: n, k }, stream).unwrap();
+    let _ = ctx;
+    let mut reference = vec![0f64; m * n];
+    for i in 0..m {
+        for j in 0..n {
+            reference[i * n + j] = (0..k).map(|t| af[i * k + t] as f64 * wdq[j * k + t] as f64).sum();
+        }
+    }
+    W4a16 { a: DeviceBuffer::from_host(stream, &abits).unwrap(), w, reference, m, n, k }
+}
+
+fn max_rel_err(got: &[u16], want: &[f64], alpha: f64) -> f64 {
+    let scale = want.iter().fold(0f64, |a, v| a.max(v.abs() * alpha)).max(1e-9);
+    got.iter().zip(want).fold(0f64, |e, (&g, &w)| e.max((bf16::from_bits(g).to_f64() - w * alpha).abs())) / scale
+}
+
+fn hopper(ctx: &std::sync::Arc<graphsafe::driver::Context>) -> bool {
+    let cc = ctx.compute_capability();
+    if cc != (9, 0) {
+        eprintln!("SKIP: the W4A16 kernel needs sm_90 (H100/H200); this GPU is sm_{}{}", cc.0, cc.1);
+        return false;
+    }
+    true
+}
+
+#[test]
+fn w4a16_matches_the_dequantized_reference() {
+    let Some((ctx, stream)) = gpu() else { return };
+    if !hopper(&ctx) {
+        return;
+    }
+    let mut ws = Workspace::new(&stream, 0).unwrap();
+    let alpha = DeviceBuffer::from_host(&stream, &[0.5f32]).unwrap();
+    let mut worst = 0f64;
+    for &(n, k) in &[(256usize, 512usize), (1024, 4096), (4096, 1024)] {
+        for &m in &[1usize, 5, 16, 64, 300] {
+            let p = w4a16_problem(&stream, m, n, k, (m * n + k) as u64);
+            let d = DeviceBuffer::alloc_zeroed(&stream, m * n * 2).unwrap();
+            nvfp4::w4a16_gemm(&Tensor::contiguous(&p.a, DType::Bf16, &[m, k]), &p.w, &alpha, &Tensor::contiguous(&d, DType::Bf16, &[m, n]), &mut ws, &stream).unwrap();
+            let e = max_rel_err(&d.to_host_vec::<u16>(&stream).unwrap(), &p.reference, 0.5);
+            assert!(e <= 1e-2, "m={m} n={n} k={k}: error {e}");
+            worst = worst.max(e);
+        }
+    }
+    eprintln!("W4A16: 15 shapes, worst normalized error {worst:.2e}");
+}
+
+#[test]
+fn w4a16_captured_replay_equals_eager_and_reads_alpha_at_replay() {
+    let Some((ctx, mut stream)) = gpu() else { return };
+    if !hopper(&ctx) {
+        return;
+    }
+    let p = w4a16_problem(&stream, 16, 1024, 4096, 77);
+    let (m, n, k) = (p.m, p.n, p.k);
+    let alpha = DeviceBuffer::from_host(&stream, &[1.0f32]).unwrap();
+    let d = DeviceBuffer::alloc_zeroed(&stream, m * n * 2).unwrap();
+    let mut ws = Workspace::new(&stream, 0).unwrap();
+    let plan = nvfp4::w4a16_gemm(&Tensor::contiguous(&p.a, DType::Bf16, &[m, k]), &p.w, &alpha, &Tensor::contiguous(&d, DType::Bf16, &[m, n]), &mut ws, &stream).unwrap();
+    let eager = d.to_host_vec::<u16>(&stream).unwrap();
+    let exec = {
+        let mut cap = stream.begin_capture(CaptureMode::ThreadLocal).unwrap();
+        let w = cap.bind_workspace(&mut ws).unwrap();
+        let (ca, cal, cd) = (cap.bind_buffer(&p.a).unwrap(), cap.bind_buffer(&alpha).unwrap(), cap.bind_buffer(&d).unwrap());
+        let cw = p.w.bind(&mut cap).unwrap();
+        let cplan = nvfp4::w4a16_gemm_captured(&Tensor::contiguous(ca, DType::Bf16, &[m, k]), &cw, &cal, &Tensor::contiguous(cd, DType::Bf16, &[m, n]), &w, &cap).unwrap();
+        assert_eq!(cplan, plan);
+        cap.end().unwrap().instantiate().unwrap()
+    };
+    ws.ensure_size(ws.capacity() * 2 + (1 << 20), &stream).unwrap();
+    for _ in 0..10 {
+        d.memset_u8(0, &stream).unwrap();
+        exec.launch(&stream).unwrap();
+        assert_eq!(d.to_host_vec::<u16>(&stream).unwrap(), eager);
+    }
+    // alpha is read at replay: doubling it doubles every output exactly.
+    alpha.copy_from_host(&[2.0f32], &stream).unwrap();
+    exec.launch(&stream).unwrap();
+    let doubled: Vec<u16> = eager.iter().map(|&b| bf16::from_f32(bf16::from_bits(b).to_f32() * 2.0).to_bits()).collect();
+    assert_eq!(d.to_host_vec::<u16>(&stream).unwrap(), doubled);
+    // A captured GEMM with too small a workspace is refused, nothing captured.
+    if plan.workspace_bytes > 0 {
+        let mut small = Workspace::new(&stream, plan.workspace_bytes - 256).unwrap();
+        let mut cap = stream.begin_capture(CaptureMode::ThreadLocal).unwrap();
+        let w = cap.bind_workspace(&mut small).unwrap();
+        let (ca, cal, cd) = (cap.bind_buffer(&p.a).unwrap(), cap.bind_buffer(&alpha).unwrap(), cap.bind_buffer(&d).unwrap());
+        let cw = p.w.bind(&mut cap).unwrap();
+        let r = nvfp4::w4a16_gemm_captured(&Tensor::contiguous(ca, DType::Bf16, &[m, k]), &cw, &cal, &Tensor::contiguous(cd, DType::Bf16, &[m, n]), &w, &cap);
+        assert!(matches!(r, Err(graphsafe::Error::WorkspaceTooSmall { .. })), "{r:?}");
+        assert!(cap.end().unwrap().node_kinds().unwrap().is_empty());
+    }
+}
+
+#[test]
+fn blackwell_gemm_runs_there_and_skips_elsewhere() {
+    let Some((ctx, stream)) = gpu() else { return };
+    let cc = ctx.compute_capability();
+    if cc != (10, 0) && cc != (12, 0) {
+        eprintln!("SKIP: the CUTLASS NVFP4 GEMM needs sm_100 (B200/GB200) or sm_120 (RTX 50/RTX PRO); this GPU is sm_{}{}", cc.0, cc.1);
+        // The Hopper path refuses it by name rather than launching the wrong kernel.
+        let z = DeviceBuffer::alloc_zeroed(&stream, 1 << 16).unwrap();
+        let m = Nvfp4Matrix { packed: &z, scales: &z, global_scale: &z, rows: 32, k: 64 };
+        let mut ws = Workspace::new(&stream, 0).unwrap();
+        let r = nvfp4::gemm(&m, &m, &z, &Tensor::contiguous(&z, DType::Bf16, &[32, 32]), &mut ws, &stream);
+        assert!(matches!(r, Err(graphsafe::Error::ArchUnsupported { .. })), "{r:?}");
+        return;
+    }
+    let (m, n, k) = (64usize, 256usize, 512usize);
+    let (af, wf) = (to_bits(&random_f32(m * k, 1), DType::Bf16).1, to_bits(&random_f32(n * k, 2), DType::Bf16).1);
+    let (ga, gw) = (r::global_scale(&af), r::global_scale(&wf));
+    let ((pa, sa), (pw, sw)) = (r::quantize(&af, m, k, ga), r::quantize(&wf, n, k, gw));
+    let up = |v: &[u8]| DeviceBuffer::from_host(&stream, v).unwrap();
+    let (bpa, bsa, bpw, bsw) = (up(&pa), up(&sa), up(&pw), up(&sw));
+    let (bga, bgw) = (DeviceBuffer::from_host(&stream, &[ga]).unwrap(), DeviceBuffer::from_host(&stream, &[gw]).unwrap());
+    let alpha = DeviceBuffer::from_host(&stream, &[1.0 / (ga * gw)]).unwrap();
+    let d = DeviceBuffer::alloc_zeroed(&stream, m * n * 2).unwrap();
+    let mut ws = Workspace::new(&stream, 0).unwrap();
+    nvfp4::gemm(
+        &Nvfp4Matrix { packed: &bpa, scales: &bsa, global_scale: &bga, rows: m, k },
+        &Nvfp4Matrix { packed: &bpw, scales: &bsw, global_scale: &bgw, rows: n, k },
+        &alpha,
+        &Tensor::contiguous(&d, DType::Bf16, &[m, n]),
+        &mut ws,
+        &stream,
+    )
+    .unwrap();
+    let (adq, wdq) = (r::dequantize(&pa, &sa, m, k, 1.0), r::dequantize(&pw, &sw, n, k, 1.0));
+    let want: Vec<f64> = (0..m * n).map(|i| (0..k).map(|t| adq[(i / n) * k + t] as f64 * wdq[(i % n) * k + t] as f64).sum::<f64>()).collect();
+    let e = max_rel_err(&d.to_host_vec::<u16>(&stream).unwrap(), &want, 1.0 / (ga as f64 * gw as f64));
+    assert!(e <= 1e-2, "error {e}");
+}
