@@ -10,11 +10,11 @@
 // (__nv_cvt_float_to_fp8, __NV_SATFINITE), global_scale / (float)sf (true division), x * inv,
 // then e2m1 by comparing against the midpoints (no arithmetic, so nothing to contract).
 //
-// quantize: one thread per 8 elements (one 16-byte load, one 4-byte store of 8 codes); a lane
-// pair owns a block of 16 (amax through one shuffle) and 8 lanes own the 4 blocks whose scales
-// are one aligned 4-byte word of the swizzled layout, stored by one lane. Threads cover
-// round_up(m, 128) rows x round_up(k / 16, 4) blocks, so the padding of the scale tensor is
-// written with zeros by the same pass. Each thread handles two such items (two loads in flight).
+// quantize: one thread per block of 16 (two 16-byte loads, one 8-byte store of 16 codes); 4 lanes
+// own the 4 blocks whose scales are one aligned 4-byte word of the swizzled layout, stored by one
+// lane. Threads cover round_up(m, 128) rows x round_up(k / 16, 4) blocks, so the padding of the
+// scale tensor is written with zeros by the same pass. Each thread handles two blocks (four loads
+// in flight).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
@@ -27,7 +27,7 @@
 namespace {
 
 constexpr int kThreads = 256;
-constexpr int kItems = 2;  // 8-element items per thread in quantize
+constexpr int kItems = 2;  // blocks of 16 per thread in quantize
 
 bool aligned(const void* p, uintptr_t a) { return (reinterpret_cast<uintptr_t>(p) & (a - 1)) == 0; }
 
@@ -54,7 +54,7 @@ __device__ __forceinline__ uint16_t from_float(float v) {
 }
 
 template <bool F16>
-__device__ __forceinline__ void unpack8(const uint4& v, float (&f)[8]) {
+__device__ __forceinline__ void unpack8(const uint4& v, float* f) {
   const uint32_t w[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
@@ -76,6 +76,34 @@ __device__ __forceinline__ uint32_t e2m1_code(float v) {
   const uint32_t mag = __float_as_uint(a + magic) - base;
   const uint32_t sign = (__float_as_uint(v) >> 28) & 8u;
   return isnan(v) ? 0u : (mag != 0u ? (mag | sign) : 0u);
+}
+
+// The same magnitude code for v that is not NaN, in integer steps: magic = 2^(22 + max(e, 0)) with e
+// the exponent of |v| (clamped to 6), and the code = multiple of the step + 2 * max(e, 0).
+__device__ __forceinline__ uint32_t e2m1_mag(float v) {
+  const float a = fminf(fabsf(v), 6.0f);
+  const uint32_t mb = max(__float_as_uint(a) & 0x7F800000u, 0x3F800000u) + (22u << 23);
+  return __float_as_uint(a + __uint_as_float(mb)) - mb + ((mb >> 22) - 298u);
+}
+
+// Codes of 8 values none of which is NaN (nibble j = value j): magnitudes one by one, the sign
+// bits applied word-wide to the non-zero codes only.
+__device__ __forceinline__ uint32_t e2m1_pack8(const float* f, float inv) {
+  uint32_t mags = 0, signs = 0;
+#pragma unroll
+  for (int j = 0; j < 8; ++j) {
+    const float v = f[j] * inv;
+    mags |= e2m1_mag(v) << (4 * j);
+    signs |= (__float_as_uint(v) >> (28 - 4 * j)) & (8u << (4 * j));
+  }
+  const uint32_t nz = (mags | (mags >> 1) | (mags >> 2)) & 0x11111111u;  // bit 4j: code j != 0
+  return mags | (signs & (nz << 3));
+}
+
+__device__ __forceinline__ float max_nan(float a, float b) {  // NaN if either is NaN
+  float d;
+  asm("max.NaN.f32 %0, %1, %2;" : "=f"(d) : "f"(a), "f"(b));
+  return d;
 }
 
 __device__ __forceinline__ float e4m3_to_float(uint32_t b) {
@@ -100,47 +128,73 @@ template <bool F16>
 __global__ void __launch_bounds__(kThreads) nvfp4_quantize_kernel(const uint16_t* __restrict__ x, int64_t ld_x, int m,
                                                                    int k, int kb4, uint32_t div_magic, int div_shift,
                                                                    const float* __restrict__ gsp,
-                                                                   uint32_t* __restrict__ packed,
-                                                                   uint8_t* __restrict__ scales) {
+                                                                   uint8_t* __restrict__ packed,
+                                                                   uint8_t* __restrict__ scales, int vec8) {
   const float gs = __ldg(gsp);
   const uint32_t base = blockIdx.x * (kThreads * kItems) + threadIdx.x;  // < 2^31 (host check)
-  const int sub = threadIdx.x & 7;  // lane within the 8 lanes of a 4-block group
-  uint4 v[kItems];
+  const int sub = threadIdx.x & 3;  // block within the 4-block group (lanes 4j..4j+3 share a group)
+  uint4 v[kItems][2];
   int64_t row[kItems];
   int g4[kItems], col[kItems];
   bool valid[kItems];
 #pragma unroll
   for (int i = 0; i < kItems; ++i) {
-    // item = row * (8 * kb4) + 8 * g4 + sub; the division by 8 * kb4 is a multiply-high (host magic)
+    // item = row * (4 * kb4) + 4 * g4 + sub; the division by 4 * kb4 is a multiply-high (host magic)
     const uint32_t item = base + i * kThreads;
     const uint32_t r = (__umulhi(item, div_magic) + item) >> div_shift;
     row[i] = r;
-    g4[i] = int((item - r * uint32_t(8 * kb4)) >> 3);
-    col[i] = (g4[i] * 4 + (sub >> 1)) * 16 + (sub & 1) * 8;
+    g4[i] = int((item - r * uint32_t(4 * kb4)) >> 2);
+    col[i] = (g4[i] * 4 + sub) * 16;
     valid[i] = row[i] < m && col[i] < k;
-    v[i] = make_uint4(0, 0, 0, 0);
-    if (valid[i]) v[i] = __ldg(reinterpret_cast<const uint4*>(x + row[i] * ld_x + col[i]));
+    v[i][0] = v[i][1] = make_uint4(0, 0, 0, 0);
+    if (valid[i]) {
+      const uint4* src = reinterpret_cast<const uint4*>(x + row[i] * ld_x + col[i]);
+      v[i][0] = __ldg(src);
+      v[i][1] = __ldg(src + 1);
+    }
   }
 #pragma unroll
   for (int i = 0; i < kItems; ++i) {
-    float f[8];
-    unpack8<F16>(v[i], f);
+    float f[16];
+    unpack8<F16>(v[i][0], f);
+    unpack8<F16>(v[i][1], f + 8);
+    // amax with a NaN-propagating max: a block without NaN (the usual case) gets the fast path.
     float amax = 0.0f;
 #pragma unroll
-    for (int j = 0; j < 8; ++j) amax = fmaxf(amax, fabsf(f[j]));  // fmaxf ignores NaN
-    amax = fmaxf(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, 1));
+    for (int j = 0; j < 16; ++j) amax = max_nan(amax, fabsf(f[j]));
+    const bool has_nan = isnan(amax);
+    if (has_nan) {
+      amax = 0.0f;
+#pragma unroll
+      for (int j = 0; j < 16; ++j) amax = fmaxf(amax, fabsf(f[j]));  // fmaxf ignores NaN
+    }
     const __nv_fp8_storage_t sf = __nv_cvt_float_to_fp8(amax / 6.0f * gs, __NV_SATFINITE, __NV_E4M3);
     const float sf_f = e4m3_to_float(sf);
     const float inv = (sf_f == 0.0f) ? 0.0f : gs / sf_f;
-    uint32_t codes = 0;
+    uint32_t lo = 0, hi = 0;
+    if (!has_nan) {
+      lo = e2m1_pack8(f, inv);
+      hi = e2m1_pack8(f + 8, inv);
+    } else {
 #pragma unroll
-    for (int j = 0; j < 8; ++j) codes |= e2m1_code(f[j] * inv) << (4 * j);
-    if (valid[i]) packed[row[i] * (k >> 3) + (col[i] >> 3)] = codes;
-    // Gather the 4 scale bytes of this group (even lanes own a block) into one word.
-    uint32_t word = (valid[i] && (sub & 1) == 0) ? uint32_t(sf) << (8 * (sub >> 1)) : 0u;
+      for (int j = 0; j < 8; ++j) {
+        lo |= e2m1_code(f[j] * inv) << (4 * j);
+        hi |= e2m1_code(f[8 + j] * inv) << (4 * j);
+      }
+    }
+    if (valid[i]) {
+      uint8_t* dst = packed + row[i] * (k >> 1) + (col[i] >> 1);
+      if (vec8) {
+        *reinterpret_cast<uint2*>(dst) = make_uint2(lo, hi);
+      } else {
+        reinterpret_cast<uint32_t*>(dst)[0] = lo;
+        reinterpret_cast<uint32_t*>(dst)[1] = hi;
+      }
+    }
+    // Gather the group's 4 scale bytes into one word of the swizzled layout.
+    uint32_t word = valid[i] ? uint32_t(sf) << (8 * sub) : 0u;
     word |= __shfl_xor_sync(0xFFFFFFFFu, word, 1);
     word |= __shfl_xor_sync(0xFFFFFFFFu, word, 2);
-    word |= __shfl_xor_sync(0xFFFFFFFFu, word, 4);
     if (sub == 0) *reinterpret_cast<uint32_t*>(scales + scale_offset(row[i], g4[i] * 4, kb4)) = word;
   }
 }
@@ -159,9 +213,27 @@ __global__ void __launch_bounds__(kThreads) nvfp4_dequantize_kernel(const uint32
   const float gs = __ldg(gsp);
   const uint32_t codes = __ldg(packed + idx);
   const float sf = e4m3_to_float(__ldg(scales + scale_offset(row, col >> 4, kb4)));
+  // (e2m1 * sf) / gs with two divisions per thread instead of eight: e2m1 magnitudes are p or 1.5 p
+  // with p a power of two, and p * RN(y) == RN(p * y) while nothing is subnormal or overflows, so
+  // (p * sf) / gs == p * (sf / gs) and (1.5 p * sf) / gs == p * ((1.5 * sf) / gs) (1.5 * sf is exact).
+  // Outside that range (and for NaN, zero or negative quotients) every element divides.
+  const float q1 = sf / gs, q15 = (1.5f * sf) / gs;
+  const bool fast = q1 >= 0x1p-125f && q1 <= 0x1p124f;
   uint16_t o[8];
 #pragma unroll
-  for (int j = 0; j < 8; ++j) o[j] = from_float<F16>(e2m1_value(codes >> (4 * j)) * sf / gs);
+  for (int j = 0; j < 8; ++j) {
+    const uint32_t c = (codes >> (4 * j)) & 15u, mag = c & 7u;
+    float v;
+    if (fast) {
+      const float b = ((mag & 1u) && mag > 1u) ? q15 : q1;
+      const float p = mag == 0u ? 0.0f : __uint_as_float((126u + (mag >> 1)) << 23);  // 0, .5, 1, 1, 2, 2, 4, 4
+      v = b * p;
+      if (c & 8u) v = -v;
+    } else {
+      v = e2m1_value(c) * sf / gs;
+    }
+    o[j] = from_float<F16>(v);
+  }
   uint16_t* dst = out + row * ld_out + col;
   if (vec) {
     uint4 w;
@@ -257,22 +329,24 @@ extern "C" int gs_nvfp4_quantize(const void* x, int32_t dtype, int32_t m, int32_
   if (!aligned(x, 16) || !aligned(packed, 4) || !aligned(scales, 4)) return GS_ERR_INVALID_ARGUMENT;
   const int kb4 = (k / 16 + 3) / 4;
   const int64_t rows_pad = (int64_t(m) + 127) / 128 * 128;
-  const int64_t items = rows_pad * kb4 * 8;  // a multiple of 1024
+  const int64_t items = rows_pad * kb4 * 4;  // one per block of 16 (with padding); a multiple of 512
   const int64_t blocks = items / (kThreads * kItems);
-  if (items > INT32_MAX) return GS_ERR_INVALID_ARGUMENT;  // 32-bit item indices (a 32 GiB tensor)
-  // Division by d = 8 * kb4 for item < 2^31: q = (umulhi(item, magic) + item) >> l, l = ceil(log2 d),
+  if (items > INT32_MAX) return GS_ERR_INVALID_ARGUMENT;  // 32-bit item indices (a 64 GiB tensor)
+  // Division by d = 4 * kb4 for item < 2^31: q = (umulhi(item, magic) + item) >> l, l = ceil(log2 d),
   // magic = floor(2^32 (2^l - d) / d) + 1 (Granlund-Montgomery; the sum cannot overflow 32 bits).
-  const uint32_t d = uint32_t(8 * kb4);
+  const uint32_t d = uint32_t(4 * kb4);
   int l = 0;
   while ((uint64_t{1} << l) < d) ++l;
   const uint32_t magic = uint32_t(((uint64_t{1} << 32) * ((uint64_t{1} << l) - d)) / d + 1);
   auto s = static_cast<cudaStream_t>(stream);
   const auto* xs = static_cast<const uint16_t*>(x);
-  auto* pk = reinterpret_cast<uint32_t*>(packed);
+  const int vec8 = aligned(packed, 8);
   if (dtype == GS_DTYPE_FP16)
-    nvfp4_quantize_kernel<true><<<unsigned(blocks), kThreads, 0, s>>>(xs, ld_x, m, k, kb4, magic, l, global_scale, pk, scales);
+    nvfp4_quantize_kernel<true><<<unsigned(blocks), kThreads, 0, s>>>(xs, ld_x, m, k, kb4, magic, l, global_scale, packed,
+                                                                      scales, vec8);
   else
-    nvfp4_quantize_kernel<false><<<unsigned(blocks), kThreads, 0, s>>>(xs, ld_x, m, k, kb4, magic, l, global_scale, pk, scales);
+    nvfp4_quantize_kernel<false><<<unsigned(blocks), kThreads, 0, s>>>(xs, ld_x, m, k, kb4, magic, l, global_scale, packed,
+                                                                       scales, vec8);
   return launch_status();
 }
 

@@ -55,7 +55,8 @@ int gs_nvfp4_global_scale(const void* x, int32_t dtype, int64_t n, float* global
 /**
  * Quantizes x [m, k] (bf16 or fp16, row stride ld_x elements, 16-byte aligned rows) with the
  * device scalar global_scale[0] into packed [m, k/2] bytes (row stride k/2) and the swizzled
- * scales (gs_nvfp4_scale_bytes bytes, padding zeroed). k must be a multiple of 32. On `stream`.
+ * scales (gs_nvfp4_scale_bytes bytes, padding zeroed). k must be a multiple of 32; packed and
+ * scales at least 4-byte aligned (the op layer requires 16). On `stream`.
  */
 int gs_nvfp4_quantize(const void* x, int32_t dtype, int32_t m, int32_t k, int64_t ld_x, const float* global_scale,
                       uint8_t* packed, uint8_t* scales, void* stream);
@@ -78,7 +79,12 @@ int gs_nvfp4_w4a16_prepared_bytes(int32_t n, int32_t k, uint64_t* out_bytes);
 int gs_nvfp4_w4a16_prepare(const uint8_t* packed, const uint8_t* scales, const float* global_scale, int32_t n,
                            int32_t k, void* prepared, uint64_t prepared_bytes, void* stream);
 
-/** Whether (m, n, k) is supported by the sm90 W4A16 GEMM (host-only): GS_OK or GS_ERR_INVALID_ARGUMENT. */
+/**
+ * Whether (m, n, k) is supported by the sm90 W4A16 GEMM (host-only): GS_OK or
+ * GS_ERR_INVALID_ARGUMENT. Supported: m in 1..=2^22, n and k multiples of 32 up to 2^24. The GEMM
+ * also needs `a` 16-byte aligned with ld_a % 8 == 0, and the prepared weight and workspace 16-byte
+ * aligned. A NaN weight scale is treated as 0 by the GEMM (dequantize gives NaN).
+ */
 int gs_nvfp4_w4a16_check_shape(int32_t m, int32_t n, int32_t k);
 
 /** Workspace bytes the sm90 W4A16 GEMM needs for (m, n, k) (e.g. split-K partials); host-only. */

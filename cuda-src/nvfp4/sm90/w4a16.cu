@@ -1,4 +1,4 @@
-// graphsafe-build: archs=sm_90a kind=object mem_mib=700
+// graphsafe-build: archs=sm_90a kind=object mem_mib=500
 // graphsafe's Hopper (sm_90a) weight-only NVFP4 GEMM: gs_nvfp4_w4a16_prepare, gs_nvfp4_w4a16_gemm.
 //
 //   D[m, n] (bf16) = alpha[0] * A[m, k] (bf16) x W[n, k]^T,  W NVFP4 (e2m1 codes, fp8 scales per 16
@@ -10,24 +10,28 @@
 //     128-byte swizzle, loaded by TMA; rows past m and columns past k are zero-filled by TMA).
 //     CTA tile = 128 weight rows (two consumer warpgroups x m64) x BM activation rows (wgmma N,
 //     8..256 chosen by m, see w4a16_plan.cuh) x 64 along k per stage.
-//   * One producer thread streams stages: one 1-D bulk copy of the prepared weight chunk
-//     (4,608 B: codes + scales of 128 rows x 64 k, laid out by prepare exactly as the consumer
-//     threads read them) plus one 2-D TMA box of activations, both completing on the stage's
-//     mbarrier; consumers release a stage through a second mbarrier once their wgmma on it retired.
-//   * Dequantization (per consumer thread per stage: one 16-byte and one 8-byte shared load):
-//     an e2m1 code's bits are moved into a bf16 (sign -> bit 15, exponent/mantissa bits -> bits
-//     8..6), which is the code's value times 2^-126 (0.5 becomes a bf16 subnormal), and multiplied
-//     (mul.rn.bf16x2, subnormals kept) by the block's scale as a bf16 equal to sf * 2^107 (built from a
-//     re-encoded scale byte with one byte_perm and one integer multiply-add). The product is exactly
-//     e2m1 * sf * 2^-19 (at most 6 significant bits): no rounding. The 2^19 / global_scale factor
-//     and alpha are applied to the fp32 accumulators in the epilogue.
+//   * One producer thread (a whole producer warpgroup only for BM = 256, where setmaxnreg moves
+//     its registers to the consumers; else one warp: 288 threads, up to 3 CTAs per SM) streams
+//     stages: one 1-D bulk copy of the prepared weight chunk (4,608 B: codes + scales of 128 rows x
+//     64 k, laid out by prepare exactly as the consumer threads read them) plus one 2-D TMA box of
+//     activations, both completing on the stage's mbarrier; consumers hand a stage back through a
+//     second mbarrier once their wgmma on it retired.
+//   * Dequantization (per consumer thread per stage: one 16-byte and one 8-byte shared load, then
+//     about 3.5 integer/bf16 instructions per weight pair): prepare stores each code's sign and
+//     magnitude bits where one or two shifts and a mask move them to bf16 bit 15 and bits 8..6,
+//     which makes a bf16 equal to the code's value times 2^-126 (0.5 becomes a bf16 subnormal);
+//     mul.rn.bf16x2 (subnormals kept) by the block's scale as a bf16 equal to sf * 2^107 (built
+//     from a re-encoded scale byte with one byte_perm and one integer multiply-add, broadcast by
+//     an operand swizzle) gives exactly e2m1 * sf * 2^-19 (at most 6 significant bits: no
+//     rounding). The 2^19 / global_scale factor and alpha scale the fp32 accumulators in the
+//     epilogue.
 //   * The register operand is double-buffered: while the wgmma of stage i runs, the warpgroup
 //     waits for stage i+1, dequantizes it into the other buffer and issues it; wgmma.wait_group 1
 //     then retires stage i, whose slot is handed back to the producer.
-//   * Split-K when the tiles alone cannot fill the GPU: each split stores its fp32 accumulators to
-//     the workspace; the last CTA of a tile (a per-tile counter, reset to 0 by that CTA, so the
-//     workspace stays valid across graph replays) adds the splits in split order: deterministic,
-//     bit-identical run to run.
+//   * Split-K when the tiles alone cannot fill the GPU (make_plan's cost model): each split stores
+//     its fp32 accumulators to the workspace; the last CTA of a tile (a per-tile counter, reset to
+//     0 by that CTA, so the workspace stays valid across graph replays) adds the splits in split
+//     order: deterministic, bit-identical run to run.
 // Nothing here allocates or touches the legacy stream; the tensor map is a kernel parameter.
 #include <cuda.h>  // CUtensorMap (type only; the encoder comes through the runtime's entry point)
 #include <cuda_bf16.h>
@@ -42,8 +46,10 @@
 namespace graphsafe::nvfp4_sm90 {
 namespace {
 
-constexpr int kThreads = 384;  // two consumer warpgroups + one producer warpgroup
-constexpr int kConsumers = 256;
+constexpr int kConsumers = 256;  // two consumer warpgroups
+// + a producer: one warp (288 threads), or a whole warpgroup where setmaxnreg moves registers to
+// the consumers (the BM = 256 configuration: 384 threads).
+constexpr int threads_for(int bm) { return bm == 256 ? 384 : 288; }
 constexpr int kRegsConsumer = 232;  // setmaxnreg for the BM = 256 configuration
 constexpr int kRegsProducer = 40;
 
@@ -121,36 +127,48 @@ __device__ __forceinline__ void regs_dec() { asm volatile("setmaxnreg.dec.sync.a
 
 
 // ---- dequantization ---------------------------------------------------------------------------
-__device__ __forceinline__ uint32_t bf16x2_mul(uint32_t a, uint32_t b) {
-  uint32_t d;
-  asm("mul.rn.bf16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
-  return d;
-}
-// bf16x2 {s, s} of the re-encoded scale byte B of `word`: byte u = (E << 3) | m stands for
-// 2^(E - 10) * (1 + m / 8); (u << 4) | 0x7000 is the bf16 with exponent field 224 + E and mantissa m,
-// i.e. that value times 2^107.
+// The two scales of a k16 step as one bf16x2 {row g, row g + 8}: bytes B and B + 1 of `word` are
+// re-encoded scales u = (E << 3) | m standing for 2^(E - 10) * (1 + m / 8); (u << 4) | 0x7000 is the
+// bf16 with exponent field 224 + E and mantissa m, i.e. that value times 2^107.
 template <int B>
 __device__ __forceinline__ uint32_t scale_pair(uint32_t word) {
-  const uint32_t x = __byte_perm(word, 0u, 0x4040u | B | (B << 8));  // [byte B, 0, byte B, 0]
+  const uint32_t x = __byte_perm(word, 0u, 0x4040u | B | ((B + 1) << 8));  // [byte B, 0, byte B+1, 0]
   return x * 16u + 0x70007000u;
 }
-// Word w holds 8 codes: register J's low (even k) code in bits [4J+3 : 4J], its high (odd k) code in
-// bits [16+4J+3 : 16+4J]. Result: bf16x2 of those codes times 2^-126 (sign -> 15, bits 2..0 -> 8..6).
-template <int J>
-__device__ __forceinline__ uint32_t e2m1_raw(uint32_t w) {
-  constexpr int kSign = 12 - 4 * J;
-  constexpr int kMag = 6 - 4 * J;
-  const uint32_t s = (kSign > 0 ? (w << (kSign > 0 ? kSign : 0)) : w) & 0x80008000u;
-  const uint32_t m = (kMag >= 0 ? (w << (kMag >= 0 ? kMag : 0)) : (w >> (kMag < 0 ? -kMag : 0))) & 0x01C001C0u;
-  return s | m;
+// bf16x2 a * {s.lo, s.lo} and a * {s.hi, s.hi} (the broadcast is an operand swizzle of HMUL2).
+__device__ __forceinline__ uint32_t mul_lo(uint32_t a, uint32_t s) {
+  uint32_t d;
+  asm("{\n.reg .b16 l, h;\n.reg .b32 t;\nmov.b32 {l, h}, %2;\nmov.b32 t, {l, l};\nmul.rn.bf16x2 %0, %1, t;\n}"
+      : "=r"(d)
+      : "r"(a), "r"(s));
+  return d;
 }
+__device__ __forceinline__ uint32_t mul_hi(uint32_t a, uint32_t s) {
+  uint32_t d;
+  asm("{\n.reg .b16 l, h;\n.reg .b32 t;\nmov.b32 {l, h}, %2;\nmov.b32 t, {h, h};\nmul.rn.bf16x2 %0, %1, t;\n}"
+      : "=r"(d)
+      : "r"(a), "r"(s));
+  return d;
+}
+// A word holds the 8 codes of one k16 step of a thread's wgmma A fragment, 4 bits per code but not
+// contiguous: each 16-bit half holds one code of each of the 4 registers (low half: even k, high half:
+// odd k), register j's sign bit at S_j and magnitude bits at C_j..C_j+2 of the half, with
+//   j = 0: S 15, C 6  ->  w & M                                   (already in place)
+//   j = 1: S 12, C 3  ->  (w << 3) & M
+//   j = 2: S 14, C 0  ->  ((w & 0x40074007) * (2 + 64)) & M       (two shifted copies, no carries)
+//   j = 3: S 13, C 9  ->  ((w << 2) & 0x80008000) | ((w >> 3) & 0x01C001C0)
+// with M = 0x81C081C0: sign -> bit 15, magnitude -> bits 8..6 of each bf16, i.e. the code's value
+// times 2^-126 (0.5 becomes a bf16 subnormal). prepare writes this layout (kRegSign / kRegMag).
+__device__ constexpr int kRegSign[4] = {15, 12, 14, 13};
+__device__ constexpr int kRegMag[4] = {6, 3, 0, 9};
 // One k16 step of the wgmma A fragment: a[0] = (row g, k 2q..2q+1), a[1] = (row g+8, same k),
-// a[2] = (row g, k + 8), a[3] = (row g+8, k + 8); s0 / s1 are the scales of rows g / g+8.
-__device__ __forceinline__ void dequant_step(uint32_t w, uint32_t s0, uint32_t s1, uint32_t (&a)[4]) {
-  a[0] = bf16x2_mul(e2m1_raw<0>(w), s0);
-  a[1] = bf16x2_mul(e2m1_raw<1>(w), s1);
-  a[2] = bf16x2_mul(e2m1_raw<2>(w), s0);
-  a[3] = bf16x2_mul(e2m1_raw<3>(w), s1);
+// a[2] = (row g, k + 8), a[3] = (row g+8, k + 8); s = scales {row g, row g+8} (scale_pair).
+__device__ __forceinline__ void dequant_step(uint32_t w, uint32_t s, uint32_t (&a)[4]) {
+  constexpr uint32_t M = 0x81C081C0u;
+  a[0] = mul_lo(w & M, s);
+  a[1] = mul_hi((w << 3) & M, s);
+  a[2] = mul_lo(((w & 0x40074007u) * 66u) & M, s);
+  a[3] = mul_hi(((w << 2) & 0x80008000u) | ((w >> 3) & 0x01C001C0u), s);
 }
 
 __device__ __forceinline__ uint16_t to_bf16(float v) {
@@ -168,7 +186,7 @@ struct Smem {
 };
 
 template <int BM, int STAGES, int MINB>
-__global__ void __launch_bounds__(kThreads, MINB) w4a16_gemm_kernel(const __grid_constant__ CUtensorMap tmap_a,
+__global__ void __launch_bounds__(threads_for(BM), MINB) w4a16_gemm_kernel(const __grid_constant__ CUtensorMap tmap_a,
                                                                     const Params p) {
   using L = Smem<BM, STAGES>;
   constexpr bool kRealloc = BM == 256;
@@ -236,10 +254,10 @@ __global__ void __launch_bounds__(kThreads, MINB) w4a16_gemm_kernel(const __grid
     mbar_wait(full0 + 8 * stage, phase);
     const uint4 c = *reinterpret_cast<const uint4*>(codes_p + stage * kChunkBytes);
     const uint2 sc = *reinterpret_cast<const uint2*>(scales_p + stage * kChunkBytes);
-    dequant_step(c.x, scale_pair<0>(sc.x), scale_pair<1>(sc.x), f[0]);
-    dequant_step(c.y, scale_pair<2>(sc.x), scale_pair<3>(sc.x), f[1]);
-    dequant_step(c.z, scale_pair<0>(sc.y), scale_pair<1>(sc.y), f[2]);
-    dequant_step(c.w, scale_pair<2>(sc.y), scale_pair<3>(sc.y), f[3]);
+    dequant_step(c.x, scale_pair<0>(sc.x), f[0]);
+    dequant_step(c.y, scale_pair<2>(sc.x), f[1]);
+    dequant_step(c.z, scale_pair<0>(sc.y), f[2]);
+    dequant_step(c.w, scale_pair<2>(sc.y), f[3]);
     wg_fence();
     const uint32_t lo = desc_lo0 + stage * uint32_t(L::kA >> 4);
 #pragma unroll
@@ -398,8 +416,9 @@ __global__ void __launch_bounds__(256) w4a16_prepare_kernel(const uint8_t* __res
       uint32_t byte = (r < n && col < k) ? packed[r * (k / 2) + col / 2] : 0u;  // low nibble: col, high: col + 1
       if (sc[h][kk] & 0x100u) byte = 0u;
       if (sc[h][kk] & 0x200u) byte ^= 0x88u;
-      w |= (byte & 0xFu) << (4 * j);
-      w |= (byte >> 4) << (16 + 4 * j);
+      const uint32_t lo = byte & 0xFu, hi = byte >> 4;
+      w |= ((lo >> 3) << kRegSign[j]) | ((lo & 7u) << kRegMag[j]);
+      w |= ((hi >> 3) << (16 + kRegSign[j])) | ((hi & 7u) << (16 + kRegMag[j]));
     }
     words[kk] = w;
   }
@@ -476,7 +495,7 @@ int launch(const void* a, int64_t ld_a, const Params& p, const Plan& plan, int m
   int device = 0;
   if (cudaError_t e = cudaGetDevice(&device); e != cudaSuccess) return graphsafe::cuda_failed(e);
   if (int st = ensure_smem<kernel>(device, smem); st != GS_OK) return st;
-  kernel<<<dim3(plan.tiles_n, plan.tiles_m, plan.splits), kThreads, smem, stream>>>(map, p);
+  kernel<<<dim3(plan.tiles_n, plan.tiles_m, plan.splits), threads_for(cfg.bm), smem, stream>>>(map, p);
   cudaError_t e = cudaGetLastError();
   return e == cudaSuccess ? GS_OK : graphsafe::cuda_failed(e);
 }
@@ -528,6 +547,14 @@ extern "C" int gs_nvfp4_w4a16_gemm(const void* a, int64_t ld_a, const void* prep
     p.counters = reinterpret_cast<uint32_t*>(static_cast<uint8_t*>(workspace) + plan.partial_bytes);
   }
   auto s = static_cast<cudaStream_t>(stream);
+  if (plan.workspace_bytes > 0) {
+    // The workspace is shared: other kernels (MLA partials, this GEMM at another shape, whose
+    // partials may cover these counters) leave it dirty, so the counters are zeroed on the
+    // caller's stream before every launch (a memset node in a captured graph). The kernel's own
+    // reset keeps them zero for a second launch of the same shape, but cannot be relied on alone.
+    cudaError_t e = cudaMemsetAsync(p.counters, 0, uint64_t(plan.tiles) * 4u, s);
+    if (e != cudaSuccess) return graphsafe::cuda_failed(e);
+  }
   switch (plan.config) {
     case 0: return launch<0>(a, ld_a, p, plan, m, k, s);
     case 1: return launch<1>(a, ld_a, p, plan, m, k, s);

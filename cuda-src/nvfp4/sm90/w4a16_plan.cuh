@@ -16,12 +16,14 @@
 // Tiles: a CTA computes 128 weight rows (two consumer warpgroups of 64) x BM activation rows,
 // BM in {8, 16, 32, 64, 128, 256} chosen by m; grid = (n tiles, m tiles, splits).
 //
-// Split-K (only when the tiles alone cannot fill the machine): splits = min(slots / tiles,
-// kblocks / 4, 32) with slots = sm_count x CTAs per SM, then balanced so no split is empty.
+// Split-K when the tiles alone cannot fill the machine: the count minimising a per-SM cost model
+// (make_plan), at most min(32, kblocks / 4), balanced so that no split is empty.
 // Workspace (splits > 1 only, else 0):
 //   partials  fp32 [splits][tiles][BM / 2][256]   at byte 0 (each consumer thread's accumulators)
-//   counters  u32  [tiles]                        at byte round_up(partials, 256); self-resetting
-//                                                 (the last CTA of a tile puts its counter back to 0)
+//   counters  u32  [tiles]                        at byte round_up(partials, 256); zeroed on the
+//                                                 stream before every launch (the workspace is
+//                                                 shared with other kernels and shapes, which leave
+//                                                 it dirty), and reset by the last CTA of a tile
 //   total = round_up(partials, 256) + round_up(tiles x 4, 256)
 #pragma once
 
@@ -54,12 +56,15 @@ inline uint64_t prepared_bytes(int32_t n, int32_t k) {
 
 // The kernel configurations (w4a16.cu instantiates exactly these).
 struct Config {
-  int bm;          // activation rows per CTA (the wgmma N)
-  int stages;      // pipeline depth
-  int ctas_per_sm; // occupancy the kernel is built for (__launch_bounds__ min blocks)
+  int bm;           // activation rows per CTA (the wgmma N)
+  int stages;       // pipeline depth
+  int ctas_per_sm;  // occupancy the kernel is built for (__launch_bounds__ min blocks)
+  int split_slots;  // CTAs per SM the split-K model aims for (measured on an H200: fewer, larger
+                    // splits win for BM = 64, whose extra CTAs cost more partial traffic than they
+                    // gain in latency hiding)
 };
 constexpr Config kConfigs[] = {
-    {8, 8, 2}, {16, 8, 2}, {32, 8, 2}, {64, 10, 1}, {128, 8, 1}, {256, 6, 1},
+    {8, 8, 3, 3}, {16, 8, 3, 3}, {32, 8, 2, 2}, {64, 6, 2, 1}, {128, 8, 1, 1}, {256, 6, 1, 1},
 };
 constexpr int kNumConfigs = 6;
 
@@ -89,14 +94,30 @@ inline Plan make_plan(int32_t m, int32_t n, int32_t k, int32_t sm_count) {
   p.bm = kConfigs[c].bm;
   p.tiles_m = int(cdiv(m, p.bm));
   p.tiles = p.tiles_m * p.tiles_n;
-  const int64_t slots = int64_t(sm_count > 0 ? sm_count : 1) * kConfigs[c].ctas_per_sm;
+  // Split count: the smallest-cost s, cost(s) = ceil(ctas / sm) * (ceil(kblocks / s) + c) / fill,
+  // ctas = tiles * s, fill = min(1, ctas / (sm * split_slots)): per-SM work in k-blocks plus a fixed
+  // cost per CTA c (3 k-blocks, plus the fp32 partial tile written and read back, in k-block-loads,
+  // when split), inflated while the grid leaves CTA slots empty (a lone CTA streams slower). A
+  // larger s must also win by 5%.
+  const int64_t sm = sm_count > 0 ? sm_count : 1;
+  const int64_t slots = sm * kConfigs[c].split_slots;
   int64_t s = 1;
-  if (p.tiles < slots && c != 5) {  // 256-row tiles are only chosen when they fill the GPU
-    s = slots / p.tiles;
-    const int64_t by_k = p.kblocks / kMinKBlocksPerSplit;
-    if (s > by_k) s = by_k;
-    if (s > kMaxSplits) s = kMaxSplits;
-    if (s < 1) s = 1;
+  if (c != 5) {  // 256-row tiles are only chosen when they fill the GPU: never split
+    int64_t max_s = p.kblocks / kMinKBlocksPerSplit;
+    if (max_s > kMaxSplits) max_s = kMaxSplits;
+    double best = 0.0;
+    for (int64_t t = 1; t <= (max_s > 1 ? max_s : 1); ++t) {
+      const int64_t kb = cdiv(p.kblocks, t);
+      if (t > 1 && cdiv(p.kblocks, kb) != t) continue;  // an unbalanced count (it would leave a split empty)
+      const int64_t ctas = int64_t(p.tiles) * t;
+      const double fill = ctas >= slots ? 1.0 : double(ctas) / double(slots);
+      const double fixed = 3.0 + (t > 1 ? double(p.bm) * 1024.0 / double(kChunkBytes + p.bm * 128) : 0.0);
+      const double cost = double(cdiv(ctas, sm)) * (double(kb) + fixed) / fill;
+      if (t == 1 || cost < best * 0.95) {
+        best = cost;
+        s = t;
+      }
+    }
   }
   p.kb_per_split = int(cdiv(p.kblocks, s));
   p.splits = int(cdiv(p.kblocks, p.kb_per_split));  // balanced: no empty split
