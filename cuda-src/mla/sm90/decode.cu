@@ -24,39 +24,9 @@ using namespace graphsafe::mla_sm90;
 
 namespace {
 
-using EncodeTiled = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
-                                 const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
-                                 CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
-
-// cuTensorMapEncodeTiled through the runtime's driver entry point (the crate never links libcuda).
-int encode_fn(EncodeTiled* out) {
-  static std::atomic<EncodeTiled> cached{nullptr};
-  EncodeTiled f = cached.load(std::memory_order_acquire);
-  if (f == nullptr) {
-    void* fn = nullptr;
-    cudaDriverEntryPointQueryResult q{};
-    cudaError_t e = cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &q);
-    if (e != cudaSuccess) return graphsafe::cuda_failed(e);
-    if (q != cudaDriverEntryPointSuccess || fn == nullptr) return graphsafe::cuda_failed(cudaErrorNotSupported);
-    f = reinterpret_cast<EncodeTiled>(fn);
-    cached.store(f, std::memory_order_release);
-  }
-  *out = f;
-  return GS_OK;
-}
-
-// cudaFuncSetAttribute is per device: a per-device bitmask per kernel (devices >= 64 set it every call).
-// Keyed by the kernel itself (a non-type parameter): all the kernels share one function-pointer type.
-template <auto Kernel>
-int ensure_smem(int device, int bytes) {
-  static std::atomic<uint64_t> done{0};
-  const uint64_t bit = device < 64 ? (uint64_t{1} << device) : 0;
-  if (bit != 0 && (done.load(std::memory_order_acquire) & bit)) return GS_OK;
-  cudaError_t e = cudaFuncSetAttribute(reinterpret_cast<const void*>(Kernel), cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
-  if (e != cudaSuccess) return graphsafe::cuda_failed(e);
-  done.fetch_or(bit, std::memory_order_acq_rel);
-  return GS_OK;
-}
+using graphsafe::sm90::encode_fn;
+using graphsafe::sm90::EncodeTiled;
+using graphsafe::sm90::ensure_smem;
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }

@@ -6,8 +6,15 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cstdint>
+#include "common/sm90.cuh"
 
 namespace graphsafe::mla_sm90 {
+
+using graphsafe::sm90::mbar_arrive;
+using graphsafe::sm90::mbar_arrive_expect_tx;
+using graphsafe::sm90::mbar_init;
+using graphsafe::sm90::mbar_wait;
+using graphsafe::sm90::smem_u32;
 
 // ---- shapes -------------------------------------------------------------------------------------
 constexpr int kTileS = 64;                          // KV tokens per tile (GS_MLA_SM90_TILE_S)
@@ -48,9 +55,6 @@ struct Params {
 };
 
 // ---- shared memory, barriers ------------------------------------------------------------------
-__device__ __forceinline__ uint32_t smem_u32(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
 
 // The dynamic shared memory base rounded up to 1024 bytes (the 128-byte swizzle repeats every 1 KiB,
 // and both TMA and wgmma compute it from the shared-window address).
@@ -59,27 +63,6 @@ __device__ __forceinline__ uint8_t* smem_base_1k(uint8_t* raw) {
   return raw + ((1024u - (a & 1023u)) & 1023u);
 }
 
-__device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
-}
-__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
-}
-__device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
-}
-__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
-  uint32_t done;
-  do {
-    asm volatile(
-        "{\n.reg .pred p;\n"
-        "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
-        "selp.u32 %0, 1, 0, p;\n}\n"
-        : "=r"(done)
-        : "r"(bar), "r"(parity)
-        : "memory");
-  } while (!done);
-}
 __device__ __forceinline__ void fence_barrier_init() {
   asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
 }

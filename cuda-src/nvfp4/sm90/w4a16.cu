@@ -39,12 +39,15 @@
 #include <atomic>
 #include <cstdint>
 #include "common/status.cuh"
+#include "common/sm90.cuh"
 #include "graphsafe_kernels/nvfp4.h"
 #include "nvfp4/sm90/w4a16_plan.cuh"
 #include "nvfp4/sm90/wgmma_rs.cuh"
 
 namespace graphsafe::nvfp4_sm90 {
 namespace {
+
+using namespace graphsafe::sm90;
 
 constexpr int kConsumers = 256;  // two consumer warpgroups
 // + a producer: one warp (288 threads), or a whole warpgroup where setmaxnreg moves registers to
@@ -67,28 +70,6 @@ struct Params {
 };
 
 // ---- primitives (sm_90a PTX) ------------------------------------------------------------------
-__device__ __forceinline__ uint32_t smem_u32(const void* p) { return uint32_t(__cvta_generic_to_shared(p)); }
-__device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
-}
-__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
-}
-__device__ __forceinline__ void mbar_expect_tx(uint32_t bar, uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
-}
-__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
-  uint32_t done;
-  do {
-    asm volatile(
-        "{\n.reg .pred p;\n"
-        "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
-        "selp.u32 %0, 1, 0, p;\n}\n"
-        : "=r"(done)
-        : "r"(bar), "r"(parity)
-        : "memory");
-  } while (!done);
-}
 __device__ __forceinline__ void bulk_g2s(uint32_t dst, const void* src, uint32_t bytes, uint32_t bar) {
   asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(dst),
                "l"(src), "r"(bytes), "r"(bar)
@@ -224,7 +205,7 @@ __global__ void __launch_bounds__(threads_for(BM), MINB) w4a16_gemm_kernel(const
         const int s = it % STAGES;
         if (it >= STAGES) mbar_wait(empty0 + 8 * s, ((it / STAGES) - 1) & 1);
         const uint32_t bar = full0 + 8 * s;
-        mbar_expect_tx(bar, L::kA + kChunkBytes);
+        mbar_arrive_expect_tx(bar, L::kA + kChunkBytes);
         bulk_g2s(smem_u32(sw + s * kChunkBytes), src + size_t(it) * kChunkBytes, kChunkBytes, bar);
         tma_2d(sa + s * L::kA, &tmap_a, (kb0 + it) * kBlockK, m_tile * BM, bar);
       }
@@ -442,37 +423,6 @@ __global__ void __launch_bounds__(256) w4a16_prepare_kernel(const uint8_t* __res
 }
 
 // ---- host ---------------------------------------------------------------------------------------------
-using EncodeTiled = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
-                                 const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
-                                 CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
-
-int encode_fn(EncodeTiled* out) {
-  static std::atomic<EncodeTiled> cached{nullptr};
-  EncodeTiled f = cached.load(std::memory_order_acquire);
-  if (f == nullptr) {
-    void* fn = nullptr;
-    cudaDriverEntryPointQueryResult q{};
-    cudaError_t e = cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &q);
-    if (e != cudaSuccess) return graphsafe::cuda_failed(e);
-    if (q != cudaDriverEntryPointSuccess || fn == nullptr) return graphsafe::cuda_failed(cudaErrorNotSupported);
-    f = reinterpret_cast<EncodeTiled>(fn);
-    cached.store(f, std::memory_order_release);
-  }
-  *out = f;
-  return GS_OK;
-}
-
-// cudaFuncSetAttribute is per device: a per-device bitmask per kernel (devices >= 64 set it every call).
-template <auto Kernel>
-int ensure_smem(int device, int bytes) {
-  static std::atomic<uint64_t> done{0};
-  const uint64_t bit = device < 64 ? (uint64_t{1} << device) : 0;
-  if (bit != 0 && (done.load(std::memory_order_acquire) & bit)) return GS_OK;
-  cudaError_t e = cudaFuncSetAttribute(reinterpret_cast<const void*>(Kernel), cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
-  if (e != cudaSuccess) return graphsafe::cuda_failed(e);
-  done.fetch_or(bit, std::memory_order_acq_rel);
-  return GS_OK;
-}
 
 bool aligned(const void* p, uintptr_t a) { return (reinterpret_cast<uintptr_t>(p) & (a - 1)) == 0; }
 
