@@ -10,7 +10,7 @@
 //! cuBLASLt is opened at run time here only (`libcublasLt.so.13`, then `.so.12`); the crate never
 //! depends on it. Prints a table and one `BENCH_JSON {...}` line. Run: `cargo bench --bench cudnn`.
 
-use graphsafe::driver::{Context, DeviceBuffer, Event, Stream};
+use graphsafe::driver::{Context, DeviceBuffer, Stream};
 use graphsafe::ops::cudnn::{self, matmul::RawExecutor, Cudnn, MatmulArgs, MatmulProblem};
 use graphsafe::ops::tensor::{DType, Tensor};
 use graphsafe::workspace::Workspace;
@@ -21,34 +21,16 @@ const N: usize = 8192;
 const K: usize = 8192;
 const MS: [usize; 4] = [1, 16, 256, 4096];
 
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(|a, b| a.total_cmp(b));
-    v[v.len() / 2]
-}
 
 #[path = "common/cublaslt.rs"]
 mod cublaslt;
+#[path = "common/timing.rs"]
+mod timing;
 use cublaslt::{Lt, LtGemm};
+use timing::{gpu_times, median};
 
 // ---- measurement ----------------------------------------------------------------------------
 
-/// GPU µs per call of each contender: `batches` event-timed batches of `per` calls, alternating.
-fn gpu_times(stream: &Stream, ctx: &std::sync::Arc<Context>, per: usize, batches: usize, runs: &mut [&mut dyn FnMut()]) -> Vec<f64> {
-    let (s, e) = (Event::new(ctx, true).unwrap(), Event::new(ctx, true).unwrap());
-    let mut t: Vec<Vec<f64>> = vec![Vec::new(); runs.len()];
-    for _ in 0..batches {
-        for (i, r) in runs.iter_mut().enumerate() {
-            s.record(stream).unwrap();
-            for _ in 0..per {
-                r();
-            }
-            e.record(stream).unwrap();
-            e.synchronize().unwrap();
-            t[i].push(e.elapsed_ms(&s).unwrap() as f64 * 1e3 / per as f64);
-        }
-    }
-    t.into_iter().map(median).collect()
-}
 
 /// Host µs per call, single calls alternating between contenders; the queue is drained now and then.
 fn host_times(stream: &Stream, calls: usize, runs: &mut [&mut dyn FnMut()]) -> Vec<f64> {

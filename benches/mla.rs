@@ -4,15 +4,14 @@
 //! the baseline in the same run is a device-to-device copy (read + write bytes / time), the HBM
 //! rate this GPU actually reaches. Prints a table and one `BENCH_JSON` line.
 
+#[path = "common/timing.rs"]
+mod timing;
+use timing::median;
 use graphsafe::driver::{Context, DeviceBuffer, Event, Stream};
 use graphsafe::ops::mla::{decode, MlaDecodeArgs};
 use graphsafe::ops::tensor::{DType, Tensor};
 use graphsafe::workspace::Workspace;
 
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
-    v[v.len() / 2]
-}
 
 fn time_us(ctx: &std::sync::Arc<Context>, stream: &Stream, warm: usize, iters: usize, mut f: impl FnMut()) -> f64 {
     for _ in 0..warm {

@@ -6,40 +6,17 @@
 
 #[path = "common/cublaslt.rs"]
 mod cublaslt;
+#[path = "common/timing.rs"]
+mod timing;
 
 use cublaslt::{Lt, LtGemm};
-use graphsafe::driver::{Context, DeviceBuffer, Event, Stream};
+use timing::gpu_times;
+use graphsafe::driver::{Context, DeviceBuffer, Stream};
 use graphsafe::ops::nvfp4::{self, Nvfp4Matrix};
 use graphsafe::ops::tensor::{DType, Tensor};
 use graphsafe::workspace::Workspace;
 
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(|a, b| a.total_cmp(b));
-    v[v.len() / 2]
-}
 
-/// µs per call of each contender: `batches` event-timed batches of `per` calls, alternating.
-fn time_us(ctx: &std::sync::Arc<Context>, stream: &Stream, per: usize, batches: usize, runs: &mut [&mut dyn FnMut()]) -> Vec<f64> {
-    for r in runs.iter_mut() {
-        for _ in 0..3 {
-            r();
-        }
-    }
-    let (s, e) = (Event::new(ctx, true).unwrap(), Event::new(ctx, true).unwrap());
-    let mut t = vec![Vec::new(); runs.len()];
-    for _ in 0..batches {
-        for (i, r) in runs.iter_mut().enumerate() {
-            s.record(stream).unwrap();
-            for _ in 0..per {
-                r();
-            }
-            e.record(stream).unwrap();
-            e.synchronize().unwrap();
-            t[i].push(e.elapsed_ms(&s).unwrap() as f64 * 1e3 / per as f64);
-        }
-    }
-    t.into_iter().map(median).collect()
-}
 
 fn main() {
     let ctx = match Context::new(0) {
@@ -64,7 +41,7 @@ fn main() {
         let (p, s) = (DeviceBuffer::alloc(&ctx, m * k / 2).unwrap(), DeviceBuffer::alloc(&ctx, sb).unwrap());
         let q = Nvfp4Matrix { packed: &p, scales: &s, global_scale: &gs, rows: m, k };
         let xt = Tensor::contiguous(&x, DType::Bf16, &[m, k]);
-        let us = time_us(&ctx, &stream, 20, 15, &mut [&mut || nvfp4::quantize(&xt, &gs, &q, &stream).unwrap()])[0];
+        let us = gpu_times(&stream, &ctx, 20, 15, &mut [&mut || nvfp4::quantize(&xt, &gs, &q, &stream).unwrap()])[0];
         let gbs = (m * k * 2 + m * k / 2 + sb) as f64 / us / 1e3;
         println!("{m:>8} {k:>8} {us:>10.2} {gbs:>9.0}");
         json.push(format!("{{\"kind\":\"quantize\",\"m\":{m},\"k\":{k},\"us\":{us:.3},\"gb_s\":{gbs:.1}}}"));
@@ -104,10 +81,10 @@ fn main() {
                 Some(l) => {
                     let g = LtGemm::new(l, m, n, k, &stream);
                     let mut theirs = || g.run(&a, &wbf, &d, &stream);
-                    time_us(&ctx, &stream, per, batches, &mut [&mut ours, &mut theirs])
+                    gpu_times(&stream, &ctx, per, batches, &mut [&mut ours, &mut theirs])
                 }
                 None => {
-                    let mut t = time_us(&ctx, &stream, per, batches, &mut [&mut ours]);
+                    let mut t = gpu_times(&stream, &ctx, per, batches, &mut [&mut ours]);
                     t.push(f64::NAN);
                     t
                 }

@@ -6,6 +6,9 @@
 //! each, batches alternating).
 //! Prints a table and one JSON line (`BENCH_JSON {...}`). Run: `cargo bench --bench overhead`.
 
+#[path = "common/timing.rs"]
+mod timing;
+use timing::median;
 use graphsafe::driver::{Context, Event, Stream};
 use graphsafe::graph::CaptureMode;
 use graphsafe::ops::testing::TestKernels;
@@ -17,10 +20,6 @@ const SINGLE: usize = 3000;
 const BATCHES: usize = 25;
 const PER_BATCH: usize = 1000;
 
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
-    v[v.len() / 2]
-}
 
 fn ok(r: c::CUresult) {
     assert_eq!(r, c::CUresult::CUDA_SUCCESS, "driver call failed");

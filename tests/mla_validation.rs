@@ -1,31 +1,14 @@
 //! Every validation rule of the MLA decode op, fed its bad value, on the CPU (no GPU: the checks
 //! run on descriptors of device memory). One good argument set is mutated one field at a time.
 
-use graphsafe::driver::DevicePtr;
 use graphsafe::ops::mla::{MlaArch, MlaDecodeArgs};
-use graphsafe::ops::tensor::{DType, DeviceMemory, Tensor};
+use graphsafe::ops::tensor::{DType, Tensor};
 use graphsafe::sys::cuda as c;
 use graphsafe::Error;
 
-/// A stand-in for a device buffer: an address, a size and a context tag.
-#[derive(Clone, Copy, Debug)]
-struct Fake {
-    ptr: DevicePtr,
-    len: usize,
-    ctx: usize,
-}
+mod common;
+use common::Fake;
 
-impl DeviceMemory for Fake {
-    fn device_ptr(&self) -> DevicePtr {
-        self.ptr
-    }
-    fn len(&self) -> usize {
-        self.len
-    }
-    fn context_raw(&self) -> c::CUcontext {
-        self.ctx as c::CUcontext
-    }
-}
 
 const CTX: usize = 0x1000;
 const B: usize = 4;

@@ -1,11 +1,13 @@
 //! NVFP4 planning and argument validation on the CPU: the Blackwell tile choice, CUTLASS's
 //! workspace sizes, the Hopper kernel's plan, and every validation rule of an NVFP4 operand.
 
-use graphsafe::driver::DevicePtr;
 use graphsafe::ops::nvfp4::{self, Nvfp4Arch, Nvfp4Matrix, Tile};
-use graphsafe::ops::tensor::{DType, DeviceMemory};
+use graphsafe::ops::tensor::DType;
 use graphsafe::sys::cuda as c;
 use graphsafe::Error;
+
+mod common;
+use common::Fake;
 
 fn tile(m: u32, n: u32, k: u32, cm: u32) -> Tile {
     Tile { m, n, k, cluster_m: cm, cluster_n: 1 }
@@ -72,23 +74,6 @@ fn shape_rules() {
     assert!(matches!(Nvfp4Arch::for_compute_capability((8, 9)), Err(Error::ArchUnsupported { .. })));
 }
 
-#[derive(Clone, Copy, Debug)]
-struct Fake {
-    ptr: DevicePtr,
-    len: usize,
-    ctx: usize,
-}
-impl DeviceMemory for Fake {
-    fn device_ptr(&self) -> DevicePtr {
-        self.ptr
-    }
-    fn len(&self) -> usize {
-        self.len
-    }
-    fn context_raw(&self) -> c::CUcontext {
-        self.ctx as c::CUcontext
-    }
-}
 
 fn matrix(rows: usize, k: usize) -> Nvfp4Matrix<Fake> {
     Nvfp4Matrix {

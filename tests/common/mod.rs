@@ -2,7 +2,9 @@
 //! missing driver or GPU fails instead.
 #![allow(dead_code)]
 
-use graphsafe::driver::{Context, Stream};
+use graphsafe::driver::{Context, DevicePtr, Stream};
+use graphsafe::ops::tensor::DeviceMemory;
+use graphsafe::sys::cuda as c;
 use std::sync::Arc;
 
 /// The first GPU's context and a fresh stream, or `None` (with the reason printed) when there is
@@ -54,4 +56,24 @@ pub fn gemv_reference(a: &[f32], x: &[f32], m: usize, k: usize, splits: usize) -
             sum
         })
         .collect()
+}
+
+/// A stand-in for device memory in CPU validation tests: an address, a size and a context tag.
+#[derive(Clone, Copy, Debug)]
+pub struct Fake {
+    pub ptr: DevicePtr,
+    pub len: usize,
+    pub ctx: usize,
+}
+
+impl DeviceMemory for Fake {
+    fn device_ptr(&self) -> DevicePtr {
+        self.ptr
+    }
+    fn len(&self) -> usize {
+        self.len
+    }
+    fn context_raw(&self) -> c::CUcontext {
+        self.ctx as c::CUcontext
+    }
 }

@@ -92,24 +92,9 @@ fn mla(batches: &[i64], heads: i64, seq_len: i64, sm_count: i64, dtype: &str, sp
     }
     let max_batch = *batches.iter().max().expect("clap requires at least one batch");
     let worst = sm100::worst_case(dtype, max_batch, seq_len, sm_count)?;
+    let pre = PreGrow { bytes: worst.workspace_bytes, max_batch, seq_len, worst_batch: worst.batch, worst_seq_len: worst.max_seq_len, worst_splits: worst.num_splits };
     if json {
-        let v = serde_json::json!({
-            "op": "mla",
-            "kernel": "cutlass-4.2-sm100",
-            "dtype": dtype,
-            "seq_len": seq_len,
-            "sm_count": sm_count,
-            "plans": plans,
-            "pre_grow": {
-                "workspace_bytes": worst.workspace_bytes,
-                "over_batches": format!("1..={max_batch}"),
-                "over_seq_lens": format!("1..={seq_len}"),
-                "worst_batch": worst.batch,
-                "worst_seq_len": worst.max_seq_len,
-                "worst_num_splits": worst.num_splits,
-            }
-        });
-        println!("{}", serde_json::to_string_pretty(&v).expect("plain JSON values serialize"));
+        println!("{}", pre.json("cutlass-4.2-sm100", dtype, heads, sm_count, serde_json::json!(plans)));
         return Ok(());
     }
     println!("MLA decode plan: CUTLASS 4.2 sm100 kernel, {dtype}, max seq len {seq_len}, {sm_count} SMs");
@@ -121,11 +106,7 @@ fn mla(batches: &[i64], heads: i64, seq_len: i64, sm_count: i64, dtype: &str, sp
         };
         println!("{:>8} {:>7} {:>11} {:>16}", p.batch, p.num_splits, sched, p.workspace_bytes);
     }
-    println!(
-        "pre-grow before capture: {} bytes (worst case over batch 1..={max_batch} and seq len 1..={seq_len}: \
-         batch {}, seq len {}, {} splits)",
-        worst.workspace_bytes, worst.batch, worst.max_seq_len, worst.num_splits
-    );
+    println!("{}", pre.line());
     Ok(())
 }
 
@@ -137,25 +118,9 @@ fn mla_sm90(batches: &[i64], heads: i64, seq_len: i64, sm_count: i64, dtype: &st
     }
     let max_batch = *batches.iter().max().expect("clap requires at least one batch");
     let worst = sm90::worst_case(dtype, heads, max_batch, seq_len, sm_count)?;
+    let pre = PreGrow { bytes: worst.workspace_bytes, max_batch, seq_len, worst_batch: worst.batch, worst_seq_len: worst.max_seq_len, worst_splits: worst.num_splits };
     if json {
-        let v = serde_json::json!({
-            "op": "mla",
-            "kernel": "graphsafe-sm90",
-            "dtype": dtype,
-            "heads": heads,
-            "seq_len": seq_len,
-            "sm_count": sm_count,
-            "plans": plans,
-            "pre_grow": {
-                "workspace_bytes": worst.workspace_bytes,
-                "over_batches": format!("1..={max_batch}"),
-                "over_seq_lens": format!("1..={seq_len}"),
-                "worst_batch": worst.batch,
-                "worst_seq_len": worst.max_seq_len,
-                "worst_num_splits": worst.num_splits,
-            }
-        });
-        println!("{}", serde_json::to_string_pretty(&v).expect("plain JSON values serialize"));
+        println!("{}", pre.json("graphsafe-sm90", dtype, heads, sm_count, serde_json::json!(plans)));
         return Ok(());
     }
     println!("MLA decode plan: graphsafe sm90 kernel, {dtype}, {heads} heads, max seq len {seq_len}, {sm_count} SMs");
@@ -163,11 +128,7 @@ fn mla_sm90(batches: &[i64], heads: i64, seq_len: i64, sm_count: i64, dtype: &st
     for p in &plans {
         println!("{:>8} {:>7} {:>16}", p.batch, p.num_splits, p.workspace_bytes);
     }
-    println!(
-        "pre-grow before capture: {} bytes (worst case over batch 1..={max_batch} and seq len 1..={seq_len}: \
-         batch {}, seq len {}, {} splits)",
-        worst.workspace_bytes, worst.batch, worst.max_seq_len, worst.num_splits
-    );
+    println!("{}", pre.line());
     Ok(())
 }
 
@@ -197,4 +158,44 @@ fn nvfp4_plan(ms: &[i64], n: i64, k: i64, arch: &str, out: &str, sm_count: Optio
         println!("{:>8} {:>22} {:>16} {:>16}", p.m, tile, p.workspace_bytes, prep);
     }
     Ok(())
+}
+
+/// What both MLA planners print: the JSON document, or the pre-grow line after the table.
+struct PreGrow {
+    bytes: u64,
+    max_batch: i64,
+    seq_len: i64,
+    worst_batch: u32,
+    worst_seq_len: u32,
+    worst_splits: u32,
+}
+
+impl PreGrow {
+    fn json(&self, kernel: &str, dtype: KvDtype, heads: i64, sm_count: i64, plans: serde_json::Value) -> String {
+        let v = serde_json::json!({
+            "op": "mla",
+            "kernel": kernel,
+            "dtype": dtype,
+            "heads": heads,
+            "seq_len": self.seq_len,
+            "sm_count": sm_count,
+            "plans": plans,
+            "pre_grow": {
+                "workspace_bytes": self.bytes,
+                "over_batches": format!("1..={}", self.max_batch),
+                "over_seq_lens": format!("1..={}", self.seq_len),
+                "worst_batch": self.worst_batch,
+                "worst_seq_len": self.worst_seq_len,
+                "worst_num_splits": self.worst_splits,
+            }
+        });
+        serde_json::to_string_pretty(&v).expect("plain JSON values serialize")
+    }
+
+    fn line(&self) -> String {
+        format!(
+            "pre-grow before capture: {} bytes (worst case over batch 1..={} and seq len 1..={}: batch {}, seq len {}, {} splits)",
+            self.bytes, self.max_batch, self.seq_len, self.worst_batch, self.worst_seq_len, self.worst_splits
+        )
+    }
 }
