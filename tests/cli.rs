@@ -47,6 +47,17 @@ fn plan_mla_for_hopper_uses_graphsafes_kernel() {
 }
 
 #[test]
+fn plan_nvfp4_prints_the_tile_per_m() {
+    let out = graphsafe(&["plan", "nvfp4", "--m", "1,17,4096", "--n", "8192", "--k", "8192", "--arch", "sm_100", "--json"]);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let tiles: Vec<(u64, u64, u64)> = v["plans"].as_array().unwrap().iter().map(|p| (p["tile"]["m"].as_u64().unwrap(), p["tile"]["n"].as_u64().unwrap(), p["tile"]["cluster_m"].as_u64().unwrap())).collect();
+    assert_eq!(tiles, vec![(128, 128, 1), (256, 128, 2), (256, 256, 2)]);
+    let text = String::from_utf8(graphsafe(&["plan", "nvfp4", "--m", "1,16", "--n", "8192", "--k", "8192", "--arch", "sm_90"]).stdout).unwrap();
+    assert!(text.contains("weight-only kernel"), "{text}");
+}
+
+#[test]
 fn bad_arguments_exit_2_with_one_line() {
     let cases: &[&[&str]] = &[
         &["plan", "mla", "--batch", "0", "--seq-len", "10", "--sm-count", "10"],
@@ -59,6 +70,9 @@ fn bad_arguments_exit_2_with_one_line() {
         &["plan", "mla", "--batch", "2", "--seq-len", "10000", "--sm-count", "148", "--splits", "4"],
         &["plan", "mla", "--seq-len", "10", "--sm-count", "10"],
         &["plan", "attention"],
+        &["plan", "nvfp4", "--m", "1", "--n", "8192", "--k", "48"],
+        &["plan", "nvfp4", "--m", "0", "--n", "8192", "--k", "64"],
+        &["plan", "nvfp4", "--m", "1", "--n", "8192", "--k", "64", "--arch", "sm_80"],
         &["plan", "mla", "--arch", "sm_80", "--batch", "1", "--seq-len", "10", "--sm-count", "10"],
         &["plan", "mla", "--arch", "sm_90", "--heads", "20", "--batch", "1", "--seq-len", "10", "--sm-count", "10"],
         &["plan", "mla", "--arch", "sm_100", "--heads", "64", "--batch", "1", "--seq-len", "10", "--sm-count", "10"],
