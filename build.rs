@@ -70,10 +70,10 @@ fn run() -> Result<(), String> {
     let units = kernels::scan(&manifest_dir.join("cuda-src"), &selected)?;
     let ctx = kernels::Ctx { cuda: &cuda, cutlass: &cutlass, manifest_dir: &manifest_dir, cache: &cache, out_dir: &out_dir };
     let built = kernels::build_all(&ctx, &units)?;
-    let lib = kernels::archive(&out_dir, &built.objects)?;
+    kernels::archive(&out_dir, &built.objects)?;
     kernels::write_modules_rs(&out_dir, &built, &units)?;
 
-    link(&out_dir, &lib, &cuda.lib);
+    link(&out_dir, &cuda.lib);
     for a in &selected {
         println!("cargo:rustc-cfg=graphsafe_arch=\"{a}\"");
     }
@@ -108,7 +108,7 @@ fn run() -> Result<(), String> {
     Ok(())
 }
 
-fn link(out_dir: &Path, _lib: &Path, cuda_lib: &Path) {
+fn link(out_dir: &Path, cuda_lib: &Path) {
     println!("cargo:rustc-link-search=native={}", out_dir.display());
     println!("cargo:rustc-link-lib=static=graphsafe_kernels");
     println!("cargo:rustc-link-search=native={}", cuda_lib.display());

@@ -25,14 +25,3 @@ fn missing_driver_is_an_error_value_everywhere() {
         }
     }
 }
-
-#[test]
-fn a_symbol_the_driver_lacks_is_missing_symbol_naming_every_name_tried() {
-    // Only checkable with a driver; without one the loader error comes first.
-    if let Ok(api) = graphsafe::sys::driver::api() {
-        let e = api.cuMemAlloc().map(|_| ()).err();
-        assert!(e.is_none(), "cuMemAlloc_v2 exists in every supported driver: {e:?}");
-    } else {
-        assert!(matches!(graphsafe::sys::driver::api().err(), Some(Error::DriverNotFound { .. })));
-    }
-}

@@ -209,3 +209,41 @@ fn open() -> std::result::Result<Api, Error> {
     }
     Err(Error::DriverNotFound { tried })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Resolution against a library that is not the driver (libc, present on every Linux): the
+    /// fallback order and the MissingSymbol report, without needing an NVIDIA driver.
+    fn libc_as_driver() -> Api {
+        // SAFETY: libc is already loaded in this process; opening it again runs no initialiser.
+        let lib = unsafe { libloading::Library::new("libc.so.6") }.expect("libc.so.6");
+        Api::new(lib, "libc.so.6")
+    }
+
+    #[test]
+    fn the_first_name_the_library_has_wins() {
+        let api = libc_as_driver();
+        assert_eq!(api.lookup(&["graphsafe_no_such_symbol_v2", "malloc"], "malloc").unwrap().1, "malloc");
+        assert_eq!(api.lookup(&["free", "malloc"], "x").unwrap().1, "free");
+    }
+
+    #[test]
+    fn a_missing_entry_point_is_missing_symbol_naming_every_name_tried() {
+        let api = libc_as_driver();
+        match api.cuMemAlloc() {
+            Err(Error::MissingSymbol { name, library, tried }) => {
+                assert_eq!((name.as_str(), library.as_str()), ("cuMemAlloc", "libc.so.6"));
+                assert_eq!(tried, vec!["cuMemAlloc_v2".to_string()]);
+            }
+            other => panic!("expected MissingSymbol, got {:?}", other.map(|e| e.name)),
+        }
+        match api.cuEventElapsedTime() {
+            Err(Error::MissingSymbol { tried, .. }) => assert_eq!(tried, ["cuEventElapsedTime_v2", "cuEventElapsedTime"]),
+            other => panic!("expected MissingSymbol, got {:?}", other.map(|e| e.name)),
+        }
+        // The answer is cached: asking again gives the same error, not a second lookup's result.
+        assert!(matches!(api.cuMemAlloc(), Err(Error::MissingSymbol { .. })));
+    }
+}

@@ -22,6 +22,33 @@ pub const LATENT_DIM: usize = crate::sys::kernels::GS_MLA_LATENT_DIM as usize;
 /// Rope head dimension.
 pub const ROPE_DIM: usize = crate::sys::kernels::GS_MLA_ROPE_DIM as usize;
 
+/// The largest of `plan(batch, seq)` by `bytes` over batch `1..=max_batch` and one sequence
+/// length per `tile`-token class up to `max_seq_len` (the largest of each class, clipped): both
+/// back-ends' split rules depend on the length only through its tile count, so this equals the
+/// maximum over every length (tests/mla_plan.rs checks both against brute force).
+pub(crate) fn worst_over_tiles<P: Copy>(
+    max_batch: i64,
+    max_seq_len: i64,
+    tile: u32,
+    mut plan: impl FnMut(i64, i64) -> crate::Result<P>,
+    bytes: impl Fn(&P) -> u64,
+) -> crate::Result<P> {
+    crate::error::positive("max_batch", max_batch)?;
+    crate::error::positive("max_seq_len", max_seq_len)?;
+    let tiles = (max_seq_len as u64).div_ceil(tile as u64);
+    let mut worst: Option<P> = None;
+    for batch in 1..=max_batch {
+        for t in 1..=tiles {
+            let seq = (t * tile as u64).min(max_seq_len as u64) as i64;
+            let p = plan(batch, seq)?;
+            if worst.as_ref().is_none_or(|w| bytes(&p) > bytes(w)) {
+                worst = Some(p);
+            }
+        }
+    }
+    Ok(worst.expect("max_batch >= 1 and max_seq_len >= 1 give at least one shape"))
+}
+
 /// Element type of the query and the latent KV cache.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
 #[serde(rename_all = "snake_case")]

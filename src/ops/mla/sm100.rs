@@ -140,19 +140,6 @@ pub fn plan(dtype: KvDtype, batch: i64, max_seq_len: i64, sm_count: i64, request
 /// `T = ceil(seq/128)`, so one length per `T` (the largest, clipped to `max_seq_len`) stands for
 /// all; `tests/mla_plan.rs` checks this against the maximum over every length.
 pub fn worst_case(dtype: KvDtype, max_batch: i64, max_seq_len: i64, sm_count: i64) -> Result<Plan> {
-    positive("max_batch", max_batch)?;
-    positive("max_seq_len", max_seq_len)?;
     positive("sm_count", sm_count)?;
-    let tiles = (max_seq_len as u64).div_ceil(TILE_S as u64);
-    let mut worst: Option<Plan> = None;
-    for batch in 1..=max_batch {
-        for t in 1..=tiles {
-            let seq = (t * TILE_S as u64).min(max_seq_len as u64) as i64;
-            let p = plan(dtype, batch, seq, sm_count, None)?;
-            if worst.is_none_or(|w| p.workspace_bytes > w.workspace_bytes) {
-                worst = Some(p);
-            }
-        }
-    }
-    Ok(worst.expect("max_batch >= 1 and max_seq_len >= 1 give at least one shape"))
+    super::worst_over_tiles(max_batch, max_seq_len, TILE_S, |b, s| plan(dtype, b, s, sm_count, None), |p| p.workspace_bytes)
 }

@@ -88,18 +88,5 @@ pub fn plan(dtype: KvDtype, num_heads: i64, batch: i64, max_seq_len: i64, sm_cou
 /// rule depends on the length only through its 64-token tile count, so one length per tile count
 /// stands for all (tests/mla_plan.rs checks this against every length).
 pub fn worst_case(dtype: KvDtype, num_heads: i64, max_batch: i64, max_seq_len: i64, sm_count: i64) -> Result<Plan> {
-    positive("max_batch", max_batch)?;
-    positive("max_seq_len", max_seq_len)?;
-    let tiles = (max_seq_len as u64).div_ceil(TILE_S as u64);
-    let mut worst: Option<Plan> = None;
-    for batch in 1..=max_batch {
-        for t in 1..=tiles {
-            let seq = (t * TILE_S as u64).min(max_seq_len as u64) as i64;
-            let p = plan(dtype, num_heads, batch, seq, sm_count, None)?;
-            if worst.is_none_or(|w| p.workspace_bytes > w.workspace_bytes) {
-                worst = Some(p);
-            }
-        }
-    }
-    Ok(worst.expect("at least one shape"))
+    super::worst_over_tiles(max_batch, max_seq_len, TILE_S, |b, s| plan(dtype, num_heads, b, s, sm_count, None), |p| p.workspace_bytes)
 }
