@@ -24,6 +24,11 @@
 //! source, the flags and the compiler's version; a manifest under key1 lists the headers the last
 //! compile read; key2 hashes those headers' contents. The object is stored under key1-key2.
 //! A change to the source, a flag, the compiler or any header it includes gives a new key.
+//!
+//! Keys name the crate's own files by their path below the crate root (nvcc runs in the crate
+//! root with relative paths), never by where the checkout lives, so every clone on a machine
+//! shares every object; the toolchain and CUTLASS are named by their absolute paths, which are
+//! the shared cache's own.
 
 use crate::provision::hex;
 use crate::toolchain::{Cuda, Cutlass};
@@ -178,8 +183,10 @@ fn flags(ctx: &Ctx, unit: &Unit) -> Vec<String> {
         "-Xcompiler=-fPIC".into(),
         // CUTLASS host code may use exceptions-free paths only; keep the glue C-like at its surface.
         "-Xcudafe=--diag_suppress=177".into(),
-        format!("-I{}", ctx.manifest_dir.join("include").display()),
-        format!("-I{}", ctx.manifest_dir.join("cuda-src").display()),
+        // The crate's own folders relative to the crate root (nvcc runs there): flags, and so the
+        // cache key, are the same for every clone of the repository on this machine.
+        "-Iinclude".into(),
+        "-Icuda-src".into(),
         format!("-isystem={}", ctx.cutlass.root.join("include").display()),
         format!("-isystem={}", ctx.cutlass.root.join("tools/util/include").display()),
     ];
@@ -213,12 +220,14 @@ impl HashCache {
     }
 }
 
-fn key2_of(deps: &[PathBuf], hashes: &HashCache) -> Option<String> {
+/// `deps` are as stored in a manifest: relative to the crate root for the crate's own headers,
+/// absolute for the toolchain's and CUTLASS's.
+fn key2_of(root: &Path, deps: &[PathBuf], hashes: &HashCache) -> Option<String> {
     let mut h = Sha256::new();
     for d in deps {
         h.update(d.to_string_lossy().as_bytes());
         h.update([0]);
-        h.update(hashes.get(d)?.as_bytes());
+        h.update(hashes.get(&root.join(d))?.as_bytes());
     }
     Some(hex(&h.finalize())[..32].to_string())
 }
@@ -238,8 +247,11 @@ enum Outcome {
 fn build_one(ctx: &Ctx, unit: &Unit, hashes: &HashCache) -> Result<Outcome, String> {
     let flags = flags(ctx, unit);
     let src_bytes = fs::read(&unit.source).map_err(|e| e.to_string())?;
+    let rel_source = unit.source.strip_prefix(ctx.manifest_dir).unwrap_or(&unit.source).to_path_buf();
     let mut h = Sha256::new();
     h.update(format!("{:?}\0", unit.kind));
+    h.update(rel_source.to_string_lossy().as_bytes());
+    h.update([0]);
     h.update(&src_bytes);
     h.update([0]);
     for f in &flags {
@@ -255,7 +267,7 @@ fn build_one(ctx: &Ctx, unit: &Unit, hashes: &HashCache) -> Result<Outcome, Stri
 
     if let Ok(text) = fs::read_to_string(&manifest) {
         let deps: Vec<PathBuf> = text.lines().map(PathBuf::from).collect();
-        if let Some(key2) = key2_of(&deps, hashes) {
+        if let Some(key2) = key2_of(ctx.manifest_dir, &deps, hashes) {
             let obj = objdir.join(format!("{key1}-{key2}.{ext}"));
             if obj.is_file() {
                 return Ok(Outcome::Cached(obj));
@@ -268,9 +280,10 @@ fn build_one(ctx: &Ctx, unit: &Unit, hashes: &HashCache) -> Result<Outcome, Stri
     let tmp_obj = tmp_base.with_extension(ext);
     let tmp_dep = tmp_base.with_extension("d");
     let mut cmd = Command::new(&ctx.cuda.nvcc);
+    cmd.current_dir(ctx.manifest_dir);
     cmd.args(&flags);
     cmd.arg(if unit.kind == Kind::Fatbin { "-fatbin" } else { "-c" });
-    cmd.arg(&unit.source).arg("-o").arg(&tmp_obj).arg("-MD").arg("-MF").arg(&tmp_dep);
+    cmd.arg(&rel_source).arg("-o").arg(&tmp_obj).arg("-MD").arg("-MF").arg(&tmp_dep);
     let out = cmd.output().map_err(|e| format!("running nvcc: {e}"))?;
     if !out.status.success() {
         let _ = fs::remove_file(&tmp_obj);
@@ -284,14 +297,17 @@ fn build_one(ctx: &Ctx, unit: &Unit, hashes: &HashCache) -> Result<Outcome, Stri
     }
     let dep_text = fs::read_to_string(&tmp_dep).map_err(|e| format!("reading nvcc depfile: {e}"))?;
     let _ = fs::remove_file(&tmp_dep);
+    let root = fs::canonicalize(ctx.manifest_dir).map_err(|e| e.to_string())?;
+    let source = fs::canonicalize(&unit.source).unwrap_or_default();
     let mut deps: Vec<PathBuf> = parse_depfile(&dep_text)
         .into_iter()
-        .map(|p| fs::canonicalize(&p).unwrap_or(p))
-        .filter(|p| p != &fs::canonicalize(&unit.source).unwrap_or_default())
+        .map(|p| fs::canonicalize(ctx.manifest_dir.join(&p)).unwrap_or(p))
+        .filter(|p| p != &source)
+        .map(|p| p.strip_prefix(&root).map(Path::to_path_buf).unwrap_or(p))
         .collect();
     deps.sort();
     deps.dedup();
-    let key2 = key2_of(&deps, hashes).ok_or("a header nvcc read has vanished")?;
+    let key2 = key2_of(ctx.manifest_dir, &deps, hashes).ok_or("a header nvcc read has vanished")?;
     let obj = objdir.join(format!("{key1}-{key2}.{ext}"));
     fs::rename(&tmp_obj, &obj).map_err(|e| e.to_string())?;
     let list: Vec<String> = deps.iter().map(|p| p.to_string_lossy().to_string()).collect();

@@ -13,8 +13,12 @@ use super::cuda as c;
 use crate::error::{Error, Result};
 use once_cell::sync::OnceCell;
 
-/// Library names tried, in order.
+/// Library names tried, in order, after `GRAPHSAFE_CUDA_DRIVER`.
 pub const DRIVER_LIBRARIES: &[&str] = &["libcuda.so.1", "libcuda.so"];
+
+/// A driver library to open instead of the system's (a file path): the stand-in driver of the
+/// CPU tests (`tests/standin/`), or a particular driver build. Read once, at first use.
+pub const DRIVER_LIBRARY_VAR: &str = "GRAPHSAFE_CUDA_DRIVER";
 
 /// The resolved function pointer of one entry point, with the name it was found under.
 pub struct Entry<F> {
@@ -199,6 +203,15 @@ pub fn api() -> Result<&'static Api> {
 
 fn open() -> std::result::Result<Api, Error> {
     let mut tried = Vec::new();
+    if let Some(path) = std::env::var_os(DRIVER_LIBRARY_VAR).filter(|v| !v.is_empty()) {
+        // An explicit choice is the only one tried: falling back to the system driver would hide
+        // the mistake (and a test meant for the stand-in would touch a real GPU).
+        // SAFETY: as below; the variable names a driver (or a stand-in with the same exports).
+        return match unsafe { libloading::Library::new(&path) } {
+            Ok(lib) => Ok(Api::new(lib, "$GRAPHSAFE_CUDA_DRIVER")),
+            Err(e) => Err(Error::DriverNotFound { tried: vec![format!("{DRIVER_LIBRARY_VAR}={}: {e}", path.to_string_lossy())] }),
+        };
+    }
     for &name in DRIVER_LIBRARIES {
         // SAFETY: loading the NVIDIA driver runs its initialisers, which is what every CUDA
         // program does; we call nothing in it until a symbol is resolved.
