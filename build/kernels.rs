@@ -21,8 +21,10 @@
 //! * `cutlass_example`: a folder under CUTLASS's `examples/` to put on the include path.
 //!
 //! The cache (like ccache's direct mode, so it can never serve a stale object): key1 hashes the
-//! source, the flags and the compiler's version; a manifest under key1 lists the headers the last
-//! compile read; key2 hashes those headers' contents. The object is stored under key1-key2.
+//! source, the flags and the compiler's version; manifests under key1 list the headers a compile
+//! read (one manifest per distinct list: two checkouts whose headers include different files keep
+//! both, instead of evicting each other's); key2 hashes those headers' contents. The object is
+//! stored under key1-key2.
 //! A change to the source, a flag, the compiler or any header it includes gives a new key.
 //!
 //! Keys name the crate's own files by their path below the crate root (nvcc runs in the crate
@@ -263,9 +265,13 @@ fn build_one(ctx: &Ctx, unit: &Unit, hashes: &HashCache) -> Result<Outcome, Stri
     let ext = if unit.kind == Kind::Fatbin { "fatbin" } else { "o" };
     let objdir = ctx.cache.join("objects");
     fs::create_dir_all(&objdir).map_err(|e| e.to_string())?;
-    let manifest = objdir.join(format!("{key1}.deps"));
-
-    if let Ok(text) = fs::read_to_string(&manifest) {
+    let prefix = format!("{key1}.");
+    let manifests = fs::read_dir(&objdir)
+        .map_err(|e| e.to_string())?
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_name().to_str().is_some_and(|n| n.starts_with(&prefix) && n.ends_with(".deps")));
+    for m in manifests {
+        let Ok(text) = fs::read_to_string(m.path()) else { continue };
         let deps: Vec<PathBuf> = text.lines().map(PathBuf::from).collect();
         if let Some(key2) = key2_of(ctx.manifest_dir, &deps, hashes) {
             let obj = objdir.join(format!("{key1}-{key2}.{ext}"));
@@ -310,9 +316,10 @@ fn build_one(ctx: &Ctx, unit: &Unit, hashes: &HashCache) -> Result<Outcome, Stri
     let key2 = key2_of(ctx.manifest_dir, &deps, hashes).ok_or("a header nvcc read has vanished")?;
     let obj = objdir.join(format!("{key1}-{key2}.{ext}"));
     fs::rename(&tmp_obj, &obj).map_err(|e| e.to_string())?;
-    let list: Vec<String> = deps.iter().map(|p| p.to_string_lossy().to_string()).collect();
+    let list = deps.iter().map(|p| p.to_string_lossy().to_string()).collect::<Vec<_>>().join("\n");
+    let manifest = objdir.join(format!("{key1}.{}.deps", &hex(&Sha256::digest(list.as_bytes()))[..16]));
     let tmp_manifest = tmp_base.with_extension("deps");
-    fs::write(&tmp_manifest, list.join("\n")).map_err(|e| e.to_string())?;
+    fs::write(&tmp_manifest, &list).map_err(|e| e.to_string())?;
     fs::rename(&tmp_manifest, &manifest).map_err(|e| e.to_string())?;
     Ok(Outcome::Compiled(obj))
 }

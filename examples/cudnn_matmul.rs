@@ -46,9 +46,9 @@ fn main() -> graphsafe::Result<()> {
         let (xc, wc, yc) = (cap.bind_buffer(&x)?, cap.bind_buffer(&w)?, cap.bind_buffer(&y)?);
         for &m in &batches {
             let args = MatmulArgs {
-                a: Tensor::contiguous(xc, DType::Bf16, &[m, k]),
-                b: Tensor::strided(wc, 0, DType::Bf16, &[k, n], &[1, k]),
-                c: Tensor::contiguous(yc, DType::Bf16, &[m, n]),
+                a: Tensor::contiguous(xc.clone(), DType::Bf16, &[m, k]),
+                b: Tensor::strided(wc.clone(), 0, DType::Bf16, &[k, n], &[1, k]),
+                c: Tensor::contiguous(yc.clone(), DType::Bf16, &[m, n]),
             };
             let info = cudnn::matmul_captured(&dnn, &args, &wsc, &cap)?;
             println!("captured m={m}: engine {} workspace {} B", info.engine, info.workspace_bytes);

@@ -106,6 +106,15 @@ pub enum Error {
         got: String,
     },
 
+    /// Eager work was refused because the stream is capturing: a capture is open on it (or was
+    /// leaked with `mem::forget`, or was begun outside graphsafe on an adopted stream). Nothing was
+    /// enqueued: eager work on a capturing stream would land in someone's graph.
+    #[error("the stream is capturing ({detail}): eager work on it is refused; end the capture first")]
+    StreamCapturing {
+        /// Which capture, or how the driver reported it.
+        detail: String,
+    },
+
     /// A stream capture was invalidated by the driver (an illegal call inside it). The stream is
     /// usable again; the capture produced no graph.
     #[error("stream capture invalidated: {reason}")]

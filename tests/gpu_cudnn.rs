@@ -152,7 +152,7 @@ impl Case {
             c: Self::tensor(&self.c, p.c.dtype, p.c.batch, p.m, p.n, p.c.strides),
         }
     }
-    fn captured<'c>(&self, cap: &mut Capture<'c>) -> MatmulArgs<CapturedBuffer<'c>> {
+    fn captured<'c>(&self, cap: &mut Capture<'_, 'c>) -> MatmulArgs<CapturedBuffer<'c>> {
         let a = self.args();
         MatmulArgs {
             a: a.a.with_mem(cap.bind_buffer(&self.a).unwrap()),

@@ -130,7 +130,7 @@ fn errors(out: &[f32], lse: &[f32], r_out: &[f32], r_lse: &[f32]) -> (f64, f64) 
 }
 
 /// The same arguments over buffers bound to `cap` (the graph keeps them alive).
-fn captured_args<'c>(cap: &mut Capture<'c>, p: &Problem, a: &MlaDecodeArgs<&DeviceBuffer>) -> MlaDecodeArgs<CapturedBuffer<'c>> {
+fn captured_args<'c>(cap: &mut Capture<'_, 'c>, p: &Problem, a: &MlaDecodeArgs<&DeviceBuffer>) -> MlaDecodeArgs<CapturedBuffer<'c>> {
     let mut b = |buf: &DeviceBuffer| cap.bind_buffer(buf).unwrap();
     MlaDecodeArgs {
         q_nope: a.q_nope.clone().with_mem(b(&p.q_nope)),

@@ -1,9 +1,9 @@
 //! cuDNN matmul through the C ABI: plan before capture, execute eagerly or captured.
 
-use super::core::{captured_op, eager_op, GraphsafeCapture, GraphsafeContext, GraphsafeStream, GraphsafeWorkspace};
+use super::core::{capture_obj, captured_op, eager_op, stream_obj, workspace_obj, GraphsafeCapture, GraphsafeContext, GraphsafeStream, GraphsafeWorkspace};
 use super::handles::{self, Tag};
 use super::mla::{GRAPHSAFE_DTYPE_BF16, GRAPHSAFE_DTYPE_FP16, GRAPHSAFE_DTYPE_FP8_E4M3};
-use super::{guard, null, put, Fail, Raw};
+use super::{guard, null, put, read, Fail, Raw};
 use crate::driver::Context;
 use crate::ops::cudnn::{self, matmul::matmul_on, Cudnn, MatmulArgs};
 use crate::ops::tensor::{DType, Tensor};
@@ -89,65 +89,89 @@ fn handle(ctx: GraphsafeContext) -> Result<(Arc<Context>, Arc<Cudnn>), Fail> {
 }
 
 /// cuDNN's version (major, minor, patch) as found at run time; GRAPHSAFE_ERROR_CUDNN_NOT_FOUND
-/// (the text lists where it looked) without it. Thread-safe. Outputs: non-null.
+/// (the text lists where it looked) without it. Thread-safe.
+///
+/// # Safety
+/// Each output is null (refused) or points to a writable `int`.
 #[no_mangle]
-pub extern "C" fn graphsafe_cudnn_version(major: *mut c_int, minor: *mut c_int, patch: *mut c_int) -> c_int {
+pub unsafe extern "C" fn graphsafe_cudnn_version(major: *mut c_int, minor: *mut c_int, patch: *mut c_int) -> c_int {
     guard(|| {
         if major.is_null() || minor.is_null() || patch.is_null() {
             return Err(null("major/minor/patch"));
         }
         let (v, _) = cudnn::library_info()?;
-        put(major, "major", v.major as c_int)?;
-        put(minor, "minor", v.minor as c_int)?;
-        put(patch, "patch", v.patch as c_int)
+        // SAFETY: non-null; the caller's contract.
+        unsafe {
+            put(major, "major", v.major as c_int)?;
+            put(minor, "minor", v.minor as c_int)?;
+            put(patch, "patch", v.patch as c_int)
+        }
     })
 }
 
 /// Builds (once; cached for the process) the plan of this matmul on `ctx`'s device and returns the
 /// workspace bytes its execute uses: call it for every problem you will capture, before capturing,
 /// and pre-grow the workspace to the largest. The pointers are not dereferenced. Thread-safe.
+///
+/// # Safety
+/// `args` is null (refused) or points to a valid `GraphsafeCudnnMatmulArgs`; `workspace_bytes` is
+/// null (refused) or points to a writable `uint64_t`.
 #[no_mangle]
-pub extern "C" fn graphsafe_cudnn_plan(ctx: GraphsafeContext, args: *const GraphsafeCudnnMatmulArgs, workspace_bytes: *mut u64) -> c_int {
+pub unsafe extern "C" fn graphsafe_cudnn_plan(ctx: GraphsafeContext, args: *const GraphsafeCudnnMatmulArgs, workspace_bytes: *mut u64) -> c_int {
     guard(|| {
-        if args.is_null() {
-            return Err(null("args"));
-        }
         if workspace_bytes.is_null() {
             return Err(null("workspace_bytes"));
         }
+        // SAFETY: the caller's contract (null is refused inside).
+        let a = unsafe { read(args, "args")? };
         let (c, dnn) = handle(ctx)?;
-        // SAFETY: non-null; the caller passes a valid struct.
-        let p = to_args(unsafe { &*args }, c.raw())?.problem(c.raw())?;
-        put(workspace_bytes, "workspace_bytes", cudnn::matmul::workspace_size(&dnn, &p)?)
+        let p = to_args(&a, c.raw())?.problem(c.raw())?;
+        let bytes = cudnn::matmul::workspace_size(&dnn, &p)?;
+        // SAFETY: non-null; the caller's contract.
+        unsafe { put(workspace_bytes, "workspace_bytes", bytes) }
     })
 }
 
 /// Eager matmul on `stream` (of `ctx`'s device): builds the plan if needed, grows `ws` if needed.
 /// BUSY while the stream is capturing or `ws` is bound to an open capture.
+///
+/// # Safety
+/// `args` is null (refused) or points to a valid `GraphsafeCudnnMatmulArgs` whose device addresses
+/// are allocations of `stream`'s device of the described layout, valid until the work finishes.
+/// Thread-safe.
 #[no_mangle]
-pub extern "C" fn graphsafe_cudnn_matmul(ctx: GraphsafeContext, args: *const GraphsafeCudnnMatmulArgs, ws: GraphsafeWorkspace, stream: GraphsafeStream) -> c_int {
+pub unsafe extern "C" fn graphsafe_cudnn_matmul(ctx: GraphsafeContext, args: *const GraphsafeCudnnMatmulArgs, ws: GraphsafeWorkspace, stream: GraphsafeStream) -> c_int {
     guard(|| {
-        if args.is_null() {
-            return Err(null("args"));
-        }
-        // SAFETY: non-null; the caller passes a valid struct.
-        let a = unsafe { *args };
+        // SAFETY: the caller's contract (null is refused inside).
+        let a = unsafe { read(args, "args")? };
+        // Every handle (and the cuDNN handle, whose cache has its own lock) before any object lock.
         let (_, dnn) = handle(ctx)?;
-        eager_op(ws, stream, |s, w| Ok(matmul_on(&dnn, &to_args(&a, s.context().raw())?, s.context(), s.raw(), w)?)).map(drop)
+        let (s, w) = (stream_obj(stream)?, workspace_obj(ws)?);
+        eager_op((&s, stream.id), Some((&w, ws.id)), |t| {
+            let m = to_args(&a, t.context().raw())?;
+            Ok(matmul_on(&dnn, &m, t)?)
+        })
+        .map(drop)
     })
 }
 
 /// Captured matmul: only a plan built before the capture (graphsafe_cudnn_plan or an eager call),
 /// `ws` bound to `capture` and never grown (GRAPHSAFE_ERROR_WORKSPACE_TOO_SMALL otherwise).
+///
+/// # Safety
+/// As graphsafe_cudnn_matmul, and the memory must stay valid for as long as any graph made from the
+/// capture can run.
 #[no_mangle]
-pub extern "C" fn graphsafe_cudnn_matmul_captured(ctx: GraphsafeContext, args: *const GraphsafeCudnnMatmulArgs, capture: GraphsafeCapture, ws: GraphsafeWorkspace) -> c_int {
+pub unsafe extern "C" fn graphsafe_cudnn_matmul_captured(ctx: GraphsafeContext, args: *const GraphsafeCudnnMatmulArgs, capture: GraphsafeCapture, ws: GraphsafeWorkspace) -> c_int {
     guard(|| {
-        if args.is_null() {
-            return Err(null("args"));
-        }
-        // SAFETY: non-null; the caller passes a valid struct.
-        let a = unsafe { *args };
+        // SAFETY: the caller's contract (null is refused inside).
+        let a = unsafe { read(args, "args")? };
         let (_, dnn) = handle(ctx)?;
-        captured_op(capture, ws, |s, w| Ok(matmul_on(&dnn, &to_args(&a, s.context().raw())?, s.context(), s.raw(), w)?)).map(drop)
+        let c = capture_obj(capture)?;
+        captured_op((&c, capture.id), Some(ws.id), |t| {
+            let m = to_args(&a, t.context().raw())?;
+            Ok(matmul_on(&dnn, &m, t)?)
+        })
+        .map(drop)
     })
 }

@@ -1,8 +1,8 @@
 //! MLA decode planning and launch through the C ABI. Tensors are raw device pointers the caller
 //! owns and keeps alive (shapes and strides are checked; bounds cannot be, without sizes).
 
-use super::core::{captured_op, eager_op, GraphsafeCapture, GraphsafeStream, GraphsafeWorkspace};
-use super::{guard, null, put, Fail, Raw};
+use super::core::{capture_obj, captured_op, eager_op, stream_obj, workspace_obj, GraphsafeCapture, GraphsafeStream, GraphsafeWorkspace};
+use super::{guard, null, put, read, Fail, Raw};
 use crate::ops::mla::decode::run;
 use crate::ops::mla::{sm100, sm90, KvDtype, MlaDecodeArgs};
 use crate::ops::tensor::{DType, Tensor};
@@ -123,9 +123,12 @@ fn to_args(a: &GraphsafeMlaDecodeArgs, ctx: c::CUcontext) -> Result<MlaDecodeArg
 }
 
 /// Splits and workspace for one decode shape on `arch` (GRAPHSAFE_ARCH_SM90/SM100). Host-only:
-/// works without a GPU. `requested_splits` 0 = default rule. Thread-safe. `out`: non-null.
+/// works without a GPU. `requested_splits` 0 = default rule. Thread-safe.
+///
+/// # Safety
+/// `out` is null (refused) or points to a writable `GraphsafeMlaPlan`.
 #[no_mangle]
-pub extern "C" fn graphsafe_mla_plan(arch: c_int, dtype: c_int, num_heads: c_int, batch: c_int, max_seq_len: c_int, sm_count: c_int, requested_splits: c_int, out: *mut GraphsafeMlaPlan) -> c_int {
+pub unsafe extern "C" fn graphsafe_mla_plan(arch: c_int, dtype: c_int, num_heads: c_int, batch: c_int, max_seq_len: c_int, sm_count: c_int, requested_splits: c_int, out: *mut GraphsafeMlaPlan) -> c_int {
     guard(|| {
         if out.is_null() {
             return Err(null("out"));
@@ -146,14 +149,18 @@ pub extern "C" fn graphsafe_mla_plan(arch: c_int, dtype: c_int, num_heads: c_int
             }
             other => return Err(crate::Error::invalid("arch", "GRAPHSAFE_ARCH_SM90 or GRAPHSAFE_ARCH_SM100", other).into()),
         };
-        put(out, "out", GraphsafeMlaPlan { num_splits: n as c_int, workspace_bytes: bytes, worst_batch: batch, worst_seq_len: max_seq_len })
+        // SAFETY: the caller's contract (null is refused inside).
+        unsafe { put(out, "out", GraphsafeMlaPlan { num_splits: n as c_int, workspace_bytes: bytes, worst_batch: batch, worst_seq_len: max_seq_len }) }
     })
 }
 
 /// The workspace to pre-grow before capture: the worst case over batch 1..=max_batch and sequence
-/// lengths 1..=max_seq_len. Host-only. Thread-safe. `out`: non-null.
+/// lengths 1..=max_seq_len. Host-only. Thread-safe.
+///
+/// # Safety
+/// `out` is null (refused) or points to a writable `GraphsafeMlaPlan`.
 #[no_mangle]
-pub extern "C" fn graphsafe_mla_worst_case(arch: c_int, dtype: c_int, num_heads: c_int, max_batch: c_int, max_seq_len: c_int, sm_count: c_int, out: *mut GraphsafeMlaPlan) -> c_int {
+pub unsafe extern "C" fn graphsafe_mla_worst_case(arch: c_int, dtype: c_int, num_heads: c_int, max_batch: c_int, max_seq_len: c_int, sm_count: c_int, out: *mut GraphsafeMlaPlan) -> c_int {
     guard(|| {
         if out.is_null() {
             return Err(null("out"));
@@ -173,24 +180,37 @@ pub extern "C" fn graphsafe_mla_worst_case(arch: c_int, dtype: c_int, num_heads:
             }
             other => return Err(crate::Error::invalid("arch", "GRAPHSAFE_ARCH_SM90 or GRAPHSAFE_ARCH_SM100", other).into()),
         };
-        put(out, "out", p)
+        // SAFETY: the caller's contract (null is refused inside).
+        unsafe { put(out, "out", p) }
     })
+}
+
+fn plan_out(a: &GraphsafeMlaDecodeArgs, p: &crate::ops::mla::MlaDecodePlan) -> GraphsafeMlaPlan {
+    GraphsafeMlaPlan { num_splits: p.num_splits as c_int, workspace_bytes: p.workspace_bytes, worst_batch: a.batch, worst_seq_len: a.max_seq_len }
 }
 
 /// Eager MLA decode on `stream`: validates, grows `ws` if needed (retiring, zero-filled), launches.
 /// `plan` (nullable) receives what ran. BUSY while the stream is capturing or `ws` is bound to an
 /// open capture. Thread-safe (calls on one workspace are serialized).
+///
+/// # Safety
+/// `args` is null (refused) or points to a valid `GraphsafeMlaDecodeArgs` whose device addresses
+/// are allocations of `stream`'s device holding the documented shapes (only shapes, strides,
+/// alignment and device are checked: sizes of caller memory are unknown) and stay valid until the
+/// work finishes; `plan` is null or points to a writable `GraphsafeMlaPlan`.
 #[no_mangle]
-pub extern "C" fn graphsafe_mla_decode(args: *const GraphsafeMlaDecodeArgs, ws: GraphsafeWorkspace, stream: GraphsafeStream, plan: *mut GraphsafeMlaPlan) -> c_int {
+pub unsafe extern "C" fn graphsafe_mla_decode(args: *const GraphsafeMlaDecodeArgs, ws: GraphsafeWorkspace, stream: GraphsafeStream, plan: *mut GraphsafeMlaPlan) -> c_int {
     guard(|| {
-        if args.is_null() {
-            return Err(null("args"));
-        }
-        // SAFETY: non-null; the caller passes a valid struct.
-        let a = unsafe { *args };
-        let p = eager_op(ws, stream, |s, w| Ok(run(&to_args(&a, s.context().raw())?, s.context(), s.raw(), w)?))?;
+        // SAFETY: the caller's contract (null is refused inside).
+        let a = unsafe { read(args, "args")? };
+        let (s, w) = (stream_obj(stream)?, workspace_obj(ws)?);
+        let p = eager_op((&s, stream.id), Some((&w, ws.id)), |t| {
+            let raw = to_args(&a, t.context().raw())?;
+            Ok(run(&raw, t)?)
+        })?;
         if !plan.is_null() {
-            put(plan, "plan", GraphsafeMlaPlan { num_splits: p.num_splits as c_int, workspace_bytes: p.workspace_bytes, worst_batch: a.batch, worst_seq_len: a.max_seq_len })?;
+            // SAFETY: non-null; the caller's contract.
+            unsafe { put(plan, "plan", plan_out(&a, &p))? };
         }
         Ok(())
     })
@@ -199,17 +219,23 @@ pub extern "C" fn graphsafe_mla_decode(args: *const GraphsafeMlaDecodeArgs, ws: 
 /// Captured MLA decode: `ws` must be bound to `capture`; never grows it
 /// (GRAPHSAFE_ERROR_WORKSPACE_TOO_SMALL names both sizes, nothing captured). Same thread as the
 /// capture's begin for THREAD_LOCAL/GLOBAL captures.
+///
+/// # Safety
+/// As graphsafe_mla_decode, and the caller's memory must stay valid for as long as any graph made
+/// from the capture can run (graphsafe keeps only its own buffers and workspaces alive).
 #[no_mangle]
-pub extern "C" fn graphsafe_mla_decode_captured(args: *const GraphsafeMlaDecodeArgs, capture: GraphsafeCapture, ws: GraphsafeWorkspace, plan: *mut GraphsafeMlaPlan) -> c_int {
+pub unsafe extern "C" fn graphsafe_mla_decode_captured(args: *const GraphsafeMlaDecodeArgs, capture: GraphsafeCapture, ws: GraphsafeWorkspace, plan: *mut GraphsafeMlaPlan) -> c_int {
     guard(|| {
-        if args.is_null() {
-            return Err(null("args"));
-        }
-        // SAFETY: non-null; the caller passes a valid struct.
-        let a = unsafe { *args };
-        let p = captured_op(capture, ws, |s, w| Ok(run(&to_args(&a, s.context().raw())?, s.context(), s.raw(), w)?))?;
+        // SAFETY: the caller's contract (null is refused inside).
+        let a = unsafe { read(args, "args")? };
+        let c = capture_obj(capture)?;
+        let p = captured_op((&c, capture.id), Some(ws.id), |t| {
+            let raw = to_args(&a, t.context().raw())?;
+            Ok(run(&raw, t)?)
+        })?;
         if !plan.is_null() {
-            put(plan, "plan", GraphsafeMlaPlan { num_splits: p.num_splits as c_int, workspace_bytes: p.workspace_bytes, worst_batch: a.batch, worst_seq_len: a.max_seq_len })?;
+            // SAFETY: non-null; the caller's contract.
+            unsafe { put(plan, "plan", plan_out(&a, &p))? };
         }
         Ok(())
     })

@@ -15,10 +15,30 @@
 //! open capture cannot grow or be destroyed (`GRAPHSAFE_ERROR_BUSY`), a capturing stream takes no
 //! eager work from graphsafe, and graphs keep every graphsafe-owned buffer they captured alive.
 //! Raw device pointers passed in (engine-owned tensors) are the caller's to keep alive.
-
-// Entry points take raw pointers from C and check them for null before use; marking them
-// `unsafe` would say nothing to a C caller.
-#![allow(clippy::not_unsafe_ptr_arg_deref)]
+//!
+//! From Rust every entry point is an `unsafe fn`: it takes raw pointers (and raw CUDA handles) that
+//! only the caller can vouch for. Rust code uses the safe API (`graphsafe::{driver, graph, ops}`).
+//!
+//! # Lock discipline (what keeps the ABI free of deadlocks)
+//!
+//! 1. **Handle lookups first.** An entry point resolves every handle it needs in the registry
+//!    (`handles::get`) before it takes any object lock. No code holding an object lock touches the
+//!    registry (`get`, `insert` or `remove`); objects that must reach others while locked hold
+//!    `Arc`s to them (a capture holds its stream and its bound workspaces).
+//! 2. **The registry lock is a leaf.** It is held only to find, insert or remove an entry; no
+//!    object lock is taken and no object is dropped inside it.
+//! 3. **One order for object locks:** stream → capture → workspace → graph / executable. An entry
+//!    point that needs two takes them in this order; most take one.
+//! 4. **Hold what was checked.** A check ("the stream is not capturing", "the workspace is not
+//!    bound") and the act it guards (the launch, the growth, `cuStreamBeginCapture`) happen under
+//!    the same lock, never check-release-act.
+//! 5. **Destroy closes, then unregisters.** Destroying a stream, workspace or capture marks the
+//!    object closed under its lock (refusing with BUSY if it is in use), releases the lock, then
+//!    removes the handle: a call that resolved the handle just before sees "closed" under the lock
+//!    and fails with `GRAPHSAFE_ERROR_INVALID_HANDLE`.
+//! 6. **Nothing that can panic runs outside the panic guard**, and the guard itself never panics:
+//!    at thread exit (a C++ `thread_local` or static destructor calling into graphsafe) the error
+//!    text is dropped rather than written to a thread-local that is already gone.
 
 mod core;
 mod cudnn;
@@ -73,8 +93,12 @@ thread_local! {
     static LAST_ERROR: RefCell<CString> = RefCell::new(CString::default());
 }
 
+/// What `graphsafe_last_error` returns when this thread's error text is gone (thread exit).
+static NO_TEXT: &[u8] = b"\0";
+
 /// Internal result of a C entry point: a status code and its text.
-pub(crate) struct Fail(i32, String);
+#[derive(Debug)]
+pub(crate) struct Fail(pub(crate) i32, pub(crate) String);
 
 impl From<Error> for Fail {
     fn from(e: Error) -> Fail {
@@ -90,6 +114,7 @@ impl From<Error> for Fail {
             Error::ArchUnsupported { .. } => GRAPHSAFE_ERROR_ARCH_UNSUPPORTED,
             Error::WorkspaceTooSmall { .. } => GRAPHSAFE_ERROR_WORKSPACE_TOO_SMALL,
             Error::CaptureInvalidated { .. } => GRAPHSAFE_ERROR_CAPTURE_INVALIDATED,
+            Error::StreamCapturing { .. } => GRAPHSAFE_ERROR_BUSY,
             #[allow(unreachable_patterns)]
             _ => GRAPHSAFE_ERROR_INVALID_ARGUMENT,
         };
@@ -105,24 +130,36 @@ pub(crate) fn busy(what: String) -> Fail {
     Fail(GRAPHSAFE_ERROR_BUSY, what)
 }
 
-/// Runs an entry point: catches panics, records the error text, returns the status.
+/// Runs an entry point: catches panics, records the error text, returns the status. Recording
+/// the text runs inside the guard too, and never panics: at thread exit, when this thread's
+/// storage is already destroyed, the text is dropped (the status still says what failed).
 pub(crate) fn guard(f: impl FnOnce() -> Result<(), Fail>) -> i32 {
-    let r = catch_unwind(AssertUnwindSafe(f)).unwrap_or_else(|p| {
+    let run = AssertUnwindSafe(|| match f() {
+        Ok(()) => GRAPHSAFE_OK,
+        Err(Fail(code, text)) => {
+            record(text);
+            code
+        }
+    });
+    catch_unwind(run).unwrap_or_else(|p| {
         let msg = p
             .downcast_ref::<&str>()
             .map(|s| s.to_string())
             .or_else(|| p.downcast_ref::<String>().cloned())
             .unwrap_or_else(|| "unknown panic".into());
-        Err(Fail(GRAPHSAFE_ERROR_PANIC, format!("internal panic: {msg}")))
-    });
-    match r {
-        Ok(()) => GRAPHSAFE_OK,
-        Err(Fail(code, text)) => {
-            let c = CString::new(text.replace('\0', " ")).unwrap_or_default();
-            LAST_ERROR.with(|e| *e.borrow_mut() = c);
-            code
+        // Recording can itself only fail quietly (try_with), so nothing escapes this closure.
+        let _ = catch_unwind(AssertUnwindSafe(|| record(format!("internal panic: {msg}"))));
+        GRAPHSAFE_ERROR_PANIC
+    })
+}
+
+fn record(text: String) {
+    let c = CString::new(text.replace('\0', " ")).unwrap_or_default();
+    let _ = LAST_ERROR.try_with(|e| {
+        if let Ok(mut slot) = e.try_borrow_mut() {
+            *slot = c;
         }
-    }
+    });
 }
 
 /// Caller-owned device memory: its size is unknown, so only shape, stride and alignment are
@@ -146,7 +183,10 @@ impl crate::ops::tensor::DeviceMemory for Raw {
 }
 
 /// Writes `v` through `out`, or fails with NULL_POINTER naming `what`.
-pub(crate) fn put<T>(out: *mut T, what: &str, v: T) -> Result<(), Fail> {
+///
+/// # Safety
+/// `out` is null or points to writable storage for a `T` (the entry point's contract).
+pub(crate) unsafe fn put<T>(out: *mut T, what: &str, v: T) -> Result<(), Fail> {
     if out.is_null() {
         return Err(null(what));
     }
@@ -155,15 +195,34 @@ pub(crate) fn put<T>(out: *mut T, what: &str, v: T) -> Result<(), Fail> {
     Ok(())
 }
 
+/// Reads the argument struct behind `p`, or fails with NULL_POINTER naming `what`.
+///
+/// # Safety
+/// `p` is null or points to a readable, initialized `T` (the entry point's contract).
+pub(crate) unsafe fn read<T: Copy>(p: *const T, what: &str) -> Result<T, Fail> {
+    if p.is_null() {
+        return Err(null(what));
+    }
+    // SAFETY: non-null; the caller promises a valid T behind it.
+    Ok(unsafe { p.read() })
+}
+
 /// This thread's text for the last failed call (empty if none). The pointer stays valid until this
-/// thread's next failing graphsafe call. Thread-safe; never null.
+/// thread's next failing graphsafe call. Thread-safe; never null, also during thread exit.
+///
+/// # Safety
+/// None beyond C's: the returned text must not be written or freed.
 #[no_mangle]
-pub extern "C" fn graphsafe_last_error() -> *const c_char {
-    LAST_ERROR.with(|e| e.borrow().as_ptr())
+pub unsafe extern "C" fn graphsafe_last_error() -> *const c_char {
+    let text = catch_unwind(|| LAST_ERROR.try_with(|e| e.try_borrow().map(|c| c.as_ptr()).ok()).ok().flatten());
+    text.ok().flatten().unwrap_or(NO_TEXT.as_ptr().cast())
 }
 
 /// The library version, e.g. "0.1.0" (static storage; never null).
+///
+/// # Safety
+/// None beyond C's: the returned text must not be written or freed.
 #[no_mangle]
-pub extern "C" fn graphsafe_version() -> *const c_char {
+pub unsafe extern "C" fn graphsafe_version() -> *const c_char {
     concat!(env!("CARGO_PKG_VERSION"), "\0").as_ptr().cast()
 }

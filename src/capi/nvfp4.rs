@@ -3,12 +3,13 @@
 //! scales and scalars are caller-owned device pointers; a prepared weight is a graphsafe buffer
 //! (bind it to captures that use it).
 
-use super::core::{captured_op, eager_op, eager_stream, GraphsafeBuffer, GraphsafeCapture, GraphsafeStream, GraphsafeWorkspace};
+use super::core::{capture_obj, captured_op, eager_op, stream_obj, workspace_obj, GraphsafeBuffer, GraphsafeCapture, GraphsafeStream, GraphsafeWorkspace};
 use super::handles::{self, Tag};
 use super::mla::{GRAPHSAFE_DTYPE_BF16, GRAPHSAFE_DTYPE_FP16};
-use super::{guard, null, put, Fail, Raw};
+use super::{guard, null, put, read, Fail, Raw};
 use crate::driver::DeviceBuffer;
-use crate::ops::nvfp4::{self, gemm_on, quantize_on, w4a16_on, Nvfp4Arch, Nvfp4Matrix};
+use crate::graph::target::Target;
+use crate::ops::nvfp4::{self, gemm_on, quantize_on, w4a16_on, Nvfp4Arch, Nvfp4Matrix, WeightArg};
 use crate::ops::tensor::{DType, Tensor};
 use crate::sys::cuda as c;
 use std::ffi::c_int;
@@ -97,16 +98,20 @@ fn nvfp4_matrix(m: &GraphsafeNvfp4Matrix, what: &str, ctx: c::CUcontext) -> Resu
 }
 
 /// Tile and workspace (and, on Hopper, the prepared weight's size) for D[m,n] = A[m,k]·W[n,k]ᵀ.
-/// Host-only: works without a GPU. Thread-safe. `out`: non-null.
+/// Host-only: works without a GPU. Thread-safe.
+///
+/// # Safety
+/// `out` is null (refused) or points to a writable `GraphsafeNvfp4Plan`.
 #[no_mangle]
-pub extern "C" fn graphsafe_nvfp4_plan(arch: c_int, m: c_int, n_: c_int, k: c_int, out_dtype: c_int, sm_count: c_int, out: *mut GraphsafeNvfp4Plan) -> c_int {
+pub unsafe extern "C" fn graphsafe_nvfp4_plan(arch: c_int, m: c_int, n_: c_int, k: c_int, out_dtype: c_int, sm_count: c_int, out: *mut GraphsafeNvfp4Plan) -> c_int {
     guard(|| {
         if out.is_null() {
             return Err(null("out"));
         }
         let p = nvfp4::plan(arch_of(arch)?, m as i64, n_ as i64, k as i64, half_dtype(out_dtype, "out_dtype")?, sm_count as i64)?;
         let t = p.tile.unwrap_or(nvfp4::Tile { m: 0, n: 0, k: 0, cluster_m: 0, cluster_n: 0 });
-        put(
+        // SAFETY: the caller's contract (null is refused inside).
+        unsafe { put(
             out,
             "out",
             GraphsafeNvfp4Plan {
@@ -118,72 +123,89 @@ pub extern "C" fn graphsafe_nvfp4_plan(arch: c_int, m: c_int, n_: c_int, k: c_in
                 workspace_bytes: p.workspace_bytes,
                 prepared_weight_bytes: p.prepared_weight_bytes.unwrap_or(0),
             },
-        )
+        ) }
     })
 }
 
-/// Bytes of the swizzled scale tensor of an [rows, k] NVFP4 matrix. Host-only. `out`: non-null.
+/// Bytes of the swizzled scale tensor of an [rows, k] NVFP4 matrix. Host-only.
+///
+/// # Safety
+/// `out` is null (refused) or points to a writable `uint64_t`.
 #[no_mangle]
-pub extern "C" fn graphsafe_nvfp4_scale_bytes(rows: c_int, k: c_int, out: *mut u64) -> c_int {
+pub unsafe extern "C" fn graphsafe_nvfp4_scale_bytes(rows: c_int, k: c_int, out: *mut u64) -> c_int {
     guard(|| {
         if out.is_null() {
             return Err(null("out"));
         }
-        put(out, "out", nvfp4::scale_bytes(rows as i64, k as i64)?)
+        // SAFETY: non-null; the caller's contract.
+        unsafe { put(out, "out", nvfp4::scale_bytes(rows as i64, k as i64)?) }
     })
 }
 
 /// Quantizes x [m, k] (bf16/fp16, leading dimension ld_x) with the device global scale into
 /// `out` (whose global_scale must point to the same scalar or a copy), on `stream`.
+///
+/// # Safety
+/// `out` is null (refused) or points to a valid `GraphsafeNvfp4Matrix`; every device address is an
+/// allocation of `stream`'s device holding the documented sizes and stays valid until the work
+/// finishes. Thread-safe.
 #[no_mangle]
-pub extern "C" fn graphsafe_nvfp4_quantize(x: u64, dtype: c_int, m: c_int, k: c_int, ld_x: i64, out: *const GraphsafeNvfp4Matrix, stream: GraphsafeStream) -> c_int {
+pub unsafe extern "C" fn graphsafe_nvfp4_quantize(x: u64, dtype: c_int, m: c_int, k: c_int, ld_x: i64, out: *const GraphsafeNvfp4Matrix, stream: GraphsafeStream) -> c_int {
     guard(|| {
-        if out.is_null() {
-            return Err(null("out"));
-        }
-        let s = eager_stream(stream)?;
-        let ctx = s.stream.context();
-        // SAFETY: non-null; the caller passes a valid struct.
-        let q = nvfp4_matrix(unsafe { &*out }, "out", ctx.raw())?;
-        let xt = matrix_2d(x, "x", half_dtype(dtype, "dtype")?, m, k, ld_x, ctx.raw())?;
-        Ok(quantize_on(&xt, &q.global_scale, &q, ctx, s.stream.raw())?)
+        // SAFETY: the caller's contract (null is refused inside).
+        let o = unsafe { read(out, "out")? };
+        let s = stream_obj(stream)?;
+        eager_op((&s, stream.id), None, |t| quantize(&o, x, dtype, m, k, ld_x, t))
     })
 }
 
-/// Captured quantize (the memory is the caller's to keep alive while the graph can run).
+fn quantize(o: &GraphsafeNvfp4Matrix, x: u64, dtype: c_int, m: c_int, k: c_int, ld_x: i64, t: Target<'_>) -> Result<(), Fail> {
+    let ctx = t.context().raw();
+    let q = nvfp4_matrix(o, "out", ctx)?;
+    let xt = matrix_2d(x, "x", half_dtype(dtype, "dtype")?, m, k, ld_x, ctx)?;
+    Ok(quantize_on(&xt, &q.global_scale, &q, t)?)
+}
+
+/// Captured quantize.
+///
+/// # Safety
+/// As graphsafe_nvfp4_quantize, and the memory must stay valid for as long as any graph made from
+/// the capture can run. Same thread as the capture's begin for THREAD_LOCAL/GLOBAL captures.
 #[no_mangle]
-pub extern "C" fn graphsafe_nvfp4_quantize_captured(x: u64, dtype: c_int, m: c_int, k: c_int, ld_x: i64, out: *const GraphsafeNvfp4Matrix, capture: GraphsafeCapture, ws: GraphsafeWorkspace) -> c_int {
+pub unsafe extern "C" fn graphsafe_nvfp4_quantize_captured(x: u64, dtype: c_int, m: c_int, k: c_int, ld_x: i64, out: *const GraphsafeNvfp4Matrix, capture: GraphsafeCapture, ws: GraphsafeWorkspace) -> c_int {
     guard(|| {
-        if out.is_null() {
-            return Err(null("out"));
-        }
-        // SAFETY: non-null; the caller passes a valid struct.
-        let o = unsafe { *out };
-        captured_op(capture, ws, |s, _| {
-            let ctx = s.context();
-            let q = nvfp4_matrix(&o, "out", ctx.raw())?;
-            let xt = matrix_2d(x, "x", half_dtype(dtype, "dtype")?, m, k, ld_x, ctx.raw())?;
-            Ok(quantize_on(&xt, &q.global_scale, &q, ctx, s.raw())?)
-        })
+        // SAFETY: the caller's contract (null is refused inside).
+        let o = unsafe { read(out, "out")? };
+        let c = capture_obj(capture)?;
+        // The quantize needs no workspace; `ws` (if non-zero) must still be bound to the capture.
+        let ws_id = (ws.id != 0).then_some(ws.id);
+        captured_op((&c, capture.id), ws_id, |t| quantize(&o, x, dtype, m, k, ld_x, t))
     })
 }
 
 /// Repacks an [n, k] NVFP4 weight for the Hopper W4A16 GEMM into a new graphsafe buffer (`out`),
 /// once, eagerly. ARCH_UNSUPPORTED on other GPUs.
+///
+/// # Safety
+/// `weight` is null (refused) or points to a valid `GraphsafeNvfp4Matrix` whose memory holds the
+/// documented sizes on `stream`'s device; `out` is null (refused) or points to a writable
+/// `GraphsafeBuffer`. Thread-safe.
 #[no_mangle]
-pub extern "C" fn graphsafe_nvfp4_prepare_weight(weight: *const GraphsafeNvfp4Matrix, stream: GraphsafeStream, out: *mut GraphsafeBuffer) -> c_int {
+pub unsafe extern "C" fn graphsafe_nvfp4_prepare_weight(weight: *const GraphsafeNvfp4Matrix, stream: GraphsafeStream, out: *mut GraphsafeBuffer) -> c_int {
     guard(|| {
-        if weight.is_null() || out.is_null() {
-            return Err(null("weight/out"));
+        if out.is_null() {
+            return Err(null("out"));
         }
-        let s = eager_stream(stream)?;
-        // SAFETY: non-null; the caller passes a valid struct.
-        let w = unsafe { *weight };
-        // The op takes buffers; wrap the caller's pointers (sizes are checked against the format).
-        let ctx = s.stream.context();
-        let m = nvfp4_matrix(&w, "weight", ctx.raw())?;
-        let prepared = nvfp4::prepare_weight_raw(&m, &s.stream)?;
-        put(out, "out", GraphsafeBuffer { id: handles::insert(Tag::Buffer, std::sync::Arc::new(prepared)) })
+        // SAFETY: the caller's contract (null is refused inside).
+        let w = unsafe { read(weight, "weight")? };
+        let s = stream_obj(stream)?;
+        let prepared = eager_op((&s, stream.id), None, |t| {
+            let m = nvfp4_matrix(&w, "weight", t.context().raw())?;
+            Ok(nvfp4::prepare_weight_raw(&m, t.stream())?)
+        })?;
+        let id = handles::insert(Tag::Buffer, std::sync::Arc::new(prepared))?;
+        // SAFETY: non-null; the caller's contract.
+        unsafe { put(out, "out", GraphsafeBuffer { id }) }
     })
 }
 
@@ -211,46 +233,47 @@ pub struct GraphsafeW4a16Args {
     pub m: c_int,
 }
 
-fn w4a16(a: &GraphsafeW4a16Args, s: &crate::driver::Stream, ws: crate::workspace::WorkspaceArg<'_>) -> Result<(), Fail> {
-    let ctx = s.context();
-    let wbuf = handles::get::<DeviceBuffer>(Tag::Buffer, a.weight.id)?;
-    let at = matrix_2d(a.a, "a", DType::Bf16, a.m, a.k, a.lda, ctx.raw())?;
-    let dt = matrix_2d(a.d, "d", DType::Bf16, a.m, a.n, a.ldd, ctx.raw())?;
-    let w = (wbuf.device_ptr(), n(a.n, "n")?, n(a.k, "k")?, wbuf.context().raw());
-    let need = nvfp4::plan(Nvfp4Arch::Sm90, a.m as i64, a.n as i64, a.k as i64, DType::Bf16, ctx.sm_count() as i64)?
-        .prepared_weight_bytes
-        .unwrap_or(0);
-    if (wbuf.len() as u64) < need {
-        return Err(crate::Error::invalid("weight", format!("a weight prepared for [{}, {}] ({need} bytes)", a.n, a.k), format!("{} bytes", wbuf.len())).into());
-    }
-    w4a16_on(&at, w, &raw(a.alpha, "alpha", ctx.raw())?, &dt, ws, ctx, s.raw())?;
+fn w4a16(a: &GraphsafeW4a16Args, weight: &DeviceBuffer, t: Target<'_>) -> Result<(), Fail> {
+    let ctx = t.context().raw();
+    let at = matrix_2d(a.a, "a", DType::Bf16, a.m, a.k, a.lda, ctx)?;
+    let dt = matrix_2d(a.d, "d", DType::Bf16, a.m, a.n, a.ldd, ctx)?;
+    let w = WeightArg { mem: &weight, n: n(a.n, "n")?, k: n(a.k, "k")? };
+    w4a16_on(&at, w, &raw(a.alpha, "alpha", ctx)?, &dt, t)?;
     Ok(())
 }
 
 /// Eager W4A16 GEMM (Hopper): may grow `ws`. BUSY while the stream is capturing or `ws` is bound.
+///
+/// # Safety
+/// `args` is null (refused) or points to a valid `GraphsafeW4a16Args` whose device addresses are
+/// allocations of `stream`'s device of the documented sizes, valid until the work finishes.
+/// Thread-safe.
 #[no_mangle]
-pub extern "C" fn graphsafe_nvfp4_w4a16_gemm(args: *const GraphsafeW4a16Args, ws: GraphsafeWorkspace, stream: GraphsafeStream) -> c_int {
+pub unsafe extern "C" fn graphsafe_nvfp4_w4a16_gemm(args: *const GraphsafeW4a16Args, ws: GraphsafeWorkspace, stream: GraphsafeStream) -> c_int {
     guard(|| {
-        if args.is_null() {
-            return Err(null("args"));
-        }
-        // SAFETY: non-null; the caller passes a valid struct.
-        let a = unsafe { *args };
-        eager_op(ws, stream, |s, w| w4a16(&a, s, w))
+        // SAFETY: the caller's contract (null is refused inside).
+        let a = unsafe { read(args, "args")? };
+        // Every handle first, before any lock (capi/mod.rs, rule 1).
+        let weight = handles::get::<DeviceBuffer>(Tag::Buffer, a.weight.id)?;
+        let (s, w) = (stream_obj(stream)?, workspace_obj(ws)?);
+        eager_op((&s, stream.id), Some((&w, ws.id)), |t| w4a16(&a, &weight, t))
     })
 }
 
-/// Captured W4A16 GEMM: `ws` bound to `capture`, never grown; bind the prepared weight too
-/// (graphsafe_capture_bind_buffer) so the graph keeps it alive.
+/// Captured W4A16 GEMM: `ws` bound to `capture`, never grown; the prepared weight (a graphsafe
+/// buffer) is kept alive by the graph.
+///
+/// # Safety
+/// As graphsafe_nvfp4_w4a16_gemm, and the caller's memory (a, alpha, d) must stay valid for as
+/// long as any graph made from the capture can run.
 #[no_mangle]
-pub extern "C" fn graphsafe_nvfp4_w4a16_gemm_captured(args: *const GraphsafeW4a16Args, capture: GraphsafeCapture, ws: GraphsafeWorkspace) -> c_int {
+pub unsafe extern "C" fn graphsafe_nvfp4_w4a16_gemm_captured(args: *const GraphsafeW4a16Args, capture: GraphsafeCapture, ws: GraphsafeWorkspace) -> c_int {
     guard(|| {
-        if args.is_null() {
-            return Err(null("args"));
-        }
-        // SAFETY: non-null; the caller passes a valid struct.
-        let a = unsafe { *args };
-        captured_op(capture, ws, |s, w| w4a16(&a, s, w))
+        // SAFETY: the caller's contract (null is refused inside).
+        let a = unsafe { read(args, "args")? };
+        let weight = handles::get::<DeviceBuffer>(Tag::Buffer, a.weight.id)?;
+        let c = capture_obj(capture)?;
+        captured_op((&c, capture.id), Some(ws.id), |t| w4a16(&a, &weight, t))
     })
 }
 
@@ -270,36 +293,41 @@ pub struct GraphsafeNvfp4GemmArgs {
     pub out_dtype: c_int,
 }
 
-fn gemm(a: &GraphsafeNvfp4GemmArgs, s: &crate::driver::Stream, ws: crate::workspace::WorkspaceArg<'_>) -> Result<(), Fail> {
-    let ctx = s.context();
-    let (am, bm) = (nvfp4_matrix(&a.a, "a", ctx.raw())?, nvfp4_matrix(&a.b, "b", ctx.raw())?);
-    let dt = matrix_2d(a.d, "d", half_dtype(a.out_dtype, "out_dtype")?, a.a.rows, a.b.rows, a.b.rows as i64, ctx.raw())?;
-    gemm_on(&am, &bm, &raw(a.alpha, "alpha", ctx.raw())?, &dt, ws, ctx, s.raw())?;
+fn gemm(a: &GraphsafeNvfp4GemmArgs, t: Target<'_>) -> Result<(), Fail> {
+    let ctx = t.context().raw();
+    let (am, bm) = (nvfp4_matrix(&a.a, "a", ctx)?, nvfp4_matrix(&a.b, "b", ctx)?);
+    let dt = matrix_2d(a.d, "d", half_dtype(a.out_dtype, "out_dtype")?, a.a.rows, a.b.rows, a.b.rows as i64, ctx)?;
+    gemm_on(&am, &bm, &raw(a.alpha, "alpha", ctx)?, &dt, t)?;
     Ok(())
 }
 
 /// Eager block-scaled GEMM (Blackwell): may grow `ws`.
+///
+/// # Safety
+/// `args` is null (refused) or points to a valid `GraphsafeNvfp4GemmArgs` whose device addresses
+/// are allocations of `stream`'s device of the documented sizes, valid until the work finishes.
+/// Thread-safe.
 #[no_mangle]
-pub extern "C" fn graphsafe_nvfp4_gemm(args: *const GraphsafeNvfp4GemmArgs, ws: GraphsafeWorkspace, stream: GraphsafeStream) -> c_int {
+pub unsafe extern "C" fn graphsafe_nvfp4_gemm(args: *const GraphsafeNvfp4GemmArgs, ws: GraphsafeWorkspace, stream: GraphsafeStream) -> c_int {
     guard(|| {
-        if args.is_null() {
-            return Err(null("args"));
-        }
-        // SAFETY: non-null; the caller passes a valid struct.
-        let a = unsafe { *args };
-        eager_op(ws, stream, |s, w| gemm(&a, s, w))
+        // SAFETY: the caller's contract (null is refused inside).
+        let a = unsafe { read(args, "args")? };
+        let (s, w) = (stream_obj(stream)?, workspace_obj(ws)?);
+        eager_op((&s, stream.id), Some((&w, ws.id)), |t| gemm(&a, t))
     })
 }
 
 /// Captured block-scaled GEMM (Blackwell): `ws` bound to `capture`, never grown.
+///
+/// # Safety
+/// As graphsafe_nvfp4_gemm, and the memory must stay valid for as long as any graph made from the
+/// capture can run.
 #[no_mangle]
-pub extern "C" fn graphsafe_nvfp4_gemm_captured(args: *const GraphsafeNvfp4GemmArgs, capture: GraphsafeCapture, ws: GraphsafeWorkspace) -> c_int {
+pub unsafe extern "C" fn graphsafe_nvfp4_gemm_captured(args: *const GraphsafeNvfp4GemmArgs, capture: GraphsafeCapture, ws: GraphsafeWorkspace) -> c_int {
     guard(|| {
-        if args.is_null() {
-            return Err(null("args"));
-        }
-        // SAFETY: non-null; the caller passes a valid struct.
-        let a = unsafe { *args };
-        captured_op(capture, ws, |s, w| gemm(&a, s, w))
+        // SAFETY: the caller's contract (null is refused inside).
+        let a = unsafe { read(args, "args")? };
+        let c = capture_obj(capture)?;
+        captured_op((&c, capture.id), Some(ws.id), |t| gemm(&a, t))
     })
 }

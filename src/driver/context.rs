@@ -1,6 +1,7 @@
 use super::{check, init, log_drop_error, Device};
 use crate::error::Result;
 use crate::sys::cuda as c;
+use std::marker::PhantomData;
 use std::sync::Arc;
 
 /// The primary context of a device, retained for as long as this value (and every object made
@@ -22,7 +23,9 @@ unsafe impl Send for Context {}
 unsafe impl Sync for Context {}
 
 impl Context {
-    /// Retains the primary context of device `ordinal` and makes it current on this thread.
+    /// Retains the primary context of device `ordinal`. It is not made current: every call that
+    /// needs it makes it current for its own duration ([`Context::enter`]) and restores whatever the
+    /// calling thread had current before (invariant 12; engines own their threads' contexts).
     pub fn new(ordinal: usize) -> Result<Arc<Context>> {
         let device = Device::get(ordinal)?;
         let a = init()?;
@@ -30,19 +33,18 @@ impl Context {
         let mut raw = std::ptr::null_mut();
         // SAFETY: out-pointer to a local; device is valid.
         check(unsafe { (f.f)(&mut raw, device.raw) }, f.name)?;
-        let ctx = Arc::new(Context {
-            raw,
-            device,
-            compute_capability: device.compute_capability()?,
-            sm_count: device.sm_count()?,
-            retained: true,
-        });
-        ctx.bind()?;
-        Ok(ctx)
+        let (compute_capability, sm_count) = match (device.compute_capability(), device.sm_count()) {
+            (Ok(cc), Ok(n)) => (cc, n),
+            (Err(e), _) | (_, Err(e)) => {
+                release_primary(device);
+                return Err(e);
+            }
+        };
+        Ok(Arc::new(Context { raw, device, compute_capability, sm_count, retained: true }))
     }
 
     /// Wraps a context the caller owns (an engine's existing `CUcontext`, primary or not); it is
-    /// made current on this thread and not released on drop.
+    /// not released on drop, and the calling thread's current context is left as it was.
     ///
     /// # Safety
     /// `raw` must be a valid context that outlives the returned value and everything made from it.
@@ -51,11 +53,16 @@ impl Context {
             return Err(crate::Error::invalid("context", "a CUcontext", "null"));
         }
         let a = init()?;
-        let set = a.cuCtxSetCurrent()?;
-        check((set.f)(raw), set.name)?;
-        let get = a.cuCtxGetDevice()?;
-        let mut dev = 0;
-        check((get.f)(&mut dev), get.name)?;
+        // The device of `raw` is only readable while it is current: enter it as every call does,
+        // so the caller's own current context comes back afterwards.
+        let dev = {
+            let _current = CurrentGuard::enter(raw)?;
+            let get = a.cuCtxGetDevice()?;
+            let mut dev = 0;
+            // SAFETY: `raw` is current (the caller promises it is valid); out-pointer to a local.
+            check(unsafe { (get.f)(&mut dev) }, get.name)?;
+            dev
+        };
         let n = super::device_count()?;
         let device = (0..n)
             .map(Device::get)
@@ -90,24 +97,16 @@ impl Context {
         self.raw
     }
 
-    /// Makes this context current on the calling thread (skipped when it already is).
-    pub fn bind(&self) -> Result<()> {
-        let a = init()?;
-        let get = a.cuCtxGetCurrent()?;
-        let mut cur = std::ptr::null_mut();
-        // SAFETY: out-pointer to a local.
-        check(unsafe { (get.f)(&mut cur) }, get.name)?;
-        if cur == self.raw {
-            return Ok(());
-        }
-        let set = a.cuCtxSetCurrent()?;
-        // SAFETY: raw is a retained primary context.
-        check(unsafe { (set.f)(self.raw) }, set.name)
+    /// Makes this context current on the calling thread until the guard is dropped, which makes
+    /// current again whatever the thread had before (nothing is switched when it already is this
+    /// one). Every driver call of the crate that needs a current context runs inside one.
+    pub fn enter(&self) -> Result<CurrentGuard> {
+        CurrentGuard::enter(self.raw)
     }
 
     /// Waits for all work in the context.
     pub fn synchronize(&self) -> Result<()> {
-        self.bind()?;
+        let _current = self.enter()?;
         let f = init()?.cuCtxSynchronize()?;
         // SAFETY: no arguments.
         check(unsafe { (f.f)() }, f.name)
@@ -116,14 +115,55 @@ impl Context {
 
 impl Drop for Context {
     fn drop(&mut self) {
-        if !self.retained {
-            return;
+        if self.retained {
+            release_primary(self.device);
         }
+    }
+}
+
+fn release_primary(device: Device) {
+    let r = (|| {
+        let f = init()?.cuDevicePrimaryCtxRelease()?;
+        // SAFETY: balances the cuDevicePrimaryCtxRetain of Context::new.
+        check(unsafe { (f.f)(device.raw) }, f.name)
+    })();
+    log_drop_error("cuDevicePrimaryCtxRelease", r);
+}
+
+/// A context made current for a scope ([`Context::enter`]); dropping it restores the context the
+/// thread had current before. Not `Send`: it restores the current context of its own thread.
+#[must_use = "the context is current only while the guard lives"]
+pub struct CurrentGuard {
+    // The caller's context (possibly null: none) when we switched; None when nothing changed.
+    previous: Option<c::CUcontext>,
+    _same_thread: PhantomData<*const ()>,
+}
+
+impl CurrentGuard {
+    fn enter(raw: c::CUcontext) -> Result<CurrentGuard> {
+        let a = init()?;
+        let get = a.cuCtxGetCurrent()?;
+        let mut current = std::ptr::null_mut();
+        // SAFETY: out-pointer to a local.
+        check(unsafe { (get.f)(&mut current) }, get.name)?;
+        if current == raw {
+            return Ok(CurrentGuard { previous: None, _same_thread: PhantomData });
+        }
+        let set = a.cuCtxSetCurrent()?;
+        // SAFETY: raw is a live context (retained by a Context, or the adopter's promise).
+        check(unsafe { (set.f)(raw) }, set.name)?;
+        Ok(CurrentGuard { previous: Some(current), _same_thread: PhantomData })
+    }
+}
+
+impl Drop for CurrentGuard {
+    fn drop(&mut self) {
+        let Some(previous) = self.previous else { return };
         let r = (|| {
-            let f = init()?.cuDevicePrimaryCtxRelease()?;
-            // SAFETY: we retained it in new().
-            check(unsafe { (f.f)(self.device.raw) }, f.name)
+            let set = init()?.cuCtxSetCurrent()?;
+            // SAFETY: `previous` was current on this thread when the guard was made (null unbinds).
+            check(unsafe { (set.f)(previous) }, set.name)
         })();
-        log_drop_error("cuDevicePrimaryCtxRelease", r);
+        log_drop_error("cuCtxSetCurrent (restoring the caller's context)", r);
     }
 }

@@ -17,7 +17,7 @@ unsafe impl Sync for Event {}
 impl Event {
     /// A new event; `timing` enables [`Event::elapsed_ms`].
     pub fn new(ctx: &Arc<Context>, timing: bool) -> Result<Event> {
-        ctx.bind()?;
+        let _current = ctx.enter()?;
         let f = init()?.cuEventCreate()?;
         let flags = if timing { c::CUevent_flags::CU_EVENT_DEFAULT.0 } else { c::CUevent_flags::CU_EVENT_DISABLE_TIMING.0 };
         let mut raw = std::ptr::null_mut();
@@ -26,9 +26,14 @@ impl Event {
         Ok(Event { raw, ctx: ctx.clone() })
     }
 
-    /// Records the event on `stream`.
+    /// Records the event on `stream` (refused while it is capturing: a record there would be a
+    /// node of someone's graph).
     pub fn record(&self, stream: &Stream) -> Result<()> {
-        self.ctx.bind()?;
+        stream.ensure_eager()?;
+        if stream.context().raw() != self.ctx.raw() {
+            return Err(crate::Error::invalid("stream", "a stream of the event's context", "a stream of another context"));
+        }
+        let _current = self.ctx.enter()?;
         let f = init()?.cuEventRecord()?;
         // SAFETY: both handles are live.
         check(unsafe { (f.f)(self.raw, stream.raw()) }, f.name)
@@ -36,7 +41,7 @@ impl Event {
 
     /// Blocks until the event has completed.
     pub fn synchronize(&self) -> Result<()> {
-        self.ctx.bind()?;
+        let _current = self.ctx.enter()?;
         let f = init()?.cuEventSynchronize()?;
         // SAFETY: live handle.
         check(unsafe { (f.f)(self.raw) }, f.name)
@@ -44,7 +49,7 @@ impl Event {
 
     /// Milliseconds between `start` and `self` (both recorded and completed, timing enabled).
     pub fn elapsed_ms(&self, start: &Event) -> Result<f32> {
-        self.ctx.bind()?;
+        let _current = self.ctx.enter()?;
         let f = init()?.cuEventElapsedTime()?;
         let mut ms = 0f32;
         // SAFETY: out-pointer to a local; live handles.
@@ -61,7 +66,7 @@ impl Event {
 impl Drop for Event {
     fn drop(&mut self) {
         let r = (|| {
-            self.ctx.bind()?;
+            let _current = self.ctx.enter()?;
             let f = init()?.cuEventDestroy()?;
             // SAFETY: we created it.
             check(unsafe { (f.f)(self.raw) }, f.name)

@@ -35,10 +35,15 @@ impl Allocation {
 
 impl Drop for Allocation {
     fn drop(&mut self) {
-        // cuMemFree synchronizes with work still using the block, so in-flight kernels and graph
-        // launches finish before the memory can be handed out again.
+        // Work still in flight may use the block (a kernel queued before a workspace grew, the last
+        // replay of a graph that was just dropped). cuMemFree is not documented to wait for it, so
+        // wait for the whole context explicitly: only then can the block go back to the allocator.
+        // Frees are rare (growth, graph teardown); a decode loop does none.
         let r = (|| {
-            self.ctx.bind()?;
+            let _current = self.ctx.enter()?;
+            let sync = init()?.cuCtxSynchronize()?;
+            // SAFETY: no arguments; the context is current.
+            check(unsafe { (sync.f)() }, sync.name)?;
             let f = init()?.cuMemFree()?;
             // SAFETY: we allocated ptr and nothing else frees it.
             check(unsafe { (f.f)(self.ptr) }, f.name)
@@ -70,7 +75,7 @@ impl DeviceBuffer {
         if bytes == 0 {
             return Err(Error::invalid("bytes", "at least 1", 0));
         }
-        ctx.bind()?;
+        let _current = ctx.enter()?;
         let f = init()?.cuMemAlloc()?;
         let mut ptr = 0;
         // SAFETY: out-pointer to a local.
@@ -80,6 +85,7 @@ impl DeviceBuffer {
 
     /// Allocates `bytes` and zero-fills them on `stream` (ordered before anything issued after).
     pub fn alloc_zeroed(stream: &Stream, bytes: usize) -> Result<DeviceBuffer> {
+        stream.ensure_eager()?;
         let b = DeviceBuffer::alloc(stream.context(), bytes)?;
         b.memset_u8(0, stream)?;
         Ok(b)
@@ -87,6 +93,7 @@ impl DeviceBuffer {
 
     /// Allocates a buffer holding a copy of `data` (the copy is finished when this returns).
     pub fn from_host<T: DeviceCopy>(stream: &Stream, data: &[T]) -> Result<DeviceBuffer> {
+        stream.ensure_eager()?;
         let b = DeviceBuffer::alloc(stream.context(), std::mem::size_of_val(data).max(1))?;
         b.copy_from_host(data, stream)?;
         stream.synchronize()?;
@@ -114,7 +121,10 @@ impl DeviceBuffer {
         &self.alloc
     }
 
+    /// The checks of every eager method: the stream is of the buffer's context, and it is not
+    /// capturing (the work would land in someone's graph).
     fn same_context(&self, stream: &Stream) -> Result<()> {
+        stream.ensure_eager()?;
         if stream.context().raw() != self.alloc.ctx.raw() {
             return Err(Error::invalid(
                 "stream",
@@ -137,7 +147,7 @@ impl DeviceBuffer {
         if self.alloc.bytes % 4 != 0 {
             return Err(Error::invalid("buffer size", "a multiple of 4 bytes", self.alloc.bytes));
         }
-        stream.context().bind()?;
+        let _current = stream.context().enter()?;
         let f = init()?.cuMemsetD32Async()?;
         // SAFETY: the range lies inside our allocation.
         check(unsafe { (f.f)(self.alloc.ptr, value, self.alloc.bytes / 4, stream.raw()) }, f.name)
@@ -154,7 +164,7 @@ impl DeviceBuffer {
         if bytes == 0 {
             return Ok(());
         }
-        stream.context().bind()?;
+        let _current = stream.context().enter()?;
         let f = init()?.cuMemcpyHtoDAsync()?;
         // SAFETY: src is valid for `bytes`; the destination range is inside our allocation.
         check(unsafe { (f.f)(self.alloc.ptr, src.as_ptr().cast(), bytes, stream.raw()) }, f.name)
@@ -170,7 +180,7 @@ impl DeviceBuffer {
         if bytes == 0 {
             return Ok(());
         }
-        stream.context().bind()?;
+        let _current = stream.context().enter()?;
         let f = init()?.cuMemcpyDtoHAsync()?;
         // SAFETY: dst is valid for `bytes` and stays borrowed until the stream is synchronized.
         check(unsafe { (f.f)(dst.as_mut_ptr().cast(), self.alloc.ptr, bytes, stream.raw()) }, f.name)?;
@@ -186,7 +196,7 @@ impl DeviceBuffer {
         if src.is_empty() {
             return Ok(());
         }
-        stream.context().bind()?;
+        let _current = stream.context().enter()?;
         let f = init()?.cuMemcpyHtoDAsync()?;
         // SAFETY: the range is inside our allocation; src is valid for its length.
         check(unsafe { (f.f)(self.alloc.ptr + offset as u64, src.as_ptr().cast(), src.len(), stream.raw()) }, f.name)
@@ -201,7 +211,7 @@ impl DeviceBuffer {
         if dst.is_empty() {
             return Ok(());
         }
-        stream.context().bind()?;
+        let _current = stream.context().enter()?;
         let f = init()?.cuMemcpyDtoHAsync()?;
         // SAFETY: dst is valid for its length and borrowed until the synchronize below.
         check(unsafe { (f.f)(dst.as_mut_ptr().cast(), self.alloc.ptr + offset as u64, dst.len(), stream.raw()) }, f.name)?;
@@ -218,7 +228,9 @@ impl DeviceBuffer {
     /// Copies all of `src` to the start of this buffer, on `stream`.
     pub fn copy_from_device(&self, src: &DeviceBuffer, stream: &Stream) -> Result<()> {
         self.same_context(stream)?;
-        src.same_context(stream)?;
+        if src.alloc.ctx.raw() != self.alloc.ctx.raw() {
+            return Err(Error::invalid("src", "a buffer of the destination's context", "a buffer of another context"));
+        }
         if src.len() > self.len() {
             return Err(Error::invalid("source length", format!("at most {} bytes", self.len()), src.len()));
         }
@@ -227,14 +239,14 @@ impl DeviceBuffer {
 }
 
 pub(crate) fn memset_u8_raw(ptr: DevicePtr, value: u8, bytes: usize, stream: &Stream) -> Result<()> {
-    stream.context().bind()?;
+    let _current = stream.context().enter()?;
     let f = init()?.cuMemsetD8Async()?;
     // SAFETY: callers pass a range inside a live allocation.
     check(unsafe { (f.f)(ptr, value, bytes, stream.raw()) }, f.name)
 }
 
 pub(crate) fn copy_d2d_raw(dst: DevicePtr, src: DevicePtr, bytes: usize, stream: &Stream) -> Result<()> {
-    stream.context().bind()?;
+    let _current = stream.context().enter()?;
     let f = init()?.cuMemcpyDtoDAsync()?;
     // SAFETY: callers pass ranges inside live allocations.
     check(unsafe { (f.f)(dst, src, bytes, stream.raw()) }, f.name)
@@ -252,7 +264,7 @@ pub struct MemInfo {
 impl MemInfo {
     /// Asks the driver.
     pub fn query(ctx: &Context) -> Result<MemInfo> {
-        ctx.bind()?;
+        let _current = ctx.enter()?;
         let f = init()?.cuMemGetInfo()?;
         let (mut free, mut total) = (0usize, 0usize);
         // SAFETY: out-pointers to locals.

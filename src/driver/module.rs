@@ -24,7 +24,7 @@ impl Module {
         let mut aligned = vec![0u64; image.len().div_ceil(8)];
         // SAFETY: the destination has at least image.len() bytes; regions do not overlap.
         unsafe { std::ptr::copy_nonoverlapping(image.as_ptr(), aligned.as_mut_ptr().cast::<u8>(), image.len()) };
-        ctx.bind()?;
+        let _current = ctx.enter()?;
         let f = init()?.cuModuleLoadData()?;
         let mut raw = std::ptr::null_mut();
         // SAFETY: aligned holds a complete image and outlives the call (the driver copies it).
@@ -35,7 +35,7 @@ impl Module {
     /// A kernel of the module by its (extern "C") name.
     pub fn function(self: &Arc<Self>, name: &str) -> Result<Function> {
         let cname = CString::new(name).map_err(|_| Error::invalid("kernel name", "no NUL bytes", name))?;
-        self.ctx.bind()?;
+        let _current = self.ctx.enter()?;
         let f = init()?.cuModuleGetFunction()?;
         let mut raw = std::ptr::null_mut();
         // SAFETY: out-pointer to a local; cname is NUL-terminated.
@@ -53,7 +53,7 @@ impl Module {
 impl Drop for Module {
     fn drop(&mut self) {
         let r = (|| {
-            self.ctx.bind()?;
+            let _current = self.ctx.enter()?;
             let f = init()?.cuModuleUnload()?;
             // SAFETY: we loaded it; every Function holds an Arc<Module>, so none outlives it.
             check(unsafe { (f.f)(self.raw) }, f.name)
@@ -86,7 +86,7 @@ impl Function {
     }
     /// Sets a function attribute (e.g. the dynamic shared memory limit).
     pub fn set_attribute(&self, attr: c::CUfunction_attribute, value: i32) -> Result<()> {
-        self.module.ctx.bind()?;
+        let _current = self.module.ctx.enter()?;
         let f = init()?.cuFuncSetAttribute()?;
         // SAFETY: live handle.
         check(unsafe { (f.f)(self.raw, attr, value) }, f.name)

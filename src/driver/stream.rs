@@ -1,18 +1,24 @@
 use super::{check, init, log_drop_error, Context};
 use crate::error::{Error, Result};
 use crate::sys::cuda as c;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 /// A CUDA stream. Never the legacy (null) stream: every memset, copy and launch of the crate goes
 /// to a `Stream` the caller passed, so it is ordered and, during a capture, captured.
 ///
 /// Beginning a capture borrows the stream mutably (see [`crate::graph::Capture`]), so nothing
-/// eager can be issued to it until the capture ends.
+/// eager can be issued to it until the capture ends. The stream also remembers the open capture
+/// (cleared only when that capture ends or is dropped), so a capture leaked with `mem::forget`
+/// still makes every eager API refuse the stream ([`Error::StreamCapturing`]) instead of letting
+/// its work land in the graph.
 #[derive(Debug)]
 pub struct Stream {
     raw: c::CUstream,
     ctx: Arc<Context>,
     owned: bool,
+    // The id of the graphsafe capture open on this stream; 0 when none.
+    capture: AtomicU64,
 }
 
 // SAFETY: stream handles may be used from any thread.
@@ -22,19 +28,22 @@ unsafe impl Sync for Stream {}
 impl Stream {
     /// A new non-blocking stream (it does not synchronize with the legacy stream).
     pub fn new(ctx: &Arc<Context>) -> Result<Stream> {
-        ctx.bind()?;
+        let _current = ctx.enter()?;
         let f = init()?.cuStreamCreate()?;
         let mut raw = std::ptr::null_mut();
         // SAFETY: out-pointer to a local.
         check(unsafe { (f.f)(&mut raw, c::CUstream_flags::CU_STREAM_NON_BLOCKING.0) }, f.name)?;
-        Ok(Stream { raw, ctx: ctx.clone(), owned: true })
+        Ok(Stream { raw, ctx: ctx.clone(), owned: true, capture: AtomicU64::new(0) })
     }
 
     /// Wraps a stream the caller owns (an engine's existing `CUstream`); it is not destroyed on drop.
     ///
     /// # Safety
-    /// `raw` must be a valid stream of `ctx` that outlives the returned value, and no other code may
-    /// issue work to it while a graphsafe capture on it is open.
+    /// `raw` must be a valid stream of `ctx` that outlives the returned value; no other code may
+    /// issue work to it while a graphsafe capture on it is open, and no other code may begin a
+    /// capture on it while graphsafe replays a graph on it ([`crate::graph::GraphExec::launch`]
+    /// only checks graphsafe's own captures, to stay as cheap as a raw `cuGraphLaunch`; every other
+    /// eager call also asks the driver).
     pub unsafe fn adopt(ctx: &Arc<Context>, raw: c::CUstream) -> Result<Stream> {
         if raw.is_null() || raw as usize == 1 || raw as usize == 2 {
             return Err(Error::invalid(
@@ -43,7 +52,7 @@ impl Stream {
                 format!("{raw:?}"),
             ));
         }
-        Ok(Stream { raw, ctx: ctx.clone(), owned: false })
+        Ok(Stream { raw, ctx: ctx.clone(), owned: false, capture: AtomicU64::new(0) })
     }
 
     /// The raw handle.
@@ -56,22 +65,58 @@ impl Stream {
         &self.ctx
     }
 
-    /// Blocks until all work on the stream has finished.
+    /// Blocks until all work on the stream has finished. Refused while it is capturing
+    /// (synchronizing would invalidate the capture).
     pub fn synchronize(&self) -> Result<()> {
-        self.ctx.bind()?;
+        self.ensure_eager()?;
+        let _current = self.ctx.enter()?;
         let f = init()?.cuStreamSynchronize()?;
         // SAFETY: raw is a live stream.
         check(unsafe { (f.f)(self.raw) }, f.name)
     }
 
-    /// Whether the stream is in the middle of a capture.
+    /// Whether the driver reports the stream in the middle of a capture (graphsafe's, an invalidated
+    /// one not yet ended, or one begun outside graphsafe).
     pub fn is_capturing(&self) -> Result<bool> {
-        self.ctx.bind()?;
+        let _current = self.ctx.enter()?;
         let f = init()?.cuStreamIsCapturing()?;
         let mut status = c::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
-        // SAFETY: out-pointer to a local.
+        // SAFETY: live stream; out-pointer to a local.
         check(unsafe { (f.f)(self.raw, &mut status) }, f.name)?;
         Ok(status != c::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE)
+    }
+
+    /// Refuses eager work while a graphsafe capture is open on the stream (an atomic load: the
+    /// check of the replay hot path).
+    pub(crate) fn ensure_no_open_capture(&self) -> Result<()> {
+        match self.capture.load(Ordering::Acquire) {
+            0 => Ok(()),
+            id => Err(Error::StreamCapturing { detail: format!("graphsafe capture #{id} is open on it") }),
+        }
+    }
+
+    /// The check every eager API runs before it enqueues anything: no graphsafe capture open on the
+    /// stream, and the driver does not report a capture either (one begun outside graphsafe, or a
+    /// stream pulled into another stream's capture by an event wait).
+    pub fn ensure_eager(&self) -> Result<()> {
+        self.ensure_no_open_capture()?;
+        if self.is_capturing()? {
+            return Err(Error::StreamCapturing { detail: "the driver reports a capture graphsafe did not begin".into() });
+        }
+        Ok(())
+    }
+
+    /// Records that graphsafe capture `id` is open on the stream; fails if one already is.
+    pub(crate) fn mark_capturing(&self, id: u64) -> Result<()> {
+        self.capture
+            .compare_exchange(0, id, Ordering::AcqRel, Ordering::Acquire)
+            .map(drop)
+            .map_err(|open| Error::StreamCapturing { detail: format!("graphsafe capture #{open} is already open on it") })
+    }
+
+    /// Forgets capture `id` (it ended or was abandoned).
+    pub(crate) fn clear_capturing(&self, id: u64) {
+        let _ = self.capture.compare_exchange(id, 0, Ordering::AcqRel, Ordering::Acquire);
     }
 }
 
@@ -81,7 +126,7 @@ impl Drop for Stream {
             return;
         }
         let r = (|| {
-            self.ctx.bind()?;
+            let _current = self.ctx.enter()?;
             let f = init()?.cuStreamDestroy()?;
             // SAFETY: we created it.
             check(unsafe { (f.f)(self.raw) }, f.name)

@@ -4,11 +4,13 @@
 //! `M` is the memory: `&DeviceBuffer` for eager calls, [`CapturedBuffer`] inside a capture (so a
 //! captured op can only be given buffers the graph keeps alive).
 
+use crate::driver::memory::Allocation;
 use crate::driver::{DeviceBuffer, DevicePtr};
 use crate::error::{Error, Result};
-use crate::graph::CapturedBuffer;
+use crate::graph::{CaptureId, CapturedBuffer};
 use crate::sys::cuda as c;
 use std::fmt;
+use std::sync::Arc;
 
 /// Element types of op arguments.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
@@ -64,6 +66,16 @@ pub trait DeviceMemory {
     }
     /// The context the memory belongs to.
     fn context_raw(&self) -> c::CUcontext;
+    /// The graphsafe allocation behind the memory, if graphsafe owns it: what a capture that
+    /// bakes in its address keeps alive. `None` for memory the caller owns (the C ABI's raw
+    /// pointers).
+    fn allocation(&self) -> Option<&Arc<Allocation>> {
+        None
+    }
+    /// The capture this memory was bound to, for views of a capture ([`CapturedBuffer`]).
+    fn capture_id(&self) -> Option<CaptureId> {
+        None
+    }
 }
 
 impl DeviceMemory for &DeviceBuffer {
@@ -76,6 +88,9 @@ impl DeviceMemory for &DeviceBuffer {
     fn context_raw(&self) -> c::CUcontext {
         self.context().raw()
     }
+    fn allocation(&self) -> Option<&Arc<Allocation>> {
+        Some(DeviceBuffer::allocation(self))
+    }
 }
 
 impl DeviceMemory for CapturedBuffer<'_> {
@@ -87,6 +102,12 @@ impl DeviceMemory for CapturedBuffer<'_> {
     }
     fn context_raw(&self) -> c::CUcontext {
         CapturedBuffer::context_raw(self)
+    }
+    fn allocation(&self) -> Option<&Arc<Allocation>> {
+        Some(CapturedBuffer::allocation(self))
+    }
+    fn capture_id(&self) -> Option<CaptureId> {
+        Some(CapturedBuffer::capture_id(self))
     }
 }
 
@@ -106,11 +127,12 @@ pub struct Tensor<M> {
 }
 
 impl<M: DeviceMemory> Tensor<M> {
-    /// A row-major contiguous tensor at the start of `mem`.
+    /// A row-major contiguous tensor at the start of `mem`. (Strides of a shape too large for
+    /// memory saturate; the ops' bounds check then refuses the tensor.)
     pub fn contiguous(mem: M, dtype: DType, shape: &[usize]) -> Self {
         let mut strides = vec![1usize; shape.len()];
         for i in (0..shape.len().saturating_sub(1)).rev() {
-            strides[i] = strides[i + 1] * shape[i + 1];
+            strides[i] = strides[i + 1].saturating_mul(shape[i + 1]);
         }
         Tensor { mem, offset: 0, dtype, shape: shape.to_vec(), strides }
     }
@@ -125,12 +147,14 @@ impl<M: DeviceMemory> Tensor<M> {
         Tensor { mem, offset: self.offset, dtype: self.dtype, shape: self.shape, strides: self.strides }
     }
 
-    /// Address of element [0, 0, …].
+    /// Address of element [0, 0, …] (wrapping: an offset past the address space is refused by
+    /// the ops' bounds check before any address is used).
     pub fn device_ptr(&self) -> DevicePtr {
-        self.mem.device_ptr() + self.offset as u64
+        self.mem.device_ptr().wrapping_add(self.offset as u64)
     }
 
-    /// Bytes from element [0, …] to one past the last element (0 for an empty tensor).
+    /// Bytes from element [0, …] to one past the last element (0 for an empty tensor); `None`
+    /// when that does not fit in a `usize`.
     fn extent_bytes(&self) -> Option<usize> {
         if self.shape.contains(&0) {
             return Some(0);
@@ -139,7 +163,14 @@ impl<M: DeviceMemory> Tensor<M> {
         for (d, s) in self.shape.iter().zip(&self.strides) {
             last = last.checked_add((d - 1).checked_mul(*s)?)?;
         }
-        (last + 1).checked_mul(self.dtype.size())
+        last.checked_add(1)?.checked_mul(self.dtype.size())
+    }
+
+    /// Stride `i` in elements as the kernels take it (`i64`); the bounds check already proved it
+    /// fits (an extent that fits in the address space bounds every used stride).
+    pub(crate) fn stride_i64(&self, i: usize) -> Result<i64> {
+        let s = self.strides.get(i).copied().unwrap_or(0);
+        i64::try_from(s).map_err(|_| Error::invalid(format!("strides[{i}]"), "a stride below 2^63 elements", s))
     }
 }
 
@@ -184,14 +215,14 @@ impl<M: DeviceMemory> Check<'_, M> {
     pub fn contiguous(&self) -> Result<&Self> {
         let mut expect = 1usize;
         for i in (0..self.t.shape.len()).rev() {
-            if self.t.shape[i] > 1 && self.t.strides[i] != expect {
+            if self.t.shape[i] > 1 && self.t.strides.get(i) != Some(&expect) {
                 return Err(Error::invalid(
                     format!("{}.strides", self.name),
                     "row-major contiguous strides",
                     format!("{:?} for shape {:?}", self.t.strides, self.t.shape),
                 ));
             }
-            expect *= self.t.shape[i];
+            expect = expect.saturating_mul(self.t.shape[i]);
         }
         Ok(self)
     }
@@ -203,7 +234,9 @@ impl<M: DeviceMemory> Check<'_, M> {
         }
         let n = self.t.strides.len();
         for (i, s) in self.t.strides.iter().enumerate().take(n.saturating_sub(1)) {
-            if self.t.shape[i] > 1 && (s * self.t.dtype.size()) % bytes != 0 {
+            // A stride whose byte size overflows cannot be in bounds either; refuse it here, named.
+            let stride_bytes = s.checked_mul(self.t.dtype.size());
+            if self.t.shape.get(i).is_some_and(|&d| d > 1) && stride_bytes.is_none_or(|b| b % bytes != 0) {
                 return Err(Error::invalid(
                     format!("{}.strides[{i}]", self.name),
                     format!("a multiple of {bytes} bytes"),
@@ -214,11 +247,16 @@ impl<M: DeviceMemory> Check<'_, M> {
         Ok(self)
     }
 
-    /// Every element lies inside the memory.
+    /// Every element lies inside the memory, and inside the address space (for caller-owned
+    /// memory of unknown size: base + offset + extent must not wrap, every stride fits an `i64`).
     pub fn in_bounds(&self) -> Result<&Self> {
         let end = self.t.extent_bytes().and_then(|e| e.checked_add(self.t.offset));
+        let addressable = end.is_some_and(|end| {
+            self.t.mem.device_ptr().checked_add(end as u64).is_some()
+                && self.t.shape.iter().zip(&self.t.strides).all(|(&d, &s)| d <= 1 || i64::try_from(s).is_ok())
+        });
         match end {
-            Some(end) if end <= self.t.mem.len() => Ok(self),
+            Some(end) if end <= self.t.mem.len() && addressable => Ok(self),
             _ => Err(Error::invalid(
                 format!("{}.extent", self.name),
                 format!("within its buffer of {} bytes", self.t.mem.len()),

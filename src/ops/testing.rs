@@ -8,7 +8,9 @@
 
 use crate::driver::{Context, DeviceBuffer, DevicePtr, Function, LaunchConfig, Module, Stream};
 use crate::error::{Error, Result};
+use crate::graph::target::Target;
 use crate::graph::{Capture, Captured, CapturedBuffer};
+use crate::ops::tensor::DeviceMemory;
 use crate::sys::cuda as c;
 use crate::workspace::{Workspace, WORKSPACE_ALIGN};
 use std::ffi::c_void;
@@ -110,30 +112,36 @@ impl TestKernels {
         ws: &mut Workspace,
         stream: &Stream,
     ) -> Result<()> {
-        shape.validate()?;
-        shape.check_buffers(a.len(), x.len(), y.len())?;
-        let w = ws.prepare(shape.workspace_bytes(), stream)?;
-        // SAFETY: buffers checked above and borrowed for the call; the workspace holds the
-        // shape's bytes. The stream orders the launch after the workspace's zero-fill.
-        unsafe { self.launch_split_k(a.device_ptr(), x.device_ptr(), y.device_ptr(), shape, w, |f, cfg, p| f.launch(cfg, stream, p)) }
+        self.split_k_on(&a, &x, &y, shape, Target::eager(stream, Some(ws))?)
     }
 
     /// Captured split-K GEMV: never grows; `WorkspaceTooSmall` (nothing captured) when the bound
-    /// workspace is smaller than the shape needs.
-    pub fn split_k_gemv_captured<'c>(
+    /// workspace is smaller than the shape needs; every view must belong to `cap`.
+    pub fn split_k_gemv_captured<'id>(
         &self,
-        a: &CapturedBuffer<'c>,
-        x: &CapturedBuffer<'c>,
-        y: &CapturedBuffer<'c>,
+        a: &CapturedBuffer<'id>,
+        x: &CapturedBuffer<'id>,
+        y: &CapturedBuffer<'id>,
         shape: SplitKShape,
-        ws: &Captured<'c>,
-        cap: &Capture<'c>,
+        ws: &Captured<'id>,
+        cap: &Capture<'_, 'id>,
     ) -> Result<()> {
+        self.split_k_on(a, x, y, shape, Target::captured(cap.site(), Some(ws.view()))?)
+    }
+
+    fn split_k_on<M: DeviceMemory>(&self, a: &M, x: &M, y: &M, shape: SplitKShape, mut target: Target<'_>) -> Result<()> {
         shape.validate()?;
         shape.check_buffers(a.len(), x.len(), y.len())?;
-        let w = ws.require(shape.workspace_bytes())?;
-        // SAFETY: every address comes from a buffer or workspace bound to this capture.
-        unsafe { self.launch_split_k(a.device_ptr(), x.device_ptr(), y.device_ptr(), shape, w, |f, cfg, p| cap.launch(f, cfg, p)) }
+        target.admit("a", a)?;
+        target.admit("x", x)?;
+        target.admit("y", y)?;
+        let (w, _) = target.workspace(shape.workspace_bytes())?;
+        target.commit();
+        let stream = target.stream();
+        // SAFETY: buffers checked above and borrowed for the call (eager) or kept by the capture;
+        // the workspace holds the shape's bytes, and the stream orders the launch after its
+        // zero-fill.
+        unsafe { self.launch_split_k(a.device_ptr(), x.device_ptr(), y.device_ptr(), shape, w, |f, cfg, p| f.launch(cfg, stream, p)) }
     }
 
     /// The split-K GEMV on raw addresses: the unguarded path graphsafe exists to replace, kept
@@ -145,8 +153,11 @@ impl TestKernels {
     #[allow(clippy::too_many_arguments)]
     pub unsafe fn split_k_gemv_raw(&self, a: DevicePtr, x: DevicePtr, y: DevicePtr, shape: SplitKShape, ws: DevicePtr, stream: c::CUstream, ctx: &Arc<Context>) -> Result<()> {
         shape.validate()?;
-        let s = Stream::adopt(ctx, stream)?;
-        self.launch_split_k(a, x, y, shape, ws, |f, cfg, p| f.launch(cfg, &s, p))
+        // SAFETY: the caller's contract covers the stream and every address.
+        unsafe {
+            let s = Stream::adopt(ctx, stream)?;
+            self.launch_split_k(a, x, y, shape, ws, |f, cfg, p| f.launch(cfg, &s, p))
+        }
     }
 
     unsafe fn launch_split_k(
@@ -177,12 +188,14 @@ impl TestKernels {
 
     /// Launches the empty kernel (1 CTA of 32 threads) on `stream`.
     pub fn empty(&self, stream: &Stream) -> Result<()> {
+        // The overhead bench's eager path: the cheap check only (an atomic load), as for replays.
+        stream.ensure_no_open_capture()?;
         // SAFETY: the kernel takes no parameters.
         unsafe { self.empty.launch(&LaunchConfig::linear(1, 32), stream, &mut []) }
     }
 
     /// Captures the empty kernel.
-    pub fn empty_captured(&self, cap: &Capture<'_>) -> Result<()> {
+    pub fn empty_captured(&self, cap: &Capture<'_, '_>) -> Result<()> {
         // SAFETY: the kernel takes no parameters.
         unsafe { cap.launch(&self.empty, &LaunchConfig::linear(1, 32), &mut []) }
     }

@@ -10,7 +10,9 @@
 //! * **No growth while captured** (invariant 4): binding a workspace to a capture
 //!   ([`crate::graph::Capture::bind_workspace`]) borrows it mutably until the capture ends, so
 //!   `ensure_size` does not compile there; kernels get a [`crate::graph::Captured`] view instead,
-//!   which can only check its capacity and fail with [`Error::WorkspaceTooSmall`].
+//!   which can only check its capacity and fail with [`Error::WorkspaceTooSmall`]. Growth on a
+//!   capturing stream (a capture leaked with `mem::forget`, or one begun outside graphsafe) is
+//!   refused with [`Error::StreamCapturing`]: its zero-fill would land in the graph.
 //! * **One owner** (invariant 6): the workspace is the only holder of its current pointer outside
 //!   captured graphs; ops read it at the moment they launch, never cache it.
 
@@ -74,8 +76,9 @@ impl Workspace {
     /// Makes the capacity at least `bytes`. Growing allocates a new buffer, zero-fills it on
     /// `stream`, and retires the old one (never resizes in place). Returns whether it grew.
     ///
-    /// The old buffer is freed here if nothing else holds it; `cuMemFree` waits for work still
-    /// using it, so kernels queued before the growth finish first.
+    /// The old buffer is freed here if nothing else holds it, after the context's work finished
+    /// (see [`Allocation`]), so kernels queued before the growth still see it. If growing fails
+    /// (allocation, zero-fill), the workspace is unchanged: same buffer, same capacity, same bytes.
     pub fn ensure_size(&mut self, bytes: u64, stream: &Stream) -> Result<bool> {
         if stream.context().raw() != self.ctx.raw() {
             return Err(Error::invalid("stream", "a stream of the workspace's device", "a stream of another context"));
@@ -83,6 +86,7 @@ impl Workspace {
         if bytes <= self.capacity {
             return Ok(false);
         }
+        stream.ensure_eager()?;
         let rounded = bytes
             .checked_next_multiple_of(WORKSPACE_ALIGN)
             .ok_or_else(|| Error::invalid("workspace bytes", "a size that fits in memory", bytes))?;
@@ -112,25 +116,5 @@ impl Workspace {
     pub fn prepare(&mut self, needed: u64, stream: &Stream) -> Result<DevicePtr> {
         self.ensure_size(needed, stream)?;
         Ok(self.device_ptr())
-    }
-}
-
-/// Where an op's workspace comes from: an eager call may grow it; a captured one (or a C ABI call
-/// on a bound workspace) may not. The one rule every op applies through [`WorkspaceArg::take`].
-pub(crate) enum WorkspaceArg<'a> {
-    /// Grow if needed, on this stream.
-    Grow(&'a mut Workspace, &'a Stream),
-    /// A fixed, captured region: `WorkspaceTooSmall` when it does not fit.
-    Fixed { ptr: DevicePtr, capacity: u64 },
-}
-
-impl WorkspaceArg<'_> {
-    /// The address to launch with and the capacity behind it, for a kernel that needs `needed` bytes.
-    pub(crate) fn take(self, needed: u64) -> Result<(DevicePtr, u64)> {
-        match self {
-            WorkspaceArg::Grow(ws, stream) => Ok((ws.prepare(needed, stream)?, ws.capacity())),
-            WorkspaceArg::Fixed { ptr, capacity } if needed <= capacity => Ok((ptr, capacity)),
-            WorkspaceArg::Fixed { capacity, .. } => Err(Error::WorkspaceTooSmall { needed, capacity }),
-        }
     }
 }

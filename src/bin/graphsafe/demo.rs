@@ -360,7 +360,7 @@ mod cudnn_live {
             let xc = cap.bind_buffer(&x).map_err(e)?;
             for (p, y) in problems.iter().zip(&outs) {
                 let args = MatmulArgs {
-                    a: Tensor::contiguous(xc, DType::Bf16, &[p.m, HIDDEN]),
+                    a: Tensor::contiguous(xc.clone(), DType::Bf16, &[p.m, HIDDEN]),
                     b: Tensor::strided(cap.bind_buffer(w_of(p)).map_err(e)?, 0, DType::Bf16, &[HIDDEN, p.n], &[1, HIDDEN]),
                     c: Tensor::contiguous(cap.bind_buffer(y).map_err(e)?, DType::Bf16, &[p.m, p.n]),
                 };

@@ -21,6 +21,7 @@ use super::backend::{data_type, Attr, Descriptor, Handle, Kind, OpGraph, TensorS
 use super::{Cudnn, OpKey, PlanInfo};
 use crate::driver::{DeviceBuffer, Event, Stream};
 use crate::error::{Error, Result};
+use crate::graph::target::Target;
 use crate::graph::{Capture, Captured, CapturedBuffer};
 use crate::ops::tensor::{Check, DType, DeviceMemory, Tensor};
 use crate::sys::cuda as cu;
@@ -64,12 +65,13 @@ pub struct MatmulProblem {
     pub c: MatmulOperand,
 }
 
+// Products of caller sizes saturate: a problem too large for memory is refused by `validate`.
 fn row_major(dtype: DType, batch: usize, rows: usize, cols: usize) -> MatmulOperand {
-    MatmulOperand { dtype, batch, strides: [rows * cols, cols, 1] }
+    MatmulOperand { dtype, batch, strides: [rows.saturating_mul(cols), cols, 1] }
 }
 
 fn col_major(dtype: DType, batch: usize, rows: usize, cols: usize) -> MatmulOperand {
-    MatmulOperand { dtype, batch, strides: [rows * cols, 1, rows] }
+    MatmulOperand { dtype, batch, strides: [rows.saturating_mul(cols), 1, rows] }
 }
 
 impl MatmulOperand {
@@ -180,6 +182,15 @@ impl MatmulProblem {
             if (rows > 1 && rs == 0) || (cols > 1 && cs == 0) || (o.batch > 1 && bs == 0) {
                 return Err(Error::invalid(format!("{name}.strides"), "non-zero strides (broadcast with a batch of 1)", format!("{:?}", o.strides)));
             }
+            // cuDNN takes every dimension and stride as an int64, and the elements must be
+            // addressable: the last element's offset has to fit too.
+            let last = [(o.batch, bs), (rows, rs), (cols, cs)]
+                .iter()
+                .try_fold(0u64, |acc, &(d, st)| (d.max(1) as u64 - 1).checked_mul(st as u64).and_then(|x| acc.checked_add(x)));
+            let fits = last.is_some_and(|l| l < i64::MAX as u64) && [o.batch, rows, cols, bs, rs, cs].iter().all(|&v| i64::try_from(v).is_ok());
+            if !fits {
+                return Err(Error::invalid(format!("{name}.strides"), "sizes and strides whose extent fits in an int64", format!("{:?} over [{}, {rows}, {cols}]", o.strides, o.batch)));
+            }
         }
         Ok(())
     }
@@ -189,7 +200,7 @@ impl MatmulProblem {
         let (m, n, k) = (self.m, self.n, self.k);
         for (o, rows, cols) in [(&mut self.a, m, k), (&mut self.b, k, n), (&mut self.c, m, n)] {
             if o.batch == 1 {
-                o.strides[0] = rows * cols;
+                o.strides[0] = rows.saturating_mul(cols);
             }
         }
         self
@@ -242,7 +253,7 @@ fn dims3<M>(name: &str, t: &Tensor<M>) -> Result<(usize, usize, usize, [usize; 3
         return Err(Error::invalid(format!("{name}.shape"), "[rows, cols] or [batch, rows, cols] (with as many strides)", format!("{:?} strides {:?}", t.shape, t.strides)));
     }
     Ok(if t.shape.len() == 2 {
-        (1, t.shape[0], t.shape[1], [t.shape[0] * t.shape[1], t.strides[0], t.strides[1]])
+        (1, t.shape[0], t.shape[1], [t.shape[0].saturating_mul(t.shape[1]), t.strides[0], t.strides[1]])
     } else {
         (t.shape[0], t.shape[1], t.shape[2], [t.strides[0], t.strides[1], t.strides[2]])
     })
@@ -335,66 +346,43 @@ fn plan_of(dnn: &Cudnn, p: &MatmulProblem) -> Result<Arc<super::Plan>> {
 /// Eager matmul on `stream`: validates, builds the plan on first use (cached), grows `ws` if the
 /// plan needs more (retiring the old buffer, zero-filled), executes. Returns what the plan is.
 pub fn matmul(dnn: &Cudnn, args: &MatmulArgs<&DeviceBuffer>, ws: &mut Workspace, stream: &Stream) -> Result<PlanInfo> {
-    dnn.same_context(stream.context())?;
-    let p = args.problem(stream.context().raw())?;
-    check_arch(dnn, &p)?;
-    let plan = plan_of(dnn, &p)?;
-    let w = ws.prepare(plan.info().workspace_bytes, stream)?;
-    // SAFETY: the buffers are validated (bounds, device) and borrowed for the call; cuMemFree waits
-    // for the work before any of them can be freed. ws holds the plan's workspace.
-    unsafe { dnn.execute(&plan, &args.ptrs(), w, stream.raw()) }?;
-    Ok(plan.info())
+    matmul_on(dnn, args, Target::eager(stream, Some(ws))?)
 }
 
 /// Captured matmul: validates, looks up the plan built before the capture (never builds one
-/// inside it: building may allocate, which a capture forbids), checks the captured workspace
-/// (never grows: [`Error::WorkspaceTooSmall`] naming both sizes, nothing captured), captures the
-/// execute.
-pub fn matmul_captured<'c>(dnn: &Cudnn, args: &MatmulArgs<CapturedBuffer<'c>>, ws: &Captured<'c>, cap: &Capture<'c>) -> Result<PlanInfo> {
-    let s = cap.stream();
-    dnn.same_context(s.context())?;
-    let p = args.problem(s.context().raw())?;
-    check_arch(dnn, &p)?;
-    let key = dnn.key(OpKey::Matmul(p));
-    let plan = dnn.cached(&key).ok_or_else(|| {
-        Error::invalid(
-            "plan",
-            "a plan built before the capture (ops::cudnn::plan_workspace, workspace_size or an eager matmul of this problem)",
-            format!("none cached for {}", p.label()),
-        )
-    })?;
-    let w = ws.require(plan.info().workspace_bytes)?;
-    // SAFETY: the buffers are bound to the capture (kept alive by every graph made from it), the
-    // workspace is the captured one, which holds the plan's workspace; the plan is never freed.
-    unsafe { dnn.execute(&plan, &args.ptrs(), w, s.raw()) }?;
-    Ok(plan.info())
+/// inside it: building may allocate, which a capture forbids), checks that every view belongs to
+/// `cap` and that the captured workspace holds the plan's (never grows: [`Error::WorkspaceTooSmall`]
+/// naming both sizes, nothing captured), captures the execute.
+pub fn matmul_captured<'id>(dnn: &Cudnn, args: &MatmulArgs<CapturedBuffer<'id>>, ws: &Captured<'id>, cap: &Capture<'_, 'id>) -> Result<PlanInfo> {
+    matmul_on(dnn, args, Target::captured(cap.site(), Some(ws.view()))?)
 }
 
-/// The C ABI's path, over any memory: eager (`WorkspaceArg::Grow`: builds the plan if needed, may
-/// grow) or captured (`Fixed`: only a plan built before the capture, never grows). The Rust entry
-/// points above are the same steps with the borrow rules in their types.
-pub(crate) fn matmul_on<M: DeviceMemory>(
-    dnn: &Cudnn,
-    args: &MatmulArgs<M>,
-    ctx: &crate::driver::Context,
-    stream: cu::CUstream,
-    ws: crate::workspace::WorkspaceArg<'_>,
-) -> Result<PlanInfo> {
-    dnn.same_context(ctx)?;
-    let p = args.problem(ctx.raw())?;
+/// The one path behind every entry point: eager (builds the plan if needed, may grow) or captured
+/// (only a plan built before the capture, never grows). Everything is checked before the execute.
+pub(crate) fn matmul_on<M: DeviceMemory>(dnn: &Cudnn, args: &MatmulArgs<M>, mut target: Target<'_>) -> Result<PlanInfo> {
+    dnn.same_context(target.context())?;
+    let p = args.problem(target.context().raw())?;
     check_arch(dnn, &p)?;
-    let captured = matches!(ws, crate::workspace::WorkspaceArg::Fixed { .. });
-    let plan = if captured {
+    let plan = if target.is_captured() {
         dnn.cached(&dnn.key(OpKey::Matmul(p))).ok_or_else(|| {
-            Error::invalid("plan", "a plan built before the capture (graphsafe_cudnn_plan)", format!("none cached for {}", p.label()))
+            Error::invalid(
+                "plan",
+                "a plan built before the capture (ops::cudnn::plan_workspace, workspace_size, graphsafe_cudnn_plan or an eager matmul of this problem)",
+                format!("none cached for {}", p.label()),
+            )
         })?
     } else {
         plan_of(dnn, &p)?
     };
-    let (w, _) = ws.take(plan.info().workspace_bytes)?;
-    // SAFETY: validated arguments (the C caller keeps raw memory alive, as documented there); the
-    // workspace holds the plan's bytes; plans are never freed.
-    unsafe { dnn.execute(&plan, &args.ptrs(), w, stream) }?;
+    for (name, t) in [("a", &args.a), ("b", &args.b), ("c", &args.c)] {
+        target.admit(name, &t.mem)?;
+    }
+    let (w, _) = target.workspace(plan.info().workspace_bytes)?;
+    target.commit();
+    // SAFETY: validated arguments (bounds, device; the C caller keeps its raw memory alive, as
+    // documented there; captured views are kept by the capture); the workspace holds the plan's
+    // bytes; plans are never freed.
+    unsafe { dnn.execute(&plan, &args.ptrs(), w, target.raw_stream()) }?;
     Ok(plan.info())
 }
 

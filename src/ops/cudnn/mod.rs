@@ -174,7 +174,7 @@ impl Cudnn {
         if let Some(d) = reg.iter().find(|d| d.ctx.raw() == ctx.raw()) {
             return Ok(d.clone());
         }
-        ctx.bind()?;
+        let _current = ctx.enter()?;
         let handle = Handle::new(api)?;
         let dnn = Arc::new(Cudnn {
             api,
@@ -235,7 +235,7 @@ impl Cudnn {
         if let Some(p) = s.plans.get(key) {
             return Ok(p.clone());
         }
-        self.ctx.bind()?;
+        let _current = self.ctx.enter()?;
         let g = Arc::new(graph(self.api, &s.handle)?);
         let exec = backend::build_plans(self.api, &s.handle, &g, 1)?.remove(0);
         let plan = Arc::new(Plan::new(exec, false));
@@ -246,7 +246,7 @@ impl Cudnn {
     /// Up to `max` candidate plans for `key` (not cached), for tuning.
     pub(crate) fn candidates(&self, graph: impl FnOnce(&'static Api, &Handle) -> Result<OpGraph>, max: usize) -> Result<Vec<Arc<Plan>>> {
         let s = self.lock();
-        self.ctx.bind()?;
+        let _current = self.ctx.enter()?;
         let g = Arc::new(graph(self.api, &s.handle)?);
         Ok(backend::build_plans(self.api, &s.handle, &g, max)?.into_iter().map(|e| Arc::new(Plan::new(e, true))).collect())
     }
@@ -262,7 +262,7 @@ impl Cudnn {
     /// Only checks that `graph` builds and finalizes (no engine needed): for tests and tools.
     pub(crate) fn finalize_graph_only(&self, graph: impl FnOnce(&'static Api, &Handle) -> Result<OpGraph>) -> Result<()> {
         let s = self.lock();
-        self.ctx.bind()?;
+        let _current = self.ctx.enter()?;
         graph(self.api, &s.handle).map(drop)
     }
 
@@ -275,7 +275,7 @@ impl Cudnn {
     /// this device's context.
     pub(crate) unsafe fn execute(&self, plan: &Plan, ptrs: &[DevicePtr], ws: DevicePtr, stream: crate::sys::cuda::CUstream) -> Result<()> {
         let mut s = self.lock();
-        self.ctx.bind()?;
+        let _current = self.ctx.enter()?;
         if s.stream != stream as usize {
             check(self.api, (self.set_stream_fn)(s.handle.raw, stream.cast()), "cudnnSetStream")?;
             s.stream = stream as usize;

@@ -19,6 +19,7 @@ use super::backend::{Attr, Descriptor, Handle, Kind, OpGraph, TensorSpec, TENSOR
 use super::{Cudnn, OpKey, PlanInfo, Version};
 use crate::driver::{DeviceBuffer, Stream};
 use crate::error::{Error, Result};
+use crate::graph::target::Target;
 use crate::graph::{Capture, Captured, CapturedBuffer};
 use crate::ops::tensor::{Check, DType, DeviceMemory, Tensor};
 use crate::sys::cuda as cu;
@@ -57,7 +58,7 @@ pub struct Nvfp4Problem {
 }
 
 fn round_up(x: usize, m: usize) -> usize {
-    x.div_ceil(m) * m
+    x.div_ceil(m).saturating_mul(m)
 }
 
 impl Nvfp4Problem {
@@ -83,6 +84,14 @@ impl Nvfp4Problem {
         if ![DType::Bf16, DType::Fp16, DType::F32].contains(&self.out) {
             return Err(Error::invalid("c.dtype", "bf16, fp16 or f32", self.out));
         }
+        // Every size below must be exact (they saturate otherwise): bound them all by 2^62 bytes.
+        let fits = |parts: &[usize]| parts.iter().try_fold(1u128, |a, &p| Some(a * p as u128)).is_some_and(|v| v < 1 << 62);
+        let kb = self.k.div_ceil(NVFP4_BLOCK * 4) * 4;
+        let (mp, np) = (self.m.div_ceil(128) * 128, self.n.div_ceil(128) * 128);
+        let out = self.out.size();
+        if !(fits(&[self.batch, self.m, self.k]) && fits(&[self.batch, self.n, self.k]) && fits(&[self.batch, mp, kb]) && fits(&[self.batch, np, kb]) && fits(&[self.batch, self.m, self.n, out])) {
+            return Err(Error::invalid("problem", "operands whose sizes fit in memory (below 2^62 bytes)", self.label()));
+        }
         Ok(())
     }
 
@@ -93,19 +102,19 @@ impl Nvfp4Problem {
 
     /// Bytes of packed A (`batch·M·K/2`).
     pub fn a_bytes(&self) -> usize {
-        self.batch * self.m * self.k / 2
+        self.batch.saturating_mul(self.m).saturating_mul(self.k) / 2
     }
     /// Bytes of packed B (`batch·K·N/2`).
     pub fn b_bytes(&self) -> usize {
-        self.batch * self.n * self.k / 2
+        self.batch.saturating_mul(self.n).saturating_mul(self.k) / 2
     }
     /// Bytes of A's scales (`batch·⌈M/128⌉·128·⌈K/64⌉·4`).
     pub fn a_scale_bytes(&self) -> usize {
-        self.batch * round_up(self.m, 128) * self.k_blocks()
+        self.batch.saturating_mul(round_up(self.m, 128)).saturating_mul(self.k_blocks())
     }
     /// Bytes of B's scales (`batch·⌈K/64⌉·4·⌈N/128⌉·128`).
     pub fn b_scale_bytes(&self) -> usize {
-        self.batch * round_up(self.n, 128) * self.k_blocks()
+        self.batch.saturating_mul(round_up(self.n, 128)).saturating_mul(self.k_blocks())
     }
 
     /// A short description for planners and logs.
@@ -209,7 +218,7 @@ impl<M: DeviceMemory> Nvfp4MatmulArgs<M> {
             ("alpha", &self.alpha, 4),
         ];
         for (name, mem, need) in bufs {
-            if mem.len() < need {
+            if mem.len() < need || mem.device_ptr().checked_add(need as u64).is_none() {
                 return Err(Error::invalid(format!("{name}.len"), format!("at least {need} bytes for {}", p.label()), mem.len()));
             }
             if mem.device_ptr() % TENSOR_ALIGNMENT as u64 != 0 {
@@ -272,27 +281,35 @@ pub fn nvfp4_workspace_size(dnn: &Cudnn, problem: &Nvfp4Problem) -> Result<u64> 
 /// Eager NVFP4 matmul: validates, checks the GPU and cuDNN, plans (cached), grows `ws` if needed,
 /// executes on `stream`.
 pub fn nvfp4_matmul(dnn: &Cudnn, args: &Nvfp4MatmulArgs<&DeviceBuffer>, ws: &mut Workspace, stream: &Stream) -> Result<PlanInfo> {
-    dnn.same_context(stream.context())?;
-    args.validate(stream.context().raw())?;
-    let plan = plan_of(dnn, &args.problem)?;
-    let w = ws.prepare(plan.info().workspace_bytes, stream)?;
-    // SAFETY: buffers validated (sizes, device) and borrowed for the call; ws holds the plan's bytes.
-    unsafe { dnn.execute(&plan, &args.ptrs(), w, stream.raw()) }?;
-    Ok(plan.info())
+    nvfp4_matmul_on(dnn, args, Target::eager(stream, Some(ws))?)
 }
 
-/// Captured NVFP4 matmul: a plan built before the capture only, never grows the workspace.
-pub fn nvfp4_matmul_captured<'c>(dnn: &Cudnn, args: &Nvfp4MatmulArgs<CapturedBuffer<'c>>, ws: &Captured<'c>, cap: &Capture<'c>) -> Result<PlanInfo> {
-    let s = cap.stream();
-    dnn.same_context(s.context())?;
-    args.validate(s.context().raw())?;
-    check_support(dnn.context().compute_capability(), dnn.version())?;
-    let plan = dnn.cached(&dnn.key(OpKey::Nvfp4Matmul(args.problem))).ok_or_else(|| {
-        Error::invalid("plan", "a plan built before the capture (nvfp4_workspace_size or an eager call)", format!("none cached for {}", args.problem.label()))
-    })?;
-    let w = ws.require(plan.info().workspace_bytes)?;
-    // SAFETY: buffers bound to the capture; the captured workspace holds the plan's bytes.
-    unsafe { dnn.execute(&plan, &args.ptrs(), w, s.raw()) }?;
+/// Captured NVFP4 matmul: a plan built before the capture only, never grows the workspace; every
+/// view must belong to `cap`.
+pub fn nvfp4_matmul_captured<'id>(dnn: &Cudnn, args: &Nvfp4MatmulArgs<CapturedBuffer<'id>>, ws: &Captured<'id>, cap: &Capture<'_, 'id>) -> Result<PlanInfo> {
+    nvfp4_matmul_on(dnn, args, Target::captured(cap.site(), Some(ws.view()))?)
+}
+
+fn nvfp4_matmul_on<M: DeviceMemory>(dnn: &Cudnn, args: &Nvfp4MatmulArgs<M>, mut target: Target<'_>) -> Result<PlanInfo> {
+    dnn.same_context(target.context())?;
+    args.validate(target.context().raw())?;
+    let plan = if target.is_captured() {
+        check_support(dnn.context().compute_capability(), dnn.version())?;
+        dnn.cached(&dnn.key(OpKey::Nvfp4Matmul(args.problem))).ok_or_else(|| {
+            Error::invalid("plan", "a plan built before the capture (nvfp4_workspace_size or an eager call)", format!("none cached for {}", args.problem.label()))
+        })?
+    } else {
+        plan_of(dnn, &args.problem)?
+    };
+    for (name, m) in [("a", &args.a), ("a_scale", &args.a_scale), ("b", &args.b), ("b_scale", &args.b_scale), ("alpha", &args.alpha)] {
+        target.admit(name, m)?;
+    }
+    target.admit("c", &args.c.mem)?;
+    let (w, _) = target.workspace(plan.info().workspace_bytes)?;
+    target.commit();
+    // SAFETY: buffers validated (sizes, device) and borrowed for the call or kept by the capture;
+    // the workspace holds the plan's bytes; plans are never freed.
+    unsafe { dnn.execute(&plan, &args.ptrs(), w, target.raw_stream()) }?;
     Ok(plan.info())
 }
 

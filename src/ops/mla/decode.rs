@@ -12,10 +12,11 @@
 use super::{sm100, sm90, KvDtype, LATENT_DIM, NUM_HEADS, ROPE_DIM};
 use crate::driver::{DeviceBuffer, Stream};
 use crate::error::{Error, Result};
+use crate::graph::target::Target;
 use crate::graph::{Capture, Captured, CapturedBuffer};
 use crate::ops::tensor::{Check, DType, DeviceMemory, Tensor};
 use crate::sys::{check_glue, cuda as c, kernels as k};
-use crate::workspace::{Workspace, WorkspaceArg};
+use crate::workspace::Workspace;
 
 /// The two back-ends.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
@@ -138,7 +139,7 @@ impl<M: DeviceMemory> MlaDecodeArgs<M> {
         let kv = Check { name: "kv_cache", t: &self.kv_cache };
         kv.dtype(&[dt])?.shape(&[None, None, Some(LATENT_DIM + ROPE_DIM)])?.contiguous()?;
         let (pages, page_size) = (self.kv_cache.shape[0], self.kv_cache.shape[1]);
-        if pages == 0 || (pages as u64) * (page_size as u64) >= 1 << 31 {
+        if pages == 0 || (pages as u64).checked_mul(page_size as u64).is_none_or(|tokens| tokens >= 1 << 31) {
             return Err(Error::invalid("kv_cache.shape[0] (pages)", "at least 1, with pages x page_size below 2^31 tokens", pages));
         }
         let page_ok = match arch {
@@ -159,12 +160,9 @@ impl<M: DeviceMemory> MlaDecodeArgs<M> {
         if self.max_seq_len == 0 {
             return Err(Error::invalid("max_seq_len", "at least 1", 0));
         }
-        if self.max_seq_len as u64 > max_pages as u64 * page_size as u64 {
-            return Err(Error::invalid(
-                "max_seq_len",
-                format!("at most page_table.shape[1] x page_size = {}", max_pages as u64 * page_size as u64),
-                self.max_seq_len,
-            ));
+        let table_tokens = (max_pages as u64).saturating_mul(page_size as u64);
+        if self.max_seq_len as u64 > table_tokens {
+            return Err(Error::invalid("max_seq_len", format!("at most page_table.shape[1] x page_size = {table_tokens}"), self.max_seq_len));
         }
         if batch > 1 && (self.page_table.strides[0] < max_pages || self.page_table.strides[0] > i32::MAX as usize) {
             return Err(Error::invalid(
@@ -225,33 +223,52 @@ impl<M: DeviceMemory> MlaDecodeArgs<M> {
         })
     }
 
-    fn to_sys(&self, p: &MlaDecodePlan, sm_count: u32, device: usize) -> k::GsMlaDecodeArgs {
-        k::GsMlaDecodeArgs {
+    /// Every tensor with its name, for the capture and device checks of [`Target::admit`].
+    fn tensors(&self) -> Vec<(&'static str, &Tensor<M>)> {
+        let mut all = vec![
+            ("q_nope", &self.q_nope),
+            ("q_pe", &self.q_pe),
+            ("kv_cache", &self.kv_cache),
+            ("seq_lens", &self.seq_lens),
+            ("page_table", &self.page_table),
+            ("out", &self.out),
+        ];
+        if let Some(lse) = &self.lse {
+            all.push(("lse", lse));
+        }
+        all
+    }
+
+    fn to_sys(&self, p: &MlaDecodePlan, sm_count: u32, device: usize) -> Result<k::GsMlaDecodeArgs> {
+        // Every value below was bounded by plan(): shapes, and strides by the bounds check (an
+        // extent that fits in the address space); the conversions only restate that.
+        let i32_of = |what: &str, v: u64| i32::try_from(v).map_err(|_| Error::invalid(what, "a value below 2^31", v));
+        Ok(k::GsMlaDecodeArgs {
             dtype: p.dtype.to_sys(),
-            batch: p.batch as i32,
-            num_heads: p.num_heads as i32,
-            max_seq_len: self.max_seq_len as i32,
-            num_splits: p.num_splits as i32,
-            sm_count: sm_count as i32,
-            device: device as i32,
+            batch: i32_of("batch", p.batch as u64)?,
+            num_heads: i32_of("num_heads", p.num_heads as u64)?,
+            max_seq_len: i32_of("max_seq_len", self.max_seq_len as u64)?,
+            num_splits: i32_of("num_splits", p.num_splits as u64)?,
+            sm_count: i32_of("sm_count", sm_count as u64)?,
+            device: i32_of("device", device as u64)?,
             q_nope: self.q_nope.device_ptr() as *const _,
-            q_nope_stride_batch: self.q_nope.strides[0] as i64,
-            q_nope_stride_head: self.q_nope.strides[1] as i64,
+            q_nope_stride_batch: self.q_nope.stride_i64(0)?,
+            q_nope_stride_head: self.q_nope.stride_i64(1)?,
             q_pe: self.q_pe.device_ptr() as *const _,
-            q_pe_stride_batch: self.q_pe.strides[0] as i64,
-            q_pe_stride_head: self.q_pe.strides[1] as i64,
+            q_pe_stride_batch: self.q_pe.stride_i64(0)?,
+            q_pe_stride_head: self.q_pe.stride_i64(1)?,
             kv_cache: self.kv_cache.device_ptr() as *const _,
-            num_pages: self.kv_cache.shape[0] as i32,
-            page_size: p.page_size as i32,
+            num_pages: i32_of("kv_cache.shape[0] (pages)", self.kv_cache.shape[0] as u64)?,
+            page_size: i32_of("page_size", p.page_size as u64)?,
             seq_lens: self.seq_lens.device_ptr() as *const i32,
             page_table: self.page_table.device_ptr() as *const i32,
-            page_table_stride: self.page_table.strides[0] as i32,
+            page_table_stride: i32_of("page_table.strides[0]", self.page_table.strides[0] as u64)?,
             out: self.out.device_ptr() as *mut _,
-            out_stride_batch: self.out.strides[0] as i64,
-            out_stride_head: self.out.strides[1] as i64,
+            out_stride_batch: self.out.stride_i64(0)?,
+            out_stride_head: self.out.stride_i64(1)?,
             lse: self.lse.as_ref().map_or(std::ptr::null_mut(), |t| t.device_ptr() as *mut f32),
             sm_scale: self.sm_scale,
-        }
+        })
     }
 }
 
@@ -277,33 +294,32 @@ fn launch(arch: MlaArch, args: &k::GsMlaDecodeArgs, ws: u64, ws_bytes: u64, stre
     check_glue(status, op)
 }
 
-fn device_facts(ctx: &crate::driver::Context) -> Result<(MlaArch, u32)> {
-    Ok((MlaArch::for_compute_capability(ctx.compute_capability())?, ctx.sm_count()))
-}
-
 /// Validate, size, launch: the one path behind every entry point (Rust eager, Rust captured, C).
-pub(crate) fn run<M: DeviceMemory>(
-    args: &MlaDecodeArgs<M>,
-    ctx: &crate::driver::Context,
-    stream: c::CUstream,
-    ws: WorkspaceArg<'_>,
-) -> Result<MlaDecodePlan> {
-    let (arch, sms) = device_facts(ctx)?;
+/// Everything is checked before anything is enqueued: a refusal captures and launches nothing.
+pub(crate) fn run<M: DeviceMemory>(args: &MlaDecodeArgs<M>, mut target: Target<'_>) -> Result<MlaDecodePlan> {
+    let ctx = target.context().clone();
+    let arch = MlaArch::for_compute_capability(ctx.compute_capability())?;
+    let sms = ctx.sm_count();
     let plan = args.plan(arch, sms, ctx.raw())?;
-    let (w, capacity) = ws.take(plan.workspace_bytes)?;
-    ctx.bind()?;
-    launch(arch, &args.to_sys(&plan, sms, ctx.device().ordinal()), w, capacity, stream)?;
+    for (name, t) in args.tensors() {
+        target.admit(name, &t.mem)?;
+    }
+    let sys = args.to_sys(&plan, sms, ctx.device().ordinal())?;
+    let (w, capacity) = target.workspace(plan.workspace_bytes)?;
+    target.commit();
+    let _current = ctx.enter()?;
+    launch(arch, &sys, w, capacity, target.raw_stream())?;
     Ok(plan)
 }
 
 /// Eager decode on `stream`: validates, grows `ws` if needed (retiring, zero-filled), launches.
 pub fn decode(args: &MlaDecodeArgs<&DeviceBuffer>, ws: &mut Workspace, stream: &Stream) -> Result<MlaDecodePlan> {
-    run(args, stream.context(), stream.raw(), WorkspaceArg::Grow(ws, stream))
+    run(args, Target::eager(stream, Some(ws))?)
 }
 
-/// Captured decode: validates, checks the captured workspace (never grows: `WorkspaceTooSmall`
-/// naming both sizes, nothing captured), captures the launch.
-pub fn decode_captured<'c>(args: &MlaDecodeArgs<CapturedBuffer<'c>>, ws: &Captured<'c>, cap: &Capture<'c>) -> Result<MlaDecodePlan> {
-    let s = cap.stream();
-    run(args, s.context(), s.raw(), WorkspaceArg::Fixed { ptr: ws.device_ptr(), capacity: ws.capacity() })
+/// Captured decode: validates, checks that every view belongs to `cap`, checks the captured
+/// workspace (never grows: `WorkspaceTooSmall` naming both sizes, nothing captured), captures the
+/// launch, and adds every buffer it bakes in to the capture.
+pub fn decode_captured<'id>(args: &MlaDecodeArgs<CapturedBuffer<'id>>, ws: &Captured<'id>, cap: &Capture<'_, 'id>) -> Result<MlaDecodePlan> {
+    run(args, Target::captured(cap.site(), Some(ws.view()))?)
 }

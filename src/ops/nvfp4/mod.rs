@@ -13,12 +13,13 @@
 
 pub mod reference;
 
-use crate::driver::{Context, DeviceBuffer, DevicePtr, Stream};
+use crate::driver::{DeviceBuffer, DevicePtr, Stream};
 use crate::error::{positive, Error, Result};
+use crate::graph::target::Target;
 use crate::graph::{Capture, Captured, CapturedBuffer};
 use crate::ops::tensor::{Check, DType, DeviceMemory, Tensor};
 use crate::sys::{check_glue, cuda as c, kernels as k};
-use crate::workspace::{Workspace, WorkspaceArg};
+use crate::workspace::Workspace;
 
 /// Which NVFP4 back-end a GPU gets.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
@@ -210,7 +211,8 @@ impl<M: DeviceMemory> Nvfp4Matrix<M> {
             ("global_scale", &self.global_scale, 4, 4),
         ];
         for (part, mem, need, align) in parts {
-            if (mem.len() as u64) < need {
+            // Caller-owned memory has no known size: at least its end must be an address.
+            if (mem.len() as u64) < need || mem.device_ptr().checked_add(need).is_none() {
                 return Err(Error::invalid(format!("{name}.{part}"), format!("at least {need} bytes"), mem.len()));
             }
             if mem.device_ptr() % align != 0 {
@@ -225,7 +227,7 @@ impl<M: DeviceMemory> Nvfp4Matrix<M> {
 }
 
 fn scalar<M: DeviceMemory>(name: &str, m: &M, ctx: c::CUcontext) -> Result<DevicePtr> {
-    if m.len() < 4 || m.device_ptr() % 4 != 0 {
+    if m.len() < 4 || m.device_ptr() % 4 != 0 || m.device_ptr().checked_add(4).is_none() {
         return Err(Error::invalid(name, "a 4-byte aligned device f32", format!("{} bytes at {:#x}", m.len(), m.device_ptr())));
     }
     if !ctx.is_null() && m.context_raw() != ctx {
@@ -251,27 +253,46 @@ fn check_matrix<M: DeviceMemory>(name: &str, t: &Tensor<M>, types: &[DType], ctx
     Ok((t.shape[0], t.shape[1]))
 }
 
-pub(crate) fn quantize_on<M: DeviceMemory>(x: &Tensor<M>, gs: &M, out: &Nvfp4Matrix<M>, ctx: &Context, stream: c::CUstream) -> Result<()> {
+impl<M: DeviceMemory> Nvfp4Matrix<M> {
+    fn admit(&self, name: &str, target: &mut Target<'_>) -> Result<()> {
+        target.admit(&format!("{name}.packed"), &self.packed)?;
+        target.admit(&format!("{name}.scales"), &self.scales)?;
+        target.admit(&format!("{name}.global_scale"), &self.global_scale)
+    }
+}
+
+fn i32_of(what: &str, v: usize) -> Result<i32> {
+    i32::try_from(v).map_err(|_| Error::invalid(what, "a value below 2^31", v))
+}
+
+/// Validate, then launch: the one quantize path (Rust eager, Rust captured, C ABI).
+pub(crate) fn quantize_on<M: DeviceMemory>(x: &Tensor<M>, gs: &M, out: &Nvfp4Matrix<M>, mut target: Target<'_>) -> Result<()> {
+    let ctx = target.context().clone();
     let (m, kk) = check_matrix("x", x, &[DType::Bf16, DType::Fp16], ctx.raw())?;
     if out.rows != m || out.k != kk {
         return Err(Error::invalid("out", format!("an NVFP4 matrix of [{m}, {kk}]"), format!("[{}, {}]", out.rows, out.k)));
     }
     out.validate("out", ctx.raw())?;
     let g = scalar("global_scale", gs, ctx.raw())?;
-    ctx.bind()?;
+    let (mi, ki, ld) = (i32_of("x.shape[0]", m)?, i32_of("x.shape[1]", kk)?, x.stride_i64(0)?);
+    target.admit("x", &x.mem)?;
+    target.admit("global_scale", gs)?;
+    out.admit("out", &mut target)?;
+    target.commit();
+    let _current = ctx.enter()?;
     // SAFETY: every pointer was checked for size, alignment and device above.
     check_glue(
         unsafe {
             k::gs_nvfp4_quantize(
                 x.device_ptr() as *const _,
                 dtype_code(x.dtype),
-                m as i32,
-                kk as i32,
-                x.strides[0] as i64,
+                mi,
+                ki,
+                ld,
                 g as *const f32,
                 out.packed.device_ptr() as *mut u8,
                 out.scales.device_ptr() as *mut u8,
-                stream.cast(),
+                target.raw_stream().cast(),
             )
         },
         "gs_nvfp4_quantize",
@@ -280,24 +301,25 @@ pub(crate) fn quantize_on<M: DeviceMemory>(x: &Tensor<M>, gs: &M, out: &Nvfp4Mat
 
 /// Quantizes x [m, k] (bf16/fp16) with the device global scale `gs` into `out`, on `stream`.
 pub fn quantize(x: &Tensor<&DeviceBuffer>, gs: &DeviceBuffer, out: &Nvfp4Matrix<&DeviceBuffer>, stream: &Stream) -> Result<()> {
-    quantize_on(x, &gs, out, stream.context(), stream.raw())
+    quantize_on(x, &gs, out, Target::eager(stream, None)?)
 }
 
-/// Captures a quantize (every buffer bound to the capture).
-pub fn quantize_captured<'c>(x: &Tensor<CapturedBuffer<'c>>, gs: &CapturedBuffer<'c>, out: &Nvfp4Matrix<CapturedBuffer<'c>>, cap: &Capture<'c>) -> Result<()> {
-    let s = cap.stream();
-    quantize_on(x, gs, out, s.context(), s.raw())
+/// Captures a quantize (every buffer bound to `cap`).
+pub fn quantize_captured<'id>(x: &Tensor<CapturedBuffer<'id>>, gs: &CapturedBuffer<'id>, out: &Nvfp4Matrix<CapturedBuffer<'id>>, cap: &Capture<'_, 'id>) -> Result<()> {
+    quantize_on(x, gs, out, Target::captured(cap.site(), None)?)
 }
 
 /// The inverse: `out` [m, k] (bf16/fp16) from an NVFP4 matrix, on `stream`.
 pub fn dequantize(src: &Nvfp4Matrix<&DeviceBuffer>, out: &Tensor<&DeviceBuffer>, stream: &Stream) -> Result<()> {
-    let ctx = stream.context();
+    let target = Target::eager(stream, None)?;
+    let ctx = target.context();
     src.validate("src", ctx.raw())?;
     let (m, kk) = check_matrix("out", out, &[DType::Bf16, DType::Fp16], ctx.raw())?;
     if src.rows != m || src.k != kk {
         return Err(Error::invalid("out.shape", format!("[{}, {}]", src.rows, src.k), format!("[{m}, {kk}]")));
     }
-    ctx.bind()?;
+    let (mi, ki, ld) = (i32_of("out.shape[0]", m)?, i32_of("out.shape[1]", kk)?, out.stride_i64(0)?);
+    let _current = ctx.enter()?;
     // SAFETY: checked above.
     check_glue(
         unsafe {
@@ -305,11 +327,11 @@ pub fn dequantize(src: &Nvfp4Matrix<&DeviceBuffer>, out: &Tensor<&DeviceBuffer>,
                 src.packed.device_ptr() as *const u8,
                 src.scales.device_ptr() as *const u8,
                 src.global_scale.device_ptr() as *const f32,
-                m as i32,
-                kk as i32,
+                mi,
+                ki,
                 dtype_code(out.dtype),
                 out.device_ptr() as *mut _,
-                out.strides[0] as i64,
+                ld,
                 stream.raw().cast(),
             )
         },
@@ -319,15 +341,16 @@ pub fn dequantize(src: &Nvfp4Matrix<&DeviceBuffer>, out: &Tensor<&DeviceBuffer>,
 
 /// `out[0] = 448·6 / amax(|x|)` over a contiguous bf16/fp16 tensor (1 when amax is 0 or not finite).
 pub fn global_scale(x: &Tensor<&DeviceBuffer>, out: &DeviceBuffer, stream: &Stream) -> Result<()> {
-    let ctx = stream.context();
+    let target = Target::eager(stream, None)?;
+    let ctx = target.context();
     let ch = Check { name: "x", t: x };
     ch.dtype(&[DType::Bf16, DType::Fp16])?.contiguous()?.aligned(16)?.in_bounds()?.device(ctx.raw())?;
     let g = scalar("out", &out, ctx.raw())?;
-    let n: usize = x.shape.iter().product();
+    let n = x.shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d)).ok_or_else(|| Error::invalid("x.shape", "a tensor that fits in memory", format!("{:?}", x.shape)))?;
     if n == 0 {
         return Err(Error::invalid("x.shape", "at least one element", format!("{:?}", x.shape)));
     }
-    ctx.bind()?;
+    let _current = ctx.enter()?;
     // SAFETY: checked above.
     check_glue(
         unsafe { k::gs_nvfp4_global_scale(x.device_ptr() as *const _, dtype_code(x.dtype), n as i64, g as *mut f32, stream.raw().cast()) },
@@ -349,15 +372,15 @@ impl PreparedWeight {
         (self.n, self.k)
     }
     /// Binds it to a capture (the graph keeps it alive).
-    pub fn bind<'c>(&self, cap: &mut Capture<'c>) -> Result<CapturedWeight<'c>> {
+    pub fn bind<'id>(&self, cap: &mut Capture<'_, 'id>) -> Result<CapturedWeight<'id>> {
         Ok(CapturedWeight { buf: cap.bind_buffer(&self.buf)?, n: self.n, k: self.k })
     }
 }
 
 /// A prepared weight bound to a capture.
-#[derive(Clone, Copy, Debug)]
-pub struct CapturedWeight<'c> {
-    buf: CapturedBuffer<'c>,
+#[derive(Clone, Debug)]
+pub struct CapturedWeight<'id> {
+    buf: CapturedBuffer<'id>,
     n: usize,
     k: usize,
 }
@@ -370,7 +393,8 @@ pub fn prepare_weight(w: &Nvfp4Matrix<&DeviceBuffer>, stream: &Stream) -> Result
 
 /// [`prepare_weight`] over any memory, returning the prepared buffer (the C ABI's path).
 pub(crate) fn prepare_weight_raw<M: DeviceMemory>(w: &Nvfp4Matrix<M>, stream: &Stream) -> Result<DeviceBuffer> {
-    let ctx = stream.context();
+    let target = Target::eager(stream, None)?;
+    let ctx = target.context();
     if Nvfp4Arch::for_compute_capability(ctx.compute_capability())? != Nvfp4Arch::Sm90 {
         return Err(Error::ArchUnsupported { op: "nvfp4 prepare_weight", need: "sm_90 (the weight-only kernel)".into(), have: format!("{:?}", ctx.compute_capability()) });
     }
@@ -379,8 +403,9 @@ pub(crate) fn prepare_weight_raw<M: DeviceMemory>(w: &Nvfp4Matrix<M>, stream: &S
     let mut bytes = 0u64;
     // SAFETY: host function; out-pointer to a local.
     check_glue(unsafe { k::gs_nvfp4_w4a16_prepared_bytes(n, kk, &mut bytes) }, "gs_nvfp4_w4a16_prepared_bytes")?;
-    let buf = DeviceBuffer::alloc_zeroed(stream, bytes as usize)?;
-    ctx.bind()?;
+    let len = usize::try_from(bytes).map_err(|_| Error::invalid("weight", "a prepared size that fits in memory", bytes))?;
+    let buf = DeviceBuffer::alloc_zeroed(stream, len)?;
+    let _current = ctx.enter()?;
     #[cfg(graphsafe_arch = "sm_90a")]
     // SAFETY: checked above; buf holds `bytes`.
     check_glue(
@@ -401,69 +426,87 @@ pub(crate) fn prepare_weight_raw<M: DeviceMemory>(w: &Nvfp4Matrix<M>, stream: &S
     Ok(buf)
 }
 
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn w4a16_on<M: DeviceMemory>(a: &Tensor<M>, w: (DevicePtr, usize, usize, c::CUcontext), alpha: &M, d: &Tensor<M>, ws: WorkspaceArg<'_>, ctx: &Context, stream: c::CUstream) -> Result<Nvfp4Plan> {
+/// The W4A16 weight as the GEMM reads it: the prepared buffer (any memory kind) and its [n, k].
+pub(crate) struct WeightArg<'w, W> {
+    pub mem: &'w W,
+    pub n: usize,
+    pub k: usize,
+}
+
+/// Validate, size, launch: the one W4A16 path (Rust eager, Rust captured, C ABI).
+pub(crate) fn w4a16_on<M: DeviceMemory, W: DeviceMemory>(a: &Tensor<M>, w: WeightArg<'_, W>, alpha: &M, d: &Tensor<M>, mut target: Target<'_>) -> Result<Nvfp4Plan> {
+    let ctx = target.context().clone();
     let arch = Nvfp4Arch::for_compute_capability(ctx.compute_capability())?;
     if arch != Nvfp4Arch::Sm90 {
         return Err(Error::ArchUnsupported { op: "nvfp4 w4a16_gemm", need: "sm_90 (Blackwell: nvfp4::gemm)".into(), have: format!("{arch:?}") });
     }
     let (m, ka) = check_matrix("a", a, &[DType::Bf16], ctx.raw())?;
     let (dm, dn) = check_matrix("d", d, &[DType::Bf16], ctx.raw())?;
-    let (wp, n, kk, wctx) = w;
-    if wctx != ctx.raw() {
+    if w.mem.context_raw() != ctx.raw() {
         return Err(Error::invalid("w.device", "a weight prepared on the stream's device", "one of another device"));
     }
-    if ka != kk {
-        return Err(Error::invalid("a.shape[1] (k)", format!("{kk}, the weight's k"), ka));
+    if ka != w.k {
+        return Err(Error::invalid("a.shape[1] (k)", format!("{}, the weight's k", w.k), ka));
     }
-    if dm != m || dn != n {
-        return Err(Error::invalid("d.shape", format!("[{m}, {n}]"), format!("[{dm}, {dn}]")));
+    if dm != m || dn != w.n {
+        return Err(Error::invalid("d.shape", format!("[{m}, {}]", w.n), format!("[{dm}, {dn}]")));
     }
     let al = scalar("alpha", alpha, ctx.raw())?;
-    let plan = plan(arch, m as i64, n as i64, kk as i64, DType::Bf16, ctx.sm_count() as i64)?;
-    let (wsp, wcap) = ws.take(plan.workspace_bytes)?;
-    ctx.bind()?;
+    let plan = plan(arch, m as i64, w.n as i64, w.k as i64, DType::Bf16, ctx.sm_count() as i64)?;
+    let need = plan.prepared_weight_bytes.unwrap_or(0);
+    if (w.mem.len() as u64) < need {
+        return Err(Error::invalid("weight", format!("a weight prepared for [{}, {}] ({need} bytes)", w.n, w.k), format!("{} bytes", w.mem.len())));
+    }
+    let (lda, ldd) = (a.stride_i64(0)?, d.stride_i64(0)?);
+    target.admit("a", &a.mem)?;
+    target.admit("weight", w.mem)?;
+    target.admit("alpha", alpha)?;
+    target.admit("d", &d.mem)?;
+    let (wsp, wcap) = target.workspace(plan.workspace_bytes)?;
+    target.commit();
+    let _current = ctx.enter()?;
     #[cfg(graphsafe_arch = "sm_90a")]
     // SAFETY: every pointer checked above; the workspace holds `wcap` >= the plan's bytes.
     check_glue(
         unsafe {
             k::gs_nvfp4_w4a16_gemm(
                 a.device_ptr() as *const _,
-                a.strides[0] as i64,
-                wp as *const _,
+                lda,
+                w.mem.device_ptr() as *const _,
                 al as *const f32,
                 d.device_ptr() as *mut _,
-                d.strides[0] as i64,
-                m as i32,
-                n as i32,
-                kk as i32,
+                ldd,
+                plan.m as i32,
+                plan.n as i32,
+                plan.k as i32,
                 ctx.sm_count() as i32,
                 wsp as *mut _,
                 wcap,
-                stream.cast(),
+                target.raw_stream().cast(),
             )
         },
         "gs_nvfp4_w4a16_gemm",
     )?;
     #[cfg(not(graphsafe_arch = "sm_90a"))]
-    let _ = (wp, al, wsp, wcap, stream);
+    let _ = (al, wsp, wcap, lda, ldd);
     Ok(plan)
 }
 
 /// Hopper: D[m, n] (bf16) = alpha · A[m, k] (bf16) · Wᵀ, eager (may grow `ws`).
 pub fn w4a16_gemm(a: &Tensor<&DeviceBuffer>, w: &PreparedWeight, alpha: &DeviceBuffer, d: &Tensor<&DeviceBuffer>, ws: &mut Workspace, stream: &Stream) -> Result<Nvfp4Plan> {
-    let wd = (w.buf.device_ptr(), w.n, w.k, w.buf.context().raw());
-    w4a16_on(a, wd, &alpha, d, WorkspaceArg::Grow(ws, stream), stream.context(), stream.raw())
+    let wa = WeightArg { mem: &&w.buf, n: w.n, k: w.k };
+    w4a16_on(a, wa, &alpha, d, Target::eager(stream, Some(ws))?)
 }
 
-/// Hopper, captured: never grows the workspace.
-pub fn w4a16_gemm_captured<'c>(a: &Tensor<CapturedBuffer<'c>>, w: &CapturedWeight<'c>, alpha: &CapturedBuffer<'c>, d: &Tensor<CapturedBuffer<'c>>, ws: &Captured<'c>, cap: &Capture<'c>) -> Result<Nvfp4Plan> {
-    let s = cap.stream();
-    let wd = (w.buf.device_ptr(), w.n, w.k, w.buf.context_raw());
-    w4a16_on(a, wd, alpha, d, WorkspaceArg::Fixed { ptr: ws.device_ptr(), capacity: ws.capacity() }, s.context(), s.raw())
+/// Hopper, captured: never grows the workspace; every view must belong to `cap`.
+pub fn w4a16_gemm_captured<'id>(a: &Tensor<CapturedBuffer<'id>>, w: &CapturedWeight<'id>, alpha: &CapturedBuffer<'id>, d: &Tensor<CapturedBuffer<'id>>, ws: &Captured<'id>, cap: &Capture<'_, 'id>) -> Result<Nvfp4Plan> {
+    let wa = WeightArg { mem: &w.buf, n: w.n, k: w.k };
+    w4a16_on(a, wa, alpha, d, Target::captured(cap.site(), Some(ws.view()))?)
 }
 
-pub(crate) fn gemm_on<M: DeviceMemory>(a: &Nvfp4Matrix<M>, b: &Nvfp4Matrix<M>, alpha: &M, d: &Tensor<M>, ws: WorkspaceArg<'_>, ctx: &Context, stream: c::CUstream) -> Result<Nvfp4Plan> {
+/// Validate, size, launch: the one Blackwell GEMM path (Rust eager, Rust captured, C ABI).
+pub(crate) fn gemm_on<M: DeviceMemory>(a: &Nvfp4Matrix<M>, b: &Nvfp4Matrix<M>, alpha: &M, d: &Tensor<M>, mut target: Target<'_>) -> Result<Nvfp4Plan> {
+    let ctx = target.context().clone();
     let arch = Nvfp4Arch::for_compute_capability(ctx.compute_capability())?;
     if arch == Nvfp4Arch::Sm90 {
         return Err(Error::ArchUnsupported { op: "nvfp4 gemm", need: "sm_100 or sm_120 (Hopper: nvfp4::w4a16_gemm)".into(), have: "sm_90".into() });
@@ -479,8 +522,15 @@ pub(crate) fn gemm_on<M: DeviceMemory>(a: &Nvfp4Matrix<M>, b: &Nvfp4Matrix<M>, a
     }
     let al = scalar("alpha", alpha, ctx.raw())?;
     let plan = plan(arch, a.rows as i64, b.rows as i64, a.k as i64, d.dtype, ctx.sm_count() as i64)?;
-    let (wsp, wcap) = ws.take(plan.workspace_bytes)?;
-    ctx.bind()?;
+    a.admit("a", &mut target)?;
+    b.admit("b", &mut target)?;
+    target.admit("alpha", alpha)?;
+    target.admit("d", &d.mem)?;
+    let out = out_code(d.dtype)?;
+    let (wsp, wcap) = target.workspace(plan.workspace_bytes)?;
+    target.commit();
+    let _current = ctx.enter()?;
+    let stream = target.raw_stream();
     let args = (
         a.packed.device_ptr() as *const u8,
         a.scales.device_ptr() as *const u8,
@@ -488,7 +538,7 @@ pub(crate) fn gemm_on<M: DeviceMemory>(a: &Nvfp4Matrix<M>, b: &Nvfp4Matrix<M>, a
         b.scales.device_ptr() as *const u8,
         al as *const f32,
         d.device_ptr() as *mut std::ffi::c_void,
-        out_code(d.dtype)?,
+        out,
         (plan.m as i32, plan.n as i32, plan.k as i32, ctx.sm_count() as i32),
     );
     #[allow(unused_variables, unreachable_code)] // builds without sm_100a/sm_120a have no arm that launches
@@ -515,11 +565,10 @@ pub(crate) fn gemm_on<M: DeviceMemory>(a: &Nvfp4Matrix<M>, b: &Nvfp4Matrix<M>, a
 
 /// Blackwell: D[m, n] (bf16/fp16, contiguous) = alpha · A[m, k] · B[n, k]ᵀ, A and B NVFP4; eager.
 pub fn gemm(a: &Nvfp4Matrix<&DeviceBuffer>, b: &Nvfp4Matrix<&DeviceBuffer>, alpha: &DeviceBuffer, d: &Tensor<&DeviceBuffer>, ws: &mut Workspace, stream: &Stream) -> Result<Nvfp4Plan> {
-    gemm_on(a, b, &alpha, d, WorkspaceArg::Grow(ws, stream), stream.context(), stream.raw())
+    gemm_on(a, b, &alpha, d, Target::eager(stream, Some(ws))?)
 }
 
-/// Blackwell, captured: never grows the workspace.
-pub fn gemm_captured<'c>(a: &Nvfp4Matrix<CapturedBuffer<'c>>, b: &Nvfp4Matrix<CapturedBuffer<'c>>, alpha: &CapturedBuffer<'c>, d: &Tensor<CapturedBuffer<'c>>, ws: &Captured<'c>, cap: &Capture<'c>) -> Result<Nvfp4Plan> {
-    let s = cap.stream();
-    gemm_on(a, b, alpha, d, WorkspaceArg::Fixed { ptr: ws.device_ptr(), capacity: ws.capacity() }, s.context(), s.raw())
+/// Blackwell, captured: never grows the workspace; every view must belong to `cap`.
+pub fn gemm_captured<'id>(a: &Nvfp4Matrix<CapturedBuffer<'id>>, b: &Nvfp4Matrix<CapturedBuffer<'id>>, alpha: &CapturedBuffer<'id>, d: &Tensor<CapturedBuffer<'id>>, ws: &Captured<'id>, cap: &Capture<'_, 'id>) -> Result<Nvfp4Plan> {
+    gemm_on(a, b, alpha, d, Target::captured(cap.site(), Some(ws.view()))?)
 }

@@ -1,0 +1,416 @@
+//! Captures: the branded Rust capture ([`Capture`]), its views ([`Captured`], [`CapturedBuffer`]),
+//! and the run-time-checked capture of the C ABI ([`DetachedCapture`]).
+
+use super::exec::{destroy_graph, Graph};
+use super::target::CaptureSite;
+use super::{Brand, CaptureId, CaptureMode};
+use crate::driver::memory::{copy_d2d_raw, memset_u8_raw, Allocation};
+use crate::driver::{check, driver_error, init, Context, DeviceBuffer, DevicePtr, Function, LaunchConfig, Stream};
+use crate::error::{Error, Result};
+use crate::sys::cuda as c;
+use crate::workspace::Workspace;
+use std::cell::RefCell;
+use std::ffi::c_void;
+use std::marker::PhantomData;
+use std::sync::Arc;
+
+impl Stream {
+    /// Captures the work `body` issues through its [`Capture`] into a graph, and returns the graph
+    /// with `body`'s value. This is the form to prefer: the capture is *branded*, so its views
+    /// ([`Captured`], [`CapturedBuffer`]) cannot leave `body` or be used by an op of another capture
+    /// (a compile error), and the capture always ends, however `body` returns.
+    ///
+    /// If `body` fails, the capture is abandoned (the stream is usable again) and its error is
+    /// returned. A workspace bound inside `body` stays borrowed until this returns.
+    ///
+    /// ```no_run
+    /// # use graphsafe::{driver::{Context, Stream}, graph::CaptureMode, workspace::Workspace};
+    /// # fn main() -> graphsafe::Result<()> {
+    /// let ctx = Context::new(0)?;
+    /// let mut stream = Stream::new(&ctx)?;
+    /// let mut ws = Workspace::new(&stream, 1 << 20)?;
+    /// let (graph, capacity) = stream.capture(CaptureMode::ThreadLocal, |cap| {
+    ///     let w = cap.bind_workspace(&mut ws)?;
+    ///     // ... captured ops take `&w` and `cap` here ...
+    ///     Ok(w.capacity())
+    /// })?;
+    /// let exec = graph.instantiate()?;
+    /// exec.launch(&stream)?;
+    /// # let _ = capacity; Ok(()) }
+    /// ```
+    pub fn capture<'s, R>(&'s mut self, mode: CaptureMode, body: impl for<'id> FnOnce(&mut Capture<'s, 'id>) -> Result<R>) -> Result<(Graph, R)> {
+        let mut cap: Capture<'s, 's> = self.begin_capture(mode)?;
+        let value = body(&mut cap)?;
+        Ok((cap.end()?, value))
+    }
+
+    /// Begins capturing this stream into a graph (see [`Capture`]). Views of this capture are
+    /// checked against it at run time; [`Stream::capture`] checks them at compile time.
+    ///
+    /// Refused ([`Error::StreamCapturing`]) when the stream is already capturing: a graphsafe
+    /// capture still open (or leaked with `mem::forget`), or one the driver reports.
+    pub fn begin_capture(&mut self, mode: CaptureMode) -> Result<Capture<'_, '_>> {
+        let id = begin_capture(self, mode)?;
+        Ok(Capture { stream: self, id, mode, keep: RefCell::new(Vec::new()), ended: false, _brand: PhantomData, _borrow: PhantomData, _not_send: PhantomData })
+    }
+}
+
+/// Marks the stream, then begins the driver's capture (unmarking if that fails).
+fn begin_capture(stream: &Stream, mode: CaptureMode) -> Result<CaptureId> {
+    stream.ensure_eager()?;
+    let id = CaptureId::fresh();
+    stream.mark_capturing(id.get())?;
+    let begun = (|| {
+        let _current = stream.context().enter()?;
+        let f = init()?.cuStreamBeginCapture()?;
+        // SAFETY: live stream; mode is a valid enum value.
+        check(unsafe { (f.f)(stream.raw(), mode.raw()) }, f.name)
+    })();
+    if let Err(e) = begun {
+        stream.clear_capturing(id.get());
+        return Err(e);
+    }
+    Ok(id)
+}
+
+/// Ends the capture on `stream`; an invalidated capture becomes `CaptureInvalidated`.
+fn end_capture(stream: &Stream) -> Result<c::CUgraph> {
+    let _current = stream.context().enter()?;
+    let f = init()?.cuStreamEndCapture()?;
+    let mut g: c::CUgraph = std::ptr::null_mut();
+    // SAFETY: live stream in capture mode; out-pointer to a local.
+    let r = unsafe { (f.f)(stream.raw(), &mut g) };
+    if r == c::CUresult::CUDA_SUCCESS && !g.is_null() {
+        return Ok(g);
+    }
+    if !g.is_null() {
+        destroy_graph(g);
+    }
+    if r == c::CUresult::CUDA_ERROR_STREAM_CAPTURE_INVALIDATED || r == c::CUresult::CUDA_SUCCESS {
+        return Err(Error::CaptureInvalidated {
+            reason: "the driver invalidated the capture (an operation not permitted during capture was called)".into(),
+        });
+    }
+    Err(driver_error(r, f.name))
+}
+
+/// Ends graphsafe capture `id` on `stream`. Returns the driver's graph, and whether the capture is
+/// over: after a failed end the driver may still be capturing (e.g. a thread-local capture ended
+/// from another thread); then the stream stays marked, so eager work keeps being refused.
+fn finish(stream: &Stream, id: CaptureId) -> (Result<c::CUgraph>, bool) {
+    let r = end_capture(stream);
+    let over = r.is_ok() || !stream.is_capturing().unwrap_or(true);
+    if over {
+        stream.clear_capturing(id.get());
+    }
+    (r, over)
+}
+
+/// Ends an abandoned capture so the stream is usable again, throwing the graph away.
+fn abandon(stream: &Stream, id: CaptureId) {
+    match finish(stream, id).0 {
+        Ok(g) => destroy_graph(g),
+        Err(Error::CaptureInvalidated { .. }) => {}
+        Err(e) => log::error!("graphsafe: ending an abandoned capture failed: {e}"),
+    }
+}
+
+fn keep_list_into_graph(raw: c::CUgraph, keep: Vec<Arc<Allocation>>, ctx: &Arc<Context>) -> Graph {
+    Graph::new(raw, keep, ctx.clone())
+}
+
+/// An open stream capture. End it with [`Capture::end`]; dropping it ends the capture and throws
+/// the graph away, leaving the stream usable.
+///
+/// `'s` is the borrow of the stream (and of every workspace bound to the capture); `'id` is the
+/// capture's brand: views carry it, and ops accept only views of their own capture's brand.
+pub struct Capture<'s, 'id> {
+    stream: &'s mut Stream,
+    id: CaptureId,
+    mode: CaptureMode,
+    // Every allocation whose address the capture may bake in. Captured ops append to it through
+    // `&Capture` (they take the capture shared), so it needs interior mutability; the capture is
+    // neither Send nor Sync.
+    keep: RefCell<Vec<Arc<Allocation>>>,
+    ended: bool,
+    _brand: Brand<'id>,
+    // `'s` is invariant too: otherwise the capture could be seen with a shorter stream borrow and
+    // lend a workspace for less than the capture lives (its views would outlive the borrow).
+    _borrow: Brand<'s>,
+    // Thread-local and global captures must end on the thread that began them.
+    _not_send: PhantomData<*const ()>,
+}
+
+/// The capturing stream, as captured ops see it. Eager APIs take `&Stream` and so cannot be given
+/// this: nothing can be issued to a capturing stream outside the capture's rules.
+#[derive(Clone, Copy)]
+pub struct CaptureStream<'a> {
+    stream: &'a Stream,
+}
+
+impl CaptureStream<'_> {
+    /// The raw stream handle (for glue that launches through the CUDA runtime).
+    pub fn raw(&self) -> c::CUstream {
+        self.stream.raw()
+    }
+    /// The context.
+    pub fn context(&self) -> &Arc<Context> {
+        self.stream.context()
+    }
+}
+
+/// A workspace region fixed for one capture: what a captured op may use, and what the capture
+/// must keep alive. The unbranded core of [`Captured`] (the C ABI keeps these per binding).
+#[derive(Clone, Debug)]
+pub(crate) struct WorkspaceView {
+    pub ptr: DevicePtr,
+    pub capacity: u64,
+    pub capture: CaptureId,
+    pub ctx: c::CUcontext,
+    pub alloc: Option<Arc<Allocation>>,
+}
+
+// SAFETY: the context handle is only compared, never dereferenced; the rest is Send + Sync.
+unsafe impl Send for WorkspaceView {}
+// SAFETY: as above.
+unsafe impl Sync for WorkspaceView {}
+
+impl WorkspaceView {
+    fn of(ws: &Workspace, capture: CaptureId) -> WorkspaceView {
+        WorkspaceView { ptr: ws.device_ptr(), capacity: ws.capacity(), capture, ctx: ws.context().raw(), alloc: ws.allocation().cloned() }
+    }
+}
+
+/// A workspace bound to an open capture: its address and capacity, fixed until the capture ends.
+/// It has no way to grow; kernels that need more get [`Error::WorkspaceTooSmall`]. It belongs to
+/// the capture that bound it (brand `'id`, and its [`CaptureId`]).
+#[derive(Clone, Debug)]
+pub struct Captured<'id> {
+    view: WorkspaceView,
+    _brand: Brand<'id>,
+}
+
+impl Captured<'_> {
+    /// The captured capacity in bytes.
+    pub fn capacity(&self) -> u64 {
+        self.view.capacity
+    }
+    /// The captured address (0 when the capacity is 0).
+    pub fn device_ptr(&self) -> DevicePtr {
+        self.view.ptr
+    }
+    /// The capture that bound it.
+    pub fn capture_id(&self) -> CaptureId {
+        self.view.capture
+    }
+    /// The address to launch with, if `needed` bytes fit; else `WorkspaceTooSmall` naming both.
+    pub fn require(&self, needed: u64) -> Result<DevicePtr> {
+        if needed > self.view.capacity {
+            return Err(Error::WorkspaceTooSmall { needed, capacity: self.view.capacity });
+        }
+        Ok(self.view.ptr)
+    }
+    pub(crate) fn view(&self) -> &WorkspaceView {
+        &self.view
+    }
+}
+
+/// A device buffer bound to an open capture. It holds the buffer's allocation, which the capture
+/// (and every graph made from it) keeps alive; it belongs to the capture that bound it.
+#[derive(Clone, Debug)]
+pub struct CapturedBuffer<'id> {
+    alloc: Arc<Allocation>,
+    capture: CaptureId,
+    _brand: Brand<'id>,
+}
+
+impl CapturedBuffer<'_> {
+    /// Device address.
+    pub fn device_ptr(&self) -> DevicePtr {
+        self.alloc.ptr()
+    }
+    /// Size in bytes.
+    pub fn len(&self) -> usize {
+        self.alloc.len()
+    }
+    /// Always false (device buffers are never empty).
+    pub fn is_empty(&self) -> bool {
+        self.alloc.is_empty()
+    }
+    /// The context the buffer lives in.
+    pub fn context_raw(&self) -> c::CUcontext {
+        self.alloc.context().raw()
+    }
+    /// The capture that bound it.
+    pub fn capture_id(&self) -> CaptureId {
+        self.capture
+    }
+    pub(crate) fn allocation(&self) -> &Arc<Allocation> {
+        &self.alloc
+    }
+}
+
+impl<'s, 'id> Capture<'s, 'id> {
+    /// The capture mode.
+    pub fn mode(&self) -> CaptureMode {
+        self.mode
+    }
+
+    /// This capture's identity (what its views carry).
+    pub fn id(&self) -> CaptureId {
+        self.id
+    }
+
+    /// The capturing stream, for captured ops.
+    pub fn stream(&self) -> CaptureStream<'_> {
+        CaptureStream { stream: self.stream }
+    }
+
+    /// Where captured ops record: the stream, this capture's identity and keep list.
+    pub(crate) fn site(&self) -> CaptureSite<'_> {
+        CaptureSite::new(self.id, self.stream, &self.keep)
+    }
+
+    fn same_context(&self, ctx: &Context) -> Result<()> {
+        if ctx.raw() != self.stream.context().raw() {
+            return Err(Error::invalid("device", "memory of the capturing stream's device", "memory of another device"));
+        }
+        Ok(())
+    }
+
+    /// Binds `ws` for the rest of the capture. The workspace stays mutably borrowed until the
+    /// capture ends, so it cannot grow (or be dropped) while the capture is open, and the graph
+    /// keeps its current buffer alive even after it later grows.
+    pub fn bind_workspace(&mut self, ws: &'s mut Workspace) -> Result<Captured<'id>> {
+        self.same_context(ws.context())?;
+        if let Some(a) = ws.allocation() {
+            self.keep.get_mut().push(a.clone());
+        }
+        Ok(Captured { view: WorkspaceView::of(ws, self.id), _brand: PhantomData })
+    }
+
+    /// Binds a device buffer a captured kernel touches; the graph keeps it alive.
+    pub fn bind_buffer(&mut self, buf: &DeviceBuffer) -> Result<CapturedBuffer<'id>> {
+        self.same_context(buf.context())?;
+        self.keep.get_mut().push(buf.allocation().clone());
+        Ok(CapturedBuffer { alloc: buf.allocation().clone(), capture: self.id, _brand: PhantomData })
+    }
+
+    /// Captures a memset of the whole buffer (a memset node of the graph).
+    pub fn memset_u8(&self, buf: &CapturedBuffer<'id>, value: u8) -> Result<()> {
+        let site = self.site();
+        site.admit_buffer("buf", buf)?;
+        site.keep(buf.allocation());
+        memset_u8_raw(buf.device_ptr(), value, buf.len(), self.stream)
+    }
+
+    /// Captures a copy of all of `src` to the start of `dst` (a memcpy node of the graph).
+    pub fn copy(&self, dst: &CapturedBuffer<'id>, src: &CapturedBuffer<'id>) -> Result<()> {
+        let site = self.site();
+        site.admit_buffer("dst", dst)?;
+        site.admit_buffer("src", src)?;
+        if src.len() > dst.len() {
+            return Err(Error::invalid("source length", format!("at most {} bytes", dst.len()), src.len()));
+        }
+        site.keep(dst.allocation());
+        site.keep(src.allocation());
+        copy_d2d_raw(dst.device_ptr(), src.device_ptr(), src.len(), self.stream)
+    }
+
+    /// Captures a kernel launch.
+    ///
+    /// # Safety
+    /// As [`Function::launch`]; every device address in `params` must come from a workspace or
+    /// buffer bound to this capture (or otherwise outlive every graph made from it).
+    pub unsafe fn launch(&self, f: &Function, cfg: &LaunchConfig, params: &mut [*mut c_void]) -> Result<()> {
+        // SAFETY: the caller's contract.
+        unsafe { f.launch(cfg, self.stream, params) }
+    }
+
+    /// How many allocations the capture keeps alive so far.
+    pub fn kept_alive(&self) -> usize {
+        self.keep.borrow().len()
+    }
+
+    /// Ends the capture. Returns the graph, or [`Error::CaptureInvalidated`] when the driver
+    /// invalidated the capture (an illegal call inside it); either way the stream is usable again.
+    pub fn end(mut self) -> Result<Graph> {
+        self.ended = true;
+        let raw = finish(self.stream, self.id).0?;
+        Ok(keep_list_into_graph(raw, std::mem::take(self.keep.get_mut()), self.stream.context()))
+    }
+}
+
+impl Drop for Capture<'_, '_> {
+    fn drop(&mut self) {
+        if !self.ended {
+            // Abandoned (early return, `?`, panic): end the capture so the stream is usable again.
+            abandon(self.stream, self.id);
+        }
+    }
+}
+
+/// A capture whose lifetime the type checker cannot follow: the C ABI's. Same driver calls, the
+/// same identity and keep-alive rules as [`Capture`]; the borrow rules (no growth of a bound
+/// workspace, no eager work on the stream) are enforced at run time by `capi`.
+pub(crate) struct DetachedCapture {
+    stream: Arc<Stream>,
+    id: CaptureId,
+    keep: RefCell<Vec<Arc<Allocation>>>,
+    ended: bool,
+}
+
+impl DetachedCapture {
+    pub(crate) fn begin(stream: Arc<Stream>, mode: CaptureMode) -> Result<DetachedCapture> {
+        let id = begin_capture(&stream, mode)?;
+        Ok(DetachedCapture { stream, id, keep: RefCell::new(Vec::new()), ended: false })
+    }
+
+    pub(crate) fn site(&self) -> CaptureSite<'_> {
+        CaptureSite::new(self.id, &self.stream, &self.keep)
+    }
+
+    fn same_context(&self, ctx: c::CUcontext) -> Result<()> {
+        if ctx != self.stream.context().raw() {
+            return Err(Error::invalid("device", "memory of the capturing stream's device", "memory of another device"));
+        }
+        Ok(())
+    }
+
+    /// Binds a workspace: the capture keeps its current buffer; the view is what captured ops use.
+    pub(crate) fn bind_workspace(&mut self, ws: &Workspace) -> Result<WorkspaceView> {
+        self.same_context(ws.context().raw())?;
+        if let Some(a) = ws.allocation() {
+            self.keep.get_mut().push(a.clone());
+        }
+        Ok(WorkspaceView::of(ws, self.id))
+    }
+
+    pub(crate) fn bind_buffer(&mut self, buf: &DeviceBuffer) -> Result<()> {
+        self.same_context(buf.context().raw())?;
+        self.keep.get_mut().push(buf.allocation().clone());
+        Ok(())
+    }
+
+    /// Ends the capture. `Err` with the capture still open (`is_open()`) leaves it usable, e.g.
+    /// for ending from the right thread; any other outcome ends it for good.
+    pub(crate) fn end(&mut self) -> Result<Graph> {
+        let (r, over) = finish(&self.stream, self.id);
+        self.ended = over;
+        let raw = r?;
+        Ok(keep_list_into_graph(raw, std::mem::take(self.keep.get_mut()), self.stream.context()))
+    }
+
+    /// Whether the capture is still open (not ended, or a failed end left it open).
+    pub(crate) fn is_open(&self) -> bool {
+        !self.ended
+    }
+}
+
+impl Drop for DetachedCapture {
+    fn drop(&mut self) {
+        if !self.ended {
+            abandon(&self.stream, self.id);
+        }
+    }
+}

@@ -1,0 +1,163 @@
+//! Where an op's work goes — eagerly on a stream (the workspace may grow) or into a capture (the
+//! workspace is a fixed view) — and the rules each entails. Every op (Rust eager, Rust captured,
+//! C ABI) launches through a [`Target`], so the rules live here once:
+//!
+//! * eager: the stream must not be capturing (checked when the target is made);
+//! * captured: every view must belong to this capture (its [`CaptureId`]) and this device, the
+//!   workspace never grows, and every allocation the op bakes in is added to the capture's keep
+//!   list ([`Target::commit`], right before the launch, after every check passed).
+
+use super::capture::{CapturedBuffer, WorkspaceView};
+use super::CaptureId;
+use crate::driver::memory::Allocation;
+use crate::driver::{Context, DevicePtr, Stream};
+use crate::error::{Error, Result};
+use crate::ops::tensor::DeviceMemory;
+use crate::sys::cuda as c;
+use crate::workspace::Workspace;
+use std::cell::RefCell;
+use std::sync::Arc;
+
+/// A capture as its ops see it: the stream to enqueue on, the capture's identity, its keep list.
+pub(crate) struct CaptureSite<'a> {
+    id: CaptureId,
+    stream: &'a Stream,
+    keep: &'a RefCell<Vec<Arc<Allocation>>>,
+}
+
+impl<'a> CaptureSite<'a> {
+    pub(crate) fn new(id: CaptureId, stream: &'a Stream, keep: &'a RefCell<Vec<Arc<Allocation>>>) -> Self {
+        CaptureSite { id, stream, keep }
+    }
+
+    /// Refuses memory bound to another capture, or of another device.
+    pub(crate) fn admit<M: DeviceMemory + ?Sized>(&self, what: &str, m: &M) -> Result<()> {
+        if let Some(other) = m.capture_id() {
+            if other != self.id {
+                return Err(Error::invalid(what, format!("memory bound to this capture ({})", self.id), format!("memory bound to {other}")));
+            }
+        }
+        if m.context_raw() != self.stream.context().raw() {
+            return Err(Error::invalid(format!("{what}.device"), "memory of the capturing stream's device", "memory of another device/context"));
+        }
+        Ok(())
+    }
+
+    pub(crate) fn admit_buffer(&self, what: &str, b: &CapturedBuffer<'_>) -> Result<()> {
+        self.admit(what, b)
+    }
+
+    fn admit_workspace(&self, w: &WorkspaceView) -> Result<()> {
+        if w.capture != self.id {
+            return Err(Error::invalid("workspace", format!("a workspace bound to this capture ({})", self.id), format!("one bound to {}", w.capture)));
+        }
+        if w.ctx != self.stream.context().raw() {
+            return Err(Error::invalid("workspace.device", "a workspace of the capturing stream's device", "one of another device/context"));
+        }
+        Ok(())
+    }
+
+    pub(crate) fn keep(&self, a: &Arc<Allocation>) {
+        self.keep.borrow_mut().push(a.clone());
+    }
+}
+
+/// Where one op call's work goes. Made per call; see the module docs for the rules.
+pub(crate) enum Target<'a> {
+    /// On a stream, now; the workspace (if the op has one) grows when it must.
+    Eager { stream: &'a Stream, ws: Option<&'a mut Workspace> },
+    /// Into a capture; the workspace is the view bound to it and never grows.
+    Captured { site: CaptureSite<'a>, ws: Option<&'a WorkspaceView>, pending: Vec<Arc<Allocation>> },
+}
+
+impl<'a> Target<'a> {
+    /// An eager target: refused while the stream is capturing; the workspace must be of its device.
+    pub(crate) fn eager(stream: &'a Stream, ws: Option<&'a mut Workspace>) -> Result<Target<'a>> {
+        stream.ensure_eager()?;
+        if let Some(w) = &ws {
+            if w.context().raw() != stream.context().raw() {
+                return Err(Error::invalid("workspace", "a workspace of the stream's device", "a workspace of another context"));
+            }
+        }
+        Ok(Target::Eager { stream, ws })
+    }
+
+    /// A captured target: the workspace view must belong to this capture and device.
+    pub(crate) fn captured(site: CaptureSite<'a>, ws: Option<&'a WorkspaceView>) -> Result<Target<'a>> {
+        if let Some(w) = ws {
+            site.admit_workspace(w)?;
+        }
+        Ok(Target::Captured { site, ws, pending: Vec::new() })
+    }
+
+    /// The stream the work is enqueued on.
+    pub(crate) fn stream(&self) -> &Stream {
+        match self {
+            Target::Eager { stream, .. } => stream,
+            Target::Captured { site, .. } => site.stream,
+        }
+    }
+
+    pub(crate) fn raw_stream(&self) -> c::CUstream {
+        self.stream().raw()
+    }
+
+    pub(crate) fn context(&self) -> &Arc<Context> {
+        self.stream().context()
+    }
+
+    /// Whether the work is being captured.
+    pub(crate) fn is_captured(&self) -> bool {
+        matches!(self, Target::Captured { .. })
+    }
+
+    /// Checks one piece of memory the op will bake in (captured: its capture and device) and
+    /// remembers its allocation for [`Target::commit`].
+    pub(crate) fn admit<M: DeviceMemory + ?Sized>(&mut self, what: &str, m: &M) -> Result<()> {
+        match self {
+            Target::Eager { stream, .. } => {
+                if m.context_raw() != stream.context().raw() {
+                    return Err(Error::invalid(format!("{what}.device"), "memory on the stream's device", "memory of another device/context"));
+                }
+                Ok(())
+            }
+            Target::Captured { site, pending, .. } => {
+                site.admit(what, m)?;
+                if let Some(a) = m.allocation() {
+                    pending.push(a.clone());
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// The workspace address to launch with and the capacity behind it, for `needed` bytes:
+    /// eager grows the workspace (retiring, zero-filled) when it must; captured fails with
+    /// `WorkspaceTooSmall` naming both sizes.
+    pub(crate) fn workspace(&mut self, needed: u64) -> Result<(DevicePtr, u64)> {
+        match self {
+            Target::Eager { stream, ws: Some(ws) } => Ok((ws.prepare(needed, stream)?, ws.capacity())),
+            Target::Captured { ws: Some(w), pending, .. } => {
+                if needed > w.capacity {
+                    return Err(Error::WorkspaceTooSmall { needed, capacity: w.capacity });
+                }
+                if let Some(a) = &w.alloc {
+                    pending.push(a.clone());
+                }
+                Ok((w.ptr, w.capacity))
+            }
+            _ if needed == 0 => Ok((0, 0)),
+            _ => Err(Error::invalid("workspace", format!("a workspace of at least {needed} bytes"), "none")),
+        }
+    }
+
+    /// Records, in the capture, every allocation admitted so far. Call it after the last check and
+    /// before the first enqueue: a refusal before it leaves the capture untouched.
+    pub(crate) fn commit(&mut self) {
+        if let Target::Captured { site, pending, .. } = self {
+            for a in pending.drain(..) {
+                site.keep(&a);
+            }
+        }
+    }
+}

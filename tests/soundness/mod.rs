@@ -1,0 +1,290 @@
+//! Misuse that safe Rust can still write, and what graphsafe does about it: each scenario must be
+//! refused at run time, capturing and launching nothing (what the type system rejects lives in
+//! tests/compile_fail). The bodies take any device: tests/gpu_soundness.rs runs them on a GPU,
+//! tests/standin_soundness.rs on the stand-in driver of tests/standin on the CPU.
+#![allow(dead_code)]
+
+use graphsafe::driver::{Context, DeviceBuffer, Stream};
+use graphsafe::graph::{CaptureMode, NodeKind};
+use graphsafe::ops::testing::{SplitKShape, TestKernels};
+use graphsafe::sys::cuda as c;
+use graphsafe::workspace::Workspace;
+use graphsafe::Error;
+use std::sync::Arc;
+
+pub const SHAPE: SplitKShape = SplitKShape { m: 256, k: 1024, splits: 8 };
+
+pub struct Problem {
+    pub a: DeviceBuffer,
+    pub x: DeviceBuffer,
+    pub y: DeviceBuffer,
+    pub expected: Vec<f32>,
+}
+
+fn random_f32(n: usize, seed: u64) -> Vec<f32> {
+    let mut s = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+    (0..n)
+        .map(|_| {
+            s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+        })
+        .collect()
+}
+
+/// `A·x` in the kernel's order (per split, then splits in order).
+fn gemv_reference(a: &[f32], x: &[f32], m: usize, k: usize, splits: usize) -> Vec<f32> {
+    let chunk = k.div_ceil(splits);
+    (0..m)
+        .map(|r| {
+            let mut sum = 0f32;
+            for s in 0..splits {
+                let mut acc = 0f32;
+                for i in (s * chunk)..((s + 1) * chunk).min(k) {
+                    acc = a[r * k + i].mul_add(x[i], acc);
+                }
+                sum += acc;
+            }
+            sum
+        })
+        .collect()
+}
+
+pub fn problem(stream: &Stream, seed: u64) -> Problem {
+    let (m, k) = (SHAPE.m as usize, SHAPE.k as usize);
+    let a = random_f32(m * k, seed);
+    let x = random_f32(k, seed + 1);
+    Problem {
+        a: DeviceBuffer::from_host(stream, &a).unwrap(),
+        x: DeviceBuffer::from_host(stream, &x).unwrap(),
+        y: DeviceBuffer::alloc_zeroed(stream, m * 4).unwrap(),
+        expected: gemv_reference(&a, &x, m, k, SHAPE.splits as usize),
+    }
+}
+
+fn churn(stream: &Stream, sizes: &[usize], rounds: usize) -> Vec<DeviceBuffer> {
+    let mut held = Vec::new();
+    for _ in 0..rounds {
+        for &s in sizes {
+            let b = DeviceBuffer::alloc(stream.context(), s.next_multiple_of(4)).unwrap();
+            b.memset_u32(0xDEAD_BEEF, stream).unwrap();
+            held.push(b);
+        }
+    }
+    stream.synchronize().unwrap();
+    held
+}
+
+fn expect_invalid<T: std::fmt::Debug>(r: graphsafe::Result<T>, mentions: &str) {
+    match r {
+        Err(Error::InvalidArgument { what, expected, got }) => {
+            let text = format!("{what} {expected} {got}");
+            assert!(text.contains(mentions), "refusal should mention {mentions:?}: {text}");
+        }
+        other => panic!("expected InvalidArgument mentioning {mentions:?}, got {other:?}"),
+    }
+}
+
+fn expect_capturing<T: std::fmt::Debug>(r: graphsafe::Result<T>, what: &str) {
+    assert!(matches!(r, Err(Error::StreamCapturing { .. })), "{what}: expected StreamCapturing, got {r:?}");
+}
+
+/// Hole 1 of the soundness issue, with `begin_capture` (where the brand cannot separate two open
+/// captures): a workspace view and a buffer view of capture A given to an op of capture B are
+/// refused, B records nothing, and after graph A is dropped, the workspace grown and the
+/// allocator churned, 1,000 replays of B touch nothing.
+pub fn views_of_another_capture_are_refused(ctx: &Arc<Context>, a_stream: &mut Stream) {
+    let k = TestKernels::load(ctx).unwrap();
+    let mut b_stream = Stream::new(ctx).unwrap();
+    let p = problem(a_stream, 1);
+    let mut ws = Workspace::new(a_stream, SHAPE.workspace_bytes()).unwrap();
+    let sentinel = vec![7.0f32; SHAPE.m as usize];
+    p.y.copy_from_host(&sentinel, a_stream).unwrap();
+    a_stream.synchronize().unwrap();
+
+    let (graph_a, graph_b) = {
+        let mut cap_a = a_stream.begin_capture(CaptureMode::ThreadLocal).unwrap();
+        let w_a = cap_a.bind_workspace(&mut ws).unwrap();
+        let a_of_a = cap_a.bind_buffer(&p.a).unwrap();
+        let mut cap_b = b_stream.begin_capture(CaptureMode::ThreadLocal).unwrap();
+        let (a, x, y) = (cap_b.bind_buffer(&p.a).unwrap(), cap_b.bind_buffer(&p.x).unwrap(), cap_b.bind_buffer(&p.y).unwrap());
+        // B's own workspace view would be fine; A's is refused, naming both captures.
+        expect_invalid(k.split_k_gemv_captured(&a, &x, &y, SHAPE, &w_a, &cap_b), "capture");
+        // A buffer view of A in B's op: refused too.
+        expect_invalid(cap_b.memset_u8(&a_of_a, 0), "capture");
+        let gb = cap_b.end().unwrap();
+        let ga = cap_a.end().unwrap();
+        (ga, gb)
+    };
+    assert_eq!(graph_b.node_kinds().unwrap(), Vec::<NodeKind>::new(), "capture B recorded something");
+    let exec_b = graph_b.instantiate().unwrap();
+    drop(graph_a);
+    ws.ensure_size(4 * SHAPE.workspace_bytes(), a_stream).unwrap();
+    let _held = churn(a_stream, &[SHAPE.workspace_bytes() as usize, 1 << 20], 8);
+    for _ in 0..1000 {
+        exec_b.launch(a_stream).unwrap();
+    }
+    assert_eq!(p.y.to_host_vec::<f32>(a_stream).unwrap(), sentinel, "an empty graph wrote y");
+}
+
+/// The same with a view of a capture that was abandoned (dropped without `end`).
+pub fn views_of_an_abandoned_capture_are_refused(ctx: &Arc<Context>, a_stream: &mut Stream) {
+    let mut b_stream = Stream::new(ctx).unwrap();
+    let buf = DeviceBuffer::alloc_zeroed(a_stream, 4096).unwrap();
+    let cap_a = a_stream.begin_capture(CaptureMode::ThreadLocal).unwrap();
+    let mut cap_a = cap_a;
+    let stale = cap_a.bind_buffer(&buf).unwrap();
+    drop(cap_a);
+    let cap_b = b_stream.begin_capture(CaptureMode::ThreadLocal).unwrap();
+    expect_invalid(cap_b.memset_u8(&stale, 0xFF), "capture");
+    let g = cap_b.end().unwrap();
+    assert!(g.node_kinds().unwrap().is_empty());
+    assert_eq!(g.kept_alive(), 0);
+}
+
+/// Hole 4: a capture leaked with `mem::forget` leaves the stream capturing; every eager API must
+/// refuse the stream instead of recording into the leaked graph (growth's zero-fill above all).
+pub fn a_leaked_capture_makes_eager_apis_refuse_the_stream(ctx: &Arc<Context>, other: &mut Stream) {
+    let k = TestKernels::load(ctx).unwrap();
+    let mut s = Stream::new(ctx).unwrap();
+    let p = problem(other, 3);
+    let mut ws = Workspace::new(&s, 4096).unwrap();
+    let before = (ws.capacity(), ws.device_ptr());
+    let exec = {
+        let cap = other.begin_capture(CaptureMode::ThreadLocal).unwrap();
+        k.empty_captured(&cap).unwrap();
+        cap.end().unwrap().instantiate().unwrap()
+    };
+    // Relaxed: a leaked thread-local capture would also forbid allocations on this thread.
+    std::mem::forget(s.begin_capture(CaptureMode::Relaxed).unwrap());
+    expect_capturing(ws.ensure_size(1 << 20, &s), "Workspace::ensure_size");
+    assert_eq!((ws.capacity(), ws.device_ptr()), before, "a refused growth changed the workspace");
+    expect_capturing(Workspace::new(&s, 1 << 20), "Workspace::new");
+    expect_capturing(DeviceBuffer::alloc_zeroed(&s, 4096), "DeviceBuffer::alloc_zeroed");
+    expect_capturing(p.y.memset_u8(0, &s), "DeviceBuffer::memset_u8");
+    expect_capturing(p.y.copy_from_host(&[1.0f32], &s), "DeviceBuffer::copy_from_host");
+    expect_capturing(s.synchronize(), "Stream::synchronize");
+    expect_capturing(k.split_k_gemv(&p.a, &p.x, &p.y, SHAPE, &mut ws, &s), "an eager op");
+    expect_capturing(exec.launch(&s), "GraphExec::launch");
+    expect_capturing(s.begin_capture(CaptureMode::ThreadLocal).map(drop), "a second capture");
+    assert!(s.is_capturing().unwrap(), "the driver still captures the leaked graph");
+    // Nothing of the above reached the leaked capture: end it by hand and count its nodes.
+    let api = graphsafe::sys::driver::api().unwrap();
+    let end = api.cuStreamEndCapture().unwrap();
+    let mut g: c::CUgraph = std::ptr::null_mut();
+    let _cur = ctx.enter().unwrap();
+    // SAFETY: a live stream in capture; out-pointer to a local.
+    assert_eq!(unsafe { (end.f)(s.raw(), &mut g) }, c::CUresult::CUDA_SUCCESS);
+    let nodes = api.cuGraphGetNodes().unwrap();
+    let mut n = 0usize;
+    // SAFETY: a null array asks for the count.
+    assert_eq!(unsafe { (nodes.f)(g, std::ptr::null_mut(), &mut n) }, c::CUresult::CUDA_SUCCESS);
+    assert_eq!(n, 0, "eager work landed in the leaked capture");
+    // SAFETY: g came from cuStreamEndCapture.
+    unsafe { (api.cuGraphDestroy().unwrap().f)(g) };
+}
+
+fn current() -> c::CUcontext {
+    let api = graphsafe::sys::driver::api().unwrap();
+    let mut cur = std::ptr::null_mut();
+    // SAFETY: out-pointer to a local.
+    assert_eq!(unsafe { (api.cuCtxGetCurrent().unwrap().f)(&mut cur) }, c::CUresult::CUDA_SUCCESS);
+    cur
+}
+
+fn set_current(ctx: c::CUcontext) {
+    let api = graphsafe::sys::driver::api().unwrap();
+    // SAFETY: null (unbind) or a live context.
+    assert_eq!(unsafe { (api.cuCtxSetCurrent().unwrap().f)(ctx) }, c::CUresult::CUDA_SUCCESS);
+}
+
+/// Hole 8 (invariant 12): every call that makes its context current restores the caller's, in
+/// `Drop` too. `foreign` is what the caller has current: none (null), or another device's context.
+pub fn calls_restore_the_callers_current_context(ctx: &Arc<Context>, foreign: c::CUcontext) {
+    set_current(foreign);
+    let check = |what: &str| assert_eq!(current(), foreign, "{what} left another context current");
+    let mut s = Stream::new(ctx).unwrap();
+    check("Stream::new");
+    let k = TestKernels::load(ctx).unwrap();
+    check("TestKernels::load");
+    let p = problem(&s, 5);
+    check("DeviceBuffer::from_host");
+    let mut ws = Workspace::new(&s, 0).unwrap();
+    k.split_k_gemv(&p.a, &p.x, &p.y, SHAPE, &mut ws, &s).unwrap();
+    check("an eager op and the workspace growth");
+    assert_eq!(p.y.to_host_vec::<f32>(&s).unwrap(), p.expected);
+    check("DeviceBuffer::to_host_vec");
+    let g = s
+        .capture(CaptureMode::ThreadLocal, |cap| {
+            let w = cap.bind_workspace(&mut ws)?;
+            let (a, x, y) = (cap.bind_buffer(&p.a)?, cap.bind_buffer(&p.x)?, cap.bind_buffer(&p.y)?);
+            k.split_k_gemv_captured(&a, &x, &y, SHAPE, &w, cap)
+        })
+        .unwrap()
+        .0;
+    check("a capture");
+    let e = g.instantiate().unwrap();
+    check("Graph::instantiate");
+    e.launch(&s).unwrap();
+    s.synchronize().unwrap();
+    check("GraphExec::launch and Stream::synchronize");
+    drop(e);
+    check("GraphExec::drop");
+    drop(g);
+    check("Graph::drop");
+    drop(p);
+    check("DeviceBuffer::drop");
+    drop(ws);
+    check("Workspace::drop");
+    drop(s);
+    check("Stream::drop");
+    set_current(std::ptr::null_mut());
+}
+
+/// Issue 11: a growth that fails (here: more memory than the device has) leaves the workspace
+/// exactly as it was, and a graph captured on it still replays bit-identically.
+pub fn a_failed_growth_leaves_the_workspace_and_its_graphs_intact(ctx: &Arc<Context>, stream: &mut Stream, too_big: u64) {
+    let k = TestKernels::load(ctx).unwrap();
+    let p = problem(stream, 7);
+    let mut ws = Workspace::new(stream, SHAPE.workspace_bytes()).unwrap();
+    let exec = {
+        let (g, ()) = stream
+            .capture(CaptureMode::ThreadLocal, |cap| {
+                let w = cap.bind_workspace(&mut ws)?;
+                let (a, x, y) = (cap.bind_buffer(&p.a)?, cap.bind_buffer(&p.x)?, cap.bind_buffer(&p.y)?);
+                cap.memset_u8(&y, 0)?;
+                k.split_k_gemv_captured(&a, &x, &y, SHAPE, &w, cap)
+            })
+            .unwrap();
+        g.instantiate().unwrap()
+    };
+    let before = (ws.capacity(), ws.device_ptr(), ws.retired_count(), ws.to_host_vec(stream).unwrap());
+    assert!(ws.ensure_size(too_big, stream).is_err(), "a {too_big}-byte workspace was granted");
+    assert_eq!((ws.capacity(), ws.device_ptr(), ws.retired_count(), ws.to_host_vec(stream).unwrap()), before, "a failed growth changed the workspace");
+    for i in 0..100 {
+        exec.launch(stream).unwrap();
+        assert_eq!(p.y.to_host_vec::<f32>(stream).unwrap(), p.expected, "replay {i} after the failed growth");
+    }
+    // And the workspace still works eagerly.
+    k.split_k_gemv(&p.a, &p.x, &p.y, SHAPE, &mut ws, stream).unwrap();
+    assert_eq!(p.y.to_host_vec::<f32>(stream).unwrap(), p.expected);
+}
+
+/// Invariant 8, belt and braces: the graph holds every allocation its ops baked in (deduplicated),
+/// whatever was bound explicitly.
+pub fn a_graph_holds_each_baked_in_allocation_once(ctx: &Arc<Context>, stream: &mut Stream) {
+    let k = TestKernels::load(ctx).unwrap();
+    let p = problem(stream, 9);
+    let mut ws = Workspace::new(stream, SHAPE.workspace_bytes()).unwrap();
+    let (g, ()) = stream
+        .capture(CaptureMode::ThreadLocal, |cap| {
+            let w = cap.bind_workspace(&mut ws)?;
+            let (a, x, y) = (cap.bind_buffer(&p.a)?, cap.bind_buffer(&p.x)?, cap.bind_buffer(&p.y)?);
+            for _ in 0..3 {
+                k.split_k_gemv_captured(&a, &x, &y, SHAPE, &w, cap)?;
+            }
+            Ok(())
+        })
+        .unwrap();
+    assert_eq!(g.kept_alive(), 4, "workspace, a, x, y: each once");
+    assert_eq!(g.node_kinds().unwrap().len(), 3);
+}
