@@ -18,6 +18,9 @@
 //! * [`sys`]: raw FFI (kernel glue, driver entry points, embedded fatbins).
 
 #![warn(missing_docs)]
+// Every unsafe operation states its own justification, also inside `unsafe fn`s.
+#![deny(unsafe_op_in_unsafe_fn)]
+#![deny(clippy::undocumented_unsafe_blocks)]
 
 pub mod capi;
 pub mod driver;

@@ -39,6 +39,8 @@ fn to_f32(bits: &[u16], dtype: KvDtype) -> Vec<f32> {
     }
 }
 
+type HostCopy = (Vec<f32>, Vec<f32>, Vec<f32>, Vec<i32>);
+
 struct Problem {
     shape: Shape,
     batch: usize,
@@ -52,7 +54,7 @@ struct Problem {
     page_table: DeviceBuffer,
     out: DeviceBuffer,
     lse: DeviceBuffer,
-    host: Option<(Vec<f32>, Vec<f32>, Vec<f32>, Vec<i32>)>, // q_nope, q_pe, kv, page_table (small shapes)
+    host: Option<HostCopy>, // q_nope, q_pe, kv, page_table (small shapes)
     sm_scale: f32,
 }
 
@@ -99,7 +101,7 @@ fn build(stream: &Stream, s: &Shape) -> Problem {
         page_table: DeviceBuffer::from_host(stream, &pt).unwrap(),
         out: DeviceBuffer::alloc_zeroed(stream, batch * h * 512 * 2).unwrap(),
         lse: DeviceBuffer::alloc_zeroed(stream, batch * h * 4).unwrap(),
-        host: small.then(|| (qn, qp, kv, pt)),
+        host: small.then_some((qn, qp, kv, pt)),
         sm_scale: 1.0 / (576f32).sqrt(),
     }
 }

@@ -105,7 +105,8 @@ fn explicit_split_counts_are_checked_against_the_safety_rule() {
 
 #[test]
 fn zero_or_negative_sizes_are_invalid_arguments_naming_the_argument() {
-    let cases: [(&str, Box<dyn Fn() -> graphsafe::Result<u32>>); 6] = [
+    type Case<'a> = (&'a str, Box<dyn Fn() -> graphsafe::Result<u32>>);
+    let cases: [Case; 6] = [
         ("batch", Box::new(|| sm100::num_splits(0, 10, 10, None))),
         ("batch", Box::new(|| sm100::num_splits(-3, 10, 10, None))),
         ("max_seq_len", Box::new(|| sm100::num_splits(1, 0, 10, None))),
@@ -160,7 +161,7 @@ fn sm90_closed_form(b: i64, h: i64, seq: i64, sm: i64) -> (u32, u64) {
     let cd = |a: i64, d: i64| (a + d - 1) / d;
     let t = cd(seq, 64);
     let c = b * cd(h, 64);
-    let cap = cd(2 * sm, c).min(t).min(256).max(1);
+    let cap = cd(2 * sm, c).min(t).clamp(1, 256);
     let s = (1..=cap).min_by_key(|&s| (cd(c * s, sm) * cd(t, s), s)).unwrap();
     let r = |x: u64| x.div_ceil(256) * 256;
     let rows = (b * s * h) as u64;

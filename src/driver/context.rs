@@ -20,6 +20,7 @@ pub struct Context {
 
 // SAFETY: a CUcontext handle may be used from any thread; we make it current per call.
 unsafe impl Send for Context {}
+// SAFETY: as for Send: the handle is immutable, and the driver's context calls are thread-safe.
 unsafe impl Sync for Context {}
 
 impl Context {

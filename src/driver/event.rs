@@ -12,6 +12,7 @@ pub struct Event {
 
 // SAFETY: event handles may be used from any thread.
 unsafe impl Send for Event {}
+// SAFETY: as for Send: the driver's event calls are thread-safe.
 unsafe impl Sync for Event {}
 
 impl Event {

@@ -68,7 +68,8 @@ impl Function {
         match cfg.cluster {
             None => {
                 let (f, name) = self.launch_fn;
-                check(
+                // SAFETY: the caller's contract covers `params`; the handles are live.
+                let r = unsafe {
                     f(
                         self.raw,
                         cfg.grid.x,
@@ -81,16 +82,15 @@ impl Function {
                         stream.raw(),
                         params.as_mut_ptr(),
                         std::ptr::null_mut(),
-                    ),
-                    name,
-                )
+                    )
+                };
+                check(r, name)
             }
             Some(cl) => {
                 if !cl.valid() {
                     return Err(Error::invalid("cluster dimensions", "all >= 1", format!("{cl:?}")));
                 }
-                let mut attr: c::CUlaunchAttribute = Default::default();
-                attr.id = c::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+                let mut attr = c::CUlaunchAttribute { id: c::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION, ..Default::default() };
                 attr.value.clusterDim.x = cl.x;
                 attr.value.clusterDim.y = cl.y;
                 attr.value.clusterDim.z = cl.z;
@@ -107,7 +107,8 @@ impl Function {
                     numAttrs: 1,
                 };
                 let f = init()?.cuLaunchKernelEx()?;
-                check((f.f)(&lc, self.raw, params.as_mut_ptr(), std::ptr::null_mut()), f.name)
+                // SAFETY: the caller's contract covers `params`; `lc` and `attr` outlive the call.
+                check(unsafe { (f.f)(&lc, self.raw, params.as_mut_ptr(), std::ptr::null_mut()) }, f.name)
             }
         }
     }

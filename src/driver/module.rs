@@ -13,6 +13,7 @@ pub struct Module {
 
 // SAFETY: module handles may be used from any thread.
 unsafe impl Send for Module {}
+// SAFETY: as for Send: a loaded module is only read.
 unsafe impl Sync for Module {}
 
 impl Module {
@@ -73,6 +74,7 @@ pub struct Function {
 
 // SAFETY: function handles may be used from any thread.
 unsafe impl Send for Function {}
+// SAFETY: as for Send: launches and attribute calls on a function are thread-safe in the driver.
 unsafe impl Sync for Function {}
 
 impl Function {

@@ -23,6 +23,8 @@ pub struct Stream {
 
 // SAFETY: stream handles may be used from any thread.
 unsafe impl Send for Stream {}
+// SAFETY: as for Send: work may be enqueued on one stream from several threads; the capture
+// marker is atomic.
 unsafe impl Sync for Stream {}
 
 impl Stream {

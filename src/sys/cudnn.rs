@@ -22,7 +22,7 @@
 /// bindgen output for cuDNN 9's `cudnn_graph.h` (checked in; `scripts/regen-cudnn-bindings`):
 /// the backend API's types and enums, and a `PFN_` typedef per entry point. Nothing is linked.
 #[path = "cudnn_bindings.rs"]
-#[allow(missing_docs)]
+#[allow(missing_docs, unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks, clippy::all)] // generated
 pub mod ffi;
 
 use self::ffi as c;
@@ -129,6 +129,7 @@ cudnn_api! {
 // SAFETY: the library handle and the resolved addresses are immutable after loading; cuDNN's
 // global functions may be called from any thread.
 unsafe impl Send for Api {}
+// SAFETY: as for Send.
 unsafe impl Sync for Api {}
 
 impl Api {
@@ -266,8 +267,8 @@ pub fn open_from(candidates: &[Candidate]) -> Result<Api> {
         };
         let mut api = Api::new(lib, cand.target.clone());
         let raw = match api.cudnnGetVersion() {
-            // SAFETY: no arguments; returns a number.
             #[allow(clippy::unnecessary_cast)] // c_ulong is not u64 everywhere
+            // SAFETY: no arguments; returns a number.
             Ok(f) => (unsafe { (f.f)() }) as u64,
             Err(e) => {
                 tried.push(format!("{} ({}): {e}", cand.target, cand.source));

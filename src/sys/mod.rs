@@ -6,12 +6,12 @@
 
 /// bindgen output for `include/graphsafe_kernels.h`; the header documents every item.
 #[path = "kernels_bindings.rs"]
-#[allow(missing_docs)]
+#[allow(missing_docs, unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks, clippy::all)] // generated
 pub mod kernels;
 
 /// bindgen output for the toolkit's `cuda.h` and `cudaTypedefs.h`: types, constants, `PFN_` typedefs.
 #[path = "cuda_bindings.rs"]
-#[allow(missing_docs)]
+#[allow(missing_docs, unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks, clippy::all)] // generated
 pub mod cuda;
 
 pub mod driver;

@@ -54,6 +54,7 @@ pub(crate) struct Descriptor {
 // SAFETY: a descriptor is plain host memory owned by this value; cuDNN documents finalized
 // descriptors as read-only, and mutation happens only before they are shared.
 unsafe impl Send for Descriptor {}
+// SAFETY: as for Send.
 unsafe impl Sync for Descriptor {}
 
 /// The `call` text of finalize errors, per descriptor kind (the error carries a `&'static str`).
@@ -91,7 +92,8 @@ impl Descriptor {
     /// `data` must point to `count` elements of the C type `ty` names.
     unsafe fn set_raw(&self, name: Attr, ty: Ty, count: usize, data: *const c_void) -> Result<()> {
         let f = self.api.cudnnBackendSetAttribute()?;
-        let r = (f.f)(self.raw, name, ty, count as i64, data);
+        // SAFETY: the caller's contract covers `data`; the descriptor is live.
+        let r = unsafe { (f.f)(self.raw, name, ty, count as i64, data) };
         check(self.api, r, f.name).inspect_err(|_| log::debug!("graphsafe: setting cuDNN attribute {} failed", name.0))
     }
 
@@ -158,7 +160,8 @@ impl Descriptor {
     unsafe fn get_raw(&self, name: Attr, ty: Ty, cap: usize, out: *mut c_void) -> Result<usize> {
         let f = self.api.cudnnBackendGetAttribute()?;
         let mut n: i64 = 0;
-        check(self.api, (f.f)(self.raw, name, ty, cap as i64, &mut n, out), f.name)?;
+        // SAFETY: the caller's contract covers `out`; `n` is a local.
+        check(self.api, unsafe { (f.f)(self.raw, name, ty, cap as i64, &mut n, out) }, f.name)?;
         Ok(n.max(0) as usize)
     }
 

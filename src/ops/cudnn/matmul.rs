@@ -475,7 +475,8 @@ pub unsafe fn matmul_raw(dnn: &Cudnn, problem: &MatmulProblem, ptrs: [u64; 3], w
     if plan.info().workspace_bytes > ws_bytes {
         return Err(Error::WorkspaceTooSmall { needed: plan.info().workspace_bytes, capacity: ws_bytes });
     }
-    dnn.execute(&plan, &ptrs, ws, stream.raw())?;
+    // SAFETY: the caller's contract.
+    unsafe { dnn.execute(&plan, &ptrs, ws, stream.raw()) }?;
     Ok(plan.info())
 }
 
@@ -498,7 +499,8 @@ impl RawExecutor {
     /// As [`matmul_raw`]; in addition nothing else may use `dnn` from another thread while the
     /// executor is used (it calls into the shared handle without its lock).
     pub unsafe fn new(dnn: &Arc<Cudnn>, problem: &MatmulProblem, ptrs: [u64; 3], ws: u64, ws_bytes: u64, stream: &Stream) -> Result<RawExecutor> {
-        let info = matmul_raw(dnn, problem, ptrs, ws, ws_bytes, stream)?;
+        // SAFETY: the caller's contract.
+        let info = unsafe { matmul_raw(dnn, problem, ptrs, ws, ws_bytes, stream) }?;
         let _ = info;
         let plan = plan_of(dnn, &problem.normalized())?;
         let pack = super::backend::VariantPack::new(dnn.api, &plan.exec.graph.io_uids, &ptrs, ws)?;

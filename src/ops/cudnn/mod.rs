@@ -277,7 +277,8 @@ impl Cudnn {
         let mut s = self.lock();
         let _current = self.ctx.enter()?;
         if s.stream != stream as usize {
-            check(self.api, (self.set_stream_fn)(s.handle.raw, stream.cast()), "cudnnSetStream")?;
+            // SAFETY: the handle is live and locked; the caller passes a live stream.
+            check(self.api, unsafe { (self.set_stream_fn)(s.handle.raw, stream.cast()) }, "cudnnSetStream")?;
             s.stream = stream as usize;
         }
         let mut pack = plan.last_pack.lock().unwrap_or_else(|e| e.into_inner());
@@ -287,7 +288,8 @@ impl Cudnn {
             *pack = Some(VariantPack::new(self.api, &plan.exec.graph.io_uids, ptrs, ws)?);
         }
         let vp = pack.as_ref().map(|p| p.desc.raw()).unwrap_or(std::ptr::null_mut());
-        check(self.api, (self.execute_fn)(s.handle.raw, plan.exec.plan.raw(), vp), "cudnnBackendExecute")
+        // SAFETY: handle, plan and variant pack are live; the caller's contract covers every pointer.
+        check(self.api, unsafe { (self.execute_fn)(s.handle.raw, plan.exec.plan.raw(), vp) }, "cudnnBackendExecute")
     }
 
     /// Checks that `stream_ctx` is this device's context.

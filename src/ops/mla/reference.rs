@@ -50,8 +50,8 @@ pub fn cpu_decode(p: &HostProblem) -> (Vec<f32>, Vec<f32>) {
             for &r in &rows {
                 let kv = &p.kv[r * ROW..(r + 1) * ROW];
                 let mut acc = 0f64;
-                for d in 0..LATENT_DIM {
-                    acc += p.q_nope[q * LATENT_DIM + d] as f64 * kv[d] as f64;
+                for (d, &k) in kv.iter().enumerate().take(LATENT_DIM) {
+                    acc += p.q_nope[q * LATENT_DIM + d] as f64 * k as f64;
                 }
                 for d in 0..ROPE_DIM {
                     acc += p.q_pe[q * ROPE_DIM + d] as f64 * kv[LATENT_DIM + d] as f64;

@@ -110,8 +110,8 @@ pub fn workspace_bytes(dtype: KvDtype, batch: i64, max_seq_len: i64, sm_count: i
     let (b, s, m) = (positive("batch", batch)?, positive("max_seq_len", max_seq_len)?, positive("sm_count", sm_count)?);
     let n = positive("num_splits", num_splits)?;
     let mut out = 0u64;
-    // SAFETY: plain host function; out is a valid pointer.
     check_glue(
+        // SAFETY: plain host function; out is a valid pointer.
         unsafe { k::gs_mla_sm100_workspace_bytes(dtype.to_sys(), b, s, m, n, &mut out) },
         "gs_mla_sm100_workspace_bytes",
     )?;

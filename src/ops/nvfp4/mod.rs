@@ -163,15 +163,17 @@ pub fn plan(arch: Nvfp4Arch, m: i64, n: i64, kk: i64, out: DType, sm_count: i64)
             // SAFETY: host functions; out-pointers to locals.
             check_glue(unsafe { k::gs_nvfp4_w4a16_check_shape(mm, nn, k32) }, "gs_nvfp4_w4a16_check_shape")
                 .map_err(|_| Error::invalid("shape (m, n, k)", "a shape the sm90 W4A16 kernel supports (see its README section)", format!("({m}, {n}, {kk})")))?;
+            // SAFETY: host function; out-pointer to a local.
             check_glue(unsafe { k::gs_nvfp4_w4a16_workspace_bytes(mm, nn, k32, sm, &mut ws) }, "gs_nvfp4_w4a16_workspace_bytes")?;
             let mut p = 0u64;
+            // SAFETY: host function; out-pointer to a local.
             check_glue(unsafe { k::gs_nvfp4_w4a16_prepared_bytes(nn, k32, &mut p) }, "gs_nvfp4_w4a16_prepared_bytes")?;
             (None, Some(p))
         }
         _ => {
             let t = gemm_tile(arch, m)?;
-            // SAFETY: host function; out-pointer to a local.
             check_glue(
+                // SAFETY: host function; out-pointer to a local.
                 unsafe { k::gs_nvfp4_gemm_workspace_bytes(arch.number(), mm, nn, k32, out_code(out)?, sm, &mut ws) },
                 "gs_nvfp4_gemm_workspace_bytes",
             )?;
@@ -280,8 +282,8 @@ pub(crate) fn quantize_on<M: DeviceMemory>(x: &Tensor<M>, gs: &M, out: &Nvfp4Mat
     out.admit("out", &mut target)?;
     target.commit();
     let _current = ctx.enter()?;
-    // SAFETY: every pointer was checked for size, alignment and device above.
     check_glue(
+        // SAFETY: every pointer was checked for size, alignment and device above.
         unsafe {
             k::gs_nvfp4_quantize(
                 x.device_ptr() as *const _,
@@ -320,8 +322,8 @@ pub fn dequantize(src: &Nvfp4Matrix<&DeviceBuffer>, out: &Tensor<&DeviceBuffer>,
     }
     let (mi, ki, ld) = (i32_of("out.shape[0]", m)?, i32_of("out.shape[1]", kk)?, out.stride_i64(0)?);
     let _current = ctx.enter()?;
-    // SAFETY: checked above.
     check_glue(
+        // SAFETY: checked above.
         unsafe {
             k::gs_nvfp4_dequantize(
                 src.packed.device_ptr() as *const u8,
@@ -351,8 +353,8 @@ pub fn global_scale(x: &Tensor<&DeviceBuffer>, out: &DeviceBuffer, stream: &Stre
         return Err(Error::invalid("x.shape", "at least one element", format!("{:?}", x.shape)));
     }
     let _current = ctx.enter()?;
-    // SAFETY: checked above.
     check_glue(
+        // SAFETY: checked above.
         unsafe { k::gs_nvfp4_global_scale(x.device_ptr() as *const _, dtype_code(x.dtype), n as i64, g as *mut f32, stream.raw().cast()) },
         "gs_nvfp4_global_scale",
     )
@@ -407,8 +409,8 @@ pub(crate) fn prepare_weight_raw<M: DeviceMemory>(w: &Nvfp4Matrix<M>, stream: &S
     let buf = DeviceBuffer::alloc_zeroed(stream, len)?;
     let _current = ctx.enter()?;
     #[cfg(graphsafe_arch = "sm_90a")]
-    // SAFETY: checked above; buf holds `bytes`.
     check_glue(
+        // SAFETY: checked above; buf holds `bytes`.
         unsafe {
             k::gs_nvfp4_w4a16_prepare(
                 w.packed.device_ptr() as *const u8,
@@ -466,8 +468,8 @@ pub(crate) fn w4a16_on<M: DeviceMemory, W: DeviceMemory>(a: &Tensor<M>, w: Weigh
     target.commit();
     let _current = ctx.enter()?;
     #[cfg(graphsafe_arch = "sm_90a")]
-    // SAFETY: every pointer checked above; the workspace holds `wcap` >= the plan's bytes.
     check_glue(
+        // SAFETY: every pointer checked above; the workspace holds `wcap` >= the plan's bytes.
         unsafe {
             k::gs_nvfp4_w4a16_gemm(
                 a.device_ptr() as *const _,
