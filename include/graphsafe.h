@@ -559,83 +559,130 @@ extern "C" {
 
 /**
  * This thread's text for the last failed call (empty if none). The pointer stays valid until this
- * thread's next failing graphsafe call. Thread-safe; never null.
+ * thread's next failing graphsafe call. Thread-safe; never null, also during thread exit.
+ *
+ * # Safety
+ * None beyond C's: the returned text must not be written or freed.
  */
 const char *graphsafe_last_error(void);
 
 /**
  * The library version, e.g. "0.1.0" (static storage; never null).
+ *
+ * # Safety
+ * None beyond C's: the returned text must not be written or freed.
  */
 const char *graphsafe_version(void);
 
 /**
- * The driver's CUDA version. Thread-safe. `major`/`minor`: non-null outputs.
+ * The driver's CUDA version.
+ *
+ * # Safety
+ * `major` and `minor` are null (refused) or point to writable `int`s. Thread-safe.
  */
 int graphsafe_driver_version(int *major, int *minor);
 
 /**
  * Number of CUDA devices. Fails with GRAPHSAFE_ERROR_DRIVER_NOT_FOUND without a driver.
- * Thread-safe. `count`: non-null output.
+ *
+ * # Safety
+ * `count` is null (refused) or points to a writable `int`. Thread-safe.
  */
 int graphsafe_device_count(int *count);
 
 /**
- * Name, compute capability, SMs and memory of device `ordinal`. Thread-safe. `out`: non-null.
+ * Name, compute capability, SMs and memory of device `ordinal`.
+ *
+ * # Safety
+ * `out` is null (refused) or points to a writable `GraphsafeDeviceInfo`. Thread-safe.
  */
 int graphsafe_device_info(int ordinal, GraphsafeDeviceInfo *out);
 
 /**
  * The GPU archs the kernels were built for, comma separated (static storage; never null).
+ *
+ * # Safety
+ * None beyond C's: the returned text must not be written or freed. Thread-safe.
  */
 const char *graphsafe_build_archs(void);
 
 /**
  * Retains the primary context of device `ordinal`. Release with graphsafe_context_destroy (the
- * context lives on while streams or workspaces made from it do). Thread-safe. `out`: non-null.
+ * context lives on while streams or workspaces made from it do). The calling thread's current
+ * context is left as it was (as by every graphsafe call).
+ *
+ * # Safety
+ * `out` is null (refused) or points to a writable `GraphsafeContext`. Thread-safe.
  */
 int graphsafe_context_create(int ordinal, GraphsafeContext *out);
 
 /**
- * Wraps the caller's existing `CUcontext` (engines usually have one); the caller keeps it alive
- * longer than everything made from it, and graphsafe never destroys it. Thread-safe.
+ * Wraps the caller's existing `CUcontext` (engines usually have one); graphsafe never destroys it.
+ *
+ * # Safety
+ * `cu_context` is a valid `CUcontext` that outlives the handle and everything made from it;
+ * `out` is null (refused) or points to a writable `GraphsafeContext`. Thread-safe.
  */
 int graphsafe_context_adopt(void *cu_context, GraphsafeContext *out);
 
 /**
- * Releases a context handle. Thread-safe; a second call gives GRAPHSAFE_ERROR_INVALID_HANDLE.
+ * Releases a context handle; a second call gives GRAPHSAFE_ERROR_INVALID_HANDLE.
+ *
+ * # Safety
+ * None (any value is checked). Thread-safe.
  */
 int graphsafe_context_destroy(GraphsafeContext ctx);
 
 /**
- * A new non-blocking stream on `ctx`'s device. Thread-safe. `out`: non-null.
+ * A new non-blocking stream on `ctx`'s device.
+ *
+ * # Safety
+ * `out` is null (refused) or points to a writable `GraphsafeStream`. Thread-safe.
  */
 int graphsafe_stream_create(GraphsafeContext ctx, GraphsafeStream *out);
 
 /**
- * Wraps the caller's existing `CUstream` of `ctx` (not destroyed by graphsafe; the caller keeps it
- * alive and issues no work to it while a graphsafe capture on it is open). The legacy and
- * per-thread default streams are refused. Thread-safe.
+ * Wraps the caller's existing `CUstream` of `ctx` (not destroyed by graphsafe). The legacy and
+ * per-thread default streams are refused.
+ *
+ * # Safety
+ * `cu_stream` is a valid stream of `ctx` that outlives the handle; while a graphsafe capture on
+ * it is open the caller issues no work to it, and the caller never begins a capture on it itself
+ * while graphsafe uses it; `out` is null (refused) or points to a writable `GraphsafeStream`.
+ * Thread-safe.
  */
 int graphsafe_stream_adopt(GraphsafeContext ctx, void *cu_stream, GraphsafeStream *out);
 
 /**
- * The raw `CUstream` (for the caller's own launches). Thread-safe. `out`: non-null.
+ * The raw `CUstream` (for the caller's own launches).
+ *
+ * # Safety
+ * `out` is null (refused) or points to writable storage for a pointer. Thread-safe.
  */
 int graphsafe_stream_raw(GraphsafeStream stream, void **out);
 
 /**
  * Waits for all work on the stream. Refused (BUSY) while the stream is capturing.
+ *
+ * # Safety
+ * None (any value is checked). Thread-safe.
  */
 int graphsafe_stream_synchronize(GraphsafeStream stream);
 
 /**
  * Destroys a stream handle (and the stream, unless adopted). BUSY while it is capturing.
+ *
+ * # Safety
+ * None (any value is checked). Thread-safe.
  */
 int graphsafe_stream_destroy(GraphsafeStream stream);
 
 /**
  * Allocates `bytes` (> 0) of device memory owned by graphsafe; `zeroed` != 0 zero-fills it on
- * `stream`. Graphs that bind it keep it alive after graphsafe_buffer_destroy. Thread-safe.
+ * `stream`. Graphs that bind it keep it alive after graphsafe_buffer_destroy.
+ *
+ * # Safety
+ * `out` is null (refused) or points to a writable `GraphsafeBuffer`. Thread-safe.
  */
 int graphsafe_buffer_create(GraphsafeStream stream,
                             uint64_t bytes,
@@ -643,13 +690,19 @@ int graphsafe_buffer_create(GraphsafeStream stream,
                             GraphsafeBuffer *out);
 
 /**
- * The buffer's device address and size. Thread-safe. Either output may be null to skip it.
+ * The buffer's device address and size. Either output may be null to skip it.
+ *
+ * # Safety
+ * Each output is null or points to a writable `uint64_t`. Thread-safe.
  */
 int graphsafe_buffer_info(GraphsafeBuffer buffer, uint64_t *device_ptr, uint64_t *bytes);
 
 /**
  * Copies `bytes` from host memory `src` into the buffer at byte `offset`, on `stream`; `src` may be
- * reused when this returns. Refused while the stream is capturing. Thread-safe.
+ * reused when this returns. Refused while the stream is capturing.
+ *
+ * # Safety
+ * `src` points to `bytes` readable bytes (it may be null only when `bytes` is 0). Thread-safe.
  */
 int graphsafe_buffer_write(GraphsafeBuffer buffer,
                            uint64_t offset,
@@ -659,7 +712,10 @@ int graphsafe_buffer_write(GraphsafeBuffer buffer,
 
 /**
  * Copies `bytes` from the buffer at byte `offset` into host memory `dst` and waits for `stream`.
- * Refused while the stream is capturing. Thread-safe.
+ * Refused while the stream is capturing.
+ *
+ * # Safety
+ * `dst` points to `bytes` writable bytes (it may be null only when `bytes` is 0). Thread-safe.
  */
 int graphsafe_buffer_read(GraphsafeBuffer buffer,
                           uint64_t offset,
@@ -668,19 +724,29 @@ int graphsafe_buffer_read(GraphsafeBuffer buffer,
                           GraphsafeStream stream);
 
 /**
- * Drops the handle's reference; the memory is freed when no graph holds it either. Thread-safe.
+ * Drops the handle's reference; the memory is freed when no graph holds it either.
+ *
+ * # Safety
+ * None (any value is checked). Thread-safe.
  */
 int graphsafe_buffer_destroy(GraphsafeBuffer buffer);
 
 /**
- * A workspace of at least `bytes` (0 allowed), zero-filled on `stream`. Thread-safe.
+ * A workspace of at least `bytes` (0 allowed), zero-filled on `stream`.
+ *
+ * # Safety
+ * `out` is null (refused) or points to a writable `GraphsafeWorkspace`. Thread-safe.
  */
 int graphsafe_workspace_create(GraphsafeStream stream, uint64_t bytes, GraphsafeWorkspace *out);
 
 /**
  * Grows the workspace to at least `bytes` by allocating a new zero-filled buffer on `stream` and
  * retiring the old one (graphs that captured it keep it alive). `grew` (nullable) receives 1 if it
- * grew. BUSY while the workspace is bound to an open capture or the stream is capturing.
+ * grew. BUSY while the workspace is bound to an open capture or the stream is capturing. If growing
+ * fails, the workspace is unchanged.
+ *
+ * # Safety
+ * `grew` is null or points to a writable `int`. Thread-safe (calls on one workspace serialize).
  */
 int graphsafe_workspace_ensure_size(GraphsafeWorkspace ws,
                                     uint64_t bytes,
@@ -688,19 +754,28 @@ int graphsafe_workspace_ensure_size(GraphsafeWorkspace ws,
                                     int *grew);
 
 /**
- * Capacity and current device address (0 while empty); either output may be null. Thread-safe.
+ * Capacity and current device address (0 while empty); either output may be null.
+ *
+ * # Safety
+ * Each output is null or points to a writable `uint64_t`. Thread-safe.
  */
 int graphsafe_workspace_info(GraphsafeWorkspace ws, uint64_t *capacity, uint64_t *device_ptr);
 
 /**
  * Destroys a workspace handle (its memory lives on in graphs that captured it). BUSY while bound
  * to an open capture.
+ *
+ * # Safety
+ * None (any value is checked). Thread-safe.
  */
 int graphsafe_workspace_destroy(GraphsafeWorkspace ws);
 
 /**
  * Begins capturing `stream` (mode: GRAPHSAFE_CAPTURE_*). The stream takes no eager graphsafe work
  * until the capture ends or is destroyed. Same-thread rule for THREAD_LOCAL/GLOBAL (CUDA's).
+ *
+ * # Safety
+ * `out` is null (refused) or points to a writable `GraphsafeCapture`. Thread-safe.
  */
 int graphsafe_capture_begin(GraphsafeStream stream, int mode, GraphsafeCapture *out);
 
@@ -708,6 +783,9 @@ int graphsafe_capture_begin(GraphsafeStream stream, int mode, GraphsafeCapture *
  * Binds a workspace to the capture: until the capture ends it cannot grow or be destroyed, and
  * the graph keeps its current buffer alive. Outputs (nullable): its address and capacity, fixed
  * for the capture. A workspace may be bound to one capture at a time.
+ *
+ * # Safety
+ * Each output is null or points to a writable `uint64_t`. Thread-safe.
  */
 int graphsafe_capture_bind_workspace(GraphsafeCapture capture,
                                      GraphsafeWorkspace ws,
@@ -716,6 +794,10 @@ int graphsafe_capture_bind_workspace(GraphsafeCapture capture,
 
 /**
  * Binds a graphsafe buffer: the graph keeps it alive. `device_ptr` (nullable) gets its address.
+ * (Ops that take a graphsafe buffer handle, such as the W4A16 weight, bind it themselves.)
+ *
+ * # Safety
+ * `device_ptr` is null or points to a writable `uint64_t`. Thread-safe.
  */
 int graphsafe_capture_bind_buffer(GraphsafeCapture capture,
                                   GraphsafeBuffer buffer,
@@ -724,48 +806,77 @@ int graphsafe_capture_bind_buffer(GraphsafeCapture capture,
 /**
  * Ends the capture; `out` receives the graph. On GRAPHSAFE_ERROR_CAPTURE_INVALIDATED no graph is
  * made. Either way the capture handle is consumed, bound workspaces are released and the stream
- * is usable again.
+ * is usable again — except when the driver keeps the capture open (a THREAD_LOCAL/GLOBAL capture
+ * ended from another thread): then nothing changes and the handle stays valid.
+ *
+ * # Safety
+ * `out` is null (refused) or points to a writable `GraphsafeGraph`. Thread-safe.
  */
 int graphsafe_capture_end(GraphsafeCapture capture, GraphsafeGraph *out);
 
 /**
  * Abandons a capture: ends it, discards the graph, releases bound workspaces.
+ *
+ * # Safety
+ * None (any value is checked). Thread-safe.
  */
 int graphsafe_capture_destroy(GraphsafeCapture capture);
 
 /**
- * Number of nodes in a graph (what the capture recorded). Thread-safe. `out`: non-null.
+ * Number of nodes in a graph (what the capture recorded).
+ *
+ * # Safety
+ * `out` is null (refused) or points to a writable `uint64_t`. Thread-safe.
  */
 int graphsafe_graph_node_count(GraphsafeGraph graph, uint64_t *out);
 
 /**
- * Instantiates an executable graph; it also keeps the captured buffers alive. Thread-safe.
+ * Instantiates an executable graph; it also keeps the captured buffers alive.
+ *
+ * # Safety
+ * `out` is null (refused) or points to a writable `GraphsafeGraphExec`. Thread-safe (calls on one
+ * graph serialize).
  */
 int graphsafe_graph_instantiate(GraphsafeGraph graph, GraphsafeGraphExec *out);
 
 /**
- * Destroys a graph handle (executables made from it keep working). Thread-safe.
+ * Destroys a graph handle (executables made from it keep working).
+ *
+ * # Safety
+ * None (any value is checked). Thread-safe.
  */
 int graphsafe_graph_destroy(GraphsafeGraph graph);
 
 /**
- * Replays the executable on `stream` (refused while that stream is capturing). Thread-safe.
+ * Replays the executable on `stream` (refused while that stream is capturing).
+ *
+ * # Safety
+ * None (any value is checked). Thread-safe (launches of one executable serialize).
  */
 int graphsafe_graph_exec_launch(GraphsafeGraphExec exec, GraphsafeStream stream);
 
 /**
- * Uploads the executable's work ahead of its first launch. Thread-safe.
+ * Uploads the executable's work ahead of its first launch.
+ *
+ * # Safety
+ * None (any value is checked). Thread-safe.
  */
 int graphsafe_graph_exec_upload(GraphsafeGraphExec exec, GraphsafeStream stream);
 
 /**
  * Destroys an executable; captured buffers are freed once no graph or executable holds them.
+ *
+ * # Safety
+ * None (any value is checked). Thread-safe.
  */
 int graphsafe_graph_exec_destroy(GraphsafeGraphExec exec);
 
 /**
  * cuDNN's version (major, minor, patch) as found at run time; GRAPHSAFE_ERROR_CUDNN_NOT_FOUND
- * (the text lists where it looked) without it. Thread-safe. Outputs: non-null.
+ * (the text lists where it looked) without it. Thread-safe.
+ *
+ * # Safety
+ * Each output is null (refused) or points to a writable `int`.
  */
 int graphsafe_cudnn_version(int *major, int *minor, int *patch);
 
@@ -773,6 +884,10 @@ int graphsafe_cudnn_version(int *major, int *minor, int *patch);
  * Builds (once; cached for the process) the plan of this matmul on `ctx`'s device and returns the
  * workspace bytes its execute uses: call it for every problem you will capture, before capturing,
  * and pre-grow the workspace to the largest. The pointers are not dereferenced. Thread-safe.
+ *
+ * # Safety
+ * `args` is null (refused) or points to a valid `GraphsafeCudnnMatmulArgs`; `workspace_bytes` is
+ * null (refused) or points to a writable `uint64_t`.
  */
 int graphsafe_cudnn_plan(GraphsafeContext ctx,
                          const GraphsafeCudnnMatmulArgs *args,
@@ -781,6 +896,11 @@ int graphsafe_cudnn_plan(GraphsafeContext ctx,
 /**
  * Eager matmul on `stream` (of `ctx`'s device): builds the plan if needed, grows `ws` if needed.
  * BUSY while the stream is capturing or `ws` is bound to an open capture.
+ *
+ * # Safety
+ * `args` is null (refused) or points to a valid `GraphsafeCudnnMatmulArgs` whose device addresses
+ * are allocations of `stream`'s device of the described layout, valid until the work finishes.
+ * Thread-safe.
  */
 int graphsafe_cudnn_matmul(GraphsafeContext ctx,
                            const GraphsafeCudnnMatmulArgs *args,
@@ -790,6 +910,10 @@ int graphsafe_cudnn_matmul(GraphsafeContext ctx,
 /**
  * Captured matmul: only a plan built before the capture (graphsafe_cudnn_plan or an eager call),
  * `ws` bound to `capture` and never grown (GRAPHSAFE_ERROR_WORKSPACE_TOO_SMALL otherwise).
+ *
+ * # Safety
+ * As graphsafe_cudnn_matmul, and the memory must stay valid for as long as any graph made from the
+ * capture can run.
  */
 int graphsafe_cudnn_matmul_captured(GraphsafeContext ctx,
                                     const GraphsafeCudnnMatmulArgs *args,
@@ -798,7 +922,10 @@ int graphsafe_cudnn_matmul_captured(GraphsafeContext ctx,
 
 /**
  * Splits and workspace for one decode shape on `arch` (GRAPHSAFE_ARCH_SM90/SM100). Host-only:
- * works without a GPU. `requested_splits` 0 = default rule. Thread-safe. `out`: non-null.
+ * works without a GPU. `requested_splits` 0 = default rule. Thread-safe.
+ *
+ * # Safety
+ * `out` is null (refused) or points to a writable `GraphsafeMlaPlan`.
  */
 int graphsafe_mla_plan(int arch,
                        int dtype,
@@ -811,7 +938,10 @@ int graphsafe_mla_plan(int arch,
 
 /**
  * The workspace to pre-grow before capture: the worst case over batch 1..=max_batch and sequence
- * lengths 1..=max_seq_len. Host-only. Thread-safe. `out`: non-null.
+ * lengths 1..=max_seq_len. Host-only. Thread-safe.
+ *
+ * # Safety
+ * `out` is null (refused) or points to a writable `GraphsafeMlaPlan`.
  */
 int graphsafe_mla_worst_case(int arch,
                              int dtype,
@@ -825,6 +955,12 @@ int graphsafe_mla_worst_case(int arch,
  * Eager MLA decode on `stream`: validates, grows `ws` if needed (retiring, zero-filled), launches.
  * `plan` (nullable) receives what ran. BUSY while the stream is capturing or `ws` is bound to an
  * open capture. Thread-safe (calls on one workspace are serialized).
+ *
+ * # Safety
+ * `args` is null (refused) or points to a valid `GraphsafeMlaDecodeArgs` whose device addresses
+ * are allocations of `stream`'s device holding the documented shapes (only shapes, strides,
+ * alignment and device are checked: sizes of caller memory are unknown) and stay valid until the
+ * work finishes; `plan` is null or points to a writable `GraphsafeMlaPlan`.
  */
 int graphsafe_mla_decode(const GraphsafeMlaDecodeArgs *args,
                          GraphsafeWorkspace ws,
@@ -835,6 +971,10 @@ int graphsafe_mla_decode(const GraphsafeMlaDecodeArgs *args,
  * Captured MLA decode: `ws` must be bound to `capture`; never grows it
  * (GRAPHSAFE_ERROR_WORKSPACE_TOO_SMALL names both sizes, nothing captured). Same thread as the
  * capture's begin for THREAD_LOCAL/GLOBAL captures.
+ *
+ * # Safety
+ * As graphsafe_mla_decode, and the caller's memory must stay valid for as long as any graph made
+ * from the capture can run (graphsafe keeps only its own buffers and workspaces alive).
  */
 int graphsafe_mla_decode_captured(const GraphsafeMlaDecodeArgs *args,
                                   GraphsafeCapture capture,
@@ -843,7 +983,10 @@ int graphsafe_mla_decode_captured(const GraphsafeMlaDecodeArgs *args,
 
 /**
  * Tile and workspace (and, on Hopper, the prepared weight's size) for D[m,n] = A[m,k]·W[n,k]ᵀ.
- * Host-only: works without a GPU. Thread-safe. `out`: non-null.
+ * Host-only: works without a GPU. Thread-safe.
+ *
+ * # Safety
+ * `out` is null (refused) or points to a writable `GraphsafeNvfp4Plan`.
  */
 int graphsafe_nvfp4_plan(int arch,
                          int m,
@@ -854,13 +997,21 @@ int graphsafe_nvfp4_plan(int arch,
                          GraphsafeNvfp4Plan *out);
 
 /**
- * Bytes of the swizzled scale tensor of an [rows, k] NVFP4 matrix. Host-only. `out`: non-null.
+ * Bytes of the swizzled scale tensor of an [rows, k] NVFP4 matrix. Host-only.
+ *
+ * # Safety
+ * `out` is null (refused) or points to a writable `uint64_t`.
  */
 int graphsafe_nvfp4_scale_bytes(int rows, int k, uint64_t *out);
 
 /**
  * Quantizes x [m, k] (bf16/fp16, leading dimension ld_x) with the device global scale into
  * `out` (whose global_scale must point to the same scalar or a copy), on `stream`.
+ *
+ * # Safety
+ * `out` is null (refused) or points to a valid `GraphsafeNvfp4Matrix`; every device address is an
+ * allocation of `stream`'s device holding the documented sizes and stays valid until the work
+ * finishes. Thread-safe.
  */
 int graphsafe_nvfp4_quantize(uint64_t x,
                              int dtype,
@@ -871,7 +1022,11 @@ int graphsafe_nvfp4_quantize(uint64_t x,
                              GraphsafeStream stream);
 
 /**
- * Captured quantize (the memory is the caller's to keep alive while the graph can run).
+ * Captured quantize.
+ *
+ * # Safety
+ * As graphsafe_nvfp4_quantize, and the memory must stay valid for as long as any graph made from
+ * the capture can run. Same thread as the capture's begin for THREAD_LOCAL/GLOBAL captures.
  */
 int graphsafe_nvfp4_quantize_captured(uint64_t x,
                                       int dtype,
@@ -885,6 +1040,11 @@ int graphsafe_nvfp4_quantize_captured(uint64_t x,
 /**
  * Repacks an [n, k] NVFP4 weight for the Hopper W4A16 GEMM into a new graphsafe buffer (`out`),
  * once, eagerly. ARCH_UNSUPPORTED on other GPUs.
+ *
+ * # Safety
+ * `weight` is null (refused) or points to a valid `GraphsafeNvfp4Matrix` whose memory holds the
+ * documented sizes on `stream`'s device; `out` is null (refused) or points to a writable
+ * `GraphsafeBuffer`. Thread-safe.
  */
 int graphsafe_nvfp4_prepare_weight(const GraphsafeNvfp4Matrix *weight,
                                    GraphsafeStream stream,
@@ -892,14 +1052,23 @@ int graphsafe_nvfp4_prepare_weight(const GraphsafeNvfp4Matrix *weight,
 
 /**
  * Eager W4A16 GEMM (Hopper): may grow `ws`. BUSY while the stream is capturing or `ws` is bound.
+ *
+ * # Safety
+ * `args` is null (refused) or points to a valid `GraphsafeW4a16Args` whose device addresses are
+ * allocations of `stream`'s device of the documented sizes, valid until the work finishes.
+ * Thread-safe.
  */
 int graphsafe_nvfp4_w4a16_gemm(const GraphsafeW4a16Args *args,
                                GraphsafeWorkspace ws,
                                GraphsafeStream stream);
 
 /**
- * Captured W4A16 GEMM: `ws` bound to `capture`, never grown; bind the prepared weight too
- * (graphsafe_capture_bind_buffer) so the graph keeps it alive.
+ * Captured W4A16 GEMM: `ws` bound to `capture`, never grown; the prepared weight (a graphsafe
+ * buffer) is kept alive by the graph.
+ *
+ * # Safety
+ * As graphsafe_nvfp4_w4a16_gemm, and the caller's memory (a, alpha, d) must stay valid for as
+ * long as any graph made from the capture can run.
  */
 int graphsafe_nvfp4_w4a16_gemm_captured(const GraphsafeW4a16Args *args,
                                         GraphsafeCapture capture,
@@ -907,6 +1076,11 @@ int graphsafe_nvfp4_w4a16_gemm_captured(const GraphsafeW4a16Args *args,
 
 /**
  * Eager block-scaled GEMM (Blackwell): may grow `ws`.
+ *
+ * # Safety
+ * `args` is null (refused) or points to a valid `GraphsafeNvfp4GemmArgs` whose device addresses
+ * are allocations of `stream`'s device of the documented sizes, valid until the work finishes.
+ * Thread-safe.
  */
 int graphsafe_nvfp4_gemm(const GraphsafeNvfp4GemmArgs *args,
                          GraphsafeWorkspace ws,
@@ -914,6 +1088,10 @@ int graphsafe_nvfp4_gemm(const GraphsafeNvfp4GemmArgs *args,
 
 /**
  * Captured block-scaled GEMM (Blackwell): `ws` bound to `capture`, never grown.
+ *
+ * # Safety
+ * As graphsafe_nvfp4_gemm, and the memory must stay valid for as long as any graph made from the
+ * capture can run.
  */
 int graphsafe_nvfp4_gemm_captured(const GraphsafeNvfp4GemmArgs *args,
                                   GraphsafeCapture capture,

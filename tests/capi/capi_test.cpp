@@ -372,6 +372,45 @@ static void cudnn_and_w4a16(GraphsafeContext ctx, GraphsafeStream stream, const 
                           int s = graphsafe_capture_bind_buffer(cap, prepared, nullptr);
                           return s != GRAPHSAFE_OK ? s : graphsafe_nvfp4_w4a16_gemm_captured(&g, cap, ws);
                         });
+    {
+      // A captured op keeps what it bakes in alive by itself: the prepared weight is a graphsafe
+      // buffer the capture never binds explicitly, destroyed right after the capture, its memory
+      // churned; the replays still read the weight (before: a use-after-free).
+      GraphsafeBuffer own{};
+      OK(graphsafe_nvfp4_prepare_weight(&q, stream, &own));
+      uint64_t own_bytes = 0;
+      OK(graphsafe_buffer_info(own, nullptr, &own_bytes));
+      GraphsafeW4a16Args g2 = g;
+      g2.weight = own;
+      const size_t out_bytes = size_t(M) * N * 2;
+      std::vector<unsigned char> want(out_bytes), got(out_bytes), zeros(out_bytes, 0);
+      OK(graphsafe_nvfp4_w4a16_gemm(&g2, ws, stream));
+      OK(graphsafe_buffer_read(bc, 0, want.data(), out_bytes, stream));
+      GraphsafeCapture cap{};
+      OK(graphsafe_capture_begin(stream, GRAPHSAFE_CAPTURE_THREAD_LOCAL, &cap));
+      OK(graphsafe_capture_bind_workspace(cap, ws, nullptr, nullptr));
+      OK(graphsafe_nvfp4_w4a16_gemm_captured(&g2, cap, ws));
+      GraphsafeGraph gr{};
+      OK(graphsafe_capture_end(cap, &gr));
+      GraphsafeGraphExec ex{};
+      OK(graphsafe_graph_instantiate(gr, &ex));
+      OK(graphsafe_graph_destroy(gr));
+      OK(graphsafe_buffer_destroy(own));
+      std::vector<GraphsafeBuffer> churn;
+      std::vector<unsigned char> junk(own_bytes, 0x7f);
+      for (int i = 0; i < 8; ++i) churn.push_back(upload(stream, junk.data(), junk.size()));
+      int same = 0;
+      for (int i = 0; i < 10; ++i) {
+        OK(graphsafe_buffer_write(bc, 0, zeros.data(), out_bytes, stream));
+        OK(graphsafe_graph_exec_launch(ex, stream));
+        OK(graphsafe_buffer_read(bc, 0, got.data(), out_bytes, stream));
+        same += got == want;
+      }
+      CHECK(same == 10);
+      std::printf("W4A16 weight kept by the graph it was never bound to: %d/10 replays identical after destroy + churn\n", same);
+      OK(graphsafe_graph_exec_destroy(ex));
+      for (GraphsafeBuffer x : churn) OK(graphsafe_buffer_destroy(x));
+    }
     // The Blackwell GEMM is refused here by name.
     GraphsafeNvfp4GemmArgs bg{q, q, addr(balpha), addr(bc), GRAPHSAFE_DTYPE_BF16};
     CHECK_STATUS(graphsafe_nvfp4_gemm(&bg, ws, stream), GRAPHSAFE_ERROR_ARCH_UNSUPPORTED);
