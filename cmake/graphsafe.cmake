@@ -9,6 +9,9 @@
 # include/graphsafe.h on its include path. Options:
 #   GRAPHSAFE_CARGO_PROFILE   release (default) or debug
 #   GRAPHSAFE_CUDA_ARCHS      e.g. "sm_90a" to build fewer GPU archs (default: all three)
+#   GRAPHSAFE_TARGET_DIR      cargo's target folder (default: graphsafe-cargo in the build tree)
+# To install graphsafe instead (pkg-config file and a find_package(graphsafe) package), see
+# cmake/install/CMakeLists.txt.
 cmake_minimum_required(VERSION 3.16)
 if(TARGET graphsafe::graphsafe)
   return()
@@ -18,7 +21,7 @@ find_program(GRAPHSAFE_CARGO cargo HINTS $ENV{HOME}/.cargo/bin REQUIRED)
 set(GRAPHSAFE_SOURCE_DIR "${CMAKE_CURRENT_LIST_DIR}/.." CACHE PATH "graphsafe checkout")
 set(GRAPHSAFE_CARGO_PROFILE "release" CACHE STRING "cargo profile for graphsafe (release or debug)")
 set(GRAPHSAFE_CUDA_ARCHS "" CACHE STRING "GPU archs to build (empty: sm_90a,sm_100a,sm_120a)")
-set(GRAPHSAFE_TARGET_DIR "${CMAKE_BINARY_DIR}/graphsafe-cargo")
+set(GRAPHSAFE_TARGET_DIR "${CMAKE_BINARY_DIR}/graphsafe-cargo" CACHE PATH "cargo target folder for graphsafe")
 if(GRAPHSAFE_CARGO_PROFILE STREQUAL "release")
   set(_graphsafe_profile_flag "--release")
 else()
@@ -42,8 +45,10 @@ add_library(graphsafe_static STATIC IMPORTED GLOBAL)
 set_target_properties(graphsafe_static PROPERTIES IMPORTED_LOCATION "${GRAPHSAFE_LIBRARY}")
 add_dependencies(graphsafe_static graphsafe_cargo_build)
 
-# The static library bundles the CUDA kernels and cudart_static; it needs these system libraries.
+# The static library bundles the CUDA kernels and cudart_static; it needs these system libraries
+# (the one list: cmake/install turns it into the pkg-config file and the CMake package too).
+set(GRAPHSAFE_SYSTEM_LIBRARIES stdc++ dl rt pthread m)
 add_library(graphsafe_graphsafe INTERFACE)
 target_include_directories(graphsafe_graphsafe INTERFACE "${GRAPHSAFE_SOURCE_DIR}/include")
-target_link_libraries(graphsafe_graphsafe INTERFACE graphsafe_static stdc++ dl rt pthread m)
+target_link_libraries(graphsafe_graphsafe INTERFACE graphsafe_static ${GRAPHSAFE_SYSTEM_LIBRARIES})
 add_library(graphsafe::graphsafe ALIAS graphsafe_graphsafe)
