@@ -19,14 +19,13 @@ fn main() -> graphsafe::Result<()> {
 
     // 1. Size before capture, so nothing needs to grow inside it.
     let mut ws = Workspace::new(&stream, shape.workspace_bytes())?;
-    // 2. Capture: the workspace is borrowed until `end`, so it cannot grow in between.
-    let graph = {
-        let mut cap = stream.begin_capture(CaptureMode::ThreadLocal)?;
+    // 2. Capture: the workspace is borrowed until the capture returns, so it cannot grow in
+    //    between, and the views bound here cannot leave it or reach another capture.
+    let (graph, ()) = stream.capture(CaptureMode::ThreadLocal, |cap| {
         let w = cap.bind_workspace(&mut ws)?;
         let (ca, cx, cy) = (cap.bind_buffer(&a)?, cap.bind_buffer(&x)?, cap.bind_buffer(&y)?);
-        kernels.split_k_gemv_captured(&ca, &cx, &cy, shape, &w, &cap)?;
-        cap.end()?
-    };
+        kernels.split_k_gemv_captured(&ca, &cx, &cy, shape, &w, cap)
+    })?;
     let exec = graph.instantiate()?;
     // 3. Grow later (retires the captured buffer; the graph keeps it alive) and replay.
     ws.ensure_size(64 << 20, &stream)?;

@@ -6,7 +6,45 @@
 //! A CUDA graph bakes in the raw address of every buffer current at capture. If a workspace later
 //! grows by `resize` (freeing the old block) every replay touches memory that belongs to someone
 //! else. graphsafe turns the conventions that avoid this (retire never resize, zero-fill, size
-//! before capture) into types. See `ARCHITECTURE.md` in the shared design notes and README.md.
+//! before capture) into types; README.md has the invariants and what enforces each.
+//!
+//! # Quick start
+//!
+//! Size the workspace before capture, capture with every buffer bound, grow whenever you like
+//! afterwards, replay:
+//!
+//! ```no_run
+//! use graphsafe::driver::{Context, DeviceBuffer, Stream};
+//! use graphsafe::graph::CaptureMode;
+//! use graphsafe::ops::testing::{SplitKShape, TestKernels};
+//! use graphsafe::workspace::Workspace;
+//!
+//! # fn main() -> graphsafe::Result<()> {
+//! let ctx = Context::new(0)?;
+//! let mut stream = Stream::new(&ctx)?;
+//! let kernels = TestKernels::load(&ctx)?; // a split-K kernel with semaphores in the workspace
+//! let shape = SplitKShape { m: 1024, k: 1024, splits: 8 };
+//! let a = DeviceBuffer::from_host(&stream, &vec![1.0f32; 1024 * 1024])?;
+//! let x = DeviceBuffer::from_host(&stream, &vec![0.5f32; 1024])?;
+//! let y = DeviceBuffer::alloc_zeroed(&stream, 1024 * 4)?;
+//!
+//! let mut ws = Workspace::new(&stream, shape.workspace_bytes())?; // size before capture
+//! let (graph, ()) = stream.capture(CaptureMode::ThreadLocal, |cap| {
+//!     let w = cap.bind_workspace(&mut ws)?; // borrowed: growing it here does not compile
+//!     let (a, x, y) = (cap.bind_buffer(&a)?, cap.bind_buffer(&x)?, cap.bind_buffer(&y)?);
+//!     kernels.split_k_gemv_captured(&a, &x, &y, shape, &w, cap)
+//! })?;
+//! let exec = graph.instantiate()?;
+//! ws.ensure_size(64 << 20, &stream)?; // retires the captured buffer; the graph keeps it alive
+//! exec.launch(&stream)?;
+//! assert_eq!(y.to_host_vec::<f32>(&stream)?[0], 512.0);
+//! # Ok(()) }
+//! ```
+//!
+//! The same shape holds for the real ops: [`ops::mla::decode_captured`],
+//! [`ops::nvfp4::w4a16_gemm_captured`], [`ops::cudnn::matmul_captured`]; their planners
+//! ([`ops::mla::sm90::worst_case`], [`workspace::WorkspacePlanner`], …) give the pre-grow size.
+//! C and C++ engines use the same rules through [`capi`] (`include/graphsafe.h`).
 //!
 //! Layers, each depending only on those below it:
 //!
