@@ -63,7 +63,7 @@ pub struct GraphsafeMlaDecodeArgs {
     pub num_pages: c_int,
     /// Tokens per page.
     pub page_size: c_int,
-    /// [batch] int32 sequence lengths, each in 1..=max_seq_len.
+    /// `[batch]` int32 sequence lengths, each in 1..=max_seq_len.
     pub seq_lens: u64,
     /// [batch, max_pages] int32 page indices.
     pub page_table: u64,

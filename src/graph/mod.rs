@@ -13,14 +13,14 @@
 //!   `mem::forget` still makes every eager API refuse the stream.
 //! * Binding a workspace borrows it mutably for the whole capture, so growing it there is a
 //!   compile error (tests/compile_fail). Kernels see a [`Captured`] view: pointer and capacity,
-//!   and a [`Captured::require`] that fails with [`Error::WorkspaceTooSmall`] rather than grow.
+//!   and a [`Captured::require`] that fails with [`Error::WorkspaceTooSmall`](crate::Error::WorkspaceTooSmall) rather than grow.
 //! * **A view belongs to one capture** (invariant 8). Every view carries its capture's identity
-//!   (a process-unique [`CaptureId`]) and, in the closure form [`Stream::capture`], a *brand*: an
+//!   (a process-unique [`CaptureId`]) and, in the closure form [`Stream::capture`](crate::driver::Stream::capture), a *brand*: an
 //!   invariant lifetime `'id` that the type checker treats as distinct for every capture, so a
 //!   view of one capture given to an op of another does not compile (tests/compile_fail). With
-//!   [`Stream::begin_capture`] the brand is the stream borrow, which the type checker may unify
+//!   [`Stream::begin_capture`](crate::driver::Stream::begin_capture) the brand is the stream borrow, which the type checker may unify
 //!   between two captures; there the ops refuse a view of another capture at run time
-//!   ([`Error::InvalidArgument`], nothing captured).
+//!   ([`Error::InvalidArgument`](crate::Error::InvalidArgument), nothing captured).
 //! * Every bound buffer's allocation is kept alive by the capture, then by the [`Graph`], then by
 //!   every [`GraphExec`] made from it, until the last of them is dropped (invariant 1). Belt and
 //!   braces: every captured op also adds the allocation of every view it bakes in to its own

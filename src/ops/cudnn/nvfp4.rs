@@ -13,7 +13,7 @@
 //! compute, and a pointwise multiply by alpha. cuDNN has engines for it on Blackwell (sm_100,
 //! sm_103, sm_120, sm_121) from cuDNN 9.7. Anywhere else the call returns
 //! [`Error::ArchUnsupported`] naming what it needs (the GPU first, then the cuDNN version) before
-//! touching cuDNN. Planning, the workspace rules and capture behave as for [`super::matmul`].
+//! touching cuDNN. Planning, the workspace rules and capture behave as for [`super::matmul`](mod@super::matmul).
 
 use super::backend::{Attr, Descriptor, Handle, Kind, OpGraph, TensorSpec, TENSOR_ALIGNMENT};
 use super::{Cudnn, OpKey, PlanInfo, Version};

@@ -66,7 +66,7 @@ pub struct MlaDecodeArgs<M> {
     pub q_pe: Tensor<M>,
     /// [pages, page_size, 576] contiguous, same dtype as q.
     pub kv_cache: Tensor<M>,
-    /// [B] i32, each in 1..=max_seq_len (device data: not checked on the host).
+    /// \[B\] i32, each in 1..=max_seq_len (device data: not checked on the host).
     pub seq_lens: Tensor<M>,
     /// [B, max_pages] i32, innermost contiguous; every used entry < pages.
     pub page_table: Tensor<M>,

@@ -1,9 +1,9 @@
 //! Multi-head latent attention (DeepSeek-V2/V3 MLA) decode.
 //!
 //! Per request one query token, up to 128 query heads, one latent KV head of 512 + 64 rope dims
-//! (QK over 576, V over the first 512), fp32 softmax. [`decode`] is the op; [`sm100`] (CUTLASS
+//! (QK over 576, V over the first 512), fp32 softmax. [`decode()`] is the op; [`sm100`] (CUTLASS
 //! 4.2's Blackwell kernel) and [`sm90`] (graphsafe's Hopper kernel) plan its two back-ends, on any
-//! machine; [`reference`] checks them.
+//! machine; [`reference`](mod@reference) checks them.
 
 use std::fmt;
 use std::str::FromStr;

@@ -19,7 +19,7 @@ pub struct HostProblem<'a> {
     pub q_pe: &'a [f32],
     /// [pages, page_size, 576]
     pub kv: &'a [f32],
-    /// [B]
+    /// \[B\]
     pub seq_lens: &'a [i32],
     /// [B, page_table_stride]
     pub page_table: &'a [i32],
@@ -92,7 +92,7 @@ pub struct GpuProblem<'a> {
     pub q_pe: &'a DeviceBuffer,
     /// [pages, page_size, 576].
     pub kv: &'a DeviceBuffer,
-    /// [B] i32.
+    /// \[B\] i32.
     pub seq_lens: &'a DeviceBuffer,
     /// [B, stride] i32.
     pub page_table: &'a DeviceBuffer,

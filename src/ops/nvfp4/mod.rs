@@ -2,7 +2,7 @@
 //! CUTLASS's swizzled 128x4 layout), one fp32 global scale per tensor.
 //!
 //! * [`quantize`] / [`dequantize`] / [`global_scale`]: every arch (bit-identical to
-//!   [`reference`], the host algorithm);
+//!   [`reference`](mod@reference), the host algorithm);
 //! * [`gemm`]: Blackwell, CUTLASS block-scaled GEMM `D = alpha · A · Bᵀ`, A and B NVFP4 (sm_100a:
 //!   B200/GB200, sm_120a: RTX 50 / RTX PRO), tile chosen by M as production engines do;
 //! * [`w4a16_gemm`]: Hopper, graphsafe's weight-only kernel `D = alpha · A(bf16) · Wᵀ(NVFP4)`, over
