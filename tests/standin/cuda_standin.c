@@ -70,6 +70,10 @@
  *   long standin_violations(void)                  memory-safety violations counted so far.
  *   int  standin_last_violation(char* buf, int len) copies the last violation's text (NUL-terminated);
  *                                                  returns its length (0: none).
+ *   int  standin_last_invalidation(char* buf, int len) the same for the last capture the stand-in
+ *                                                  invalidated: which call did it, from which thread.
+ *   int  standin_last_recorded(char* buf, int len) the same for the last node recorded into a capture:
+ *                                                  which call, and whether from the capturing thread.
  *   long standin_live_allocations(void)            allocations not freed.
  *   long standin_stat(const char* name)            one counter or gauge, -1 for an unknown name:
  *          "violations", "live_allocations", "live_bytes", "live_streams", "live_events",
@@ -425,6 +429,8 @@ static unsigned long long g_last_ns;
 static long g_violations, g_nodes_recorded, g_invalidated, g_legacy_ops, g_refused_unsafe, g_refused_frees,
     g_kernels_run, g_graph_launches;
 static char g_last_violation[512];
+static char g_last_invalidation[256];
+static char g_last_recorded[256];
 static long g_violations_printed;
 
 static __thread struct CUctx_st* t_current;
@@ -597,23 +603,25 @@ static struct CUctx_st* current_ctx(void) {
   return c && ctx_valid(c) && c->refs > 0 ? c : NULL;
 }
 
-static void invalidate(capture_t* c) {
+static void invalidate(capture_t* c, const char* why) {
   if (!c->invalidated) {
     c->invalidated = 1;
     ++g_invalidated;
+    snprintf(g_last_invalidation, sizeof g_last_invalidation, "%s (capture mode %d; %s the thread that began it)", why,
+             (int)c->mode, pthread_equal(c->thread, pthread_self()) ? "on" : "not on");
   }
 }
 
 /* CUDA's rule for "potentially unsafe" calls during capture. Returns 1 (and invalidates the
  * captures that forbid it) when the calling thread may not make one now. */
-static int unsafe_call_refused(void) {
+static int unsafe_call_refused(const char* call) {
   if (t_capture_mode == CU_STREAM_CAPTURE_MODE_RELAXED) return 0;
   int refused = 0;
   for (capture_t* c = g_captures; c; c = c->next) {
     if (c->mode == CU_STREAM_CAPTURE_MODE_RELAXED) continue;
     int own = pthread_equal(c->thread, pthread_self());
     if (own || (c->mode == CU_STREAM_CAPTURE_MODE_GLOBAL && t_capture_mode == CU_STREAM_CAPTURE_MODE_GLOBAL)) {
-      invalidate(c);
+      invalidate(c, call);
       refused = 1;
     }
   }
@@ -653,7 +661,7 @@ static CUresult resolve_stream(CUstream h, stream_ref* out, enum target* t) {
       int hit = 0;
       for (capture_t* cap = g_captures; cap; cap = cap->next) {
         if (cap->stream->ctx == c && !(cap->stream->flags & CU_STREAM_NON_BLOCKING)) {
-          invalidate(cap);
+          invalidate(cap, "work on the legacy stream");
           hit = 1;
         }
       }
@@ -724,8 +732,10 @@ static void graph_free(struct CUgraph_st* g, int registered) {
   free(g);
 }
 
-static void record(stream_ref* s, struct CUgraphNode_st* n) {
+static void record(stream_ref* s, struct CUgraphNode_st* n, const char* call) {
   n->ctx = s->ctx;
+  snprintf(g_last_recorded, sizeof g_last_recorded, "%s into a capture (mode %d) %s the thread that began it", call,
+           (int)s->s->cap->mode, pthread_equal(s->s->cap->thread, pthread_self()) ? "from" : "NOT from");
   graph_append(s->s->cap->graph, n);
   ++g_nodes_recorded;
 }
@@ -1111,7 +1121,7 @@ EXPORT CUresult cuCtxSynchronize(void) {
   lock();
   NEED_INIT();
   if (!current_ctx()) return unlock_ret(CUDA_ERROR_INVALID_CONTEXT);
-  if (unsafe_call_refused()) return unlock_ret(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+  if (unsafe_call_refused("cuCtxSynchronize")) return unlock_ret(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
   return unlock_ret(CUDA_SUCCESS);
 }
 
@@ -1126,7 +1136,7 @@ EXPORT CUresult cuMemAlloc_v2(CUdeviceptr* dptr, size_t bytes) {
   struct CUctx_st* c = current_ctx();
   if (!c) return unlock_ret(CUDA_ERROR_INVALID_CONTEXT);
   if (!dptr || bytes == 0) return unlock_ret(CUDA_ERROR_INVALID_VALUE);
-  if (unsafe_call_refused()) return unlock_ret(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+  if (unsafe_call_refused("cuMemAlloc")) return unlock_ret(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
   if (bytes > DEVICE_MEMORY - g_used[c->device]) return unlock_ret(CUDA_ERROR_OUT_OF_MEMORY);
   size_t rounded = (bytes + ALLOC_ALIGN - 1) / ALLOC_ALIGN * ALLOC_ALIGN;
   void* p = aligned_alloc(ALLOC_ALIGN, rounded);
@@ -1161,7 +1171,7 @@ EXPORT CUresult cuMemFree_v2(CUdeviceptr ptr) {
     violation("cuMemFree(0x%llx): not the start of a live allocation (double free?)", (unsigned long long)ptr);
     return unlock_ret(CUDA_ERROR_INVALID_VALUE);
   }
-  if (unsafe_call_refused()) {
+  if (unsafe_call_refused("cuMemFree")) {
     ++g_refused_frees;
     return unlock_ret(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
   }
@@ -1204,7 +1214,7 @@ static CUresult memset_common(CUdeviceptr dst, unsigned value, unsigned elem, si
     node->value = value;
     node->elem = elem;
     node->count = n;
-    record(&s, node);
+    record(&s, node, what);
     return unlock_ret(CUDA_SUCCESS);
   }
   return unlock_ret(run_memset(s.ctx, (uintptr_t)dst, value, elem, n, what));
@@ -1246,7 +1256,7 @@ static CUresult copy_common(int kind, uintptr_t dst, uintptr_t src, void* host, 
     } else {
       node->host = host;
     }
-    record(&s, node);
+    record(&s, node, what);
     return unlock_ret(CUDA_SUCCESS);
   }
   return unlock_ret(run_copy(kind, dst, src, host, bytes, what));
@@ -1321,7 +1331,7 @@ EXPORT CUresult cuStreamDestroy_v2(CUstream h) {
   return unlock_ret(CUDA_SUCCESS);
 }
 
-static CUresult sync_common(CUstream h) {
+static CUresult sync_common(CUstream h, const char* what) {
   lock();
   NEED_INIT();
   if (h == NULL || h == CU_STREAM_LEGACY || h == CU_STREAM_PER_THREAD) {
@@ -1329,7 +1339,7 @@ static CUresult sync_common(CUstream h) {
   }
   if (!obj_is(h, K_STREAM)) return unlock_ret(CUDA_ERROR_INVALID_HANDLE);
   if (h->cap) {
-    invalidate(h->cap);
+    invalidate(h->cap, what);
     ++g_refused_unsafe;
     return unlock_ret(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
   }
@@ -1338,12 +1348,12 @@ static CUresult sync_common(CUstream h) {
 
 EXPORT CUresult cuStreamSynchronize(CUstream h) {
   ENTER(cuStreamSynchronize);
-  return sync_common(h);
+  return sync_common(h, "cuStreamSynchronize of the capturing stream");
 }
 
 EXPORT CUresult cuStreamQuery(CUstream h) {
   ENTER(cuStreamQuery);
-  return sync_common(h);
+  return sync_common(h, "cuStreamQuery of the capturing stream");
 }
 
 EXPORT CUresult cuStreamWaitEvent(CUstream h, CUevent e, unsigned int flags) {
@@ -1525,7 +1535,7 @@ static CUresult launch_common(struct CUfunc_st* f, const unsigned grid[3], const
     node->module_id = f->mod->id;
     snprintf(node->name, sizeof node->name, "%s", f->name);
     node->launch = l;
-    record(&s, node);
+    record(&s, node, f->name);
     return CUDA_SUCCESS;
   }
   return run_kernel(s.ctx, f->kind, &l);
@@ -1706,7 +1716,7 @@ EXPORT CUresult cuGraphLaunch(CUgraphExec e, CUstream h) {
     struct CUgraphNode_st* node = xcalloc(1, sizeof *node);
     node->type = CU_GRAPH_NODE_TYPE_GRAPH;
     node->child = graph_copy(e->g);
-    record(&s, node);
+    record(&s, node, "cuGraphLaunch");
     return unlock_ret(CUDA_SUCCESS);
   }
   ++g_graph_launches;
@@ -1790,6 +1800,22 @@ EXPORT int standin_last_violation(char* buf, int len) {
   return n;
 }
 
+EXPORT int standin_last_invalidation(char* buf, int len) {
+  lock();
+  int n = (int)strlen(g_last_invalidation);
+  if (buf && len > 0) snprintf(buf, (size_t)len, "%s", g_last_invalidation);
+  pthread_mutex_unlock(&g_mu);
+  return n;
+}
+
+EXPORT int standin_last_recorded(char* buf, int len) {
+  lock();
+  int n = (int)strlen(g_last_recorded);
+  if (buf && len > 0) snprintf(buf, (size_t)len, "%s", g_last_recorded);
+  pthread_mutex_unlock(&g_mu);
+  return n;
+}
+
 EXPORT long standin_live_allocations(void) {
   lock();
   long n = (long)g_nallocs;
@@ -1838,5 +1864,7 @@ EXPORT void standin_reset(void) {
       g_graph_launches = 0;
   g_violations_printed = 0;
   g_last_violation[0] = '\0';
+  g_last_invalidation[0] = '\0';
+  g_last_recorded[0] = '\0';
   pthread_mutex_unlock(&g_mu);
 }

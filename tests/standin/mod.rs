@@ -42,6 +42,8 @@ pub struct Standin {
     live_allocations: CountFn,
     stat: CallsFn,
     last_violation: LastViolationFn,
+    last_invalidation: LastViolationFn,
+    last_recorded: LastViolationFn,
     reset: ResetFn,
 }
 
@@ -91,6 +93,24 @@ impl Standin {
         let mut buf = vec![0 as c_char; 1024];
         // SAFETY: the buffer holds the length passed; the function NUL-terminates within it.
         unsafe { (self.last_violation)(buf.as_mut_ptr(), buf.len() as c_int) };
+        // SAFETY: NUL-terminated above.
+        unsafe { std::ffi::CStr::from_ptr(buf.as_ptr()) }.to_string_lossy().into_owned()
+    }
+
+    /// The last node recorded into a capture: which call, and whether from the capturing thread.
+    pub fn last_recorded(&self) -> String {
+        let mut buf = vec![0 as c_char; 1024];
+        // SAFETY: as in last_violation.
+        unsafe { (self.last_recorded)(buf.as_mut_ptr(), buf.len() as c_int) };
+        // SAFETY: NUL-terminated above.
+        unsafe { std::ffi::CStr::from_ptr(buf.as_ptr()) }.to_string_lossy().into_owned()
+    }
+
+    /// Which call invalidated the last capture the stand-in invalidated, from which thread ("" if none).
+    pub fn last_invalidation(&self) -> String {
+        let mut buf = vec![0 as c_char; 1024];
+        // SAFETY: as in last_violation.
+        unsafe { (self.last_invalidation)(buf.as_mut_ptr(), buf.len() as c_int) };
         // SAFETY: NUL-terminated above.
         unsafe { std::ffi::CStr::from_ptr(buf.as_ptr()) }.to_string_lossy().into_owned()
     }
@@ -183,6 +203,8 @@ pub fn standin() -> &'static Standin {
             live_allocations: sym!("standin_live_allocations", CountFn),
             stat: sym!("standin_stat", CallsFn),
             last_violation: sym!("standin_last_violation", LastViolationFn),
+            last_invalidation: sym!("standin_last_invalidation", LastViolationFn),
+            last_recorded: sym!("standin_last_recorded", LastViolationFn),
             reset: sym!("standin_reset", ResetFn),
             path,
             _lib: lib,
