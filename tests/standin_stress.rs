@@ -33,6 +33,8 @@ use std::time::{Duration, Instant};
 
 const THREADS: usize = 8;
 const NO_PROGRESS: Duration = Duration::from_secs(10);
+/// How long each delay setting lasts before the controller moves to the next.
+const PHASE: Duration = Duration::from_millis(100);
 
 const OK: i32 = GRAPHSAFE_OK;
 const IH: i32 = GRAPHSAFE_ERROR_INVALID_HANDLE;
@@ -167,6 +169,8 @@ struct Shared {
     execs: [AtomicU64; SLOTS],
     t: Tensors,
     calls: AtomicU64,
+    /// Per entry point: calls that returned OK, and all calls.
+    ok: Vec<(AtomicU64, AtomicU64)>,
     inflight: [AtomicUsize; THREADS],
     failures: Mutex<Vec<String>>,
     stop: AtomicBool,
@@ -222,6 +226,11 @@ impl Shared {
         let s = f();
         self.inflight[thread].store(0, SeqCst);
         self.calls.fetch_add(1, Relaxed);
+        let (ok, all) = &self.ok[e as usize];
+        all.fetch_add(1, Relaxed);
+        if s == OK {
+            ok.fetch_add(1, Relaxed);
+        }
         let entry = &ENTRIES[e as usize];
         if !entry.allowed.contains(&s) {
             self.fail(format!("{} returned {s}, which it does not document here: {}", entry.name, last_error()));
@@ -309,6 +318,7 @@ fn setup(total: u64, mix: &'static [(Op, u32)]) -> Arc<Shared> {
         execs: Default::default(),
         t: Tensors { handles, mla, w4a16, canaries },
         calls: AtomicU64::new(0),
+        ok: ENTRIES.iter().map(|_| Default::default()).collect(),
         inflight: Default::default(),
         failures: Mutex::new(Vec::new()),
         stop: AtomicBool::new(false),
@@ -338,30 +348,38 @@ fn capture_session(sh: &Shared, t: usize, rng: &mut Rng) {
     }
     let mut captured_ops = 0;
     let mut bound = GraphsafeWorkspace::default();
+    let mut log: Vec<String> = Vec::new();
     for _ in 0..rng.below(4) {
         match rng.below(5) {
             0 | 1 => {
                 let ws = GraphsafeWorkspace { id: sh.workspaces[rng.below(SLOTS as u64) as usize].load(SeqCst) };
                 let (mut p, mut c) = (0u64, 0u64);
-                if sh.call(t, E::CaptureBindWorkspace, || unsafe { graphsafe_capture_bind_workspace(cap, ws, &mut p, &mut c) }) == OK {
+                let r = sh.call(t, E::CaptureBindWorkspace, || unsafe { graphsafe_capture_bind_workspace(cap, ws, &mut p, &mut c) });
+                log.push(format!("bind_workspace -> {r}"));
+                if r == OK {
                     bound = ws;
                 }
             }
             2 => {
                 let b = *rng.pick(&sh.t.handles);
                 sh.call(t, E::CaptureBindBuffer, || unsafe { graphsafe_capture_bind_buffer(cap, b, std::ptr::null_mut()) });
+                log.push("bind_buffer".into());
             }
             3 => {
                 let mut plan = GraphsafeMlaPlan::default();
                 let args = sh.t.mla;
-                if sh.call(t, E::MlaDecodeCaptured, || unsafe { graphsafe_mla_decode_captured(&args, cap, bound, &mut plan) }) == OK {
+                let r = sh.call(t, E::MlaDecodeCaptured, || unsafe { graphsafe_mla_decode_captured(&args, cap, bound, &mut plan) });
+                log.push(format!("mla_decode_captured -> {r}"));
+                if r == OK {
                     captured_ops += 1;
                 }
             }
             _ => {
                 let args = sh.t.w4a16;
                 sh.call(t, E::CaptureBindBuffer, || unsafe { graphsafe_capture_bind_buffer(cap, args.weight, std::ptr::null_mut()) });
-                if sh.call(t, E::W4a16Captured, || unsafe { graphsafe_nvfp4_w4a16_gemm_captured(&args, cap, bound) }) == OK {
+                let r = sh.call(t, E::W4a16Captured, || unsafe { graphsafe_nvfp4_w4a16_gemm_captured(&args, cap, bound) });
+                log.push(format!("w4a16_captured -> {r}"));
+                if r == OK {
                     captured_ops += 1;
                 }
             }
@@ -376,7 +394,7 @@ fn capture_session(sh: &Shared, t: usize, rng: &mut Rng) {
     let strict = mode != GRAPHSAFE_CAPTURE_GLOBAL;
     if r == CI && strict {
         sh.fail(format!(
-            "a {} capture this thread used only for captured calls was invalidated: eager work reached the capturing stream ({}; the stand-in: {})",
+            "a {} capture this thread used only for captured calls was invalidated: eager work reached the capturing stream ({}; the stand-in: {}; this thread's calls in the capture: {log:?})",
             if mode == GRAPHSAFE_CAPTURE_RELAXED { "relaxed" } else { "thread-local" },
             last_error(),
             standin::standin().last_invalidation()
@@ -564,9 +582,10 @@ fn run(total: u64, mix: &'static [(Op, u32)], phases: &'static [&'static [(&'sta
         let (sh, done) = (sh.clone(), done.clone());
         std::thread::spawn(move || {
             let (mut last, mut since, mut phase_at, mut phase) = (0u64, Instant::now(), Instant::now(), 0usize);
+            set_phase(s, phases, 0);
             while !done.load(SeqCst) {
-                std::thread::sleep(Duration::from_millis(50));
-                if phase_at.elapsed() > Duration::from_millis(300) {
+                std::thread::sleep(Duration::from_millis(10));
+                if phase_at.elapsed() > PHASE {
                     phase = (phase + 1) % phases.len();
                     set_phase(s, phases, phase);
                     phase_at = Instant::now();
@@ -603,6 +622,14 @@ fn run(total: u64, mix: &'static [(Op, u32)], phases: &'static [&'static [(&'sta
         s.stat("refused_unsafe_calls"),
     );
 
+    let summary: Vec<String> = ENTRIES
+        .iter()
+        .zip(&sh.ok)
+        .filter(|(_, (_, all))| all.load(SeqCst) > 0)
+        .map(|(e, (ok, all))| format!("{} {}/{}", e.name.trim_start_matches("graphsafe_"), ok.load(SeqCst), all.load(SeqCst)))
+        .collect();
+    eprintln!("standin_stress: OK/calls per entry point: {}", summary.join(", "));
+
     // Teardown: every handle, shared and persistent; then nothing may be left in the driver.
     let destroy_all = |v: &[AtomicU64], f: &dyn Fn(u64) -> i32| {
         for a in v {
@@ -635,7 +662,7 @@ fn run(total: u64, mix: &'static [(Op, u32)], phases: &'static [&'static [(&'sta
     assert_eq!(s.violations(), 0, "the stand-in saw a memory-safety violation: {}", s.last_violation());
     assert_eq!(s.stat("open_captures"), 0, "a capture was left open in the driver");
     // Frees the driver refused during a global capture leak by design (the memory may be in use).
-    assert_eq!(s.live_allocations(), s.stat("refused_frees"), "allocations leaked");
+    assert_eq!(s.live_allocations(), s.stat("orphaned_allocations"), "allocations leaked");
     for gauge in ["live_streams", "live_graphs", "live_execs", "primary_ctx_refs"] {
         assert_eq!(s.stat(gauge), 0, "{gauge} after teardown");
     }

@@ -76,7 +76,8 @@
  *                                                  which call, and whether from the capturing thread.
  *   long standin_live_allocations(void)            allocations not freed.
  *   long standin_stat(const char* name)            one counter or gauge, -1 for an unknown name:
- *          "violations", "live_allocations", "live_bytes", "live_streams", "live_events",
+ *          "violations", "live_allocations", "orphaned_allocations" (live, but their cuMemFree was
+ *          refused during a capture: nobody holds them any more), "live_bytes", "live_streams", "live_events",
  *          "live_modules", "live_graphs", "live_execs", "open_captures", "primary_ctx_refs"
  *          (sum over devices), "nodes_recorded", "invalidated_captures", "legacy_stream_ops",
  *          "refused_unsafe_calls", "refused_frees" (cuMemFree refused during a capture: leaked),
@@ -318,6 +319,7 @@ typedef struct {
   uintptr_t base;
   size_t size;
   struct CUctx_st* ctx;
+  int orphaned; /* its cuMemFree was refused during a capture: the caller has let go of it */
 } alloc_t;
 
 enum kind { K_FREE = 0, K_STREAM, K_EVENT, K_MODULE, K_FUNC, K_GRAPH, K_NODE, K_EXEC, K_TOMB };
@@ -1074,15 +1076,17 @@ EXPORT CUresult cuDevicePrimaryCtxRelease_v2(CUdevice d) {
   struct CUctx_st* c = &g_ctx[d];
   if (c->refs <= 0) return unlock_ret(CUDA_ERROR_INVALID_CONTEXT);
   if (--c->refs == 0) {
-    /* The real driver resets the context here, freeing everything in it: anything graphsafe still
-     * holds would dangle. */
-    size_t allocs = 0, streams = 0;
-    for (size_t i = 0; i < g_nallocs; ++i) allocs += g_allocs[i].ctx == c;
+    /* The real driver resets the context here, freeing everything in it: anything the caller still
+     * holds would dangle (allocations whose free was refused are not held by anyone). */
+    size_t allocs = 0, streams = 0, first = 0;
+    for (size_t i = 0; i < g_nallocs; ++i) {
+      if (g_allocs[i].ctx == c && !g_allocs[i].orphaned && !allocs++) first = i;
+    }
     for (size_t i = 0; i < g_obj_cap; ++i)
       if (g_objs[i].kind == K_STREAM) streams += ((struct CUstream_st*)g_objs[i].key)->ctx == c;
     if (allocs || streams)
-      violation("the primary context of device %d was released while %zu allocations and %zu streams in it live", d,
-                allocs, streams);
+      violation("the primary context of device %d was released while %zu allocations (the first: %zu bytes at 0x%llx) and %zu streams in it live",
+                d, allocs, allocs ? g_allocs[first].size : 0, allocs ? (unsigned long long)g_allocs[first].base : 0ull, streams);
   }
   return unlock_ret(CUDA_SUCCESS);
 }
@@ -1156,6 +1160,7 @@ EXPORT CUresult cuMemAlloc_v2(CUdeviceptr* dptr, size_t bytes) {
   g_allocs[i].base = (uintptr_t)p;
   g_allocs[i].size = bytes;
   g_allocs[i].ctx = c;
+  g_allocs[i].orphaned = 0;
   ++g_nallocs;
   g_used[c->device] += bytes;
   *dptr = (CUdeviceptr)(uintptr_t)p;
@@ -1173,6 +1178,7 @@ EXPORT CUresult cuMemFree_v2(CUdeviceptr ptr) {
   }
   if (unsafe_call_refused("cuMemFree")) {
     ++g_refused_frees;
+    a->orphaned = 1;
     return unlock_ret(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
   }
   size_t i = (size_t)(a - g_allocs);
@@ -1829,6 +1835,10 @@ EXPORT long standin_stat(const char* name) {
   lock();
   if (!strcmp(name, "violations")) r = g_violations;
   else if (!strcmp(name, "live_allocations")) r = (long)g_nallocs;
+  else if (!strcmp(name, "orphaned_allocations")) {
+    r = 0;
+    for (size_t i = 0; i < g_nallocs; ++i) r += g_allocs[i].orphaned;
+  }
   else if (!strcmp(name, "live_bytes")) {
     unsigned long long b = 0;
     for (int i = 0; i < g_ndev; ++i) b += g_used[i];
