@@ -18,8 +18,9 @@
 //!   allocation, stream, graph, executable and context reference is gone.
 //!
 //! A controller cycles the stand-in's delays (around cuStreamBeginCapture, the memsets, copies and
-//! graph launches, cuMemAlloc) so the race windows of capture_begin vs destroy, lookups under an
-//! object lock, and check-then-act on the capture state are wide enough to hit in a few seconds.
+//! graph launches, cuMemAlloc, the graph calls) so the race windows of capture_begin vs destroy,
+//! lookups under an object lock, check-then-act on the capture state, and two threads in one
+//! (not thread-safe) CUDA graph are wide enough to hit in a few seconds.
 //!
 //! The C ABI functions are called inside `unsafe {}`: they become `unsafe extern "C"`.
 #![allow(unused_unsafe)]
@@ -552,6 +553,8 @@ const PHASES: &[&[(&str, i32)]] = &[
     &[("cuMemsetD8Async", 100), ("cuMemcpyHtoDAsync", 100), ("cuMemcpyDtoHAsync", 100), ("cuGraphLaunch", 100), ("cuStreamSynchronize", 100)],
     // Growth holds the workspace lock across cuMemAlloc: lookups and destroys queue behind it.
     &[("cuMemAlloc", 150)],
+    // Calls on one graph or executable last long enough for a second thread to arrive.
+    &[("cuGraphInstantiateWithFlags", 100), ("cuGraphGetNodes", 100), ("cuGraphLaunch", 100), ("cuGraphUpload", 100)],
 ];
 
 fn set_phase(s: &standin::Standin, phases: &[&[(&str, i32)]], phase: usize) {
@@ -696,4 +699,12 @@ fn w4a16_against_workspace_destroy_and_growth() {
 fn eager_work_against_capture_begin_on_the_same_stream() {
     const MIX: &[(Op, u32)] = &[(Op::Capture, 30), (Op::Canary, 20), (Op::BufferCreate, 15), (Op::StreamSync, 10), (Op::ExecLaunch, 10), (Op::Mla, 10), (Op::Instantiate, 5)];
     run(100_000, MIX, &[&[("cuMemsetD8Async", 100), ("cuMemcpyHtoDAsync", 100), ("cuMemcpyDtoHAsync", 100), ("cuGraphLaunch", 100), ("cuStreamSynchronize", 100)], &[]]);
+}
+
+/// Two threads in calls on one CUDA graph or executable (instantiate, node count, launch, upload):
+/// CUDA graphs are not thread-safe, and the stand-in counts it as a violation.
+#[test]
+fn concurrent_calls_on_one_graph_or_executable() {
+    const MIX: &[(Op, u32)] = &[(Op::Capture, 20), (Op::Instantiate, 35), (Op::ExecLaunch, 35), (Op::GraphDestroy, 5), (Op::ExecDestroy, 5)];
+    run(100_000, MIX, &[&[("cuGraphInstantiateWithFlags", 100), ("cuGraphGetNodes", 100), ("cuGraphLaunch", 100), ("cuGraphUpload", 100)], &[]]);
 }

@@ -136,6 +136,7 @@ const std::vector<std::vector<Delay>> kPhases = {
     {{"cuMemsetD8Async", 100}, {"cuMemcpyHtoDAsync", 100}, {"cuMemcpyDtoHAsync", 100}, {"cuGraphLaunch", 100},
      {"cuStreamSynchronize", 100}},
     {{"cuMemAlloc", 150}},
+    {{"cuGraphInstantiateWithFlags", 100}, {"cuGraphGetNodes", 100}, {"cuGraphLaunch", 100}, {"cuGraphUpload", 100}},
 };
 
 void set_phase(size_t phase) {

@@ -53,7 +53,10 @@
  *     the counter reach splits-1 reduces and resets it, CTAs run in (row block, split) order, so a
  *     dirty counter gives the wrong-answer behaviour a GPU shows) and gs_empty. Any other kernel is
  *     a no-op (its parameters cannot be known). cuLaunchKernelEx checks cluster dimensions.
- *   - Thread-safe: one global mutex around the state; injected delays happen outside it.
+ *   - Thread-safe: one global mutex around the state; injected delays happen outside it. CUDA's
+ *     graphs are not: two threads in calls on one graph or executable at once (cuGraphGetNodes,
+ *     cuGraphInstantiateWithFlags, cuGraphDestroy, cuGraphLaunch, cuGraphUpload,
+ *     cuGraphExecDestroy) are a violation, as on a real driver they are undefined behaviour.
  *
  * Control API for tests (exported from this library; resolve with dlsym / libloading). `entry` is
  * a driver entry point's name, with or without its version suffix ("cuMemAlloc" or
@@ -679,6 +682,62 @@ static CUresult resolve_stream(CUstream h, stream_ref* out, enum target* t) {
     *t = RECORD;
   }
   return CUDA_SUCCESS;
+}
+
+/* CUDA: "Graph objects are not internally synchronized and must not be accessed concurrently from
+ * multiple threads" — executable graphs included (cuGraphLaunch's page says the same). The driver
+ * lock below would hide such a race, so calls on one graph or executable are tracked here, around
+ * the injected delay too, and a second call on an object already in use is a violation. */
+#define BUSY_SLOTS 256
+static pthread_mutex_t g_busy_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct {
+  const void* obj;
+  const char* call;
+} g_busy[BUSY_SLOTS];
+
+/* The slot of the graph call this thread is in: a destroy releases it before the memory can be
+ * reused for a new object that another thread may then use (not a race). */
+static __thread int t_busy_slot = -1;
+
+static void busy_exit(int slot);
+
+static int busy_enter(const void* obj, const char* call) {
+  const char* other = NULL;
+  int slot = -1;
+  pthread_mutex_lock(&g_busy_mu);
+  for (int i = 0; i < BUSY_SLOTS; ++i) {
+    if (g_busy[i].obj == obj && obj) other = g_busy[i].call;
+    if (!g_busy[i].obj && slot < 0) slot = i;
+  }
+  if (!other && slot >= 0 && obj) {
+    g_busy[slot].obj = obj;
+    g_busy[slot].call = call;
+  } else {
+    slot = -1;
+  }
+  pthread_mutex_unlock(&g_busy_mu);
+  if (other) {
+    lock();
+    violation("%s(%p) while another thread is in %s on the same graph object (CUDA graphs are not thread-safe)", call,
+              obj, other);
+    pthread_mutex_unlock(&g_mu);
+  }
+  t_busy_slot = slot;
+  return slot;
+}
+
+/* Called by a destroy, with g_mu held, just before the object is freed. */
+static void busy_release_before_free(void) {
+  busy_exit(t_busy_slot);
+  t_busy_slot = -1;
+}
+
+static void busy_exit(int slot) {
+  if (slot < 0 || slot != t_busy_slot) return; /* already released by a destroy */
+  pthread_mutex_lock(&g_busy_mu);
+  g_busy[slot].obj = NULL;
+  pthread_mutex_unlock(&g_busy_mu);
+  t_busy_slot = -1;
 }
 
 /* ---- graphs ---- */
@@ -1653,7 +1712,7 @@ EXPORT CUresult cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode* mode) {
   return CUDA_SUCCESS;
 }
 
-EXPORT CUresult cuGraphGetNodes(CUgraph g, CUgraphNode* nodes, size_t* n) {
+static CUresult cuGraphGetNodes_impl(CUgraph g, CUgraphNode* nodes, size_t* n) {
   ENTER(cuGraphGetNodes);
   lock();
   NEED_INIT();
@@ -1676,16 +1735,17 @@ EXPORT CUresult cuGraphNodeGetType(CUgraphNode node, CUgraphNodeType* type) {
   return unlock_ret(CUDA_SUCCESS);
 }
 
-EXPORT CUresult cuGraphDestroy(CUgraph g) {
+static CUresult cuGraphDestroy_impl(CUgraph g) {
   ENTER(cuGraphDestroy);
   lock();
   NEED_INIT();
   if (!obj_is(g, K_GRAPH)) return unlock_ret(CUDA_ERROR_INVALID_HANDLE);
+  busy_release_before_free();
   graph_free(g, 1);
   return unlock_ret(CUDA_SUCCESS);
 }
 
-EXPORT CUresult cuGraphInstantiateWithFlags(CUgraphExec* pe, CUgraph g, unsigned long long flags) {
+static CUresult cuGraphInstantiateWithFlags_impl(CUgraphExec* pe, CUgraph g, unsigned long long flags) {
   ENTER(cuGraphInstantiateWithFlags);
   (void)flags;
   lock();
@@ -1699,7 +1759,7 @@ EXPORT CUresult cuGraphInstantiateWithFlags(CUgraphExec* pe, CUgraph g, unsigned
   return unlock_ret(CUDA_SUCCESS);
 }
 
-EXPORT CUresult cuGraphUpload(CUgraphExec e, CUstream h) {
+static CUresult cuGraphUpload_impl(CUgraphExec e, CUstream h) {
   ENTER(cuGraphUpload);
   lock();
   NEED_INIT();
@@ -1709,7 +1769,7 @@ EXPORT CUresult cuGraphUpload(CUgraphExec e, CUstream h) {
   return unlock_ret(resolve_stream(h, &s, &t));
 }
 
-EXPORT CUresult cuGraphLaunch(CUgraphExec e, CUstream h) {
+static CUresult cuGraphLaunch_impl(CUgraphExec e, CUstream h) {
   ENTER(cuGraphLaunch);
   lock();
   NEED_INIT();
@@ -1729,15 +1789,58 @@ EXPORT CUresult cuGraphLaunch(CUgraphExec e, CUstream h) {
   return unlock_ret(run_graph(e->g, s.ctx));
 }
 
-EXPORT CUresult cuGraphExecDestroy(CUgraphExec e) {
+static CUresult cuGraphExecDestroy_impl(CUgraphExec e) {
   ENTER(cuGraphExecDestroy);
   lock();
   NEED_INIT();
   if (!obj_is(e, K_EXEC)) return unlock_ret(CUDA_ERROR_INVALID_HANDLE);
+  busy_release_before_free();
   graph_free(e->g, 0);
   obj_del(e);
   free(e);
   return unlock_ret(CUDA_SUCCESS);
+}
+
+EXPORT CUresult cuGraphGetNodes(CUgraph g, CUgraphNode* nodes, size_t* n) {
+  int slot = busy_enter(g, "cuGraphGetNodes");
+  CUresult r = cuGraphGetNodes_impl(g, nodes, n);
+  busy_exit(slot);
+  return r;
+}
+
+EXPORT CUresult cuGraphDestroy(CUgraph g) {
+  int slot = busy_enter(g, "cuGraphDestroy");
+  CUresult r = cuGraphDestroy_impl(g);
+  busy_exit(slot);
+  return r;
+}
+
+EXPORT CUresult cuGraphInstantiateWithFlags(CUgraphExec* pe, CUgraph g, unsigned long long flags) {
+  int slot = busy_enter(g, "cuGraphInstantiateWithFlags");
+  CUresult r = cuGraphInstantiateWithFlags_impl(pe, g, flags);
+  busy_exit(slot);
+  return r;
+}
+
+EXPORT CUresult cuGraphUpload(CUgraphExec e, CUstream h) {
+  int slot = busy_enter(e, "cuGraphUpload");
+  CUresult r = cuGraphUpload_impl(e, h);
+  busy_exit(slot);
+  return r;
+}
+
+EXPORT CUresult cuGraphLaunch(CUgraphExec e, CUstream h) {
+  int slot = busy_enter(e, "cuGraphLaunch");
+  CUresult r = cuGraphLaunch_impl(e, h);
+  busy_exit(slot);
+  return r;
+}
+
+EXPORT CUresult cuGraphExecDestroy(CUgraphExec e) {
+  int slot = busy_enter(e, "cuGraphExecDestroy");
+  CUresult r = cuGraphExecDestroy_impl(e);
+  busy_exit(slot);
+  return r;
 }
 
 /* Older exported names of the same entry points (the driver_api! table lists them as fallbacks).
