@@ -212,6 +212,16 @@ pub fn standin() -> &'static Standin {
     })
 }
 
+/// Whether this machine also has a real CUDA driver (the GPU machine runs every test executable).
+/// The kernel glue's CUDA runtime opens `libcuda.so.1` by itself, not graphsafe's driver: there, a
+/// glue call would hand the stand-in's stream handles to the real driver, so tests leave the
+/// glue-backed ops (MLA, NVFP4) out and say so.
+pub fn real_driver_present() -> bool {
+    static P: OnceLock<bool> = OnceLock::new();
+    // SAFETY: opening the NVIDIA driver runs its initialisers, as the CUDA runtime would.
+    *P.get_or_init(|| unsafe { libloading::Library::new("libcuda.so.1") }.is_ok())
+}
+
 /// Serializes the tests of one binary that use the stand-in's shared knobs and counters, and
 /// resets them; hold the guard for the whole test.
 pub fn exclusive() -> (MutexGuard<'static, ()>, &'static Standin) {
