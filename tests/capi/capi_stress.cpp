@@ -1,0 +1,607 @@
+// The C ABI under many threads racing on SHARED handles: contexts, streams, buffers, workspaces,
+// captures, graphs and executables are created, used and destroyed at random while other threads
+// capture on the same streams, run eager and captured MLA decodes and W4A16 GEMMs on the same
+// workspaces, and grow them. The same stress as tests/standin_stress.rs, for helgrind/drd (small
+// counts) and for the real driver on a GPU.
+//
+//   capi_stress [calls=200000] [threads=8]
+//
+// Fails (exit 1) on a status an entry point does not document for the well-formed arguments it is
+// given, on eager work that reaches a capturing stream (a thread-local or relaxed capture in which
+// no captured op succeeded must give a graph of 0 nodes and must not be invalidated; a buffer
+// written then read on one stream reads back what was written), and, on the stand-in driver, on a
+// memory-safety violation or a leak after the teardown. A watchdog exits with status 3 when no call
+// has completed for 10 s (a deadlock), printing the call each thread is in.
+//
+// Driver: whatever graphsafe opens (GRAPHSAFE_CUDA_DRIVER, else libcuda.so.1). When that is the
+// stand-in (tests/standin/cuda_standin.c), its control API is used too: delays that widen the race
+// windows, and its violation and leak counters.
+//
+// Build: g++ -std=c++17 -Iinclude tests/capi/capi_stress.cpp target/debug/libgraphsafe.a
+//            -lstdc++ -ldl -lrt -lpthread -lm -o capi_stress
+#include "graphsafe.h"
+
+#include <dlfcn.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace {
+
+constexpr int kMaxThreads = 64;
+constexpr int kSlots = 4;
+constexpr auto kNoProgress = std::chrono::seconds(10);
+constexpr auto kPhase = std::chrono::milliseconds(100);
+
+constexpr int OK = GRAPHSAFE_OK, IH = GRAPHSAFE_ERROR_INVALID_HANDLE, IA = GRAPHSAFE_ERROR_INVALID_ARGUMENT,
+              BUSY = GRAPHSAFE_ERROR_BUSY, DRV = GRAPHSAFE_ERROR_DRIVER, CI = GRAPHSAFE_ERROR_CAPTURE_INVALIDATED,
+              WTS = GRAPHSAFE_ERROR_WORKSPACE_TOO_SMALL, RT = GRAPHSAFE_ERROR_CUDA_RUNTIME,
+              ARCH = GRAPHSAFE_ERROR_ARCH_UNSUPPORTED, CUT = GRAPHSAFE_ERROR_CUTLASS;
+
+// An entry point and the statuses it documents for the arguments this program passes.
+struct Entry {
+  const char* name;
+  std::vector<int> allowed;
+};
+
+enum E {
+  ContextCreate, ContextDestroy, StreamCreate, StreamDestroy, StreamSynchronize, BufferCreate, BufferWrite,
+  BufferRead, BufferInfo, BufferDestroy, WorkspaceCreate, WorkspaceEnsureSize, WorkspaceInfo, WorkspaceDestroy,
+  CaptureBegin, CaptureBindWorkspace, CaptureBindBuffer, CaptureEnd, CaptureDestroy, GraphNodeCount,
+  GraphInstantiate, GraphDestroy, ExecLaunch, ExecUpload, ExecDestroy, MlaDecode, MlaDecodeCaptured, W4a16,
+  W4a16Captured, kEntries
+};
+
+const Entry kEntry[kEntries] = {
+    {"graphsafe_context_create", {OK, DRV}},
+    {"graphsafe_context_destroy", {OK, IH}},
+    {"graphsafe_stream_create", {OK, IH, DRV}},
+    {"graphsafe_stream_destroy", {OK, IH, BUSY}},
+    {"graphsafe_stream_synchronize", {OK, IH, BUSY, DRV}},
+    {"graphsafe_buffer_create", {OK, IH, BUSY, DRV}},
+    {"graphsafe_buffer_write", {OK, IH, BUSY, DRV}},
+    {"graphsafe_buffer_read", {OK, IH, BUSY, DRV}},
+    {"graphsafe_buffer_info", {OK, IH}},
+    {"graphsafe_buffer_destroy", {OK, IH}},
+    {"graphsafe_workspace_create", {OK, IH, BUSY, DRV}},
+    {"graphsafe_workspace_ensure_size", {OK, IH, BUSY, DRV}},
+    {"graphsafe_workspace_info", {OK, IH}},
+    {"graphsafe_workspace_destroy", {OK, IH, BUSY}},
+    {"graphsafe_capture_begin", {OK, IH, BUSY, DRV}},
+    {"graphsafe_capture_bind_workspace", {OK, IH, BUSY}},
+    {"graphsafe_capture_bind_buffer", {OK}},
+    {"graphsafe_capture_end", {OK, CI}},
+    {"graphsafe_capture_destroy", {OK}},
+    {"graphsafe_graph_node_count", {OK, IH}},
+    {"graphsafe_graph_instantiate", {OK, IH, DRV}},
+    {"graphsafe_graph_destroy", {OK, IH}},
+    {"graphsafe_graph_exec_launch", {OK, IH, BUSY, DRV}},
+    {"graphsafe_graph_exec_upload", {OK, IH, BUSY, DRV}},
+    {"graphsafe_graph_exec_destroy", {OK, IH}},
+    {"graphsafe_mla_decode", {OK, IH, BUSY, DRV, RT, ARCH, CUT}},
+    {"graphsafe_mla_decode_captured", {OK, IA, WTS, DRV, RT, ARCH, CUT}},
+    {"graphsafe_nvfp4_w4a16_gemm", {OK, IH, BUSY, DRV, RT, ARCH, CUT}},
+    {"graphsafe_nvfp4_w4a16_gemm_captured", {OK, IA, WTS, DRV, RT, ARCH, CUT}},
+};
+
+// The stand-in's control API, when the driver graphsafe opened is the stand-in.
+struct Standin {
+  int (*delay)(const char*, int) = nullptr;
+  long (*violations)() = nullptr;
+  long (*stat)(const char*) = nullptr;
+  int (*last_violation)(char*, int) = nullptr;
+  int (*last_invalidation)(char*, int) = nullptr;
+  int (*last_recorded)(char*, int) = nullptr;
+  bool present() const { return delay != nullptr; }
+  std::string text(int (*f)(char*, int)) const {
+    char buf[1024] = {0};
+    if (f) f(buf, sizeof buf);
+    return buf;
+  }
+} g_standin;
+
+void find_standin() {
+  const char* path = std::getenv("GRAPHSAFE_CUDA_DRIVER");
+  if (!path || !*path) return;
+  // graphsafe opened it already (RTLD_LOCAL): NOLOAD finds that copy, whose state graphsafe uses.
+  void* h = dlopen(path, RTLD_NOW | RTLD_NOLOAD);
+  if (!h || !dlsym(h, "standin_delay")) return;
+  g_standin.delay = reinterpret_cast<int (*)(const char*, int)>(dlsym(h, "standin_delay"));
+  g_standin.violations = reinterpret_cast<long (*)()>(dlsym(h, "standin_violations"));
+  g_standin.stat = reinterpret_cast<long (*)(const char*)>(dlsym(h, "standin_stat"));
+  g_standin.last_violation = reinterpret_cast<int (*)(char*, int)>(dlsym(h, "standin_last_violation"));
+  g_standin.last_invalidation = reinterpret_cast<int (*)(char*, int)>(dlsym(h, "standin_last_invalidation"));
+  g_standin.last_recorded = reinterpret_cast<int (*)(char*, int)>(dlsym(h, "standin_last_recorded"));
+}
+
+// Delay settings the controller cycles through (stand-in only); each widens one race window.
+struct Delay {
+  const char* entry;
+  int usec;
+};
+const std::vector<std::vector<Delay>> kPhases = {
+    {},
+    {{"cuStreamBeginCapture", 150}},
+    {{"cuMemsetD8Async", 100}, {"cuMemcpyHtoDAsync", 100}, {"cuMemcpyDtoHAsync", 100}, {"cuGraphLaunch", 100},
+     {"cuStreamSynchronize", 100}},
+    {{"cuMemAlloc", 150}},
+    {{"cuGraphInstantiateWithFlags", 100}, {"cuGraphGetNodes", 100}, {"cuGraphLaunch", 100}, {"cuGraphUpload", 100}},
+};
+
+void set_phase(size_t phase) {
+  if (!g_standin.present()) return;
+  for (auto& p : kPhases)
+    for (auto& d : p) g_standin.delay(d.entry, 0);
+  for (auto& d : kPhases[phase]) g_standin.delay(d.entry, d.usec);
+}
+
+struct Shared {
+  GraphsafeContext ctx{};
+  std::atomic<uint64_t> ctxs[2]{};
+  std::atomic<uint64_t> streams[kSlots]{};
+  std::atomic<uint64_t> buffers[2 * kSlots]{};
+  std::atomic<uint64_t> workspaces[kSlots]{};
+  std::atomic<uint64_t> graphs[kSlots]{};
+  std::atomic<uint64_t> execs[kSlots]{};
+  std::vector<GraphsafeBuffer> tensors;  // never destroyed during the run (raw pointers stay valid)
+  std::vector<GraphsafeBuffer> canaries; // one per thread, also in tensors
+  GraphsafeMlaDecodeArgs mla{};
+  GraphsafeW4a16Args w4a16{};
+  std::atomic<uint64_t> calls{0};
+  std::atomic<int> inflight[kMaxThreads]{};
+  std::atomic<bool> stop{false};
+  uint64_t total = 0;
+  // The stand-in on a machine that also has a real libcuda.so.1: the kernel glue's CUDA runtime
+  // would hand the stand-in's stream handles to the real driver, so MLA/W4A16 calls are left out.
+  bool no_glue = false;
+  std::mutex mu;  // guards failures and busy
+  std::vector<std::string> failures;
+  std::vector<std::pair<int, uint64_t>> busy;  // (E, id) whose destroy was refused: retried at the end
+} g;
+
+void fail(const std::string& what) {
+  std::lock_guard<std::mutex> l(g.mu);
+  if (g.failures.size() < 20) {
+    std::fprintf(stderr, "capi_stress: FAILED: %s\n", what.c_str());
+    g.failures.push_back(what);
+  }
+  g.stop = true;
+}
+
+template <class F>
+int call(int t, E e, F f) {
+  g.inflight[t].store(e + 1);
+  int s = f();
+  g.inflight[t].store(0);
+  g.calls.fetch_add(1, std::memory_order_relaxed);
+  const auto& a = kEntry[e].allowed;
+  if (std::find(a.begin(), a.end(), s) == a.end())
+    fail(std::string(kEntry[e].name) + " returned " + std::to_string(s) + ", which it does not document here: " +
+         graphsafe_last_error());
+  return s;
+}
+
+struct Rng {
+  std::mt19937_64 r;
+  explicit Rng(uint64_t seed) : r(seed) {}
+  uint64_t below(uint64_t n) { return r() % n; }
+  uint64_t next() { return r(); }
+};
+
+template <size_t N>
+std::atomic<uint64_t>& pick(std::atomic<uint64_t> (&v)[N], Rng& rng) {
+  return v[rng.below(N)];
+}
+
+bool setup(int threads) {
+  auto need = [](int s, const char* what) {
+    if (s != OK) std::fprintf(stderr, "capi_stress: setup: %s returned %d: %s\n", what, s, graphsafe_last_error());
+    return s == OK;
+  };
+  if (!need(graphsafe_context_create(0, &g.ctx), "context_create")) return false;
+  GraphsafeStream stream{};
+  if (!need(graphsafe_stream_create(g.ctx, &stream), "stream_create")) return false;
+  g.streams[0] = stream.id;
+  bool ok = true;
+  auto buffer = [&](uint64_t bytes) {
+    GraphsafeBuffer b{};
+    ok = ok && need(graphsafe_buffer_create(stream, bytes, 1, &b), "buffer_create");
+    uint64_t ptr = 0;
+    ok = ok && need(graphsafe_buffer_info(b, &ptr, nullptr), "buffer_info");
+    g.tensors.push_back(b);
+    return std::make_pair(b, ptr);
+  };
+  // MLA on sm_90: bf16, 16 heads, one request of 64 tokens in one page of 64.
+  const int64_t heads = 16, page = 64;
+  auto& m = g.mla;
+  m.dtype = GRAPHSAFE_DTYPE_BF16;
+  m.batch = 1;
+  m.num_heads = int(heads);
+  m.q_nope = buffer(heads * 512 * 2).second;
+  m.q_nope_stride_batch = heads * 512;
+  m.q_nope_stride_head = 512;
+  m.q_pe = buffer(heads * 64 * 2).second;
+  m.q_pe_stride_batch = heads * 64;
+  m.q_pe_stride_head = 64;
+  m.kv_cache = buffer(page * 576 * 2).second;
+  m.num_pages = 1;
+  m.page_size = int(page);
+  auto seq = buffer(4);
+  m.seq_lens = seq.second;
+  m.page_table = buffer(4).second;  // zero: page 0
+  m.max_pages = 1;
+  m.out = buffer(heads * 512 * 2).second;
+  m.out_stride_batch = heads * 512;
+  m.out_stride_head = 512;
+  m.lse = buffer(heads * 4).second;
+  m.sm_scale = 0.0721f;
+  m.max_seq_len = 64;
+  m.num_splits = 0;
+  int32_t len = 64;
+  ok = ok && need(graphsafe_buffer_write(seq.first, 0, &len, 4, stream), "buffer_write");
+  // W4A16 on a weight buffer of the size its plan asks for.
+  const int wm = 4, wn = 256, wk = 256;
+  GraphsafeNvfp4Plan plan{};
+  ok = ok && need(graphsafe_nvfp4_plan(GRAPHSAFE_ARCH_SM90, wm, wn, wk, GRAPHSAFE_DTYPE_BF16, 132, &plan), "nvfp4_plan");
+  auto& w = g.w4a16;
+  w.weight = buffer(std::max<uint64_t>(plan.prepared_weight_bytes, 256)).first;
+  w.a = buffer(uint64_t(wm) * wk * 2).second;
+  w.lda = wk;
+  w.n = wn;
+  w.k = wk;
+  auto alpha = buffer(4);
+  w.alpha = alpha.second;
+  float one = 1.0f;
+  ok = ok && need(graphsafe_buffer_write(alpha.first, 0, &one, 4, stream), "buffer_write");
+  w.d = buffer(uint64_t(wm) * wn * 2).second;
+  w.ldd = wn;
+  w.m = wm;
+  for (int t = 0; t < threads; ++t) g.canaries.push_back(buffer(256).first);
+  ok = ok && need(graphsafe_stream_synchronize(stream), "stream_synchronize");
+  return ok;
+}
+
+// One capture: begin on a shared stream, a few capture-safe calls, end; then the leak checks.
+void capture_session(int t, Rng& rng) {
+  GraphsafeStream stream{pick(g.streams, rng).load()};
+  const int modes[] = {GRAPHSAFE_CAPTURE_THREAD_LOCAL, GRAPHSAFE_CAPTURE_THREAD_LOCAL, GRAPHSAFE_CAPTURE_THREAD_LOCAL,
+                       GRAPHSAFE_CAPTURE_RELAXED,      GRAPHSAFE_CAPTURE_RELAXED,      GRAPHSAFE_CAPTURE_GLOBAL};
+  int mode = modes[rng.below(6)];
+  GraphsafeCapture cap{};
+  if (call(t, CaptureBegin, [&] { return graphsafe_capture_begin(stream, mode, &cap); }) != OK) return;
+  int captured_ops = 0;
+  GraphsafeWorkspace bound{};
+  std::string log;
+  for (uint64_t i = 0, n = rng.below(4); i < n; ++i) {
+    switch (rng.below(g.no_glue ? 3 : 5)) {
+      case 0:
+      case 1: {
+        GraphsafeWorkspace ws{pick(g.workspaces, rng).load()};
+        uint64_t p = 0, c = 0;
+        int r = call(t, CaptureBindWorkspace, [&] { return graphsafe_capture_bind_workspace(cap, ws, &p, &c); });
+        log += " bind_workspace:" + std::to_string(r);
+        if (r == OK) bound = ws;
+        break;
+      }
+      case 2: {
+        GraphsafeBuffer b = g.tensors[rng.below(g.tensors.size())];
+        call(t, CaptureBindBuffer, [&] { return graphsafe_capture_bind_buffer(cap, b, nullptr); });
+        log += " bind_buffer";
+        break;
+      }
+      case 3: {
+        GraphsafeMlaPlan plan{};
+        int r = call(t, MlaDecodeCaptured, [&] { return graphsafe_mla_decode_captured(&g.mla, cap, bound, &plan); });
+        log += " mla_decode_captured:" + std::to_string(r);
+        captured_ops += r == OK;
+        break;
+      }
+      default: {
+        call(t, CaptureBindBuffer, [&] { return graphsafe_capture_bind_buffer(cap, g.w4a16.weight, nullptr); });
+        int r = call(t, W4a16Captured, [&] { return graphsafe_nvfp4_w4a16_gemm_captured(&g.w4a16, cap, bound); });
+        log += " w4a16_captured:" + std::to_string(r);
+        captured_ops += r == OK;
+        break;
+      }
+    }
+  }
+  if (rng.below(8) == 0) {
+    call(t, CaptureDestroy, [&] { return graphsafe_capture_destroy(cap); });
+    return;
+  }
+  GraphsafeGraph graph{};
+  int r = call(t, CaptureEnd, [&] { return graphsafe_capture_end(cap, &graph); });
+  if (r == CI && mode != GRAPHSAFE_CAPTURE_GLOBAL) {
+    fail(std::string("a ") + (mode == GRAPHSAFE_CAPTURE_RELAXED ? "relaxed" : "thread-local") +
+         " capture this thread used only for captured calls was invalidated: eager work reached the capturing stream (" +
+         graphsafe_last_error() + "; the stand-in: " + g_standin.text(g_standin.last_invalidation) +
+         "; this thread's calls in the capture:" + log + ")");
+  }
+  if (r != OK) return;
+  uint64_t nodes = 0;
+  call(t, GraphNodeCount, [&] { return graphsafe_graph_node_count(graph, &nodes); });
+  if (captured_ops == 0 && nodes != 0)
+    fail("a capture in which no captured op succeeded has " + std::to_string(nodes) +
+         " node(s): eager work leaked into it (the stand-in's last recorded node: " +
+         g_standin.text(g_standin.last_recorded) + ")");
+  uint64_t old = pick(g.graphs, rng).exchange(graph.id);
+  call(t, GraphDestroy, [&] { return graphsafe_graph_destroy(GraphsafeGraph{old}); });
+}
+
+void worker(int t) {
+  Rng rng(0x9E3779B97F4A7C15ull ^ (uint64_t(t + 1) << 32));
+  while (!g.stop.load(std::memory_order_relaxed) && g.calls.load(std::memory_order_relaxed) < g.total) {
+    GraphsafeStream stream{pick(g.streams, rng).load()};
+    GraphsafeWorkspace ws{pick(g.workspaces, rng).load()};
+    uint64_t op = rng.below(100);
+    if (op < 1) {
+      GraphsafeContext c{};
+      if (call(t, ContextCreate, [&] { return graphsafe_context_create(0, &c); }) == OK) {
+        uint64_t old = pick(g.ctxs, rng).exchange(c.id);
+        call(t, ContextDestroy, [&] { return graphsafe_context_destroy(GraphsafeContext{old}); });
+      }
+    } else if (op < 4) {
+      GraphsafeContext ctx = rng.below(2) ? g.ctx : GraphsafeContext{pick(g.ctxs, rng).load()};
+      GraphsafeStream s{};
+      if (call(t, StreamCreate, [&] { return graphsafe_stream_create(ctx, &s); }) == OK) {
+        uint64_t old = pick(g.streams, rng).exchange(s.id);
+        if (call(t, StreamDestroy, [&] { return graphsafe_stream_destroy(GraphsafeStream{old}); }) == BUSY) {
+          std::lock_guard<std::mutex> l(g.mu);
+          g.busy.emplace_back(StreamDestroy, old);
+        }
+      }
+    } else if (op < 6) {
+      call(t, StreamDestroy, [&] { return graphsafe_stream_destroy(stream); });
+    } else if (op < 9) {
+      call(t, StreamSynchronize, [&] { return graphsafe_stream_synchronize(stream); });
+    } else if (op < 14) {
+      GraphsafeBuffer b{};
+      uint64_t bytes = 256 + rng.below(16 << 10);
+      int zeroed = int(rng.next() & 1);
+      if (call(t, BufferCreate, [&] { return graphsafe_buffer_create(stream, bytes, zeroed, &b); }) == OK) {
+        uint64_t old = pick(g.buffers, rng).exchange(b.id);
+        call(t, BufferDestroy, [&] { return graphsafe_buffer_destroy(GraphsafeBuffer{old}); });
+      }
+    } else if (op < 16) {
+      GraphsafeBuffer b{pick(g.buffers, rng).exchange(0)};
+      call(t, BufferDestroy, [&] { return graphsafe_buffer_destroy(b); });
+    } else if (op < 20) {
+      GraphsafeBuffer b{pick(g.buffers, rng).load()};
+      unsigned char bytes[64] = {0};
+      if (rng.below(2))
+        call(t, BufferWrite, [&] { return graphsafe_buffer_write(b, 0, bytes, 64, stream); });
+      else
+        call(t, BufferRead, [&] { return graphsafe_buffer_read(b, 0, bytes, 64, stream); });
+      uint64_t n = 0;
+      call(t, BufferInfo, [&] { return graphsafe_buffer_info(b, nullptr, &n); });
+    } else if (op < 25) {
+      // This thread's canary: what is written on a stream is what reads back on it.
+      GraphsafeBuffer b = g.canaries[t];
+      unsigned char data[256], back[256];
+      for (auto& d : data) d = uint8_t(rng.next());
+      if (call(t, BufferWrite, [&] { return graphsafe_buffer_write(b, 0, data, 256, stream); }) == OK &&
+          call(t, BufferRead, [&] { return graphsafe_buffer_read(b, 0, back, 256, stream); }) == OK &&
+          std::memcmp(data, back, 256) != 0)
+        fail("a buffer read back other bytes than were just written on the same stream (a copy was captured instead of run)");
+    } else if (op < 29) {
+      GraphsafeWorkspace w{};
+      uint64_t bytes = rng.below(64 << 10);
+      if (call(t, WorkspaceCreate, [&] { return graphsafe_workspace_create(stream, bytes, &w); }) == OK) {
+        uint64_t old = pick(g.workspaces, rng).exchange(w.id);
+        if (call(t, WorkspaceDestroy, [&] { return graphsafe_workspace_destroy(GraphsafeWorkspace{old}); }) == BUSY) {
+          std::lock_guard<std::mutex> l(g.mu);
+          g.busy.emplace_back(WorkspaceDestroy, old);
+        }
+      }
+    } else if (op < 35) {
+      uint64_t bytes = rng.below(64 << 10);
+      int grew = 0;
+      call(t, WorkspaceEnsureSize, [&] { return graphsafe_workspace_ensure_size(ws, bytes, stream, &grew); });
+    } else if (op < 37) {
+      uint64_t c = 0, p = 0;
+      call(t, WorkspaceInfo, [&] { return graphsafe_workspace_info(ws, &c, &p); });
+    } else if (op < 41) {
+      call(t, WorkspaceDestroy, [&] { return graphsafe_workspace_destroy(ws); });
+    } else if (op < 61 && g.no_glue) {
+      call(t, StreamSynchronize, [&] { return graphsafe_stream_synchronize(stream); });
+    } else if (op < 51) {
+      GraphsafeMlaPlan plan{};
+      call(t, MlaDecode, [&] { return graphsafe_mla_decode(&g.mla, ws, stream, &plan); });
+    } else if (op < 61) {
+      call(t, W4a16, [&] { return graphsafe_nvfp4_w4a16_gemm(&g.w4a16, ws, stream); });
+    } else if (op < 65) {
+      GraphsafeGraph gr{pick(g.graphs, rng).load()};
+      GraphsafeGraphExec e{};
+      if (call(t, GraphInstantiate, [&] { return graphsafe_graph_instantiate(gr, &e); }) == OK) {
+        uint64_t old = pick(g.execs, rng).exchange(e.id);
+        call(t, ExecDestroy, [&] { return graphsafe_graph_exec_destroy(GraphsafeGraphExec{old}); });
+      }
+      uint64_t n = 0;
+      call(t, GraphNodeCount, [&] { return graphsafe_graph_node_count(gr, &n); });
+    } else if (op < 67) {
+      GraphsafeGraph gr{pick(g.graphs, rng).exchange(0)};
+      call(t, GraphDestroy, [&] { return graphsafe_graph_destroy(gr); });
+    } else if (op < 75) {
+      GraphsafeGraphExec e{pick(g.execs, rng).load()};
+      if (rng.below(4) == 0)
+        call(t, ExecUpload, [&] { return graphsafe_graph_exec_upload(e, stream); });
+      else
+        call(t, ExecLaunch, [&] { return graphsafe_graph_exec_launch(e, stream); });
+    } else if (op < 77) {
+      GraphsafeGraphExec e{pick(g.execs, rng).exchange(0)};
+      call(t, ExecDestroy, [&] { return graphsafe_graph_exec_destroy(e); });
+    } else {
+      capture_session(t, rng);
+    }
+  }
+}
+
+// Without a driver: every thread calls entry points on forged, zero and destroyed-looking handles
+// and the host-only planners. Each call must answer DRIVER_NOT_FOUND (naming libcuda.so.1) or
+// INVALID_HANDLE, the planners OK, with this thread's error text: the paths CI machines run, and
+// the part of the C ABI race detectors can follow (Rust's futex-based locks are invisible to
+// helgrind and drd; without a driver no registry entry is ever written).
+void absent_worker(int t) {
+  Rng rng(0xA85E47ull ^ (uint64_t(t + 1) << 32));
+  const int DNF = GRAPHSAFE_ERROR_DRIVER_NOT_FOUND;
+  auto handle = [&] { return rng.below(3) == 0 ? 0 : ((1 + rng.below(7)) << 56) | ((1 + rng.below(3)) << 32) | rng.below(8); };
+  auto check = [&](const char* what, int s, std::initializer_list<int> allowed) {
+    g.calls.fetch_add(1, std::memory_order_relaxed);
+    if (std::find(allowed.begin(), allowed.end(), s) == allowed.end())
+      fail(std::string(what) + " returned " + std::to_string(s) + " without a driver: " + graphsafe_last_error());
+    else if (s == DNF && !std::strstr(graphsafe_last_error(), "libcuda.so.1"))
+      fail(std::string(what) + ": DRIVER_NOT_FOUND whose text does not say where it looked: " + graphsafe_last_error());
+    else if (s != OK && graphsafe_last_error()[0] == '\0')
+      fail(std::string(what) + ": a failure without error text");
+  };
+  while (!g.stop.load(std::memory_order_relaxed) && g.calls.load(std::memory_order_relaxed) < g.total) {
+    g.inflight[t].store(1);
+    switch (rng.below(12)) {
+      case 0: { int n = 0; check("device_count", graphsafe_device_count(&n), {DNF}); break; }
+      case 1: { GraphsafeContext c{}; check("context_create", graphsafe_context_create(0, &c), {DNF}); break; }
+      case 2: { GraphsafeStream s{}; check("stream_create", graphsafe_stream_create(GraphsafeContext{handle()}, &s), {IH}); break; }
+      case 3: check("stream_destroy", graphsafe_stream_destroy(GraphsafeStream{handle()}), {IH}); break;
+      case 4: { GraphsafeBuffer b{}; check("buffer_create", graphsafe_buffer_create(GraphsafeStream{handle()}, 256, 1, &b), {IH}); break; }
+      case 5: check("workspace_destroy", graphsafe_workspace_destroy(GraphsafeWorkspace{handle()}), {IH}); break;
+      case 6: { GraphsafeCapture c{}; check("capture_begin", graphsafe_capture_begin(GraphsafeStream{handle()}, GRAPHSAFE_CAPTURE_THREAD_LOCAL, &c), {IH}); break; }
+      case 7: { GraphsafeGraph gr{}; check("capture_end", graphsafe_capture_end(GraphsafeCapture{handle()}, &gr), {IH}); break; }
+      case 8: check("graph_exec_launch", graphsafe_graph_exec_launch(GraphsafeGraphExec{handle()}, GraphsafeStream{handle()}), {IH}); break;
+      case 9: { GraphsafeMlaPlan p{}; check("mla_plan", graphsafe_mla_plan(GRAPHSAFE_ARCH_SM90, GRAPHSAFE_DTYPE_BF16, 16, 1 + int(rng.below(64)), 1 + int(rng.below(8192)), 132, 0, &p), {OK}); break; }
+      case 10: { GraphsafeNvfp4Plan p{}; check("nvfp4_plan", graphsafe_nvfp4_plan(GRAPHSAFE_ARCH_SM90, 1 + int(rng.below(256)), 256, 256, GRAPHSAFE_DTYPE_BF16, 132, &p), {OK}); break; }
+      default: { int a = 0, b = 0; check("driver_version", graphsafe_driver_version(&a, &b), {DNF}); break; }
+    }
+    g.inflight[t].store(0);
+  }
+}
+
+template <size_t N, class F>
+void destroy_all(std::atomic<uint64_t> (&v)[N], F f) {
+  for (auto& a : v) {
+    int r = f(a.exchange(0));
+    if (r != OK && r != IH) fail("teardown: status " + std::to_string(r) + ": " + graphsafe_last_error());
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);  // the watchdog leaves with _exit: nothing may wait in a buffer
+  g.total = argc > 1 ? std::strtoull(argv[1], nullptr, 10) : 200000;
+  int threads = argc > 2 ? std::atoi(argv[2]) : 8;
+  if (threads < 1 || threads > kMaxThreads || g.total == 0) {
+    std::fprintf(stderr, "usage: capi_stress [calls] [threads 1..%d]\n", kMaxThreads);
+    return 2;
+  }
+  // Lazy singletons first (the driver, its symbols, the registry), before any thread exists, so
+  // race detectors see their one-time initialisation happen before the threads.
+  int n = 0;
+  int st = graphsafe_version() == nullptr ? -99 : graphsafe_device_count(&n);  // the driver library, cuInit
+  graphsafe_stream_destroy(GraphsafeStream{0});                                // the handle registry
+  bool absent = st == GRAPHSAFE_ERROR_DRIVER_NOT_FOUND;
+  if (!absent && (st != OK || n < 1)) {
+    std::fprintf(stderr, "capi_stress: no device (%s)\ncapi_stress: 0 passed, 1 failed\n", graphsafe_last_error());
+    return 1;
+  }
+  if (absent) {
+    GraphsafeMlaPlan p{};  // the planners' lazy state too
+    graphsafe_mla_plan(GRAPHSAFE_ARCH_SM90, GRAPHSAFE_DTYPE_BF16, 16, 1, 64, 132, 0, &p);
+    std::printf("capi_stress: %llu calls on %d threads, no driver\n", (unsigned long long)g.total, threads);
+    std::vector<std::thread> ws;
+    for (int t = 0; t < threads; ++t) ws.emplace_back(absent_worker, t);
+    for (auto& w : ws) w.join();
+    bool ok = g.failures.empty() && g.calls.load() >= g.total;
+    std::printf("capi_stress: %llu calls without a driver\ncapi_stress: %d passed, %d failed\n",
+                (unsigned long long)g.calls.load(), ok ? 1 : 0, ok ? 0 : 1);
+    return ok ? 0 : 1;
+  }
+  find_standin();
+  if (g_standin.present()) {
+    void* real = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    g.no_glue = real != nullptr;
+    if (real) std::printf("capi_stress: a real libcuda.so.1 is present: MLA and W4A16 calls left out\n");
+  }
+  if (!setup(threads)) {
+    std::printf("capi_stress: 0 passed, 1 failed\n");
+    return 1;
+  }
+  std::printf("capi_stress: %llu calls on %d threads, driver: %s\n", (unsigned long long)g.total, threads,
+              g_standin.present() ? "the stand-in" : "the system's");
+  auto start = std::chrono::steady_clock::now();
+  std::vector<std::thread> ws;
+  for (int t = 0; t < threads; ++t) ws.emplace_back(worker, t);
+  std::atomic<bool> done{false};
+  std::thread watchdog([&] {
+    uint64_t last = 0;
+    size_t phase = 0;
+    auto since = std::chrono::steady_clock::now(), phase_at = since;
+    set_phase(0);
+    while (!done) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      auto now = std::chrono::steady_clock::now();
+      if (now - phase_at > kPhase) {
+        phase = (phase + 1) % kPhases.size();
+        set_phase(phase);
+        phase_at = now;
+      }
+      uint64_t c = g.calls.load();
+      if (c != last) {
+        last = c;
+        since = now;
+      } else if (now - since > kNoProgress) {
+        std::fprintf(stderr, "capi_stress: DEADLOCK: no call completed for 10 s after %llu calls; in flight:\n",
+                     (unsigned long long)c);
+        for (int t = 0; t < threads; ++t) {
+          int e = g.inflight[t].load();
+          std::fprintf(stderr, "  thread %d: %s\n", t, e ? kEntry[e - 1].name : "(between calls)");
+        }
+        std::fflush(stderr);
+        _exit(3);
+      }
+    }
+    set_phase(0);
+  });
+  for (auto& w : ws) w.join();
+  done = true;
+  watchdog.join();
+  double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  uint64_t calls = g.calls.load();
+  std::printf("capi_stress: %llu calls in %.1f s\n", (unsigned long long)calls, secs);
+
+  destroy_all(g.execs, [](uint64_t id) { return graphsafe_graph_exec_destroy(GraphsafeGraphExec{id}); });
+  destroy_all(g.graphs, [](uint64_t id) { return graphsafe_graph_destroy(GraphsafeGraph{id}); });
+  destroy_all(g.workspaces, [](uint64_t id) { return graphsafe_workspace_destroy(GraphsafeWorkspace{id}); });
+  destroy_all(g.buffers, [](uint64_t id) { return graphsafe_buffer_destroy(GraphsafeBuffer{id}); });
+  destroy_all(g.streams, [](uint64_t id) { return graphsafe_stream_destroy(GraphsafeStream{id}); });
+  destroy_all(g.ctxs, [](uint64_t id) { return graphsafe_context_destroy(GraphsafeContext{id}); });
+  for (auto& [e, id] : g.busy) {
+    int r = e == StreamDestroy ? graphsafe_stream_destroy(GraphsafeStream{id}) : graphsafe_workspace_destroy(GraphsafeWorkspace{id});
+    if (r != OK && r != IH) fail("teardown of a handle once BUSY: status " + std::to_string(r) + ": " + graphsafe_last_error());
+  }
+  for (auto b : g.tensors)
+    if (graphsafe_buffer_destroy(b) != OK) fail(std::string("teardown: buffer_destroy: ") + graphsafe_last_error());
+  if (graphsafe_context_destroy(g.ctx) != OK) fail(std::string("teardown: context_destroy: ") + graphsafe_last_error());
+
+  if (calls < g.total) fail("only " + std::to_string(calls) + " calls");
+  if (g_standin.present()) {
+    if (g_standin.violations() != 0)
+      fail("the stand-in saw a memory-safety violation: " + g_standin.text(g_standin.last_violation));
+    long live = g_standin.stat("live_allocations"), orphaned = g_standin.stat("orphaned_allocations");
+    if (live != orphaned) fail("allocations leaked: " + std::to_string(live - orphaned));
+    for (const char* gauge : {"open_captures", "live_streams", "live_graphs", "live_execs", "primary_ctx_refs"})
+      if (g_standin.stat(gauge) != 0) fail(std::string(gauge) + " after teardown: " + std::to_string(g_standin.stat(gauge)));
+  }
+  bool ok = g.failures.empty();
+  std::printf("capi_stress: %d passed, %d failed\n", ok ? 1 : 0, ok ? 0 : 1);
+  return ok ? 0 : 1;
+}

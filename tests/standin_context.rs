@@ -1,0 +1,240 @@
+//! Two devices on the stand-in driver (tests/standin), on the CPU:
+//!
+//! * invariant 12 — every call that has to make a context current restores the caller's current
+//!   context (none, or another device's) before it returns, through the Rust API and the C ABI;
+//! * objects of one device are refused with another device's stream or capture, instead of
+//!   reaching the driver (on the stand-in, a kernel touching another device's memory is a counted
+//!   violation, as it is an illegal address on a GPU without peer access).
+#![allow(unused_unsafe)]
+
+mod common;
+mod standin;
+
+use common::random_f32;
+use graphsafe::capi::*;
+use graphsafe::driver::{Context, DeviceBuffer, Event, MemInfo, Stream};
+use graphsafe::graph::CaptureMode;
+use graphsafe::ops::testing::{SplitKShape, TestKernels};
+use graphsafe::sys::cuda as c;
+use graphsafe::workspace::Workspace;
+use graphsafe::Error;
+use standin::exclusive;
+
+const SHAPE: SplitKShape = SplitKShape { m: 130, k: 64, splits: 4 };
+
+fn current() -> c::CUcontext {
+    let f = graphsafe::sys::driver::api().unwrap().cuCtxGetCurrent().unwrap().f;
+    let mut ctx = std::ptr::null_mut();
+    // SAFETY: out-pointer to a local.
+    assert_eq!(unsafe { f(&mut ctx) }, c::CUresult::CUDA_SUCCESS);
+    ctx
+}
+
+fn set_current(ctx: c::CUcontext) {
+    let f = graphsafe::sys::driver::api().unwrap().cuCtxSetCurrent().unwrap().f;
+    // SAFETY: null or a retained primary context of the stand-in.
+    assert_eq!(unsafe { f(ctx) }, c::CUresult::CUDA_SUCCESS);
+}
+
+#[test]
+fn every_call_that_makes_a_context_current_restores_the_callers() {
+    let (_g, s) = exclusive();
+    let ctx0 = Context::new(0).unwrap();
+    let ctx1 = Context::new(1).unwrap();
+    let mut left = Vec::new();
+    for (who, caller) in [("no context", std::ptr::null_mut()), ("device 1's context", ctx1.raw())] {
+        set_current(caller);
+        let mut step = |name: &str| {
+            let now = current();
+            if now != caller {
+                left.push(format!("{name} (the caller had {who})"));
+                set_current(caller);
+            }
+        };
+        let mut stream = Stream::new(&ctx0).unwrap();
+        step("Stream::new");
+        let k = TestKernels::load(&ctx0).unwrap();
+        step("TestKernels::load (cuModuleLoadData, cuModuleGetFunction)");
+        let host = random_f32((SHAPE.m * SHAPE.k) as usize, 1);
+        let a = DeviceBuffer::from_host(&stream, &host).unwrap();
+        step("DeviceBuffer::from_host");
+        let x = DeviceBuffer::alloc_zeroed(&stream, SHAPE.k as usize * 4).unwrap();
+        step("DeviceBuffer::alloc_zeroed");
+        let y = DeviceBuffer::alloc(&ctx0, SHAPE.m as usize * 4).unwrap();
+        step("DeviceBuffer::alloc");
+        y.memset_u8(0, &stream).unwrap();
+        step("DeviceBuffer::memset_u8");
+        let _ = y.to_host_vec::<f32>(&stream).unwrap();
+        step("DeviceBuffer::to_host_vec");
+        stream.synchronize().unwrap();
+        step("Stream::synchronize");
+        let _ = stream.is_capturing().unwrap();
+        step("Stream::is_capturing");
+        let mut ws = Workspace::new(&stream, 256).unwrap();
+        step("Workspace::new");
+        ws.ensure_size(1 << 16, &stream).unwrap();
+        step("Workspace::ensure_size");
+        k.split_k_gemv(&a, &x, &y, SHAPE, &mut ws, &stream).unwrap();
+        step("TestKernels::split_k_gemv");
+        let (e0, e1) = (Event::new(&ctx0, true).unwrap(), Event::new(&ctx0, true).unwrap());
+        step("Event::new");
+        e0.record(&stream).unwrap();
+        e1.record(&stream).unwrap();
+        step("Event::record");
+        e1.synchronize().unwrap();
+        let _ = e1.elapsed_ms(&e0).unwrap();
+        step("Event::synchronize/elapsed_ms");
+        let _ = MemInfo::query(&ctx0).unwrap();
+        step("MemInfo::query");
+        ctx0.synchronize().unwrap();
+        step("Context::synchronize");
+        let graph = {
+            let mut cap = stream.begin_capture(CaptureMode::ThreadLocal).unwrap();
+            step("Stream::begin_capture");
+            let w = cap.bind_workspace(&mut ws).unwrap();
+            let (ca, cx, cy) = (cap.bind_buffer(&a).unwrap(), cap.bind_buffer(&x).unwrap(), cap.bind_buffer(&y).unwrap());
+            k.split_k_gemv_captured(&ca, &cx, &cy, SHAPE, &w, &cap).unwrap();
+            step("a captured launch");
+            let g = cap.end().unwrap();
+            step("Capture::end");
+            g
+        };
+        let _ = graph.node_kinds().unwrap();
+        step("Graph::node_kinds");
+        let exec = graph.instantiate().unwrap();
+        step("Graph::instantiate");
+        exec.upload(&stream).unwrap();
+        exec.launch(&stream).unwrap();
+        step("GraphExec::upload/launch");
+        drop(graph);
+        step("dropping a Graph (cuGraphDestroy)");
+        drop(exec);
+        step("dropping a GraphExec (cuGraphExecDestroy)");
+        drop((e0, e1));
+        step("dropping Events");
+        drop(ws);
+        drop((a, x, y));
+        step("dropping buffers (cuMemFree)");
+        drop(k);
+        step("dropping TestKernels (cuModuleUnload)");
+        drop(stream);
+        step("dropping a Stream (cuStreamDestroy)");
+
+        // The C ABI, whose callers are C++ engines that keep their own context current.
+        let mut cx = GraphsafeContext::default();
+        assert_eq!(unsafe { graphsafe_context_create(0, &mut cx) }, GRAPHSAFE_OK);
+        step("graphsafe_context_create");
+        let mut st = GraphsafeStream::default();
+        assert_eq!(unsafe { graphsafe_stream_create(cx, &mut st) }, GRAPHSAFE_OK);
+        step("graphsafe_stream_create");
+        let mut b = GraphsafeBuffer::default();
+        assert_eq!(unsafe { graphsafe_buffer_create(st, 4096, 1, &mut b) }, GRAPHSAFE_OK);
+        step("graphsafe_buffer_create");
+        let bytes = [7u8; 64];
+        assert_eq!(unsafe { graphsafe_buffer_write(b, 0, bytes.as_ptr().cast(), 64, st) }, GRAPHSAFE_OK);
+        step("graphsafe_buffer_write");
+        let mut w = GraphsafeWorkspace::default();
+        assert_eq!(unsafe { graphsafe_workspace_create(st, 4096, &mut w) }, GRAPHSAFE_OK);
+        step("graphsafe_workspace_create");
+        let mut cap = GraphsafeCapture::default();
+        assert_eq!(unsafe { graphsafe_capture_begin(st, GRAPHSAFE_CAPTURE_THREAD_LOCAL, &mut cap) }, GRAPHSAFE_OK);
+        step("graphsafe_capture_begin");
+        let mut g = GraphsafeGraph::default();
+        assert_eq!(unsafe { graphsafe_capture_end(cap, &mut g) }, GRAPHSAFE_OK);
+        step("graphsafe_capture_end");
+        let mut n = 0u64;
+        assert_eq!(unsafe { graphsafe_graph_node_count(g, &mut n) }, GRAPHSAFE_OK);
+        step("graphsafe_graph_node_count");
+        let mut e = GraphsafeGraphExec::default();
+        assert_eq!(unsafe { graphsafe_graph_instantiate(g, &mut e) }, GRAPHSAFE_OK);
+        step("graphsafe_graph_instantiate");
+        assert_eq!(unsafe { graphsafe_graph_exec_launch(e, st) }, GRAPHSAFE_OK);
+        assert_eq!(unsafe { graphsafe_stream_synchronize(st) }, GRAPHSAFE_OK);
+        step("graphsafe_graph_exec_launch/stream_synchronize");
+        for r in unsafe {
+            [
+                graphsafe_graph_exec_destroy(e),
+                graphsafe_graph_destroy(g),
+                graphsafe_workspace_destroy(w),
+                graphsafe_buffer_destroy(b),
+                graphsafe_stream_destroy(st),
+                graphsafe_context_destroy(cx),
+            ]
+        } {
+            assert_eq!(r, GRAPHSAFE_OK);
+        }
+        step("graphsafe_*_destroy");
+    }
+    set_current(std::ptr::null_mut());
+    assert!(left.is_empty(), "{} call(s) left another context current than the caller's: {left:#?}", left.len());
+    assert_eq!(s.violations(), 0, "{}", s.last_violation());
+}
+
+#[test]
+fn objects_of_another_device_are_refused() {
+    let (_g, s) = exclusive();
+    let (ctx0, ctx1) = (Context::new(0).unwrap(), Context::new(1).unwrap());
+    let (mut s0, s1) = (Stream::new(&ctx0).unwrap(), Stream::new(&ctx1).unwrap());
+    let k0 = TestKernels::load(&ctx0).unwrap();
+    let invalid = |r: Result<_, Error>, what: &str| match r {
+        Err(Error::InvalidArgument { .. }) => {}
+        Err(e) => panic!("{what}: expected InvalidArgument, got {e}"),
+        Ok(_) => panic!("{what}: accepted another device's object"),
+    };
+    let mut ws1 = Workspace::new(&s1, 4096).unwrap();
+    invalid(ws1.ensure_size(1 << 16, &s0).map(drop), "growing device 1's workspace on device 0's stream");
+    let buf1 = DeviceBuffer::alloc_zeroed(&s1, 4096).unwrap();
+    invalid(buf1.memset_u8(1, &s0), "a memset of device 1's buffer on device 0's stream");
+    let (a1, x1, y1) = (
+        DeviceBuffer::alloc_zeroed(&s1, (SHAPE.m * SHAPE.k) as usize * 4).unwrap(),
+        DeviceBuffer::alloc_zeroed(&s1, SHAPE.k as usize * 4).unwrap(),
+        DeviceBuffer::alloc_zeroed(&s1, SHAPE.m as usize * 4).unwrap(),
+    );
+    let mut ws0 = Workspace::new(&s0, SHAPE.workspace_bytes()).unwrap();
+    invalid(k0.split_k_gemv(&a1, &x1, &y1, SHAPE, &mut ws0, &s0), "device 0's kernel on device 1's buffers");
+    let graph = {
+        let mut cap = s0.begin_capture(CaptureMode::ThreadLocal).unwrap();
+        invalid(cap.bind_buffer(&buf1).map(drop), "binding device 1's buffer to device 0's capture");
+        invalid(cap.bind_workspace(&mut ws1).map(drop), "binding device 1's workspace to device 0's capture");
+        cap.end().unwrap()
+    };
+    assert_eq!(graph.node_kinds().unwrap(), vec![], "a refused call captured something");
+    // The C ABI.
+    let mut cx = [GraphsafeContext::default(); 2];
+    let mut st = [GraphsafeStream::default(); 2];
+    let mut w = [GraphsafeWorkspace::default(); 2];
+    for d in 0..2 {
+        assert_eq!(unsafe { graphsafe_context_create(d as i32, &mut cx[d]) }, GRAPHSAFE_OK);
+        assert_eq!(unsafe { graphsafe_stream_create(cx[d], &mut st[d]) }, GRAPHSAFE_OK);
+        assert_eq!(unsafe { graphsafe_workspace_create(st[d], 4096, &mut w[d]) }, GRAPHSAFE_OK);
+    }
+    let ia = GRAPHSAFE_ERROR_INVALID_ARGUMENT;
+    assert_eq!(unsafe { graphsafe_workspace_ensure_size(w[1], 1 << 16, st[0], std::ptr::null_mut()) }, ia);
+    let mut b1 = GraphsafeBuffer::default();
+    assert_eq!(unsafe { graphsafe_buffer_create(st[1], 4096, 1, &mut b1) }, GRAPHSAFE_OK);
+    let bytes = [1u8; 16];
+    assert_eq!(unsafe { graphsafe_buffer_write(b1, 0, bytes.as_ptr().cast(), 16, st[0]) }, ia);
+    let mut cap = GraphsafeCapture::default();
+    assert_eq!(unsafe { graphsafe_capture_begin(st[0], GRAPHSAFE_CAPTURE_THREAD_LOCAL, &mut cap) }, GRAPHSAFE_OK);
+    assert_eq!(unsafe { graphsafe_capture_bind_workspace(cap, w[1], std::ptr::null_mut(), std::ptr::null_mut()) }, ia);
+    assert_eq!(unsafe { graphsafe_capture_bind_buffer(cap, b1, std::ptr::null_mut()) }, ia);
+    let mut g = GraphsafeGraph::default();
+    assert_eq!(unsafe { graphsafe_capture_end(cap, &mut g) }, GRAPHSAFE_OK);
+    let mut n = 1u64;
+    assert_eq!(unsafe { graphsafe_graph_node_count(g, &mut n) }, GRAPHSAFE_OK);
+    assert_eq!(n, 0);
+    let mut e = GraphsafeGraphExec::default();
+    assert_eq!(unsafe { graphsafe_graph_instantiate(g, &mut e) }, GRAPHSAFE_OK);
+    assert_eq!(unsafe { graphsafe_graph_exec_launch(e, st[1]) }, ia, "device 0's graph on device 1's stream");
+    unsafe {
+        graphsafe_graph_exec_destroy(e);
+        graphsafe_graph_destroy(g);
+        graphsafe_buffer_destroy(b1);
+        for d in 0..2 {
+            graphsafe_workspace_destroy(w[d]);
+            graphsafe_stream_destroy(st[d]);
+            graphsafe_context_destroy(cx[d]);
+        }
+    }
+    assert_eq!(s.violations(), 0, "{}", s.last_violation());
+}
