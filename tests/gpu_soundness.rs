@@ -42,3 +42,9 @@ fn a_graph_holds_each_baked_in_allocation_once() {
     let Some((ctx, mut stream)) = gpu() else { return };
     soundness::a_graph_holds_each_baked_in_allocation_once(&ctx, &mut stream);
 }
+
+#[test]
+fn a_graph_keeps_its_kernels_module_loaded() {
+    let Some((ctx, mut stream)) = gpu() else { return };
+    soundness::a_graph_keeps_its_kernels_module_loaded(&ctx, &mut stream);
+}

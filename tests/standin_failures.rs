@@ -162,7 +162,7 @@ fn a_failed_zero_fill_during_growth_frees_the_new_buffer_and_keeps_the_old_one()
     s.fail("cuMemsetD8Async", 0, CUresult::CUDA_ERROR_LAUNCH_FAILED);
     let e = ws.ensure_size(cap_before * 2, &stream).unwrap_err();
     assert_eq!(driver_code(&e), Some(CUresult::CUDA_ERROR_LAUNCH_FAILED.0), "{e}");
-    assert_eq!(s.calls("cuMemAlloc") >= 1, true);
+    assert!(s.calls("cuMemAlloc") >= 1);
     assert_eq!((ws.capacity(), ws.device_ptr(), ws.retired_count()), (cap_before, ptr_before, 0));
     assert_eq!(ws.to_host_vec(&stream).unwrap(), bytes_before);
     assert_eq!(s.live_allocations(), live_before, "the unzeroed new buffer must be freed, not kept or leaked");

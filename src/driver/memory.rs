@@ -1,6 +1,7 @@
 use super::{check, init, log_drop_error, Context, DevicePtr, Stream};
 use crate::error::{Error, Result};
-use std::sync::Arc;
+use crate::sys::cuda as c;
+use std::sync::{Arc, Mutex};
 
 /// Device memory from `cuMemAlloc`, freed when the last reference goes away.
 ///
@@ -35,21 +36,106 @@ impl Allocation {
 
 impl Drop for Allocation {
     fn drop(&mut self) {
-        // Work still in flight may use the block (a kernel queued before a workspace grew, the last
-        // replay of a graph that was just dropped). cuMemFree is not documented to wait for it, so
-        // wait for the whole context explicitly: only then can the block go back to the allocator.
-        // Frees are rare (growth, graph teardown); a decode loop does none.
-        let r = (|| {
-            let _current = self.ctx.enter()?;
-            let sync = init()?.cuCtxSynchronize()?;
-            // SAFETY: no arguments; the context is current.
-            check(unsafe { (sync.f)() }, sync.name)?;
-            let f = init()?.cuMemFree()?;
-            // SAFETY: we allocated ptr and nothing else frees it.
-            check(unsafe { (f.f)(self.ptr) }, f.name)
-        })();
-        log_drop_error("cuMemFree", r);
+        release(self.ptr, &self.ctx);
     }
+}
+
+// Frees refused because a capture was open (see `release`), retried after the next successful
+// synchronize: never freed before the work that used them finished, never lost.
+static DEFERRED: Mutex<Vec<(DevicePtr, Arc<Context>)>> = Mutex::new(Vec::new());
+
+/// Returns a block to the driver once no work can still use it.
+///
+/// Work in flight may use the block (a kernel queued before a workspace grew, the last replay of a
+/// graph just dropped), and `cuMemFree` is not documented to wait for it: so the whole context is
+/// synchronized first, explicitly. Both calls run with this thread's capture mode set to relaxed,
+/// so that a drop on a thread with a capture open does not invalidate that capture. If the driver
+/// still refuses (a capture elsewhere makes the synchronize illegal), the free is deferred until
+/// the next synchronize succeeds (the next free, or the end of a capture). Frees are rare
+/// (growth, graph teardown); a decode loop does none.
+fn release(ptr: DevicePtr, ctx: &Arc<Context>) {
+    match synchronize_relaxed(ctx).and_then(|()| free_relaxed(ptr, ctx)) {
+        Ok(()) => free_deferred_after_synchronize(ctx),
+        Err(e) if refused_by_capture(&e) => DEFERRED.lock().unwrap_or_else(|p| p.into_inner()).push((ptr, ctx.clone())),
+        Err(e) => log_drop_error("cuMemFree", Err(e)),
+    }
+}
+
+/// Frees what was deferred in `ctx`, if its work can be waited for now (called when a capture
+/// ends; cheap when nothing is deferred).
+pub(crate) fn retry_deferred_frees(ctx: &Arc<Context>) {
+    if DEFERRED.lock().unwrap_or_else(|p| p.into_inner()).iter().any(|(_, c)| Arc::ptr_eq(c, ctx)) && synchronize_relaxed(ctx).is_ok() {
+        free_deferred_after_synchronize(ctx);
+    }
+}
+
+/// Frees every deferred block of `ctx`. Call only right after `ctx` was synchronized: a deferred
+/// block has no owner left, so no work enqueued since can use it.
+fn free_deferred_after_synchronize(ctx: &Arc<Context>) {
+    let mine: Vec<(DevicePtr, Arc<Context>)> = {
+        let mut d = DEFERRED.lock().unwrap_or_else(|p| p.into_inner());
+        if d.is_empty() {
+            return;
+        }
+        let (mine, rest) = std::mem::take(&mut *d).into_iter().partition(|(_, c)| Arc::ptr_eq(c, ctx));
+        *d = rest;
+        mine
+    };
+    for (ptr, c) in mine {
+        if let Err(e) = free_relaxed(ptr, &c) {
+            if refused_by_capture(&e) {
+                DEFERRED.lock().unwrap_or_else(|p| p.into_inner()).push((ptr, c));
+            } else {
+                log_drop_error("cuMemFree (deferred)", Err(e));
+            }
+        }
+    }
+}
+
+fn refused_by_capture(e: &Error) -> bool {
+    // CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED (900) … CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD (908).
+    matches!(e, Error::Driver { code, .. } if (900..=908).contains(code))
+}
+
+/// This thread's capture mode set to relaxed until dropped (then restored).
+struct RelaxedCaptureMode(c::CUstreamCaptureMode);
+
+impl RelaxedCaptureMode {
+    fn enter() -> Result<RelaxedCaptureMode> {
+        let f = init()?.cuThreadExchangeStreamCaptureMode()?;
+        let mut mode = c::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED;
+        // SAFETY: in/out pointer to a local holding a valid mode.
+        check(unsafe { (f.f)(&mut mode) }, f.name)?;
+        Ok(RelaxedCaptureMode(mode))
+    }
+}
+
+impl Drop for RelaxedCaptureMode {
+    fn drop(&mut self) {
+        let r = (|| {
+            let f = init()?.cuThreadExchangeStreamCaptureMode()?;
+            let mut mode = self.0;
+            // SAFETY: in/out pointer to a local holding the mode saved by `enter`.
+            check(unsafe { (f.f)(&mut mode) }, f.name)
+        })();
+        log_drop_error("cuThreadExchangeStreamCaptureMode (restoring)", r);
+    }
+}
+
+fn synchronize_relaxed(ctx: &Context) -> Result<()> {
+    let _current = ctx.enter()?;
+    let _relaxed = RelaxedCaptureMode::enter()?;
+    let sync = init()?.cuCtxSynchronize()?;
+    // SAFETY: no arguments; the context is current.
+    check(unsafe { (sync.f)() }, sync.name)
+}
+
+fn free_relaxed(ptr: DevicePtr, ctx: &Context) -> Result<()> {
+    let _current = ctx.enter()?;
+    let _relaxed = RelaxedCaptureMode::enter()?;
+    let f = init()?.cuMemFree()?;
+    // SAFETY: we allocated ptr, nothing else frees it, and no work can use it any more.
+    check(unsafe { (f.f)(ptr) }, f.name)
 }
 
 /// Plain element types that may be copied between host and device as raw bytes.

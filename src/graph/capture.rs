@@ -3,7 +3,7 @@
 
 use super::exec::{destroy_graph, Graph};
 use super::target::CaptureSite;
-use super::{Brand, CaptureId, CaptureMode};
+use super::{Brand, CaptureId, CaptureMode, KeepList};
 use crate::driver::memory::{copy_d2d_raw, memset_u8_raw, Allocation};
 use crate::driver::{check, driver_error, init, Context, DeviceBuffer, DevicePtr, Function, LaunchConfig, Stream};
 use crate::error::{Error, Result};
@@ -51,7 +51,7 @@ impl Stream {
     /// capture still open (or leaked with `mem::forget`), or one the driver reports.
     pub fn begin_capture(&mut self, mode: CaptureMode) -> Result<Capture<'_, '_>> {
         let id = begin_capture(self, mode)?;
-        Ok(Capture { stream: self, id, mode, keep: RefCell::new(Vec::new()), ended: false, _brand: PhantomData, _borrow: PhantomData, _not_send: PhantomData })
+        Ok(Capture { stream: self, id, mode, keep: RefCell::new(KeepList::default()), ended: false, _brand: PhantomData, _borrow: PhantomData, _not_send: PhantomData })
     }
 }
 
@@ -102,6 +102,8 @@ fn finish(stream: &Stream, id: CaptureId) -> (Result<c::CUgraph>, bool) {
     let over = r.is_ok() || !stream.is_capturing().unwrap_or(true);
     if over {
         stream.clear_capturing(id.get());
+        // A free refused while the capture was open can go through now.
+        crate::driver::memory::retry_deferred_frees(stream.context());
     }
     (r, over)
 }
@@ -115,7 +117,7 @@ fn abandon(stream: &Stream, id: CaptureId) {
     }
 }
 
-fn keep_list_into_graph(raw: c::CUgraph, keep: Vec<Arc<Allocation>>, ctx: &Arc<Context>) -> Graph {
+fn keep_list_into_graph(raw: c::CUgraph, keep: KeepList, ctx: &Arc<Context>) -> Graph {
     Graph::new(raw, keep, ctx.clone())
 }
 
@@ -128,10 +130,11 @@ pub struct Capture<'s, 'id> {
     stream: &'s mut Stream,
     id: CaptureId,
     mode: CaptureMode,
-    // Every allocation whose address the capture may bake in. Captured ops append to it through
+    // Every allocation whose address the capture may bake in (and every module whose kernels it
+    // launches). Captured ops append to it through
     // `&Capture` (they take the capture shared), so it needs interior mutability; the capture is
     // neither Send nor Sync.
-    keep: RefCell<Vec<Arc<Allocation>>>,
+    keep: RefCell<KeepList>,
     ended: bool,
     _brand: Brand<'id>,
     // `'s` is invariant too: otherwise the capture could be seen with a shorter stream borrow and
@@ -284,7 +287,7 @@ impl<'s, 'id> Capture<'s, 'id> {
     pub fn bind_workspace(&mut self, ws: &'s mut Workspace) -> Result<Captured<'id>> {
         self.same_context(ws.context())?;
         if let Some(a) = ws.allocation() {
-            self.keep.get_mut().push(a.clone());
+            self.keep.get_mut().allocations.push(a.clone());
         }
         Ok(Captured { view: WorkspaceView::of(ws, self.id), _brand: PhantomData })
     }
@@ -292,7 +295,7 @@ impl<'s, 'id> Capture<'s, 'id> {
     /// Binds a device buffer a captured kernel touches; the graph keeps it alive.
     pub fn bind_buffer(&mut self, buf: &DeviceBuffer) -> Result<CapturedBuffer<'id>> {
         self.same_context(buf.context())?;
-        self.keep.get_mut().push(buf.allocation().clone());
+        self.keep.get_mut().allocations.push(buf.allocation().clone());
         Ok(CapturedBuffer { alloc: buf.allocation().clone(), capture: self.id, _brand: PhantomData })
     }
 
@@ -323,13 +326,15 @@ impl<'s, 'id> Capture<'s, 'id> {
     /// As [`Function::launch`]; every device address in `params` must come from a workspace or
     /// buffer bound to this capture (or otherwise outlive every graph made from it).
     pub unsafe fn launch(&self, f: &Function, cfg: &LaunchConfig, params: &mut [*mut c_void]) -> Result<()> {
+        // The graph replays this kernel: its module must stay loaded as long as the graph lives.
+        self.site().keep_module(f.module());
         // SAFETY: the caller's contract.
         unsafe { f.launch(cfg, self.stream, params) }
     }
 
     /// How many allocations the capture keeps alive so far.
     pub fn kept_alive(&self) -> usize {
-        self.keep.borrow().len()
+        self.keep.borrow().allocations.len()
     }
 
     /// Ends the capture. Returns the graph, or [`Error::CaptureInvalidated`] when the driver
@@ -356,14 +361,14 @@ impl Drop for Capture<'_, '_> {
 pub(crate) struct DetachedCapture {
     stream: Arc<Stream>,
     id: CaptureId,
-    keep: RefCell<Vec<Arc<Allocation>>>,
+    keep: RefCell<KeepList>,
     ended: bool,
 }
 
 impl DetachedCapture {
     pub(crate) fn begin(stream: Arc<Stream>, mode: CaptureMode) -> Result<DetachedCapture> {
         let id = begin_capture(&stream, mode)?;
-        Ok(DetachedCapture { stream, id, keep: RefCell::new(Vec::new()), ended: false })
+        Ok(DetachedCapture { stream, id, keep: RefCell::new(KeepList::default()), ended: false })
     }
 
     pub(crate) fn site(&self) -> CaptureSite<'_> {
@@ -381,14 +386,14 @@ impl DetachedCapture {
     pub(crate) fn bind_workspace(&mut self, ws: &Workspace) -> Result<WorkspaceView> {
         self.same_context(ws.context().raw())?;
         if let Some(a) = ws.allocation() {
-            self.keep.get_mut().push(a.clone());
+            self.keep.get_mut().allocations.push(a.clone());
         }
         Ok(WorkspaceView::of(ws, self.id))
     }
 
     pub(crate) fn bind_buffer(&mut self, buf: &DeviceBuffer) -> Result<()> {
         self.same_context(buf.context().raw())?;
-        self.keep.get_mut().push(buf.allocation().clone());
+        self.keep.get_mut().allocations.push(buf.allocation().clone());
         Ok(())
     }
 

@@ -1,7 +1,8 @@
 //! Graphs and executable graphs: each owns a reference to every allocation its capture baked in.
 
+use super::KeepList;
 use crate::driver::memory::Allocation;
-use crate::driver::{check, init, log_drop_error, Context, Stream};
+use crate::driver::{check, init, log_drop_error, Context, Module, Stream};
 use crate::error::{Error, Result};
 use crate::sys::cuda as c;
 use std::sync::Arc;
@@ -36,6 +37,7 @@ pub(super) fn destroy_graph(g: c::CUgraph) {
 pub struct Graph {
     raw: c::CUgraph,
     keep: Arc<[Arc<Allocation>]>,
+    modules: Arc<[Arc<Module>]>,
     ctx: Arc<Context>,
 }
 
@@ -43,11 +45,12 @@ pub struct Graph {
 unsafe impl Send for Graph {}
 
 impl Graph {
-    pub(super) fn new(raw: c::CUgraph, mut keep: Vec<Arc<Allocation>>, ctx: Arc<Context>) -> Graph {
+    pub(super) fn new(raw: c::CUgraph, kept: KeepList, ctx: Arc<Context>) -> Graph {
         // Every captured op adds what it bakes in, so the list repeats allocations: keep each once.
+        let mut keep = kept.allocations;
         keep.sort_by_key(|a| Arc::as_ptr(a) as usize);
         keep.dedup_by(|a, b| Arc::ptr_eq(a, b));
-        Graph { raw, keep: Arc::from(keep), ctx }
+        Graph { raw, keep: Arc::from(keep), modules: Arc::from(kept.modules), ctx }
     }
 
     /// The kinds of the graph's nodes, in the driver's order.
@@ -88,6 +91,11 @@ impl Graph {
         self.keep.len()
     }
 
+    /// How many modules (of kernels it launches) the graph keeps loaded.
+    pub fn kept_modules(&self) -> usize {
+        self.modules.len()
+    }
+
     /// Instantiates an executable graph; it also keeps every captured buffer alive.
     pub fn instantiate(&self) -> Result<GraphExec> {
         let _current = self.ctx.enter()?;
@@ -98,7 +106,7 @@ impl Graph {
         let mut exec: c::CUgraphExec = std::ptr::null_mut();
         // SAFETY: live graph, used by this thread only (`!Sync`); out-pointer to a local.
         check(unsafe { (f.f)(&mut exec, self.raw, 0) }, f.name)?;
-        Ok(GraphExec { raw: exec, keep: self.keep.clone(), ctx: self.ctx.clone(), launch: launch.f, launch_name: launch.name })
+        Ok(GraphExec { raw: exec, keep: self.keep.clone(), modules: self.modules.clone(), ctx: self.ctx.clone(), launch: launch.f, launch_name: launch.name })
     }
 
     /// The raw handle.
@@ -126,6 +134,8 @@ impl Drop for Graph {
 pub struct GraphExec {
     raw: c::CUgraphExec,
     keep: Arc<[Arc<Allocation>]>,
+    // Dropped after the executable (field order): its kernels' code stays loaded while it lives.
+    modules: Arc<[Arc<Module>]>,
     ctx: Arc<Context>,
     // Resolved once: replay is the hot path of a decode loop (benches/overhead.rs measures it).
     launch: <c::PFN_cuGraphLaunch_v10000 as crate::sys::driver::OptionInner>::Inner,
@@ -165,6 +175,11 @@ impl GraphExec {
     /// How many buffers the executable keeps alive.
     pub fn kept_alive(&self) -> usize {
         self.keep.len()
+    }
+
+    /// How many modules (of kernels it launches) the executable keeps loaded.
+    pub fn kept_modules(&self) -> usize {
+        self.modules.len()
     }
 
     /// The raw handle.

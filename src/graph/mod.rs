@@ -34,8 +34,19 @@ pub use capture::{Capture, CaptureStream, Captured, CapturedBuffer};
 pub(crate) use capture::{DetachedCapture, WorkspaceView};
 pub use exec::{Graph, GraphExec, NodeKind};
 
+use crate::driver::memory::Allocation;
+use crate::driver::Module;
 use crate::sys::cuda as c;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+/// What a capture, and then its graph and executables, keep alive: every allocation whose address
+/// it baked in, and every module whose kernels it launches (a replay runs their code).
+#[derive(Default)]
+pub(crate) struct KeepList {
+    pub allocations: Vec<Arc<Allocation>>,
+    pub modules: Vec<Arc<Module>>,
+}
 
 /// Which other threads' calls a capture forbids (the driver's `CUstreamCaptureMode`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

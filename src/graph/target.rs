@@ -8,9 +8,9 @@
 //!   list ([`Target::commit`], right before the launch, after every check passed).
 
 use super::capture::{CapturedBuffer, WorkspaceView};
-use super::CaptureId;
+use super::{CaptureId, KeepList};
 use crate::driver::memory::Allocation;
-use crate::driver::{Context, DevicePtr, Stream};
+use crate::driver::{Context, DevicePtr, Function, LaunchConfig, Module, Stream};
 use crate::error::{Error, Result};
 use crate::ops::tensor::DeviceMemory;
 use crate::sys::cuda as c;
@@ -22,11 +22,11 @@ use std::sync::Arc;
 pub(crate) struct CaptureSite<'a> {
     id: CaptureId,
     stream: &'a Stream,
-    keep: &'a RefCell<Vec<Arc<Allocation>>>,
+    keep: &'a RefCell<KeepList>,
 }
 
 impl<'a> CaptureSite<'a> {
-    pub(crate) fn new(id: CaptureId, stream: &'a Stream, keep: &'a RefCell<Vec<Arc<Allocation>>>) -> Self {
+    pub(crate) fn new(id: CaptureId, stream: &'a Stream, keep: &'a RefCell<KeepList>) -> Self {
         CaptureSite { id, stream, keep }
     }
 
@@ -58,7 +58,14 @@ impl<'a> CaptureSite<'a> {
     }
 
     pub(crate) fn keep(&self, a: &Arc<Allocation>) {
-        self.keep.borrow_mut().push(a.clone());
+        self.keep.borrow_mut().allocations.push(a.clone());
+    }
+
+    pub(crate) fn keep_module(&self, m: &Arc<Module>) {
+        let mut k = self.keep.borrow_mut();
+        if !k.modules.iter().any(|x| Arc::ptr_eq(x, m)) {
+            k.modules.push(m.clone());
+        }
     }
 }
 
@@ -149,6 +156,19 @@ impl<'a> Target<'a> {
             _ if needed == 0 => Ok((0, 0)),
             _ => Err(Error::invalid("workspace", format!("a workspace of at least {needed} bytes"), "none")),
         }
+    }
+
+    /// Launches a kernel of a loaded module on the target's stream; captured, the capture also
+    /// keeps the module loaded (its graphs replay the kernel's code).
+    ///
+    /// # Safety
+    /// As [`Function::launch`].
+    pub(crate) unsafe fn launch(&self, f: &Function, cfg: &LaunchConfig, params: &mut [*mut std::ffi::c_void]) -> Result<()> {
+        if let Target::Captured { site, .. } = self {
+            site.keep_module(f.module());
+        }
+        // SAFETY: the caller's contract.
+        unsafe { f.launch(cfg, self.stream(), params) }
     }
 
     /// Records, in the capture, every allocation admitted so far. Call it after the last check and

@@ -137,11 +137,10 @@ impl TestKernels {
         target.admit("y", y)?;
         let (w, _) = target.workspace(shape.workspace_bytes())?;
         target.commit();
-        let stream = target.stream();
         // SAFETY: buffers checked above and borrowed for the call (eager) or kept by the capture;
         // the workspace holds the shape's bytes, and the stream orders the launch after its
         // zero-fill.
-        unsafe { self.launch_split_k(a.device_ptr(), x.device_ptr(), y.device_ptr(), shape, w, |f, cfg, p| f.launch(cfg, stream, p)) }
+        unsafe { self.launch_split_k(a.device_ptr(), x.device_ptr(), y.device_ptr(), shape, w, |f, cfg, p| target.launch(f, cfg, p)) }
     }
 
     /// The split-K GEMV on raw addresses: the unguarded path graphsafe exists to replace, kept

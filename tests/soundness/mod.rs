@@ -288,3 +288,53 @@ pub fn a_graph_holds_each_baked_in_allocation_once(ctx: &Arc<Context>, stream: &
     assert_eq!(g.kept_alive(), 4, "workspace, a, x, y: each once");
     assert_eq!(g.node_kinds().unwrap().len(), 3);
 }
+
+/// A graph keeps the module of every kernel it launches loaded: the kernels' owner may go (here:
+/// the `TestKernels`, whose module is unloaded when the last handle to it drops) and the replays
+/// still run loaded code.
+pub fn a_graph_keeps_its_kernels_module_loaded(ctx: &Arc<Context>, stream: &mut Stream) {
+    let p = problem(stream, 11);
+    let mut ws = Workspace::new(stream, SHAPE.workspace_bytes()).unwrap();
+    let exec = {
+        let k = TestKernels::load(ctx).unwrap();
+        let (g, ()) = stream
+            .capture(CaptureMode::ThreadLocal, |cap| {
+                let w = cap.bind_workspace(&mut ws)?;
+                let (a, x, y) = (cap.bind_buffer(&p.a)?, cap.bind_buffer(&p.x)?, cap.bind_buffer(&p.y)?);
+                cap.memset_u8(&y, 0)?;
+                k.split_k_gemv_captured(&a, &x, &y, SHAPE, &w, cap)?;
+                k.empty_captured(cap)
+            })
+            .unwrap();
+        assert_eq!(g.kept_modules(), 1);
+        g.instantiate().unwrap()
+        // `k` (the only other holder of the module) is dropped here.
+    };
+    assert_eq!(exec.kept_modules(), 1);
+    for _ in 0..10 {
+        exec.launch(stream).unwrap();
+        assert_eq!(p.y.to_host_vec::<f32>(stream).unwrap(), p.expected);
+    }
+}
+
+/// A workspace of another device cannot be bound to a capture, nor grown on another device's
+/// stream; buffers of another device are refused by captured ops (checked again per op).
+pub fn memory_of_another_device_is_refused(ctx0: &Arc<Context>, ctx1: &Arc<Context>) {
+    let k = TestKernels::load(ctx0).unwrap();
+    let mut s0 = Stream::new(ctx0).unwrap();
+    let s1 = Stream::new(ctx1).unwrap();
+    let p = problem(&s0, 13);
+    let mut ws1 = Workspace::new(&s1, SHAPE.workspace_bytes()).unwrap();
+    let other_buf = DeviceBuffer::alloc_zeroed(&s1, 4096).unwrap();
+    expect_invalid(ws1.ensure_size(1 << 20, &s0).map(drop), "device");
+    let (g, ()) = s0
+        .capture(CaptureMode::ThreadLocal, |cap| {
+            expect_invalid(cap.bind_workspace(&mut ws1).map(drop), "device");
+            expect_invalid(cap.bind_buffer(&other_buf).map(drop), "device");
+            Ok(())
+        })
+        .unwrap();
+    assert!(g.node_kinds().unwrap().is_empty());
+    // Eager: a device-1 workspace with a device-0 op.
+    expect_invalid(k.split_k_gemv(&p.a, &p.x, &p.y, SHAPE, &mut ws1, &s0), "workspace");
+}

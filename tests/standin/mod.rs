@@ -9,6 +9,8 @@
 //! Tests in one binary share that state (knobs, counters), so each test that looks at it holds
 //! [`exclusive()`] for its whole body. gcc is required: without it the tests fail, they do not skip.
 #![allow(dead_code)]
+// `c_long` is `i64` on LP64 Linux but not on every target: the casts are deliberate.
+#![allow(clippy::unnecessary_cast)]
 
 use graphsafe::sys::cuda::CUresult;
 use std::ffi::{c_char, c_int, c_long, CString};
