@@ -1,8 +1,10 @@
-use super::{check, init, log_drop_error, Context, DevicePtr, Stream};
+use super::{check, init, log_drop_error, Context, DevicePtr, ForeignOwner, Stream};
 use crate::error::{Error, Result};
 use std::sync::Arc;
 
-/// Device memory from `cuMemAlloc`, freed when the last reference goes away.
+/// Device memory from `cuMemAlloc`, freed when the last reference goes away; or memory another
+/// library allocated (a cudarc slice: `DeviceBuffer::from_cudarc`, feature `cudarc`), whose owner
+/// it holds and drops, in place of the free, at that same point.
 ///
 /// This is the unit of ownership the graph layer counts: a [`crate::graph::Graph`] keeps an
 /// `Arc<Allocation>` of every buffer bound to its capture, so the address it baked in stays valid
@@ -12,6 +14,8 @@ pub struct Allocation {
     ptr: DevicePtr,
     bytes: usize,
     ctx: Arc<Context>,
+    // Memory graphsafe did not allocate: what owns it (and frees it when dropped). None: ours.
+    owner: Option<ForeignOwner>,
 }
 
 impl Allocation {
@@ -39,16 +43,35 @@ impl Drop for Allocation {
         // replay of a graph that was just dropped). cuMemFree is not documented to wait for it, so
         // wait for the whole context explicitly: only then can the block go back to the allocator.
         // Frees are rare (growth, graph teardown); a decode loop does none.
+        let mut owner = self.owner.take();
+        let foreign = owner.is_some();
         let r = (|| {
             let _current = self.ctx.enter()?;
             let sync = init()?.cuCtxSynchronize()?;
             // SAFETY: no arguments; the context is current.
             check(unsafe { (sync.f)() }, sync.name)?;
-            let f = init()?.cuMemFree()?;
-            // SAFETY: we allocated ptr and nothing else frees it.
-            check(unsafe { (f.f)(self.ptr) }, f.name)
+            match owner.take() {
+                // Another library's memory: its owner frees it (cudarc: `cuMemFreeAsync` on the
+                // slice's stream, or a synchronous free) now that none of our work is pending. It
+                // is dropped with the context current, so whatever it makes current the guard
+                // undoes (invariant 12).
+                Some(owner) => {
+                    drop(owner);
+                    Ok(())
+                }
+                None => {
+                    let f = init()?.cuMemFree()?;
+                    // SAFETY: we allocated ptr and nothing else frees it.
+                    check(unsafe { (f.f)(self.ptr) }, f.name)
+                }
+            }
         })();
-        log_drop_error("cuMemFree", r);
+        // The synchronize failed: work may still use the block, so it is leaked, never freed early.
+        // For foreign memory that means never dropping its owner (that would free it).
+        if let Some(owner) = owner {
+            std::mem::forget(owner);
+        }
+        log_drop_error(if foreign { "releasing foreign device memory" } else { "cuMemFree" }, r);
     }
 }
 
@@ -80,7 +103,19 @@ impl DeviceBuffer {
         let mut ptr = 0;
         // SAFETY: out-pointer to a local.
         check(unsafe { (f.f)(&mut ptr, bytes) }, f.name)?;
-        Ok(DeviceBuffer { alloc: Arc::new(Allocation { ptr, bytes, ctx: ctx.clone() }) })
+        Ok(DeviceBuffer { alloc: Arc::new(Allocation { ptr, bytes, ctx: ctx.clone(), owner: None }) })
+    }
+
+    /// A buffer over memory another library allocated, kept alive by `owner` (the library's handle)
+    /// for as long as this buffer, its clones and every graph that captured it live; `owner` is
+    /// dropped, in place of the free, after the context synchronize that precedes every free.
+    ///
+    /// # Safety
+    /// `[ptr, ptr + bytes)` (`bytes` > 0) must be device memory of `ctx` that stays allocated while
+    /// `owner` lives and that nothing but dropping `owner` frees.
+    #[cfg_attr(not(feature = "cudarc"), allow(dead_code))]
+    pub(crate) unsafe fn from_foreign(ctx: &Arc<Context>, ptr: DevicePtr, bytes: usize, owner: ForeignOwner) -> DeviceBuffer {
+        DeviceBuffer { alloc: Arc::new(Allocation { ptr, bytes, ctx: ctx.clone(), owner: Some(owner) }) }
     }
 
     /// Allocates `bytes` and zero-fills them on `stream` (ordered before anything issued after).

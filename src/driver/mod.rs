@@ -6,6 +6,9 @@
 //! call that needs it, so they can be used from any thread.
 
 mod context;
+/// cudarc interop (feature `cudarc`): adopt cudarc's context, streams and slices.
+#[cfg(feature = "cudarc")]
+pub mod cudarc;
 mod device;
 mod event;
 mod launch;
@@ -29,6 +32,23 @@ use once_cell::sync::OnceCell;
 
 /// A raw device address (`CUdeviceptr`).
 pub type DevicePtr = c::CUdeviceptr;
+
+/// A value outside graphsafe that owns a driver object graphsafe uses (with the `cudarc` feature:
+/// cudarc's context, stream or slice). graphsafe never looks inside it; it only holds it, so the
+/// object outlives graphsafe's use of its handle, and drops it when graphsafe is done (for memory:
+/// after the context synchronize that precedes every free, in place of `cuMemFree`).
+#[derive(Clone)]
+#[cfg_attr(not(feature = "cudarc"), allow(dead_code))]
+pub(crate) struct ForeignOwner(
+    // Held for its Drop only: graphsafe never reads it.
+    #[allow(dead_code)] pub(crate) std::sync::Arc<dyn std::any::Any + Send + Sync>,
+);
+
+impl std::fmt::Debug for ForeignOwner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ForeignOwner(..)")
+    }
+}
 
 /// The driver library after `cuInit(0)` succeeded (once per process).
 pub fn init() -> Result<&'static Api> {
