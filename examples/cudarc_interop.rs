@@ -4,7 +4,7 @@
 //! output) into a graph, and the graph keeps every cudarc slice alive after the engine drops its
 //! handles. Replays are compared with the eager step bit for bit. Needs an H100/H200 (sm_90).
 //!
-//! `cargo run --release --features cudarc --example cudarc_interop`
+//! `cargo run --release --features cudarc --example cudarc_interop [replays]` (default 200)
 //!
 //! Unlike cudarc's own graphs (`CudaStream::begin_capture`/`end_capture`), which hold only the
 //! stream, a graphsafe graph holds every buffer it bakes in, cudarc's included.
@@ -163,7 +163,10 @@ fn main() -> Res<()> {
     let churn: Vec<CudaSlice<u8>> = (0..4).map(|i| cs.clone_htod(&vec![0xA5u8 ^ i; pages * page * 576 * 2])).collect::<Result<_, _>>()?;
 
     // 7. Replay.
-    let replays = 200;
+    let replays: usize = match std::env::args().nth(1) {
+        Some(a) => a.parse().map_err(|_| format!("replays: a count, not {a:?}"))?,
+        None => 200,
+    };
     for i in 0..replays {
         readback.memset_u8(0xFF, &stream)?;
         exec.launch(&stream)?;

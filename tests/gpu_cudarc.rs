@@ -440,15 +440,29 @@ fn cudarcs_own_graphs_keep_only_the_stream_alive_graphsafes_keep_the_slices() {
     let cs = cctx2.new_stream().unwrap();
     drop(cctx);
     const N: usize = 1 << 20; // 4 MiB of u32
-    let reused = |target: Addr, cs: &Arc<CudaStream>| -> bool {
-        // The pool hands a freed block of the same size back on the same stream: look for it.
+    let ctx = Context::from_cudarc(&cctx2).unwrap();
+    // The pool hands a freed block of the same size back on the same stream: look for it.
+    let reused = |target: Addr| -> bool {
         let probes: Vec<CudaSlice<u32>> = (0..8).map(|_| cs.alloc_zeros::<u32>(N).unwrap()).collect();
-        probes.iter().any(|p| addr(p, cs) == target)
+        probes.iter().any(|p| addr(p, &cs) == target)
+    };
+    // Freed: reused as above, or (should the pool pick other blocks) its bytes come back to the
+    // device when the pool trims at a synchronize (release threshold 0, the default).
+    let freed = |target: Addr, free_while_held: u64| -> bool {
+        if reused(target) {
+            return true;
+        }
+        cs.synchronize().unwrap();
+        MemInfo::query(&ctx).unwrap().free >= free_while_held + (N * 4) as u64
+    };
+    let free_now = || {
+        cs.synchronize().unwrap();
+        MemInfo::query(&ctx).unwrap().free
     };
 
     // cudarc: capture a memset of x, then drop x. The graph holds the stream (one more strong
-    // count) but not x: the next allocation of the same size gets x's address, which the graph
-    // still bakes in. (The graph is never launched: that would write into the probe's memory.)
+    // count) but not x: x's memory is freed while the graph, which bakes in its address, lives.
+    // (The graph is never launched: that would write into whatever holds the address now.)
     let mut x = cs.alloc_zeros::<u32>(N).unwrap();
     let x_addr = addr(&x, &cs);
     let before = Arc::strong_count(&cs);
@@ -456,13 +470,13 @@ fn cudarcs_own_graphs_keep_only_the_stream_alive_graphsafes_keep_the_slices() {
     cs.memset_zeros(&mut x).unwrap();
     let cudarc_graph = cs.end_capture(cusys::CUgraphInstantiate_flags(0)).unwrap().expect("a graph");
     assert_eq!(Arc::strong_count(&cs), before + 1, "cudarc's graph holds its stream");
+    let held = free_now();
     drop(x);
-    assert!(reused(x_addr, &cs), "x's memory was not handed out again while cudarc's graph lives");
+    assert!(freed(x_addr, held), "x's memory was not freed while cudarc's graph lives");
     drop(cudarc_graph);
 
     // graphsafe, same allocator and sizes: capture a memset of a slice handed over, drop every
     // handle; the executable holds the slice, so no allocation can get its address.
-    let ctx = Context::from_cudarc(&cctx2).unwrap();
     let mut stream = Stream::from_cudarc(&ctx, &cs).unwrap();
     let z = cs.alloc_zeros::<u32>(N).unwrap();
     let z_addr = addr(&z, &cs);
@@ -475,12 +489,13 @@ fn cudarcs_own_graphs_keep_only_the_stream_alive_graphsafes_keep_the_slices() {
         .unwrap();
     let exec = graph.instantiate().unwrap();
     drop((graph, zb));
-    assert!(!reused(z_addr, &cs), "graphsafe's executable let its slice go");
+    assert!(!reused(z_addr), "graphsafe's executable let its slice go");
     // Replaying is sound: the memory is still the slice's.
     exec.launch(&stream).unwrap();
     stream.synchronize().unwrap();
-    // The executable was what held it: once it goes, the pool hands the address out again.
+    // The executable was what held it: once it goes, the memory is freed.
+    let held = free_now();
     drop(exec);
-    assert!(reused(z_addr, &cs), "the slice was not freed after the last executable went");
+    assert!(freed(z_addr, held), "the slice was not freed after the last executable went");
     stream.synchronize().unwrap();
 }
