@@ -1,4 +1,4 @@
-use super::{check, init, log_drop_error, Device};
+use super::{check, init, log_drop_error, Device, ForeignOwner};
 use crate::error::Result;
 use crate::sys::cuda as c;
 use std::marker::PhantomData;
@@ -16,6 +16,8 @@ pub struct Context {
     sm_count: u32,
     // False for adopted contexts: the caller owns them.
     retained: bool,
+    // What keeps an adopted context alive (cudarc's `Arc<CudaContext>`); dropped after `Drop::drop`.
+    _owner: Option<ForeignOwner>,
 }
 
 // SAFETY: a CUcontext handle may be used from any thread; we make it current per call.
@@ -41,7 +43,7 @@ impl Context {
                 return Err(e);
             }
         };
-        Ok(Arc::new(Context { raw, device, compute_capability, sm_count, retained: true }))
+        Ok(Arc::new(Context { raw, device, compute_capability, sm_count, retained: true, _owner: None }))
     }
 
     /// Wraps a context the caller owns (an engine's existing `CUcontext`, primary or not); it is
@@ -50,6 +52,16 @@ impl Context {
     /// # Safety
     /// `raw` must be a valid context that outlives the returned value and everything made from it.
     pub unsafe fn adopt(raw: c::CUcontext) -> Result<Arc<Context>> {
+        // SAFETY: the caller's promise, passed on.
+        unsafe { Context::adopt_owned(raw, None) }
+    }
+
+    /// [`Context::adopt`], holding `owner` (what keeps `raw` alive) for as long as the value lives.
+    ///
+    /// # Safety
+    /// `raw` must be a valid context that stays valid while `owner` lives (or, with no owner, as
+    /// [`Context::adopt`]).
+    pub(crate) unsafe fn adopt_owned(raw: c::CUcontext, owner: Option<ForeignOwner>) -> Result<Arc<Context>> {
         if raw.is_null() {
             return Err(crate::Error::invalid("context", "a CUcontext", "null"));
         }
@@ -75,6 +87,7 @@ impl Context {
             compute_capability: device.compute_capability()?,
             sm_count: device.sm_count()?,
             retained: false,
+            _owner: owner,
         }))
     }
 

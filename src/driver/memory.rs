@@ -1,9 +1,11 @@
-use super::{check, init, log_drop_error, Context, DevicePtr, Stream};
+use super::{check, init, log_drop_error, Context, DevicePtr, ForeignOwner, Stream};
 use crate::error::{Error, Result};
 use crate::sys::cuda as c;
 use std::sync::{Arc, Mutex};
 
-/// Device memory from `cuMemAlloc`, freed when the last reference goes away.
+/// Device memory from `cuMemAlloc`, freed when the last reference goes away; or memory another
+/// library allocated (a cudarc slice: `DeviceBuffer::from_cudarc`, feature `cudarc`), whose owner
+/// it holds and drops, in place of the free, at that same point.
 ///
 /// This is the unit of ownership the graph layer counts: a [`crate::graph::Graph`] keeps an
 /// `Arc<Allocation>` of every buffer bound to its capture, so the address it baked in stays valid
@@ -13,6 +15,8 @@ pub struct Allocation {
     ptr: DevicePtr,
     bytes: usize,
     ctx: Arc<Context>,
+    // Memory graphsafe did not allocate: what owns it (and frees it when dropped). None: ours.
+    owner: Option<ForeignOwner>,
 }
 
 impl Allocation {
@@ -36,13 +40,28 @@ impl Allocation {
 
 impl Drop for Allocation {
     fn drop(&mut self) {
-        release(self.ptr, &self.ctx);
+        let block = match self.owner.take() {
+            Some(owner) => Block::Foreign(owner),
+            None => Block::Ours(self.ptr),
+        };
+        release(block, &self.ctx);
     }
+}
+
+/// What giving an allocation back means: `cuMemFree` for graphsafe's own, dropping the owner for
+/// another library's (cudarc frees the slice, on its stream, when its last `Arc` goes).
+enum Block {
+    Ours(DevicePtr),
+    Foreign(ForeignOwner),
 }
 
 // Frees refused because a capture was open (see `release`), retried after the next successful
 // synchronize: never freed before the work that used them finished, never lost.
-static DEFERRED: Mutex<Vec<(DevicePtr, Arc<Context>)>> = Mutex::new(Vec::new());
+static DEFERRED: Mutex<Vec<(Block, Arc<Context>)>> = Mutex::new(Vec::new());
+
+fn defer(block: Block, ctx: &Arc<Context>) {
+    DEFERRED.lock().unwrap_or_else(|p| p.into_inner()).push((block, ctx.clone()));
+}
 
 /// Returns a block to the driver once no work can still use it.
 ///
@@ -51,13 +70,46 @@ static DEFERRED: Mutex<Vec<(DevicePtr, Arc<Context>)>> = Mutex::new(Vec::new());
 /// synchronized first, explicitly. Both calls run with this thread's capture mode set to relaxed,
 /// so that a drop on a thread with a capture open does not invalidate that capture. If the driver
 /// still refuses (a capture elsewhere makes the synchronize illegal), the free is deferred until
-/// the next synchronize succeeds (the next free, or the end of a capture). Frees are rare
-/// (growth, graph teardown); a decode loop does none.
-fn release(ptr: DevicePtr, ctx: &Arc<Context>) {
-    match synchronize_relaxed(ctx).and_then(|()| free_relaxed(ptr, ctx)) {
-        Ok(()) => free_deferred_after_synchronize(ctx),
-        Err(e) if refused_by_capture(&e) => DEFERRED.lock().unwrap_or_else(|p| p.into_inner()).push((ptr, ctx.clone())),
-        Err(e) => log_drop_error("cuMemFree", Err(e)),
+/// the next synchronize succeeds (the next free, or the end of a capture). A foreign owner whose
+/// stream is capturing is deferred too: its free would become a node of that graph. Frees are
+/// rare (growth, graph teardown); a decode loop does none.
+fn release(block: Block, ctx: &Arc<Context>) {
+    match synchronize_relaxed(ctx) {
+        Ok(()) => {
+            give_back(block, ctx);
+            free_deferred_after_synchronize(ctx);
+        }
+        Err(e) if refused_by_capture(&e) => defer(block, ctx),
+        Err(e) => {
+            // Work may still use the block: it is leaked, never freed early (for foreign memory
+            // that means never dropping its owner, which would free it).
+            if let Block::Foreign(owner) = block {
+                std::mem::forget(owner);
+            }
+            log_drop_error("synchronizing before a free", Err(e));
+        }
+    }
+}
+
+/// Gives `block` back, `ctx` having just been synchronized; defers it if a capture refuses.
+fn give_back(block: Block, ctx: &Arc<Context>) {
+    match block {
+        Block::Ours(ptr) => match free_relaxed(ptr, ctx) {
+            Ok(()) => {}
+            Err(e) if refused_by_capture(&e) => defer(Block::Ours(ptr), ctx),
+            Err(e) => log_drop_error("cuMemFree", Err(e)),
+        },
+        Block::Foreign(owner) => {
+            if owner.stream_is_capturing(ctx) {
+                defer(Block::Foreign(owner), ctx);
+                return;
+            }
+            // Dropped with the context current and the capture mode relaxed: whatever the owner
+            // makes current is undone by the guard (invariant 12).
+            let guards = ctx.enter().and_then(|c| RelaxedCaptureMode::enter().map(|r| (c, r)));
+            drop(owner);
+            drop(guards);
+        }
     }
 }
 
@@ -72,7 +124,7 @@ pub(crate) fn retry_deferred_frees(ctx: &Arc<Context>) {
 /// Frees every deferred block of `ctx`. Call only right after `ctx` was synchronized: a deferred
 /// block has no owner left, so no work enqueued since can use it.
 fn free_deferred_after_synchronize(ctx: &Arc<Context>) {
-    let mine: Vec<(DevicePtr, Arc<Context>)> = {
+    let mine: Vec<(Block, Arc<Context>)> = {
         let mut d = DEFERRED.lock().unwrap_or_else(|p| p.into_inner());
         if d.is_empty() {
             return;
@@ -81,14 +133,8 @@ fn free_deferred_after_synchronize(ctx: &Arc<Context>) {
         *d = rest;
         mine
     };
-    for (ptr, c) in mine {
-        if let Err(e) = free_relaxed(ptr, &c) {
-            if refused_by_capture(&e) {
-                DEFERRED.lock().unwrap_or_else(|p| p.into_inner()).push((ptr, c));
-            } else {
-                log_drop_error("cuMemFree (deferred)", Err(e));
-            }
-        }
+    for (block, c) in mine {
+        give_back(block, &c);
     }
 }
 
@@ -166,7 +212,19 @@ impl DeviceBuffer {
         let mut ptr = 0;
         // SAFETY: out-pointer to a local.
         check(unsafe { (f.f)(&mut ptr, bytes) }, f.name)?;
-        Ok(DeviceBuffer { alloc: Arc::new(Allocation { ptr, bytes, ctx: ctx.clone() }) })
+        Ok(DeviceBuffer { alloc: Arc::new(Allocation { ptr, bytes, ctx: ctx.clone(), owner: None }) })
+    }
+
+    /// A buffer over memory another library allocated, kept alive by `owner` (the library's handle)
+    /// for as long as this buffer, its clones and every graph that captured it live; `owner` is
+    /// dropped, in place of the free, after the context synchronize that precedes every free.
+    ///
+    /// # Safety
+    /// `[ptr, ptr + bytes)` (`bytes` > 0) must be device memory of `ctx` that stays allocated while
+    /// `owner` lives and that nothing but dropping `owner` frees.
+    #[cfg_attr(not(feature = "cudarc"), allow(dead_code))]
+    pub(crate) unsafe fn from_foreign(ctx: &Arc<Context>, ptr: DevicePtr, bytes: usize, owner: ForeignOwner) -> DeviceBuffer {
+        DeviceBuffer { alloc: Arc::new(Allocation { ptr, bytes, ctx: ctx.clone(), owner: Some(owner) }) }
     }
 
     /// Allocates `bytes` and zero-fills them on `stream` (ordered before anything issued after).

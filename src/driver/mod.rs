@@ -6,6 +6,9 @@
 //! call that needs it, so they can be used from any thread.
 
 mod context;
+/// cudarc interop (feature `cudarc`): adopt cudarc's context, streams and slices.
+#[cfg(feature = "cudarc")]
+pub mod cudarc;
 mod device;
 mod event;
 mod launch;
@@ -29,6 +32,53 @@ use once_cell::sync::OnceCell;
 
 /// A raw device address (`CUdeviceptr`).
 pub type DevicePtr = c::CUdeviceptr;
+
+/// A value outside graphsafe that owns a driver object graphsafe uses (with the `cudarc` feature:
+/// cudarc's context, stream or slice). graphsafe never looks inside it; it only holds it, so the
+/// object outlives graphsafe's use of its handle, and drops it when graphsafe is done (for memory:
+/// after the context synchronize that precedes every free, in place of `cuMemFree`).
+#[derive(Clone)]
+#[cfg_attr(not(feature = "cudarc"), allow(dead_code))]
+pub(crate) struct ForeignOwner(
+    // Held for its Drop only: graphsafe never reads it.
+    #[allow(dead_code)] pub(crate) std::sync::Arc<dyn std::any::Any + Send + Sync>,
+    // The stream the owner's Drop enqueues on (a cudarc slice frees itself with cuMemFreeAsync on
+    // its stream), if any: dropping it while that stream captures would put the free into the
+    // graph, so `Allocation` defers the drop until it does not. Held alive by the owner.
+    pub(crate) Option<ForeignStream>,
+);
+
+/// A raw stream handle kept alive by the `ForeignOwner` it belongs to.
+#[derive(Clone, Copy)]
+pub(crate) struct ForeignStream(pub(crate) c::CUstream);
+
+// SAFETY: a stream handle may be queried from any thread; its owner keeps it alive.
+unsafe impl Send for ForeignStream {}
+// SAFETY: as for Send.
+unsafe impl Sync for ForeignStream {}
+
+impl ForeignOwner {
+    /// Whether the owner's stream is capturing (or cannot be asked: then it is treated as
+    /// capturing, and the drop waits for a later attempt).
+    pub(crate) fn stream_is_capturing(&self, ctx: &Context) -> bool {
+        let Some(ForeignStream(s)) = self.1 else { return false };
+        let r = (|| {
+            let _current = ctx.enter()?;
+            let f = init()?.cuStreamIsCapturing()?;
+            let mut status = c::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
+            // SAFETY: the owner keeps the stream alive; out-pointer to a local.
+            check(unsafe { (f.f)(s, &mut status) }, f.name)?;
+            Ok::<_, Error>(status != c::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE)
+        })();
+        r.unwrap_or(true)
+    }
+}
+
+impl std::fmt::Debug for ForeignOwner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ForeignOwner(..)")
+    }
+}
 
 /// The driver library after `cuInit(0)` succeeded (once per process).
 pub fn init() -> Result<&'static Api> {

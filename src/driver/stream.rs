@@ -1,4 +1,4 @@
-use super::{check, init, log_drop_error, Context};
+use super::{check, init, log_drop_error, Context, ForeignOwner};
 use crate::error::{Error, Result};
 use crate::sys::cuda as c;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -19,6 +19,8 @@ pub struct Stream {
     owned: bool,
     // The id of the graphsafe capture open on this stream; 0 when none.
     capture: AtomicU64,
+    // What keeps an adopted stream alive (cudarc's `Arc<CudaStream>`).
+    _owner: Option<ForeignOwner>,
 }
 
 // SAFETY: stream handles may be used from any thread.
@@ -35,7 +37,7 @@ impl Stream {
         let mut raw = std::ptr::null_mut();
         // SAFETY: out-pointer to a local.
         check(unsafe { (f.f)(&mut raw, c::CUstream_flags::CU_STREAM_NON_BLOCKING.0) }, f.name)?;
-        Ok(Stream { raw, ctx: ctx.clone(), owned: true, capture: AtomicU64::new(0) })
+        Ok(Stream { raw, ctx: ctx.clone(), owned: true, capture: AtomicU64::new(0), _owner: None })
     }
 
     /// Wraps a stream the caller owns (an engine's existing `CUstream`); it is not destroyed on drop.
@@ -47,6 +49,15 @@ impl Stream {
     /// only checks graphsafe's own captures, to stay as cheap as a raw `cuGraphLaunch`; every other
     /// eager call also asks the driver).
     pub unsafe fn adopt(ctx: &Arc<Context>, raw: c::CUstream) -> Result<Stream> {
+        // SAFETY: the caller's promise, passed on.
+        unsafe { Stream::adopt_owned(ctx, raw, None) }
+    }
+
+    /// [`Stream::adopt`], holding `owner` (what keeps `raw` alive) for as long as the value lives.
+    ///
+    /// # Safety
+    /// As [`Stream::adopt`], with "outlives the returned value" met by `owner` when there is one.
+    pub(crate) unsafe fn adopt_owned(ctx: &Arc<Context>, raw: c::CUstream, owner: Option<ForeignOwner>) -> Result<Stream> {
         if raw.is_null() || raw as usize == 1 || raw as usize == 2 {
             return Err(Error::invalid(
                 "stream",
@@ -54,7 +65,7 @@ impl Stream {
                 format!("{raw:?}"),
             ));
         }
-        Ok(Stream { raw, ctx: ctx.clone(), owned: false, capture: AtomicU64::new(0) })
+        Ok(Stream { raw, ctx: ctx.clone(), owned: false, capture: AtomicU64::new(0), _owner: owner })
     }
 
     /// The raw handle.
