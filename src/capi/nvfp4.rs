@@ -122,7 +122,9 @@ pub extern "C" fn graphsafe_nvfp4_plan(arch: c_int, m: c_int, n_: c_int, k: c_in
     })
 }
 
-/// Bytes of the swizzled scale tensor of an [rows, k] NVFP4 matrix. Host-only. `out`: non-null.
+/// Bytes of the swizzled scale tensor of an [rows, k] NVFP4 matrix (k a multiple of 16):
+/// round_up(rows, 128) * round_up(k / 16, 4), exact for every positive `int`. Host-only.
+/// `out`: non-null.
 #[no_mangle]
 pub extern "C" fn graphsafe_nvfp4_scale_bytes(rows: c_int, k: c_int, out: *mut u64) -> c_int {
     guard(|| {
