@@ -66,9 +66,10 @@ extern "C" int gs_mla_sanitize(const int32_t* seq_lens, const int32_t* page_tabl
   if (seq_lens == nullptr || page_table == nullptr || region == nullptr || num_pages <= 0 ||
       int64_t(num_pages) * page_size > INT32_MAX)
     return GS_ERR_INVALID_ARGUMENT;
-  // Row b is read at b * stride + [0, used): rows of a batch may not overlap the next one.
+  // Row b is read at b * stride + [0, used): rows of a batch may not overlap the next one (with
+  // one request the stride is never used).
   const int64_t row_need = (int64_t(max_seq_len) + page_size - 1) / page_size;
-  if (page_table_stride < 0 || (batch > 1 && page_table_stride < row_need)) return GS_ERR_INVALID_ARGUMENT;
+  if (batch > 1 && page_table_stride < row_need) return GS_ERR_INVALID_ARGUMENT;
   if (region_bytes < l.bytes) return GS_ERR_WORKSPACE_TOO_SMALL;
   // 4-byte aligned int32 arrays at 256-byte aligned offsets.
   if ((reinterpret_cast<uintptr_t>(region) & 3u) != 0 || (reinterpret_cast<uintptr_t>(seq_lens) & 3u) != 0 ||
