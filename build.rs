@@ -6,6 +6,8 @@
 #[cfg(feature = "bindgen")]
 #[path = "build/bindings.rs"]
 mod bindings;
+#[path = "build/inputs.rs"]
+mod inputs;
 #[path = "build/kernels.rs"]
 mod kernels;
 #[path = "build/provision.rs"]
@@ -62,6 +64,7 @@ fn run() -> Result<(), String> {
     }
     println!("cargo::rustc-check-cfg=cfg(graphsafe_arch, values(\"sm_90a\", \"sm_100a\", \"sm_120a\"))");
 
+    inputs::check_environment()?;
     let cache = cache_dir();
     let cuda = toolchain::find_cuda(&cache)?;
     let cutlass = toolchain::find_cutlass(&cache)?;

@@ -67,7 +67,7 @@ pub fn check_or_write(checked_in: &Path, fresh: &str) {
     if current == fresh {
         return;
     }
-    if std::env::var("GRAPHSAFE_BINDINGS").as_deref() == Ok("write") {
+    if crate::inputs::bindings_write(std::env::var("GRAPHSAFE_BINDINGS").ok().as_deref()).unwrap_or(false) {
         std::fs::write(checked_in, fresh).unwrap_or_else(|e| panic!("writing {}: {e}", checked_in.display()));
         println!("cargo:warning=graphsafe: regenerated {}", checked_in.display());
     } else {

@@ -41,7 +41,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::{Arc, Condvar, Mutex};
 
-pub const ALL_ARCHS: &[&str] = &["sm_90a", "sm_100a", "sm_120a"];
+pub use crate::inputs::ALL_ARCHS;
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub enum Kind {
@@ -73,27 +73,9 @@ pub struct Built {
     pub cached: usize,
 }
 
+/// The archs GRAPHSAFE_CUDA_ARCHS selects (build/inputs.rs checks the value).
 pub fn selected_archs() -> Result<Vec<String>, String> {
-    match std::env::var("GRAPHSAFE_CUDA_ARCHS") {
-        Ok(v) if !v.trim().is_empty() => {
-            let mut out = Vec::new();
-            for a in v.split(',').map(str::trim).filter(|a| !a.is_empty()) {
-                if !ALL_ARCHS.contains(&a) {
-                    return Err(format!(
-                        "graphsafe: GRAPHSAFE_CUDA_ARCHS has unknown arch {a:?}; choose from {}",
-                        ALL_ARCHS.join(",")
-                    ));
-                }
-                if !out.iter().any(|x| x == a) {
-                    out.push(a.to_string());
-                }
-            }
-            // Keep the canonical order so the same set always hashes the same.
-            out.sort_by_key(|a| ALL_ARCHS.iter().position(|x| x == a));
-            Ok(out)
-        }
-        _ => Ok(ALL_ARCHS.iter().map(|s| s.to_string()).collect()),
-    }
+    crate::inputs::archs(std::env::var("GRAPHSAFE_CUDA_ARCHS").ok().as_deref())
 }
 
 pub fn scan(src_root: &Path, selected: &[String]) -> Result<Vec<Unit>, String> {

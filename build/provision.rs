@@ -114,7 +114,7 @@ pub fn ensure(cache: &Path, dir_name: &str, pins: &[&Pin], what: &str) -> Result
     if dest.join(".complete").exists() {
         return Ok(dest);
     }
-    if std::env::var_os("GRAPHSAFE_OFFLINE").is_some_and(|v| v == "1") {
+    if crate::inputs::offline(std::env::var("GRAPHSAFE_OFFLINE").ok().as_deref())? {
         return Err(format!(
             "graphsafe: GRAPHSAFE_OFFLINE=1 forbids downloading the {what}, and none is available.\n\
              Either install a CUDA toolkit >= 12.8 and set CUDA_HOME (or GRAPHSAFE_CUDA_HOME, or put nvcc on PATH),\n\

@@ -384,7 +384,7 @@ typedef struct {
    */
   int page_size;
   /**
-   * [batch] int32 sequence lengths, each in 1..=max_seq_len.
+   * `[batch]` int32 sequence lengths, each in 1..=max_seq_len.
    */
   uint64_t seq_lens;
   /**
@@ -922,7 +922,10 @@ int graphsafe_cudnn_matmul_captured(GraphsafeContext ctx,
 
 /**
  * Splits and workspace for one decode shape on `arch` (GRAPHSAFE_ARCH_SM90/SM100). Host-only:
- * works without a GPU. `requested_splits` 0 = default rule. Thread-safe.
+ * works without a GPU. `page_size`: tokens per KV-cache page (sm_100: a power of two up to 128,
+ * which sizes the sanitized page table in the workspace; sm_90: 64 or 128). `requested_splits`
+ * 0 = default rule. Limits: batch 1..=65535, max_seq_len 1..=2147483520, sm_count 1..=1024;
+ * beyond them GRAPHSAFE_ERROR_INVALID_ARGUMENT naming the limit. Thread-safe.
  *
  * # Safety
  * `out` is null (refused) or points to a writable `GraphsafeMlaPlan`.
@@ -932,13 +935,16 @@ int graphsafe_mla_plan(int arch,
                        int num_heads,
                        int batch,
                        int max_seq_len,
+                       int page_size,
                        int sm_count,
                        int requested_splits,
                        GraphsafeMlaPlan *out);
 
 /**
  * The workspace to pre-grow before capture: the worst case over batch 1..=max_batch and sequence
- * lengths 1..=max_seq_len. Host-only. Thread-safe.
+ * lengths 1..=max_seq_len with the default split rule, for one page size (see
+ * graphsafe_mla_plan for `page_size` and the limits). Host-only; answers in well under a
+ * millisecond at the limits. Thread-safe.
  *
  * # Safety
  * `out` is null (refused) or points to a writable `GraphsafeMlaPlan`.
@@ -948,6 +954,7 @@ int graphsafe_mla_worst_case(int arch,
                              int num_heads,
                              int max_batch,
                              int max_seq_len,
+                             int page_size,
                              int sm_count,
                              GraphsafeMlaPlan *out);
 
@@ -997,7 +1004,8 @@ int graphsafe_nvfp4_plan(int arch,
                          GraphsafeNvfp4Plan *out);
 
 /**
- * Bytes of the swizzled scale tensor of an [rows, k] NVFP4 matrix. Host-only.
+ * Bytes of the swizzled scale tensor of an [rows, k] NVFP4 matrix (k a multiple of 16):
+ * round_up(rows, 128) * round_up(k / 16, 4), exact for every positive `int`. Host-only.
  *
  * # Safety
  * `out` is null (refused) or points to a writable `uint64_t`.

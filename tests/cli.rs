@@ -16,9 +16,59 @@ fn plan_mla_prints_each_batch_and_the_pre_grow_maximum() {
     let text = String::from_utf8(out.stdout).unwrap();
     let rows: Vec<&str> = text.lines().filter(|l| l.trim_start().starts_with(|c: char| c.is_ascii_digit())).collect();
     assert_eq!(rows.len(), 4, "{text}");
-    assert!(rows[0].split_whitespace().eq(["1", "16", "individual", "4202496"]), "{text}");
-    assert!(rows[3].split_whitespace().eq(["128", "1", "persistent", "0"]), "{text}");
-    assert!(text.contains("pre-grow before capture: 4202496 bytes"), "{text}");
+    // CUTLASS's 2052 * 128 * 16 bytes, then the sanitize region (64-token pages, the default):
+    // lengths 256 + kernel lengths 256 + page table 4 * 1024 + LSE scratch 512.
+    assert!(rows[0].split_whitespace().eq(["1", "16", "individual", "4207616"]), "{text}");
+    // One split: the sanitize region alone, 512 + 512 + 4 * 128 * 1024.
+    assert!(rows[3].split_whitespace().eq(["128", "1", "persistent", "525312"]), "{text}");
+    assert!(text.contains("pre-grow before capture: 4207616 bytes"), "{text}");
+}
+
+/// (batch rows' workspace, pre-grow) of a `plan mla --json` run.
+fn rows_and_pre_grow(args: &[&str]) -> (Vec<u64>, u64) {
+    let out = graphsafe(args);
+    assert_eq!(out.status.code(), Some(0), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let rows = v["plans"].as_array().unwrap().iter().map(|p| p["workspace_bytes"].as_u64().unwrap()).collect();
+    (rows, v["pre_grow"]["workspace_bytes"].as_u64().unwrap())
+}
+
+#[test]
+fn the_pre_grow_covers_every_row_printed_with_explicit_splits() {
+    // Issue 5's case: 256 explicit splits needed 4,303,355,904 bytes at batch 64 while the
+    // pre-grow line said 45,176,832 (the default rule's worst case).
+    let (rows, pre) = rows_and_pre_grow(&["plan", "mla", "--arch", "sm_90", "--batch", "1,64", "--seq-len", "65536", "--sm-count", "132", "--splits", "256", "--json"]);
+    assert_eq!(rows[1], 4_303_355_904);
+    assert!(rows.iter().all(|&r| r <= pre), "{rows:?} > {pre}");
+    assert_eq!(pre, rows[1]);
+    let (rows, pre) = rows_and_pre_grow(&["plan", "mla", "--batch", "1", "--seq-len", "65536", "--sm-count", "148", "--splits", "3", "--json"]);
+    assert!(rows.iter().all(|&r| r <= pre), "{rows:?} > {pre}");
+    let (rows, pre) = rows_and_pre_grow(&["plan", "mla", "--batch", "1,7,300", "--seq-len", "9999", "--sm-count", "148", "--page-size", "16", "--splits", "1", "--json"]);
+    assert!(rows.iter().all(|&r| r <= pre) && pre == rows[2], "{rows:?} > {pre}");
+}
+
+#[test]
+fn the_largest_accepted_plans_answer_and_larger_ones_are_refused_naming_the_limit() {
+    // Bounded planners: these used to scan batch x tiles for up to an hour.
+    for args in [
+        &["plan", "mla", "--batch", "65535", "--seq-len", "4194176", "--sm-count", "148", "--page-size", "128"][..],
+        &["plan", "mla", "--batch", "128", "--seq-len", "2147483520", "--sm-count", "148", "--page-size", "128"],
+        &["plan", "mla", "--arch", "sm_90", "--heads", "16", "--batch", "65535", "--seq-len", "2147483520", "--sm-count", "1024"],
+    ] {
+        let out = graphsafe(args);
+        assert_eq!(out.status.code(), Some(0), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    for (args, needle) in [
+        (&["plan", "mla", "--batch", "2147483647", "--seq-len", "4096", "--sm-count", "148"][..], "65535"),
+        (&["plan", "mla", "--arch", "sm_90", "--batch", "1", "--seq-len", "2147483647", "--sm-count", "132"], "2147483520"),
+        (&["plan", "mla", "--batch", "129", "--seq-len", "2147483520", "--sm-count", "148", "--page-size", "128"], "page-table columns"),
+        (&["plan", "mla", "--batch", "1", "--seq-len", "4096", "--sm-count", "4096"], "1024"),
+    ] {
+        let out = graphsafe(args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let err = String::from_utf8(out.stderr).unwrap();
+        assert!(err.contains(needle) && err.trim_end().lines().count() == 1, "{args:?}: {err}");
+    }
 }
 
 #[test]
@@ -28,9 +78,12 @@ fn plan_mla_json_is_machine_readable() {
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["dtype"], "fp8_e4m3");
     assert_eq!(v["plans"][0]["num_splits"], 8);
-    assert_eq!(v["plans"][0]["workspace_bytes"], 2052 * 128 * 8);
+    // CUTLASS's part, then lengths, kernel lengths, 8 tiles x 2 pages of page table, LSE scratch.
+    assert_eq!(v["plans"][0]["workspace_bytes"], 2052 * 128 * 8 + 256 + 256 + 256 + 512);
     assert_eq!(v["plans"][1]["num_splits"], 1);
-    assert_eq!(v["pre_grow"]["workspace_bytes"], 2052 * 128 * 8);
+    assert_eq!(v["plans"][1]["workspace_bytes"], 256 + 256 + 256);
+    assert_eq!(v["page_size"], 64);
+    assert_eq!(v["pre_grow"]["workspace_bytes"], 2052 * 128 * 8 + 256 + 256 + 256 + 512);
 }
 
 #[test]
@@ -76,6 +129,9 @@ fn bad_arguments_exit_2_with_one_line() {
         &["plan", "mla", "--arch", "sm_80", "--batch", "1", "--seq-len", "10", "--sm-count", "10"],
         &["plan", "mla", "--arch", "sm_90", "--heads", "20", "--batch", "1", "--seq-len", "10", "--sm-count", "10"],
         &["plan", "mla", "--arch", "sm_100", "--heads", "64", "--batch", "1", "--seq-len", "10", "--sm-count", "10"],
+        &["plan", "mla", "--batch", "1", "--seq-len", "10", "--sm-count", "10", "--page-size", "48"],
+        &["plan", "mla", "--arch", "sm_90", "--heads", "16", "--batch", "1", "--seq-len", "10", "--sm-count", "10", "--page-size", "16"],
+        &["plan", "mla", "--batch", "65536", "--seq-len", "10", "--sm-count", "10"],
         &["frobnicate"],
     ];
     for args in cases {

@@ -10,6 +10,10 @@
 //! * Split rule (graphsafe's, see src/ops/mla/sm100.rs): `T = ceil(seq / 128)`;
 //!   `cap = 1` if `B > 1`, else `min(16, T, max(1, sm / 2))`; default `ceil(T / ceil(T / cap))`.
 //!   The kernel gives split `i` the tiles `[i * ceil(T/s), min(T, (i+1) * ceil(T/s)))`.
+//! * After CUTLASS's part (rounded up to 256), graphsafe's sanitize region
+//!   (include/graphsafe_kernels/mla.h): i32 lengths [B], i32 kernel lengths [B], the i32 page
+//!   table [B, T·128/page] and, with more than one split, an f32 LSE scratch [B, 128], each
+//!   rounded up to 256.
 
 use graphsafe::ops::mla::sm100::{self, Scheduler};
 use graphsafe::ops::mla::KvDtype;
@@ -22,13 +26,22 @@ fn closed_form_splits(b: i64, seq: i64, sm: i64) -> u32 {
     ((t + per - 1) / per) as u32
 }
 
-fn closed_form_workspace(b: i64, splits: u32) -> u64 {
-    if splits > 1 {
-        (4 * 512 + 4) * 128 * splits as u64 * b as u64
-    } else {
-        0
-    }
+fn r256(x: u64) -> u64 {
+    x.div_ceil(256) * 256
 }
+
+fn closed_form_sanitize(b: i64, seq: i64, page: i64, splits: u32) -> u64 {
+    let (b, t) = (b as u64, (seq as u64).div_ceil(128));
+    let lse = if splits > 1 { r256(4 * 128 * b) } else { 0 };
+    2 * r256(4 * b) + r256(4 * b * t * (128 / page as u64)) + lse
+}
+
+fn closed_form_workspace(b: i64, seq: i64, page: i64, splits: u32) -> u64 {
+    let cutlass = if splits > 1 { (4 * 512 + 4) * 128 * splits as u64 * b as u64 } else { 0 };
+    r256(cutlass) + closed_form_sanitize(b, seq, page, splits)
+}
+
+const PAGES: &[i64] = &[1, 16, 64, 128];
 
 const BATCHES: &[i64] = &[1, 2, 3, 8, 64, 128];
 const SEQS: &[i64] = &[1, 127, 128, 129, 1000, 2047, 2048, 2049, 4096, 65_536, 163_840];
@@ -43,8 +56,10 @@ fn splits_and_workspace_match_closed_form_on_a_grid() {
                 let splits = sm100::num_splits(b, seq, sm, None).unwrap();
                 assert_eq!(splits, closed_form_splits(b, seq, sm), "splits for b={b} seq={seq} sm={sm}");
                 for dtype in KvDtype::ALL {
-                    let ws = sm100::workspace_bytes(dtype, b, seq, sm, splits as i64).unwrap();
-                    assert_eq!(ws, closed_form_workspace(b, splits), "workspace for {dtype} b={b} seq={seq} sm={sm}");
+                    for &page in PAGES {
+                        let ws = sm100::workspace_bytes(dtype, b, seq, page, sm, splits as i64).unwrap();
+                        assert_eq!(ws, closed_form_workspace(b, seq, page, splits), "workspace for {dtype} b={b} seq={seq} page={page} sm={sm}");
+                    }
                 }
                 checked += 1;
             }
@@ -56,9 +71,39 @@ fn splits_and_workspace_match_closed_form_on_a_grid() {
 #[test]
 fn workspace_for_explicit_splits_matches_closed_form() {
     for splits in 1..=16u32 {
-        for &b in &[1i64, 2, 7] {
-            let ws = sm100::workspace_bytes(KvDtype::Bf16, b, 4096, 148, splits as i64).unwrap();
-            assert_eq!(ws, closed_form_workspace(b, splits));
+        let ws = sm100::workspace_bytes(KvDtype::Bf16, 1, 4096, 64, 148, splits as i64).unwrap();
+        assert_eq!(ws, closed_form_workspace(1, 4096, 64, splits));
+    }
+    for &b in &[2i64, 7] {
+        assert_eq!(sm100::workspace_bytes(KvDtype::Bf16, b, 4096, 64, 148, 1).unwrap(), closed_form_workspace(b, 4096, 64, 1));
+        // A count the safety rule refuses has no workspace to size: the decode would refuse it.
+        assert!(matches!(sm100::workspace_bytes(KvDtype::Bf16, b, 4096, 64, 148, 2), Err(Error::InvalidArgument { .. })));
+    }
+}
+
+#[test]
+fn the_sanitize_layout_is_the_documented_one() {
+    for &(b, seq, page, splits) in &[(1i64, 1i64, 1i64, 1i64), (1, 65_536, 64, 16), (300, 4097, 16, 1), (65_535, 128, 128, 1), (2, 129, 2, 1)] {
+        let l = sm100::sanitize_layout(b, seq, page, splits).unwrap();
+        let cols = (seq as u64).div_ceil(128) * (128 / page as u64);
+        assert_eq!(l.columns as u64, cols);
+        assert_eq!(l.lens_offset, 0);
+        assert_eq!(l.kernel_lens_offset, r256(4 * b as u64));
+        assert_eq!(l.page_table_offset, 2 * r256(4 * b as u64));
+        assert_eq!(l.lse_offset, l.page_table_offset + r256(4 * b as u64 * cols));
+        assert_eq!(l.bytes, closed_form_sanitize(b, seq, page, splits as u32));
+        assert_eq!(l.bytes - l.lse_offset, if splits > 1 { r256(512 * b as u64) } else { 0 });
+    }
+    // CUTLASS indexes the page table with int32: batch x columns must fit.
+    assert!(sm100::sanitize_layout(128, 2_147_483_520, 128, 1).is_ok());
+    match sm100::sanitize_layout(129, 2_147_483_520, 128, 1) {
+        Err(Error::InvalidArgument { what, .. }) => assert_eq!(what, "batch x page-table columns"),
+        other => panic!("{other:?}"),
+    }
+    for bad in [0i64, 3, 48, 256, -64] {
+        match sm100::sanitize_layout(1, 100, bad, 1) {
+            Err(Error::InvalidArgument { what, .. }) => assert_eq!(what, "page_size"),
+            other => panic!("page {bad}: {other:?}"),
         }
     }
 }
@@ -79,10 +124,11 @@ fn default_rule_never_leaves_a_split_without_kv_tiles() {
 #[test]
 fn batch_above_one_always_gets_one_split_and_the_persistent_scheduler() {
     for &b in &BATCHES[1..] {
-        let p = sm100::plan(KvDtype::Fp8E4m3, b, 163_840, 148, None).unwrap();
-        assert_eq!((p.num_splits, p.scheduler, p.workspace_bytes), (1, Scheduler::Persistent, 0));
+        let p = sm100::plan(KvDtype::Fp8E4m3, b, 163_840, 64, 148, None).unwrap();
+        assert_eq!((p.num_splits, p.scheduler), (1, Scheduler::Persistent));
+        assert_eq!(p.workspace_bytes, p.sanitize_bytes, "one split: only the sanitize region");
     }
-    let p = sm100::plan(KvDtype::Bf16, 1, 65_536, 148, None).unwrap();
+    let p = sm100::plan(KvDtype::Bf16, 1, 65_536, 64, 148, None).unwrap();
     assert_eq!((p.num_splits, p.scheduler), (16, Scheduler::Individual));
 }
 
@@ -106,13 +152,17 @@ fn explicit_split_counts_are_checked_against_the_safety_rule() {
 #[test]
 fn zero_or_negative_sizes_are_invalid_arguments_naming_the_argument() {
     type Case<'a> = (&'a str, Box<dyn Fn() -> graphsafe::Result<u32>>);
-    let cases: [Case; 6] = [
+    let cases: [Case; 10] = [
+        ("batch", Box::new(|| sm100::num_splits(65_536, 10, 10, None))),
+        ("max_seq_len", Box::new(|| sm100::num_splits(1, 2_147_483_521, 10, None))),
+        ("sm_count", Box::new(|| sm100::num_splits(1, 10, 1025, None))),
+        ("max_batch", Box::new(|| sm100::worst_case(KvDtype::Bf16, 65_536, 10, 64, 10, None).map(|p| p.num_splits))),
         ("batch", Box::new(|| sm100::num_splits(0, 10, 10, None))),
         ("batch", Box::new(|| sm100::num_splits(-3, 10, 10, None))),
         ("max_seq_len", Box::new(|| sm100::num_splits(1, 0, 10, None))),
         ("sm_count", Box::new(|| sm100::num_splits(1, 10, -1, None))),
-        ("num_splits", Box::new(|| sm100::workspace_bytes(KvDtype::Bf16, 1, 10, 10, 0).map(|v| v as u32))),
-        ("max_seq_len", Box::new(|| sm100::workspace_bytes(KvDtype::Bf16, 1, i64::MAX, 10, 1).map(|v| v as u32))),
+        ("num_splits", Box::new(|| sm100::workspace_bytes(KvDtype::Bf16, 1, 10, 64, 10, 0).map(|v| v as u32))),
+        ("max_seq_len", Box::new(|| sm100::workspace_bytes(KvDtype::Bf16, 1, i64::MAX, 64, 10, 1).map(|v| v as u32))),
     ];
     for (name, f) in cases {
         match f() {
@@ -124,30 +174,49 @@ fn zero_or_negative_sizes_are_invalid_arguments_naming_the_argument() {
 
 #[test]
 fn planner_equals_the_brute_force_maximum_over_every_shape() {
-    for &(max_batch, max_seq, sm) in &[(4i64, 4096i64, 148i64), (3, 2500, 20), (2, 700, 3), (1, 3000, 148)] {
+    for &(max_batch, max_seq, sm, page) in &[(4i64, 4096i64, 148i64, 64i64), (3, 2500, 20, 1), (2, 700, 3, 128), (1, 3000, 148, 16), (1, 33_000, 148, 128)] {
         let mut brute = 0u64;
         for b in 1..=max_batch {
             for seq in 1..=max_seq {
                 let s = sm100::num_splits(b, seq, sm, None).unwrap();
-                brute = brute.max(sm100::workspace_bytes(KvDtype::Bf16, b, seq, sm, s as i64).unwrap());
+                brute = brute.max(sm100::workspace_bytes(KvDtype::Bf16, b, seq, page, sm, s as i64).unwrap());
             }
         }
-        let w = sm100::worst_case(KvDtype::Bf16, max_batch, max_seq, sm).unwrap();
-        assert_eq!(w.workspace_bytes, brute, "max_batch={max_batch} max_seq={max_seq} sm={sm}");
+        let w = sm100::worst_case(KvDtype::Bf16, max_batch, max_seq, page, sm, None).unwrap();
+        assert_eq!(w.workspace_bytes, brute, "max_batch={max_batch} max_seq={max_seq} sm={sm} page={page}");
         // The reported shape really needs that much.
-        let again = sm100::plan(KvDtype::Bf16, w.batch as i64, w.max_seq_len as i64, sm, None).unwrap();
+        let again = sm100::plan(KvDtype::Bf16, w.batch as i64, w.max_seq_len as i64, page, sm, None).unwrap();
         assert_eq!(again.workspace_bytes, w.workspace_bytes);
     }
 }
 
 #[test]
 fn worst_case_is_not_always_at_the_longest_sequence() {
-    // 2048 tokens = 16 tiles → 16 splits; 2176 tokens = 17 tiles → 9 balanced splits.
-    let at_max = sm100::plan(KvDtype::Bf16, 1, 2176, 148, None).unwrap();
-    let w = sm100::worst_case(KvDtype::Bf16, 1, 2176, 148).unwrap();
+    // 2048 tokens = 16 tiles → 16 splits; 2176 tokens = 17 tiles → 9 balanced splits. With
+    // 128-token pages the page table grows by one column: not enough to make up 7 splits.
+    let at_max = sm100::plan(KvDtype::Bf16, 1, 2176, 128, 148, None).unwrap();
+    let w = sm100::worst_case(KvDtype::Bf16, 1, 2176, 128, 148, None).unwrap();
     assert_eq!(at_max.num_splits, 9);
-    assert_eq!(w.num_splits, 16);
+    assert_eq!((w.num_splits, w.max_seq_len), (16, 2048));
     assert!(w.workspace_bytes > at_max.workspace_bytes);
+}
+
+#[test]
+fn explicit_splits_enter_the_worst_case() {
+    // The default would pick 16 at 65536 tokens; an engine that always asks for 4 needs less,
+    // and one that asks for 16 at batch 1 needs exactly the batch-1 row.
+    let w4 = sm100::worst_case(KvDtype::Bf16, 1, 65_536, 64, 148, Some(4)).unwrap();
+    assert_eq!((w4.num_splits, w4.workspace_bytes), (4, closed_form_workspace(1, 65_536, 64, 4)));
+    // One split is allowed for every batch: the largest batch needs the most.
+    let w1 = sm100::worst_case(KvDtype::Bf16, 64, 65_536, 64, 148, Some(1)).unwrap();
+    assert_eq!((w1.batch, w1.workspace_bytes), (64, closed_form_workspace(64, 65_536, 64, 1)));
+    // More than one split only exists for batch 1; more than the cap for no shape at all.
+    let w = sm100::worst_case(KvDtype::Bf16, 64, 65_536, 64, 148, Some(8)).unwrap();
+    assert_eq!((w.batch, w.num_splits), (1, 8));
+    match sm100::worst_case(KvDtype::Bf16, 64, 65_536, 64, 148, Some(17)) {
+        Err(Error::InvalidArgument { what, .. }) => assert_eq!(what, "num_splits"),
+        other => panic!("{other:?}"),
+    }
 }
 
 // ---- graphsafe's sm90 kernel ------------------------------------------------------------------
@@ -226,6 +295,6 @@ fn sm90_planner_equals_the_brute_force_maximum() {
                 brute = brute.max(sm90::plan(KvDtype::Fp16, heads, b, seq, sm, None).unwrap().workspace_bytes);
             }
         }
-        assert_eq!(sm90::worst_case(KvDtype::Fp16, heads, max_batch, max_seq, sm).unwrap().workspace_bytes, brute);
+        assert_eq!(sm90::worst_case(KvDtype::Fp16, heads, max_batch, max_seq, sm, None).unwrap().workspace_bytes, brute);
     }
 }

@@ -56,7 +56,9 @@ fn the_good_arguments_plan_on_both_back_ends() {
     let p = plan(&good(MlaArch::Sm90, 16, 64, DType::Bf16), MlaArch::Sm90).unwrap();
     assert_eq!((p.batch, p.num_heads, p.page_size), (4, 16, 64));
     let p = plan(&good(MlaArch::Sm100, 128, 128, DType::Fp8E4m3), MlaArch::Sm100).unwrap();
-    assert_eq!((p.num_splits, p.workspace_bytes), (1, 0));
+    // One split: no CUTLASS workspace, only the region the sanitized lengths and pages live in.
+    let sanitize = graphsafe::ops::mla::sm100::sanitize_layout(B as i64, 8 * 128, 128, 1).unwrap();
+    assert_eq!((p.num_splits, p.workspace_bytes), (1, sanitize.bytes));
     let p = plan(&good(MlaArch::Sm100, 128, 32, DType::Fp16), MlaArch::Sm100).unwrap();
     assert_eq!(p.page_size, 32);
 }
@@ -259,5 +261,17 @@ fn arch_dispatch() {
     assert_eq!(sm90.is_ok(), graphsafe::build_info::has_arch("sm_90a"), "{sm90:?}");
     if let Err(Error::ArchUnsupported { need, .. }) = MlaArch::for_compute_capability((10, 0)) {
         assert!(!graphsafe::build_info::has_arch("sm_100a") && need.contains("sm_100a"));
+    }
+}
+
+#[test]
+fn lengths_past_the_kernels_int32_limit_are_refused_by_the_planners() {
+    // max_seq_len = 2^25 pages x 64 = 2^31 tokens: the kernels compute len + tile - 1 in int32.
+    for arch in [MlaArch::Sm90, MlaArch::Sm100] {
+        let mut a = good(arch, 128, 64, DType::Bf16);
+        let max_pages = 1usize << 25;
+        a.page_table = Tensor::contiguous(mem(B * max_pages * 4, 4), DType::I32, &[B, max_pages]);
+        a.max_seq_len = (max_pages * 64) as u32;
+        rejects(&a, arch, "max_seq_len");
     }
 }

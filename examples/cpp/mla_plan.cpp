@@ -5,8 +5,9 @@
 
 int main() {
   GraphsafeMlaPlan worst{};
-  // DeepSeek-V3 decode on a B200: 128 heads, batches up to 256, contexts up to 163,840 tokens.
-  if (graphsafe_mla_worst_case(GRAPHSAFE_ARCH_SM100, GRAPHSAFE_DTYPE_BF16, 128, 256, 163840, 148, &worst) != GRAPHSAFE_OK) {
+  // DeepSeek-V3 decode on a B200: 128 heads, batches up to 256, contexts up to 163,840 tokens in
+  // 64-token pages.
+  if (graphsafe_mla_worst_case(GRAPHSAFE_ARCH_SM100, GRAPHSAFE_DTYPE_BF16, 128, 256, 163840, 64, 148, &worst) != GRAPHSAFE_OK) {
     std::fprintf(stderr, "planning failed: %s\n", graphsafe_last_error());
     return 1;
   }

@@ -27,6 +27,33 @@ typedef enum GsMlaScheduler {
 /** The most KV splits the default rule ever picks. */
 #define GS_MLA_SM100_MAX_SPLITS 16
 
+/*
+ * Limits of the MLA decode and its planners (both back-ends). Every planning function below
+ * refuses values outside them with GS_ERR_INVALID_ARGUMENT, and so does the decode.
+ *   batch        1..=GS_MLA_MAX_BATCH     a grid dimension of both kernels
+ *   max_seq_len  1..=GS_MLA_MAX_SEQ_LEN   2^31 - 128: every kernel computes len + tile - 1
+ *                                         (tile <= 128) in int32
+ *   sm_count     1..=GS_MLA_MAX_SM_COUNT  more than any GPU has; bounds the worst-case scans
+ */
+#define GS_MLA_MAX_BATCH 65535
+#define GS_MLA_MAX_SEQ_LEN 2147483520
+#define GS_MLA_MAX_SM_COUNT 1024
+
+/*
+ * Device data (seq_lens, page_table) is never trusted; both back-ends give it the same meaning:
+ *   seq_lens[b] <= 0           an empty request: out[b] is all zeros and lse[b] is -inf.
+ *   seq_lens[b] > max_seq_len  clamped to max_seq_len.
+ *   page index < 0             read as page 0;
+ *   page index >= num_pages    read as page num_pages - 1 (clamped into the cache, never out of
+ *                              it: its tokens hold whatever that page holds).
+ * Only the columns that hold tokens of the (clamped) length are read from the caller's page table.
+ * The sm90 kernel applies this itself. CUTLASS's sm100 kernel does not (a zero length with
+ * batch > 1 is an empty persistent split, which hangs CUTLASS 4.2; page indices go straight into
+ * addresses), so its decode first runs gs_mla_sanitize on the stream, which writes the clamped
+ * lengths and a clamped, compact page table into the workspace for CUTLASS to read, and after it
+ * gs_mla_sanitize_finish, which writes the empty requests' zeros and -inf.
+ */
+
 /**
  * Number of KV splits for the CUTLASS 4.2 sm100 MLA kernel.
  *
@@ -47,12 +74,71 @@ int gs_mla_sm100_max_safe_splits(int32_t batch, int32_t max_seq_len, int32_t sm_
 int gs_mla_sm100_scheduler(int32_t num_splits, int32_t* out_scheduler);
 
 /**
- * Workspace bytes of the sm100 MLA decode for these arguments: exactly what CUTLASS's
- * device::MLA<Kernel>::get_workspace_size returns for the kernel instantiated for `dtype`
- * (0 for one split).
+ * Where the sm100 decode keeps its sanitized copies of the device data: a region of the workspace
+ * after CUTLASS's own part (see gs_mla_sm100_workspace_bytes). Offsets are relative to the
+ * region's start, each 256-byte aligned.
  */
-int gs_mla_sm100_workspace_bytes(int32_t dtype, int32_t batch, int32_t max_seq_len, int32_t sm_count,
-                                 int32_t num_splits, uint64_t* out_bytes);
+typedef struct GsMlaSanitizeLayout {
+  /** int32 [batch]: seq_lens clamped to 0..=max_seq_len; 0 marks an empty request. */
+  uint64_t lens_offset;
+  /** int32 [batch]: max(1, lens): the lengths CUTLASS reads (an empty request runs one token). */
+  uint64_t kernel_lens_offset;
+  /** int32 [batch, columns]: the clamped, compact page table CUTLASS reads. */
+  uint64_t page_table_offset;
+  /**
+   * fp32 [batch, 128]: split-KV LSE scratch, used when the caller passes no lse (CUTLASS 4.2 writes
+   * the per-split LSE its reduction reads only when it has an lse pointer). Present (and counted in
+   * bytes) only when num_splits > 1; otherwise equal to bytes.
+   */
+  uint64_t lse_offset;
+  /** Bytes of the region. */
+  uint64_t bytes;
+  /** Columns of the compact page table: ceil(max_seq_len / 128) * (128 / page_size), whole KV
+   *  tiles, because CUTLASS reads the page indices of a tile's every page. */
+  int32_t columns;
+} GsMlaSanitizeLayout;
+
+/**
+ * The sanitize layout for these arguments (host-only, every build). page_size: a power of two up
+ * to 128. GS_ERR_INVALID_ARGUMENT beyond the limits above, or when batch * columns exceeds
+ * INT32_MAX (CUTLASS indexes the page table with int32).
+ */
+int gs_mla_sanitize_layout(int32_t batch, int32_t max_seq_len, int32_t page_size, int32_t num_splits,
+                           GsMlaSanitizeLayout* out_layout);
+
+/**
+ * Workspace bytes of the sm100 MLA decode, laid out as the decode uses them:
+ *   [0, C)                 CUTLASS's part: device::MLA<Kernel>::get_workspace_size for the kernel
+ *                          instantiated for `dtype` (0 for one split, else
+ *                          (4 * 512 + 4) * 128 * num_splits * batch);
+ *   [round_up(C, 256), +)  the sanitize region, gs_mla_sanitize_layout's `bytes`.
+ * The total is round_up(C, 256) + bytes. Also checks the split count against the safety rule
+ * (GS_ERR_UNSAFE_SPLIT).
+ */
+int gs_mla_sm100_workspace_bytes(int32_t dtype, int32_t batch, int32_t max_seq_len, int32_t page_size,
+                                 int32_t sm_count, int32_t num_splits, uint64_t* out_bytes);
+
+/**
+ * The sanitize pre-pass, on `stream` (every arch that was built): reads seq_lens [batch] and the
+ * caller's page table ([batch, page_table_stride], only the columns a request's clamped length
+ * covers) and writes into `region` (gs_mla_sanitize_layout's layout for these arguments, at least
+ * its `bytes` bytes): lens, kernel_lens and the compact page table, whose column j of request b is
+ *   clamp(page_table[b][j], 0, num_pages - 1)   for j < ceil(max(1, lens[b]) / page_size),
+ *   0                                           for the other columns.
+ * Nothing else in the region is written. Validates everything before it enqueues anything.
+ */
+int gs_mla_sanitize(const int32_t* seq_lens, const int32_t* page_table, int32_t page_table_stride, int32_t batch,
+                    int32_t max_seq_len, int32_t page_size, int32_t num_pages, int32_t num_splits, void* region,
+                    uint64_t region_bytes, void* stream);
+
+/**
+ * The post-pass, on `stream`, after the kernel: for every request b with lens[b] == 0 (lens from
+ * the sanitize region), writes zeros to out[b, 0..128, 0..512] (16-bit elements, strides in
+ * elements) and, when lse is not NULL, -inf to lse[b * 128 + 0..128]. Other requests are not
+ * touched.
+ */
+int gs_mla_sanitize_finish(const int32_t* lens, int32_t batch, void* out, int64_t out_stride_batch,
+                           int64_t out_stride_head, float* lse, void* stream);
 
 /** Arguments of one MLA decode step (strides in elements; the innermost stride is 1). */
 typedef struct GsMlaDecodeArgs {
@@ -78,9 +164,9 @@ typedef struct GsMlaDecodeArgs {
   const void* kv_cache;
   int32_t num_pages;
   int32_t page_size;
-  /** [batch] int32. sm100: each in 1..=max_seq_len. sm90: 0 gives zeros and LSE -inf; above max_seq_len is clamped. */
+  /** [batch] int32 device data, any value (see "Device data" above). */
   const int32_t* seq_lens;
-  /** [batch, page_table_stride] int32 page indices. */
+  /** [batch, page_table_stride] int32 page indices, device data, any value (see "Device data" above). */
   const int32_t* page_table;
   int32_t page_table_stride;
   /** [batch, num_heads, 512] */
@@ -93,9 +179,11 @@ typedef struct GsMlaDecodeArgs {
 } GsMlaDecodeArgs;
 
 /**
- * Launches the CUTLASS sm100 MLA decode (and its split-KV reduction) on `stream`.
- * Returns GS_ERR_WORKSPACE_TOO_SMALL, launching nothing, when workspace_bytes is less than
- * gs_mla_sm100_workspace_bytes for these arguments. Only present when sm_100a was built.
+ * Launches the CUTLASS sm100 MLA decode on `stream`: gs_mla_sanitize, the kernel (and its split-KV
+ * reduction) over the sanitized copies, gs_mla_sanitize_finish. Returns GS_ERR_WORKSPACE_TOO_SMALL,
+ * launching nothing, when workspace_bytes is less than gs_mla_sm100_workspace_bytes for these
+ * arguments (the workspace is never optional: it holds the sanitize region); any other refusal
+ * also launches nothing. Only present when sm_100a was built.
  */
 int gs_mla_sm100_decode(const GsMlaDecodeArgs* args, void* workspace, uint64_t workspace_bytes, void* stream);
 

@@ -36,13 +36,17 @@ extern "C" {
  *     padding bytes (rows >= M, blocks >= K/16) are written as 0.
  */
 
-/** Bytes of the swizzled scale-factor tensor of an [rows, k] NVFP4 operand. */
+/**
+ * Bytes of the swizzled scale-factor tensor of an [rows, k] NVFP4 operand (k a multiple of 16),
+ * round_up(rows, 128) * round_up(k / 16, 4), computed in 64 bits (every int32 input fits).
+ */
 int gs_nvfp4_scale_bytes(int32_t rows, int32_t k, uint64_t* out_bytes);
 
 /**
  * Byte offset of scale factor (row, block) in the swizzled layout, computed with CUTLASS's own
  * Sm1xxBlkScaledConfig<16>::tile_atom_to_shape_SFA (host-only; the Rust reference is tested
- * against it).
+ * against it). GS_ERR_INVALID_ARGUMENT when the scales of [rows, k] exceed INT32_MAX bytes:
+ * CUTLASS's layout computes offsets with int32 strides.
  */
 int gs_nvfp4_cutlass_scale_offset(int32_t rows, int32_t k, int32_t row, int32_t block, uint64_t* out_offset);
 
@@ -117,7 +121,12 @@ typedef struct GsNvfp4Tile {
  */
 int gs_nvfp4_gemm_tile(int32_t arch, int32_t m, GsNvfp4Tile* out_tile);
 
-/** Workspace bytes of the GEMM (CUTLASS's get_workspace_size for the chosen tile); host-only. */
+/**
+ * Workspace bytes of the GEMM (CUTLASS's get_workspace_size for the chosen tile); host-only.
+ * GS_ERR_INVALID_ARGUMENT when k is not a multiple of 16 or the scales of A [m, k] or B [n, k]
+ * exceed INT32_MAX bytes (CUTLASS indexes scale factors with int32 strides), so the GEMM refuses
+ * such shapes before it launches.
+ */
 int gs_nvfp4_gemm_workspace_bytes(int32_t arch, int32_t m, int32_t n, int32_t k, int32_t out_dtype, int32_t sm_count,
                                   uint64_t* out_bytes);
 

@@ -123,12 +123,15 @@ fn to_args(a: &GraphsafeMlaDecodeArgs, ctx: c::CUcontext) -> Result<MlaDecodeArg
 }
 
 /// Splits and workspace for one decode shape on `arch` (GRAPHSAFE_ARCH_SM90/SM100). Host-only:
-/// works without a GPU. `requested_splits` 0 = default rule. Thread-safe.
+/// works without a GPU. `page_size`: tokens per KV-cache page (sm_100: a power of two up to 128,
+/// which sizes the sanitized page table in the workspace; sm_90: 64 or 128). `requested_splits`
+/// 0 = default rule. Limits: batch 1..=65535, max_seq_len 1..=2147483520, sm_count 1..=1024;
+/// beyond them GRAPHSAFE_ERROR_INVALID_ARGUMENT naming the limit. Thread-safe.
 ///
 /// # Safety
 /// `out` is null (refused) or points to a writable `GraphsafeMlaPlan`.
 #[no_mangle]
-pub unsafe extern "C" fn graphsafe_mla_plan(arch: c_int, dtype: c_int, num_heads: c_int, batch: c_int, max_seq_len: c_int, sm_count: c_int, requested_splits: c_int, out: *mut GraphsafeMlaPlan) -> c_int {
+pub unsafe extern "C" fn graphsafe_mla_plan(arch: c_int, dtype: c_int, num_heads: c_int, batch: c_int, max_seq_len: c_int, page_size: c_int, sm_count: c_int, requested_splits: c_int, out: *mut GraphsafeMlaPlan) -> c_int {
     guard(|| {
         if out.is_null() {
             return Err(null("out"));
@@ -140,10 +143,11 @@ pub unsafe extern "C" fn graphsafe_mla_plan(arch: c_int, dtype: c_int, num_heads
                 if num_heads != 128 {
                     return Err(crate::Error::invalid("num_heads", "128 on sm_100", num_heads).into());
                 }
-                let p = sm100::plan(kv, batch as i64, max_seq_len as i64, sm_count as i64, req)?;
+                let p = sm100::plan(kv, batch as i64, max_seq_len as i64, page_size as i64, sm_count as i64, req)?;
                 (p.num_splits, p.workspace_bytes)
             }
             GRAPHSAFE_ARCH_SM90 => {
+                sm90_page_size(page_size)?;
                 let p = sm90::plan(kv, num_heads as i64, batch as i64, max_seq_len as i64, sm_count as i64, req)?;
                 (p.num_splits, p.workspace_bytes)
             }
@@ -154,13 +158,22 @@ pub unsafe extern "C" fn graphsafe_mla_plan(arch: c_int, dtype: c_int, num_heads
     })
 }
 
+fn sm90_page_size(page_size: c_int) -> Result<(), Fail> {
+    if page_size != 64 && page_size != 128 {
+        return Err(crate::Error::invalid("page_size", "64 or 128 on sm_90", page_size).into());
+    }
+    Ok(())
+}
+
 /// The workspace to pre-grow before capture: the worst case over batch 1..=max_batch and sequence
-/// lengths 1..=max_seq_len. Host-only. Thread-safe.
+/// lengths 1..=max_seq_len with the default split rule, for one page size (see
+/// graphsafe_mla_plan for `page_size` and the limits). Host-only; answers in well under a
+/// millisecond at the limits. Thread-safe.
 ///
 /// # Safety
 /// `out` is null (refused) or points to a writable `GraphsafeMlaPlan`.
 #[no_mangle]
-pub unsafe extern "C" fn graphsafe_mla_worst_case(arch: c_int, dtype: c_int, num_heads: c_int, max_batch: c_int, max_seq_len: c_int, sm_count: c_int, out: *mut GraphsafeMlaPlan) -> c_int {
+pub unsafe extern "C" fn graphsafe_mla_worst_case(arch: c_int, dtype: c_int, num_heads: c_int, max_batch: c_int, max_seq_len: c_int, page_size: c_int, sm_count: c_int, out: *mut GraphsafeMlaPlan) -> c_int {
     guard(|| {
         if out.is_null() {
             return Err(null("out"));
@@ -171,11 +184,12 @@ pub unsafe extern "C" fn graphsafe_mla_worst_case(arch: c_int, dtype: c_int, num
                 if num_heads != 128 {
                     return Err(crate::Error::invalid("num_heads", "128 on sm_100", num_heads).into());
                 }
-                let w = sm100::worst_case(kv, max_batch as i64, max_seq_len as i64, sm_count as i64)?;
+                let w = sm100::worst_case(kv, max_batch as i64, max_seq_len as i64, page_size as i64, sm_count as i64, None)?;
                 GraphsafeMlaPlan { num_splits: w.num_splits as c_int, workspace_bytes: w.workspace_bytes, worst_batch: w.batch as c_int, worst_seq_len: w.max_seq_len as c_int }
             }
             GRAPHSAFE_ARCH_SM90 => {
-                let w = sm90::worst_case(kv, num_heads as i64, max_batch as i64, max_seq_len as i64, sm_count as i64)?;
+                sm90_page_size(page_size)?;
+                let w = sm90::worst_case(kv, num_heads as i64, max_batch as i64, max_seq_len as i64, sm_count as i64, None)?;
                 GraphsafeMlaPlan { num_splits: w.num_splits as c_int, workspace_bytes: w.workspace_bytes, worst_batch: w.batch as c_int, worst_seq_len: w.max_seq_len as c_int }
             }
             other => return Err(crate::Error::invalid("arch", "GRAPHSAFE_ARCH_SM90 or GRAPHSAFE_ARCH_SM100", other).into()),

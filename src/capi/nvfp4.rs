@@ -127,7 +127,8 @@ pub unsafe extern "C" fn graphsafe_nvfp4_plan(arch: c_int, m: c_int, n_: c_int, 
     })
 }
 
-/// Bytes of the swizzled scale tensor of an [rows, k] NVFP4 matrix. Host-only.
+/// Bytes of the swizzled scale tensor of an [rows, k] NVFP4 matrix (k a multiple of 16):
+/// round_up(rows, 128) * round_up(k / 16, 4), exact for every positive `int`. Host-only.
 ///
 /// # Safety
 /// `out` is null (refused) or points to a writable `uint64_t`.

@@ -8,6 +8,9 @@ pub const GS_MLA_LATENT_DIM: u32 = 512;
 pub const GS_MLA_ROPE_DIM: u32 = 64;
 pub const GS_MLA_SM100_TILE_S: u32 = 128;
 pub const GS_MLA_SM100_MAX_SPLITS: u32 = 16;
+pub const GS_MLA_MAX_BATCH: u32 = 65535;
+pub const GS_MLA_MAX_SEQ_LEN: u32 = 2147483520;
+pub const GS_MLA_MAX_SM_COUNT: u32 = 1024;
 pub const GS_MLA_SM90_TILE_S: u32 = 64;
 pub const GS_NVFP4_BLOCK: u32 = 16;
 impl GsStatus {
@@ -63,14 +66,60 @@ unsafe extern "C" {
         out_scheduler: *mut i32,
     ) -> ::std::os::raw::c_int;
 }
+#[repr(C)]
+#[derive(Debug, Default, Copy, Clone)]
+pub struct GsMlaSanitizeLayout {
+    pub lens_offset: u64,
+    pub kernel_lens_offset: u64,
+    pub page_table_offset: u64,
+    pub lse_offset: u64,
+    pub bytes: u64,
+    pub columns: i32,
+}
+unsafe extern "C" {
+    pub fn gs_mla_sanitize_layout(
+        batch: i32,
+        max_seq_len: i32,
+        page_size: i32,
+        num_splits: i32,
+        out_layout: *mut GsMlaSanitizeLayout,
+    ) -> ::std::os::raw::c_int;
+}
 unsafe extern "C" {
     pub fn gs_mla_sm100_workspace_bytes(
         dtype: i32,
         batch: i32,
         max_seq_len: i32,
+        page_size: i32,
         sm_count: i32,
         num_splits: i32,
         out_bytes: *mut u64,
+    ) -> ::std::os::raw::c_int;
+}
+unsafe extern "C" {
+    pub fn gs_mla_sanitize(
+        seq_lens: *const i32,
+        page_table: *const i32,
+        page_table_stride: i32,
+        batch: i32,
+        max_seq_len: i32,
+        page_size: i32,
+        num_pages: i32,
+        num_splits: i32,
+        region: *mut ::std::os::raw::c_void,
+        region_bytes: u64,
+        stream: *mut ::std::os::raw::c_void,
+    ) -> ::std::os::raw::c_int;
+}
+unsafe extern "C" {
+    pub fn gs_mla_sanitize_finish(
+        lens: *const i32,
+        batch: i32,
+        out: *mut ::std::os::raw::c_void,
+        out_stride_batch: i64,
+        out_stride_head: i64,
+        lse: *mut f32,
+        stream: *mut ::std::os::raw::c_void,
     ) -> ::std::os::raw::c_int;
 }
 #[repr(C)]

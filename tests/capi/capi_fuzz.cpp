@@ -74,8 +74,8 @@ int main(int argc, char** argv) {
       case 28: s = graphsafe_graph_exec_launch(GraphsafeGraphExec{handle()}, GraphsafeStream{handle()}); break;
       case 29: s = graphsafe_graph_exec_upload(GraphsafeGraphExec{handle()}, GraphsafeStream{handle()}); break;
       case 30: s = graphsafe_graph_exec_destroy(GraphsafeGraphExec{handle()}); break;
-      case 31: s = graphsafe_mla_plan(i32(), i32() % 4, i32(), i32(), i32(), i32(), i32() % 20, null_out ? nullptr : &plan); break;
-      case 32: s = graphsafe_mla_worst_case(rng() % 2 ? 90 : 100, i32() % 3, 16 * int(rng() % 9), int(rng() % 5), int(rng() % 3000), i32(), null_out ? nullptr : &plan); break;
+      case 31: s = graphsafe_mla_plan(i32(), i32() % 4, i32(), i32(), i32(), i32(), i32(), i32() % 20, null_out ? nullptr : &plan); break;
+      case 32: s = graphsafe_mla_worst_case(rng() % 2 ? 90 : 100, i32() % 3, 16 * int(rng() % 9), int(rng() % 5), int(rng() % 3000), 1 << int(rng() % 9), i32(), null_out ? nullptr : &plan); break;
       case 33: s = graphsafe_mla_decode(null_out ? nullptr : &args, GraphsafeWorkspace{handle()}, GraphsafeStream{handle()}, rng() % 2 ? nullptr : &plan); break;
       case 34: s = graphsafe_mla_decode_captured(null_out ? nullptr : &args, GraphsafeCapture{handle()}, GraphsafeWorkspace{handle()}, rng() % 2 ? nullptr : &plan); break;
       case 35: s = graphsafe_cudnn_version(null_out ? nullptr : &iv, &iv, &iv); break;

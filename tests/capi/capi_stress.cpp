@@ -477,7 +477,7 @@ void absent_worker(int t) {
       case 6: { GraphsafeCapture c{}; check("capture_begin", graphsafe_capture_begin(GraphsafeStream{handle()}, GRAPHSAFE_CAPTURE_THREAD_LOCAL, &c), {IH}); break; }
       case 7: { GraphsafeGraph gr{}; check("capture_end", graphsafe_capture_end(GraphsafeCapture{handle()}, &gr), {IH}); break; }
       case 8: check("graph_exec_launch", graphsafe_graph_exec_launch(GraphsafeGraphExec{handle()}, GraphsafeStream{handle()}), {IH}); break;
-      case 9: { GraphsafeMlaPlan p{}; check("mla_plan", graphsafe_mla_plan(GRAPHSAFE_ARCH_SM90, GRAPHSAFE_DTYPE_BF16, 16, 1 + int(rng.below(64)), 1 + int(rng.below(8192)), 132, 0, &p), {OK}); break; }
+      case 9: { GraphsafeMlaPlan p{}; check("mla_plan", graphsafe_mla_plan(GRAPHSAFE_ARCH_SM90, GRAPHSAFE_DTYPE_BF16, 16, 1 + int(rng.below(64)), 1 + int(rng.below(8192)), 64, 132, 0, &p), {OK}); break; }
       case 10: { GraphsafeNvfp4Plan p{}; check("nvfp4_plan", graphsafe_nvfp4_plan(GRAPHSAFE_ARCH_SM90, 1 + int(rng.below(256)), 256, 256, GRAPHSAFE_DTYPE_BF16, 132, &p), {OK}); break; }
       default: { int a = 0, b = 0; check("driver_version", graphsafe_driver_version(&a, &b), {DNF}); break; }
     }
@@ -515,7 +515,7 @@ int main(int argc, char** argv) {
   }
   if (absent) {
     GraphsafeMlaPlan p{};  // the planners' lazy state too
-    graphsafe_mla_plan(GRAPHSAFE_ARCH_SM90, GRAPHSAFE_DTYPE_BF16, 16, 1, 64, 132, 0, &p);
+    graphsafe_mla_plan(GRAPHSAFE_ARCH_SM90, GRAPHSAFE_DTYPE_BF16, 16, 1, 64, 64, 132, 0, &p);
     std::printf("capi_stress: %llu calls on %d threads, no driver\n", (unsigned long long)g.total, threads);
     std::vector<std::thread> ws;
     for (int t = 0; t < threads; ++t) ws.emplace_back(absent_worker, t);

@@ -34,29 +34,51 @@ static bool last_error_mentions(const char* needle) { return std::strstr(graphsa
 
 static void planning() {
   GraphsafeMlaPlan p{};
-  CHECK_STATUS(graphsafe_mla_plan(GRAPHSAFE_ARCH_SM100, GRAPHSAFE_DTYPE_BF16, 128, 1, 65536, 148, 0, &p), GRAPHSAFE_OK);
+  // sm100 workspace = CUTLASS's part (2052 * 128 * splits * batch for splits > 1) + the sanitize
+  // region: 256 (lengths) + 256 (kernel lengths) + 4 * batch * columns (page table, columns =
+  // 512 tiles * 128 / 64) + 512 (LSE scratch, splits > 1), each rounded up to 256.
+  CHECK_STATUS(graphsafe_mla_plan(GRAPHSAFE_ARCH_SM100, GRAPHSAFE_DTYPE_BF16, 128, 1, 65536, 64, 148, 0, &p), GRAPHSAFE_OK);
   CHECK(p.num_splits == 16);
-  CHECK(p.workspace_bytes == 2052ull * 128 * 16);
-  CHECK_STATUS(graphsafe_mla_plan(GRAPHSAFE_ARCH_SM100, GRAPHSAFE_DTYPE_FP8_E4M3, 128, 8, 65536, 148, 0, &p), GRAPHSAFE_OK);
-  CHECK(p.num_splits == 1 && p.workspace_bytes == 0);
+  CHECK(p.workspace_bytes == 2052ull * 128 * 16 + 256 + 256 + 4 * 1024 + 512);
+  CHECK_STATUS(graphsafe_mla_plan(GRAPHSAFE_ARCH_SM100, GRAPHSAFE_DTYPE_FP8_E4M3, 128, 8, 65536, 64, 148, 0, &p), GRAPHSAFE_OK);
+  CHECK(p.num_splits == 1 && p.workspace_bytes == 256 + 256 + 4ull * 8 * 1024);
   // Split-KV with batch > 1 is refused on sm100 (CUTLASS 4.2 hangs there).
-  CHECK_STATUS(graphsafe_mla_plan(GRAPHSAFE_ARCH_SM100, GRAPHSAFE_DTYPE_BF16, 128, 2, 65536, 148, 2, &p), GRAPHSAFE_ERROR_INVALID_ARGUMENT);
+  CHECK_STATUS(graphsafe_mla_plan(GRAPHSAFE_ARCH_SM100, GRAPHSAFE_DTYPE_BF16, 128, 2, 65536, 64, 148, 2, &p), GRAPHSAFE_ERROR_INVALID_ARGUMENT);
   CHECK(last_error_mentions("num_splits"));
-  CHECK_STATUS(graphsafe_mla_plan(GRAPHSAFE_ARCH_SM100, GRAPHSAFE_DTYPE_BF16, 64, 1, 1024, 148, 0, &p), GRAPHSAFE_ERROR_INVALID_ARGUMENT);
-  CHECK_STATUS(graphsafe_mla_plan(GRAPHSAFE_ARCH_SM90, GRAPHSAFE_DTYPE_BF16, 16, 1, 4096, 132, 0, &p), GRAPHSAFE_OK);
+  CHECK_STATUS(graphsafe_mla_plan(GRAPHSAFE_ARCH_SM100, GRAPHSAFE_DTYPE_BF16, 64, 1, 1024, 64, 148, 0, &p), GRAPHSAFE_ERROR_INVALID_ARGUMENT);
+  CHECK_STATUS(graphsafe_mla_plan(GRAPHSAFE_ARCH_SM100, GRAPHSAFE_DTYPE_BF16, 128, 1, 1024, 48, 148, 0, &p), GRAPHSAFE_ERROR_INVALID_ARGUMENT);
+  CHECK(last_error_mentions("page_size"));
+  // The limits the decode accepts: batch <= 65535, max_seq_len <= 2^31 - 128.
+  CHECK_STATUS(graphsafe_mla_plan(GRAPHSAFE_ARCH_SM100, GRAPHSAFE_DTYPE_BF16, 128, 65536, 4096, 64, 148, 0, &p), GRAPHSAFE_ERROR_INVALID_ARGUMENT);
+  CHECK(last_error_mentions("65535"));
+  CHECK_STATUS(graphsafe_mla_plan(GRAPHSAFE_ARCH_SM90, GRAPHSAFE_DTYPE_BF16, 128, 1, 2147483521, 64, 132, 0, &p), GRAPHSAFE_ERROR_INVALID_ARGUMENT);
+  CHECK(last_error_mentions("max_seq_len"));
+  CHECK_STATUS(graphsafe_mla_plan(GRAPHSAFE_ARCH_SM90, GRAPHSAFE_DTYPE_BF16, 16, 1, 4096, 64, 132, 0, &p), GRAPHSAFE_OK);
   CHECK(p.num_splits == 64);  // 2 waves of 132 SMs, capped by 64 tiles
   CHECK(p.workspace_bytes > 0);
-  CHECK_STATUS(graphsafe_mla_plan(GRAPHSAFE_ARCH_SM90, GRAPHSAFE_DTYPE_FP8_E4M3, 16, 1, 4096, 132, 0, &p), GRAPHSAFE_ERROR_INVALID_ARGUMENT);
-  CHECK_STATUS(graphsafe_mla_plan(80, GRAPHSAFE_DTYPE_BF16, 128, 1, 4096, 132, 0, &p), GRAPHSAFE_ERROR_INVALID_ARGUMENT);
+  CHECK_STATUS(graphsafe_mla_plan(GRAPHSAFE_ARCH_SM90, GRAPHSAFE_DTYPE_BF16, 16, 1, 4096, 32, 132, 0, &p), GRAPHSAFE_ERROR_INVALID_ARGUMENT);
+  CHECK_STATUS(graphsafe_mla_plan(GRAPHSAFE_ARCH_SM90, GRAPHSAFE_DTYPE_FP8_E4M3, 16, 1, 4096, 64, 132, 0, &p), GRAPHSAFE_ERROR_INVALID_ARGUMENT);
+  CHECK_STATUS(graphsafe_mla_plan(80, GRAPHSAFE_DTYPE_BF16, 128, 1, 4096, 64, 132, 0, &p), GRAPHSAFE_ERROR_INVALID_ARGUMENT);
   CHECK(last_error_mentions("arch"));
-  CHECK_STATUS(graphsafe_mla_plan(GRAPHSAFE_ARCH_SM90, 7, 128, 1, 4096, 132, 0, &p), GRAPHSAFE_ERROR_INVALID_ARGUMENT);
-  CHECK_STATUS(graphsafe_mla_plan(GRAPHSAFE_ARCH_SM90, GRAPHSAFE_DTYPE_BF16, 128, 0, 4096, 132, 0, &p), GRAPHSAFE_ERROR_INVALID_ARGUMENT);
+  CHECK_STATUS(graphsafe_mla_plan(GRAPHSAFE_ARCH_SM90, 7, 128, 1, 4096, 64, 132, 0, &p), GRAPHSAFE_ERROR_INVALID_ARGUMENT);
+  CHECK_STATUS(graphsafe_mla_plan(GRAPHSAFE_ARCH_SM90, GRAPHSAFE_DTYPE_BF16, 128, 0, 4096, 64, 132, 0, &p), GRAPHSAFE_ERROR_INVALID_ARGUMENT);
   CHECK(last_error_mentions("batch"));
-  CHECK_STATUS(graphsafe_mla_plan(GRAPHSAFE_ARCH_SM90, GRAPHSAFE_DTYPE_BF16, 128, 1, -5, 132, 0, &p), GRAPHSAFE_ERROR_INVALID_ARGUMENT);
-  CHECK_STATUS(graphsafe_mla_plan(GRAPHSAFE_ARCH_SM90, GRAPHSAFE_DTYPE_BF16, 128, 1, 4096, 132, 0, nullptr), GRAPHSAFE_ERROR_NULL_POINTER);
+  CHECK_STATUS(graphsafe_mla_plan(GRAPHSAFE_ARCH_SM90, GRAPHSAFE_DTYPE_BF16, 128, 1, -5, 64, 132, 0, &p), GRAPHSAFE_ERROR_INVALID_ARGUMENT);
+  CHECK_STATUS(graphsafe_mla_plan(GRAPHSAFE_ARCH_SM90, GRAPHSAFE_DTYPE_BF16, 128, 1, 4096, 64, 132, 0, nullptr), GRAPHSAFE_ERROR_NULL_POINTER);
   GraphsafeMlaPlan w{};
-  CHECK_STATUS(graphsafe_mla_worst_case(GRAPHSAFE_ARCH_SM100, GRAPHSAFE_DTYPE_BF16, 128, 128, 65536, 148, &w), GRAPHSAFE_OK);
-  CHECK(w.workspace_bytes == 2052ull * 128 * 16 && w.worst_batch == 1 && w.worst_seq_len == 2048);
+  // 16 splits from 2048 tokens on; the longest length has the largest page table.
+  CHECK_STATUS(graphsafe_mla_worst_case(GRAPHSAFE_ARCH_SM100, GRAPHSAFE_DTYPE_BF16, 128, 128, 65536, 64, 148, &w), GRAPHSAFE_OK);
+  CHECK(w.workspace_bytes == 2052ull * 128 * 16 + 256 + 256 + 4 * 1024 + 512 && w.worst_batch == 1 &&
+        w.worst_seq_len == 65536 && w.num_splits == 16);
+  // The largest accepted inputs answer at once (the planner scans a bounded set of shapes). On
+  // sm100 batch x page-table columns must fit int32 (CUTLASS's page-table stride): with 128-token
+  // pages that is batch 128 at the longest length, and 4194176 tokens at the largest batch.
+  CHECK_STATUS(graphsafe_mla_worst_case(GRAPHSAFE_ARCH_SM100, GRAPHSAFE_DTYPE_BF16, 128, 128, 2147483520, 128, 148, &w), GRAPHSAFE_OK);
+  CHECK_STATUS(graphsafe_mla_worst_case(GRAPHSAFE_ARCH_SM100, GRAPHSAFE_DTYPE_BF16, 128, 65535, 4194176, 128, 148, &w), GRAPHSAFE_OK);
+  CHECK_STATUS(graphsafe_mla_worst_case(GRAPHSAFE_ARCH_SM100, GRAPHSAFE_DTYPE_BF16, 128, 129, 2147483520, 128, 148, &w), GRAPHSAFE_ERROR_INVALID_ARGUMENT);
+  CHECK(last_error_mentions("page-table columns"));
+  CHECK_STATUS(graphsafe_mla_worst_case(GRAPHSAFE_ARCH_SM90, GRAPHSAFE_DTYPE_BF16, 16, 65535, 2147483520, 64, 132, &w), GRAPHSAFE_OK);
+  CHECK(w.workspace_bytes > 0);
 }
 
 static void nvfp4_and_cudnn_planning() {
@@ -76,6 +98,9 @@ static void nvfp4_and_cudnn_planning() {
   uint64_t sb = 0;
   CHECK_STATUS(graphsafe_nvfp4_scale_bytes(300, 96, &sb), GRAPHSAFE_OK);
   CHECK(sb == 384 * 8);
+  // round_up(2147483521, 128) * round_up(1, 4): past int32, computed without wrapping.
+  CHECK_STATUS(graphsafe_nvfp4_scale_bytes(2147483521, 16, &sb), GRAPHSAFE_OK);
+  CHECK(sb == 8589934592ull);
   int ma = 0, mi = 0, pa = 0;
   int st = graphsafe_cudnn_version(&ma, &mi, &pa);
   CHECK(st == GRAPHSAFE_OK || st == GRAPHSAFE_ERROR_CUDNN_NOT_FOUND);
@@ -237,7 +262,7 @@ static void gpu(int device_count) {
 
   int arch = info.cc_major == 10 ? GRAPHSAFE_ARCH_SM100 : GRAPHSAFE_ARCH_SM90;
   GraphsafeMlaPlan plan{};
-  OK(graphsafe_mla_plan(arch, GRAPHSAFE_DTYPE_BF16, H, B, MAX_SEQ, info.sm_count, 0, &plan));
+  OK(graphsafe_mla_plan(arch, GRAPHSAFE_DTYPE_BF16, H, B, MAX_SEQ, a.page_size, info.sm_count, 0, &plan));
   GraphsafeWorkspace ws{};
   OK(graphsafe_workspace_create(stream, plan.workspace_bytes, &ws));
 

@@ -1,5 +1,5 @@
-// The C ABI takes raw pointers only a caller can vouch for: from Rust it is `unsafe` to call.
+// The C ABI takes raw pointers only a caller can vouch for: from Rust it is `unsafe` to call
+// (before, this compiled, and wrote through a garbage pointer).
 fn main() {
-    let mut plan = std::mem::MaybeUninit::uninit();
-    let _ = graphsafe::capi::graphsafe_mla_plan(90, 0, 16, 1, 4096, 132, 0, plan.as_mut_ptr());
+    let _ = graphsafe::capi::graphsafe_nvfp4_scale_bytes(128, 64, 0x10 as *mut u64);
 }

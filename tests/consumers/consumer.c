@@ -6,7 +6,7 @@
 
 int main(void) {
   GraphsafeMlaPlan plan;
-  int st = graphsafe_mla_plan(GRAPHSAFE_ARCH_SM90, GRAPHSAFE_DTYPE_BF16, 128, 1, 65536, 132, 0, &plan);
+  int st = graphsafe_mla_plan(GRAPHSAFE_ARCH_SM90, GRAPHSAFE_DTYPE_BF16, 128, 1, 65536, 64, 132, 0, &plan);
   if (st != GRAPHSAFE_OK) {
     fprintf(stderr, "graphsafe_mla_plan failed (%d): %s\n", st, graphsafe_last_error());
     return 1;

@@ -36,7 +36,7 @@ int validate(const GsMlaDecodeArgs* a) {
   if (a->dtype != GS_DTYPE_BF16 && a->dtype != GS_DTYPE_FP16) return GS_ERR_INVALID_ARGUMENT;  // no fp8 path
   if (a->batch <= 0 || a->batch > 65535) return GS_ERR_INVALID_ARGUMENT;                       // grid.z
   if (a->num_heads < 16 || a->num_heads > 128 || a->num_heads % 16 != 0) return GS_ERR_INVALID_ARGUMENT;
-  if (a->max_seq_len <= 0 || a->device < 0) return GS_ERR_INVALID_ARGUMENT;
+  if (a->max_seq_len <= 0 || a->max_seq_len > GS_MLA_MAX_SEQ_LEN || a->device < 0) return GS_ERR_INVALID_ARGUMENT;
   const int64_t tiles = ceil_div(a->max_seq_len, GS_MLA_SM90_TILE_S);
   if (a->num_splits < 1 || a->num_splits > 256 || a->num_splits > tiles) return GS_ERR_INVALID_ARGUMENT;
   if (a->page_size != 64 && a->page_size != 128) return GS_ERR_INVALID_ARGUMENT;

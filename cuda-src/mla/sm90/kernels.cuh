@@ -71,9 +71,10 @@ __device__ __forceinline__ void produce_tiles(const CUtensorMap* map, const Para
   for (int i = 0; i < sr.n; ++i) {
     const int s = i & 1;
     const int tok = (sr.tile0 + i) * kTileS;
-    const int page = __ldg(p.page_table + pt_row + tok / p.page_size);  // issued before the wait below
-    int row = -kTileS;  // a page index out of range reads zeros (TMA fills out-of-bounds boxes)
-    if (page >= 0 && page < p.num_pages) row = page * p.page_size + tok % p.page_size;
+    // Issued before the wait below. A page index out of range is clamped into the cache, the rule
+    // the sm100 path's sanitize pre-pass applies too (graphsafe_kernels/mla.h, "Device data").
+    const int page = min(max(__ldg(p.page_table + pt_row + tok / p.page_size), 0), p.num_pages - 1);
+    const int row = page * p.page_size + tok % p.page_size;
     if (i >= 2) mbar_wait(empty0 + 8 * s, ((i >> 1) - 1) & 1);
     mbar_arrive_expect_tx(full0 + 8 * s, kStageBytes);
     const uint32_t dst = stages + s * kStageBytes;

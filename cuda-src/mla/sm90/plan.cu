@@ -19,6 +19,12 @@
 //
 //   requested > 0 is accepted unchanged when 1 <= requested <= min(256, T).
 //
+// The worst case over lengths needs only lengths of at most cap tiles (src/ops/mla/sm90.rs uses
+// this): if the default picks s for T tiles, it picks s for exactly s tiles. For s' < s,
+// ceil(T / s') <= ceil(s / s') * ceil(T / s), so an s' no worse than s at s tiles
+// (ceil(C * s' / sm) * ceil(s / s') <= ceil(C * s / sm)) would be no worse at T tiles either, and
+// the smallest minimiser at T would not be s. (s <= cap, so the cap at s tiles is s itself.)
+//
 // Workspace (splits > 1 only; 0 for one split), laid out as the decode writes it:
 //
 //   O region   fp32 [batch, splits, heads, 512]   at byte 0
@@ -27,32 +33,39 @@
 #include <algorithm>
 #include <climits>
 #include <cstdint>
+#include "common/checked.cuh"
 #include "graphsafe_kernels/mla.h"
+
+namespace ck = graphsafe::checked;
 
 namespace {
 constexpr int64_t kMaxSplits = 256;
 
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
-uint64_t round_up_256(uint64_t x) { return (x + 255) & ~uint64_t{255}; }
+int64_t div_up(int64_t a, int64_t b) { return static_cast<int64_t>(ck::div_up(uint64_t(a), uint64_t(b))); }
 bool heads_ok(int32_t h) { return h >= 16 && h <= 128 && h % 16 == 0; }
+bool limits_ok(int32_t batch, int32_t max_seq_len, int32_t sm_count) {
+  return batch >= 1 && batch <= GS_MLA_MAX_BATCH && max_seq_len >= 1 && max_seq_len <= GS_MLA_MAX_SEQ_LEN &&
+         sm_count >= 1 && sm_count <= GS_MLA_MAX_SM_COUNT;
+}
 }  // namespace
 
 extern "C" int gs_mla_sm90_num_splits(int32_t batch, int32_t num_heads, int32_t max_seq_len, int32_t sm_count,
                                       int32_t requested, int32_t* out_splits) {
-  if (out_splits == nullptr || batch <= 0 || !heads_ok(num_heads) || max_seq_len <= 0 || sm_count <= 0 || requested < 0)
+  if (out_splits == nullptr || !limits_ok(batch, max_seq_len, sm_count) || !heads_ok(num_heads) || requested < 0)
     return GS_ERR_INVALID_ARGUMENT;
-  const int64_t tiles = ceil_div(max_seq_len, GS_MLA_SM90_TILE_S);
+  const int64_t tiles = div_up(max_seq_len, GS_MLA_SM90_TILE_S);
   const int64_t limit = std::min(kMaxSplits, tiles);
   if (requested > 0) {
     if (requested > limit) return GS_ERR_INVALID_ARGUMENT;
     *out_splits = requested;
     return GS_OK;
   }
-  const int64_t ctas = int64_t{batch} * ceil_div(num_heads, 64);
-  const int64_t cap = std::max<int64_t>(1, std::min(limit, ceil_div(2 * int64_t{sm_count}, ctas)));
+  // Within the limits: ctas <= 65535 * 2, s <= 256, tiles <= 2^25; every product fits int64.
+  const int64_t ctas = int64_t{batch} * div_up(num_heads, 64);
+  const int64_t cap = std::max<int64_t>(1, std::min(limit, div_up(2 * int64_t{sm_count}, ctas)));
   int64_t best = 1, best_cost = INT64_MAX;
   for (int64_t s = 1; s <= cap; ++s) {
-    const int64_t cost = ceil_div(ctas * s, sm_count) * ceil_div(tiles, s);
+    const int64_t cost = div_up(ctas * s, sm_count) * div_up(tiles, s);
     if (cost < best_cost) {
       best = s;
       best_cost = cost;
@@ -63,13 +76,18 @@ extern "C" int gs_mla_sm90_num_splits(int32_t batch, int32_t num_heads, int32_t 
 }
 
 extern "C" int gs_mla_sm90_workspace_bytes(int32_t batch, int32_t num_heads, int32_t num_splits, uint64_t* out_bytes) {
-  if (out_bytes == nullptr || batch <= 0 || !heads_ok(num_heads) || num_splits <= 0 || num_splits > kMaxSplits)
+  if (out_bytes == nullptr || batch <= 0 || batch > GS_MLA_MAX_BATCH || !heads_ok(num_heads) || num_splits <= 0 ||
+      num_splits > kMaxSplits)
     return GS_ERR_INVALID_ARGUMENT;
   if (num_splits == 1) {
     *out_bytes = 0;
     return GS_OK;
   }
-  const uint64_t rows = uint64_t(batch) * uint64_t(num_splits) * uint64_t(num_heads);
-  *out_bytes = round_up_256(rows * GS_MLA_LATENT_DIM * sizeof(float)) + round_up_256(rows * sizeof(float));
+  uint64_t rows = 0, o = 0, lse = 0, total = 0;
+  const bool ok = ck::mul(uint64_t(batch) * uint64_t(num_splits), uint64_t(num_heads), &rows) &&
+                  ck::mul(rows, GS_MLA_LATENT_DIM * sizeof(float), &o) && ck::round_up(o, 256, &o) &&
+                  ck::mul(rows, sizeof(float), &lse) && ck::round_up(lse, 256, &lse) && ck::add(o, lse, &total);
+  if (!ok) return GS_ERR_INVALID_ARGUMENT;
+  *out_bytes = total;
   return GS_OK;
 }

@@ -14,6 +14,8 @@ use graphsafe::ops::mla::{sm100, KvDtype, LATENT_DIM, NUM_HEADS, ROPE_DIM};
 
 /// DeepSeek-V3's longest context (max_position_embeddings).
 const MAX_SEQ_LEN: i64 = 163_840;
+/// KV-cache page size the plan assumes (DeepSeek-V3 engines commonly use 64-token pages).
+const PLAN_PAGE_SIZE: i64 = 64;
 /// Batch sizes a serving engine typically captures graphs for.
 const CAPTURE_BATCHES: &[i64] = &[1, 2, 4, 8, 16, 32, 64, 128, 256];
 /// A B200's SMs, the plan's target when no Blackwell GPU is present.
@@ -37,7 +39,7 @@ pub fn run() -> i32 {
     let dtype = KvDtype::Bf16;
     println!("{:>8} {:>7} {:>16}", "batch", "splits", "workspace bytes");
     for &b in CAPTURE_BATCHES {
-        match sm100::plan(dtype, b, MAX_SEQ_LEN, sm_count, None) {
+        match sm100::plan(dtype, b, MAX_SEQ_LEN, PLAN_PAGE_SIZE, sm_count, None) {
             Ok(p) => println!("{:>8} {:>7} {:>16}", b, p.num_splits, p.workspace_bytes),
             Err(e) => {
                 eprintln!("error: {e}");
@@ -46,7 +48,7 @@ pub fn run() -> i32 {
         }
     }
     let max_batch = *CAPTURE_BATCHES.last().expect("non-empty");
-    match sm100::worst_case(dtype, max_batch, MAX_SEQ_LEN, sm_count) {
+    match sm100::worst_case(dtype, max_batch, MAX_SEQ_LEN, PLAN_PAGE_SIZE, sm_count, None) {
         Ok(w) => println!(
             "pre-grow the workspace to {} bytes before capture: the worst case over batch 1..={max_batch}, seq len 1..={MAX_SEQ_LEN} (batch {}, seq len {}, {} splits)",
             w.workspace_bytes, w.batch, w.max_seq_len, w.num_splits

@@ -40,15 +40,19 @@ pub enum PlanOp {
         /// Query heads (sm_100: 128; sm_90: a multiple of 16 up to 128).
         #[arg(long, default_value_t = 128, allow_negative_numbers = true)]
         heads: i64,
-        /// Batch sizes, comma separated (e.g. 1,8,64,128).
+        /// Batch sizes, comma separated (e.g. 1,8,64,128), each in 1..=65535.
         #[arg(long, value_delimiter = ',', required = true, allow_negative_numbers = true)]
         batch: Vec<i64>,
-        /// Longest sequence length.
+        /// Longest sequence length, 1..=2147483520.
         #[arg(long = "seq-len", allow_negative_numbers = true)]
         seq_len: i64,
-        /// SMs of the target GPU (B200: 148).
+        /// SMs of the target GPU (B200: 148), 1..=1024.
         #[arg(long = "sm-count", allow_negative_numbers = true)]
         sm_count: i64,
+        /// Tokens per KV-cache page (sm_100: a power of two up to 128, sizing the sanitized page
+        /// table in the workspace; sm_90: 64 or 128).
+        #[arg(long = "page-size", default_value_t = 64, allow_negative_numbers = true)]
+        page_size: i64,
         /// Element type of q and the KV cache: bf16, fp16 or fp8.
         #[arg(long, default_value = "bf16")]
         dtype: String,
@@ -67,10 +71,11 @@ pub fn run(op: PlanOp) -> i32 {
             Ok(()) => 0,
             Err(e) => crate::usage_error(&e),
         },
-        PlanOp::Mla { arch, heads, batch, seq_len, sm_count, dtype, splits, json } => {
+        PlanOp::Mla { arch, heads, batch, seq_len, sm_count, page_size, dtype, splits, json } => {
+            let shape = MlaShape { batches: &batch, heads, seq_len, sm_count, page_size, splits };
             let r = match arch.as_str() {
-                "sm_100" | "sm100" | "sm_100a" => mla(&batch, heads, seq_len, sm_count, &dtype, splits, json),
-                "sm_90" | "sm90" | "sm_90a" => mla_sm90(&batch, heads, seq_len, sm_count, &dtype, splits, json),
+                "sm_100" | "sm100" | "sm_100a" => mla(&shape, &dtype, json),
+                "sm_90" | "sm90" | "sm_90a" => mla_sm90(&shape, &dtype, json),
                 other => Err(graphsafe::Error::invalid("arch", "sm_90 or sm_100", other)),
             };
             match r {
@@ -81,23 +86,32 @@ pub fn run(op: PlanOp) -> i32 {
     }
 }
 
-fn mla(batches: &[i64], heads: i64, seq_len: i64, sm_count: i64, dtype: &str, splits: Option<i64>, json: bool) -> graphsafe::Result<()> {
+/// What `plan mla` was asked for.
+struct MlaShape<'a> {
+    batches: &'a [i64],
+    heads: i64,
+    seq_len: i64,
+    sm_count: i64,
+    page_size: i64,
+    splits: Option<i64>,
+}
+
+fn mla(a: &MlaShape, dtype: &str, json: bool) -> graphsafe::Result<()> {
     let dtype: KvDtype = dtype.parse()?;
-    if heads != 128 {
-        return Err(graphsafe::Error::invalid("heads", "128 for sm_100 (pad fewer heads up to 128)", heads));
+    if a.heads != 128 {
+        return Err(graphsafe::Error::invalid("heads", "128 for sm_100 (pad fewer heads up to 128)", a.heads));
     }
-    let mut plans = Vec::new();
-    for &b in batches {
-        plans.push(sm100::plan(dtype, b, seq_len, sm_count, splits)?);
-    }
-    let max_batch = *batches.iter().max().expect("clap requires at least one batch");
-    let worst = sm100::worst_case(dtype, max_batch, seq_len, sm_count)?;
-    let pre = PreGrow { bytes: worst.workspace_bytes, max_batch, seq_len, worst_batch: worst.batch, worst_seq_len: worst.max_seq_len, worst_splits: worst.num_splits };
+    let (seq_len, sm_count) = (a.seq_len, a.sm_count);
+    let plans = a.batches.iter().map(|&b| sm100::plan(dtype, b, seq_len, a.page_size, sm_count, a.splits)).collect::<graphsafe::Result<Vec<_>>>()?;
+    let max_batch = *a.batches.iter().max().expect("clap requires at least one batch");
+    // The same split request as the rows: an engine that captures with --splits needs that much.
+    let worst = sm100::worst_case(dtype, max_batch, seq_len, a.page_size, sm_count, a.splits)?;
+    let pre = PreGrow::new(worst.workspace_bytes, a, max_batch, (worst.batch, worst.max_seq_len, worst.num_splits));
     if json {
-        println!("{}", pre.json("cutlass-4.2-sm100", dtype, heads, sm_count, serde_json::json!(plans)));
+        println!("{}", pre.json("cutlass-4.2-sm100", dtype, a, serde_json::json!(plans)));
         return Ok(());
     }
-    println!("MLA decode plan: CUTLASS 4.2 sm100 kernel, {dtype}, max seq len {seq_len}, {sm_count} SMs");
+    println!("MLA decode plan: CUTLASS 4.2 sm100 kernel, {dtype}, max seq len {seq_len}, page size {}, {sm_count} SMs", a.page_size);
     println!("{:>8} {:>7} {:>11} {:>16}", "batch", "splits", "scheduler", "workspace bytes");
     for p in &plans {
         let sched = match p.scheduler {
@@ -110,17 +124,18 @@ fn mla(batches: &[i64], heads: i64, seq_len: i64, sm_count: i64, dtype: &str, sp
     Ok(())
 }
 
-fn mla_sm90(batches: &[i64], heads: i64, seq_len: i64, sm_count: i64, dtype: &str, splits: Option<i64>, json: bool) -> graphsafe::Result<()> {
+fn mla_sm90(a: &MlaShape, dtype: &str, json: bool) -> graphsafe::Result<()> {
     let dtype: KvDtype = dtype.parse()?;
-    let mut plans = Vec::new();
-    for &b in batches {
-        plans.push(sm90::plan(dtype, heads, b, seq_len, sm_count, splits)?);
+    if a.page_size != 64 && a.page_size != 128 {
+        return Err(graphsafe::Error::invalid("page-size", "64 or 128 for sm_90", a.page_size));
     }
-    let max_batch = *batches.iter().max().expect("clap requires at least one batch");
-    let worst = sm90::worst_case(dtype, heads, max_batch, seq_len, sm_count)?;
-    let pre = PreGrow { bytes: worst.workspace_bytes, max_batch, seq_len, worst_batch: worst.batch, worst_seq_len: worst.max_seq_len, worst_splits: worst.num_splits };
+    let (heads, seq_len, sm_count) = (a.heads, a.seq_len, a.sm_count);
+    let plans = a.batches.iter().map(|&b| sm90::plan(dtype, heads, b, seq_len, sm_count, a.splits)).collect::<graphsafe::Result<Vec<_>>>()?;
+    let max_batch = *a.batches.iter().max().expect("clap requires at least one batch");
+    let worst = sm90::worst_case(dtype, heads, max_batch, seq_len, sm_count, a.splits)?;
+    let pre = PreGrow::new(worst.workspace_bytes, a, max_batch, (worst.batch, worst.max_seq_len, worst.num_splits));
     if json {
-        println!("{}", pre.json("graphsafe-sm90", dtype, heads, sm_count, serde_json::json!(plans)));
+        println!("{}", pre.json("graphsafe-sm90", dtype, a, serde_json::json!(plans)));
         return Ok(());
     }
     println!("MLA decode plan: graphsafe sm90 kernel, {dtype}, {heads} heads, max seq len {seq_len}, {sm_count} SMs");
@@ -165,25 +180,35 @@ struct PreGrow {
     bytes: u64,
     max_batch: i64,
     seq_len: i64,
+    splits: Option<i64>,
     worst_batch: u32,
     worst_seq_len: u32,
     worst_splits: u32,
 }
 
 impl PreGrow {
-    fn json(&self, kernel: &str, dtype: KvDtype, heads: i64, sm_count: i64, plans: serde_json::Value) -> String {
+    /// The worst case covers every printed row: each row is a shape of its domain (batch up to
+    /// the largest listed, the longest length), planned with the same split request.
+    fn new(bytes: u64, a: &MlaShape, max_batch: i64, (worst_batch, worst_seq_len, worst_splits): (u32, u32, u32)) -> PreGrow {
+        PreGrow { bytes, max_batch, seq_len: a.seq_len, splits: a.splits, worst_batch, worst_seq_len, worst_splits }
+    }
+
+    fn json(&self, kernel: &str, dtype: KvDtype, a: &MlaShape, plans: serde_json::Value) -> String {
         let v = serde_json::json!({
             "op": "mla",
             "kernel": kernel,
             "dtype": dtype,
-            "heads": heads,
+            "heads": a.heads,
             "seq_len": self.seq_len,
-            "sm_count": sm_count,
+            "page_size": a.page_size,
+            "sm_count": a.sm_count,
+            "splits": self.splits,
             "plans": plans,
             "pre_grow": {
                 "workspace_bytes": self.bytes,
                 "over_batches": format!("1..={}", self.max_batch),
                 "over_seq_lens": format!("1..={}", self.seq_len),
+                "num_splits": self.splits.map_or("default rule".to_string(), |n| n.to_string()),
                 "worst_batch": self.worst_batch,
                 "worst_seq_len": self.worst_seq_len,
                 "worst_num_splits": self.worst_splits,
@@ -193,8 +218,9 @@ impl PreGrow {
     }
 
     fn line(&self) -> String {
+        let rule = self.splits.map_or(String::new(), |n| format!(" with {n} splits"));
         format!(
-            "pre-grow before capture: {} bytes (worst case over batch 1..={} and seq len 1..={}: batch {}, seq len {}, {} splits)",
+            "pre-grow before capture: {} bytes (worst case over batch 1..={} and seq len 1..={}{rule}: batch {}, seq len {}, {} splits)",
             self.bytes, self.max_batch, self.seq_len, self.worst_batch, self.worst_seq_len, self.worst_splits
         )
     }

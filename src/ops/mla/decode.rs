@@ -66,9 +66,17 @@ pub struct MlaDecodeArgs<M> {
     pub q_pe: Tensor<M>,
     /// [pages, page_size, 576] contiguous, same dtype as q.
     pub kv_cache: Tensor<M>,
-    /// \[B\] i32, each in 1..=max_seq_len (device data: not checked on the host).
+    /// `[B]` i32 lengths. Device data, so never trusted; both back-ends read it the same way:
+    /// a length ≤ 0 is an empty request (its `out` rows are all zeros and its `lse` is `-inf`),
+    /// a length above `max_seq_len` is clamped to `max_seq_len`. (The sm100 path clamps into a
+    /// copy in the workspace before CUTLASS sees it: CUTLASS 4.2 hangs on an empty request with
+    /// batch > 1.)
     pub seq_lens: Tensor<M>,
-    /// [B, max_pages] i32, innermost contiguous; every used entry < pages.
+    /// [B, max_pages] i32 page indices, innermost contiguous. Device data, never trusted: only the
+    /// columns that hold tokens of a request's clamped length are read, and an index outside
+    /// `0..pages` is clamped into it (negative reads page 0, too large reads page `pages - 1`), so
+    /// no index reaches memory outside the cache. The sm100 path reads a clamped, compact copy the
+    /// decode writes into the workspace.
     pub page_table: Tensor<M>,
     /// [B, H, 512]: bf16 for bf16/fp8 inputs, fp16 for fp16.
     pub out: Tensor<M>,
@@ -204,7 +212,7 @@ impl<M: DeviceMemory> MlaDecodeArgs<M> {
         let requested = self.num_splits.map(|n| n as i64);
         let (num_splits, workspace_bytes) = match arch {
             MlaArch::Sm100 => {
-                let p = sm100::plan(dtype, batch as i64, self.max_seq_len as i64, sm_count as i64, requested)?;
+                let p = sm100::plan(dtype, batch as i64, self.max_seq_len as i64, page_size as i64, sm_count as i64, requested)?;
                 (p.num_splits, p.workspace_bytes)
             }
             MlaArch::Sm90 => {

@@ -22,31 +22,26 @@ pub const LATENT_DIM: usize = crate::sys::kernels::GS_MLA_LATENT_DIM as usize;
 /// Rope head dimension.
 pub const ROPE_DIM: usize = crate::sys::kernels::GS_MLA_ROPE_DIM as usize;
 
-/// The largest of `plan(batch, seq)` by `bytes` over batch `1..=max_batch` and one sequence
-/// length per `tile`-token class up to `max_seq_len` (the largest of each class, clipped): both
-/// back-ends' split rules depend on the length only through its tile count, so this equals the
-/// maximum over every length (tests/mla_plan.rs checks both against brute force).
-pub(crate) fn worst_over_tiles<P: Copy>(
-    max_batch: i64,
-    max_seq_len: i64,
-    tile: u32,
-    mut plan: impl FnMut(i64, i64) -> crate::Result<P>,
-    bytes: impl Fn(&P) -> u64,
-) -> crate::Result<P> {
-    crate::error::positive("max_batch", max_batch)?;
-    crate::error::positive("max_seq_len", max_seq_len)?;
-    let tiles = (max_seq_len as u64).div_ceil(tile as u64);
-    let mut worst: Option<P> = None;
-    for batch in 1..=max_batch {
-        for t in 1..=tiles {
-            let seq = (t * tile as u64).min(max_seq_len as u64) as i64;
-            let p = plan(batch, seq)?;
-            if worst.as_ref().is_none_or(|w| bytes(&p) > bytes(w)) {
-                worst = Some(p);
-            }
-        }
+/// Largest batch the decode and the planners accept (a grid dimension of both kernels).
+pub const MAX_BATCH: i64 = crate::sys::kernels::GS_MLA_MAX_BATCH as i64;
+/// Largest `max_seq_len` (2^31 - 128): every kernel computes `len + tile - 1` (tile ≤ 128) in int32.
+pub const MAX_SEQ_LEN: i64 = crate::sys::kernels::GS_MLA_MAX_SEQ_LEN as i64;
+/// Largest `sm_count` the planners accept: more than any GPU has, and it bounds the worst-case scans.
+pub const MAX_SM_COUNT: i64 = crate::sys::kernels::GS_MLA_MAX_SM_COUNT as i64;
+
+/// `v` as an `i32` when it lies in `1..=max`, else [`crate::Error::InvalidArgument`] naming `what`
+/// and the range.
+pub(crate) fn in_range(what: &str, v: i64, max: i64) -> crate::Result<i32> {
+    if v < 1 || v > max {
+        return Err(crate::Error::invalid(what, format!("an integer in 1..={max}"), v));
     }
-    Ok(worst.expect("max_batch >= 1 and max_seq_len >= 1 give at least one shape"))
+    Ok(v as i32)
+}
+
+/// The limits every MLA planner checks first: `batch` in `1..=`[`MAX_BATCH`], `max_seq_len` in
+/// `1..=`[`MAX_SEQ_LEN`], `sm_count` in `1..=`[`MAX_SM_COUNT`].
+pub(crate) fn check_limits(batch: (&str, i64), max_seq_len: (&str, i64), sm_count: i64) -> crate::Result<(i32, i32, i32)> {
+    Ok((in_range(batch.0, batch.1, MAX_BATCH)?, in_range(max_seq_len.0, max_seq_len.1, MAX_SEQ_LEN)?, in_range("sm_count", sm_count, MAX_SM_COUNT)?))
 }
 
 /// Element type of the query and the latent KV cache.

@@ -128,9 +128,13 @@ fn check_nk(n: i64, kk: i64) -> Result<(i32, i32)> {
     Ok((n, kk))
 }
 
-/// Bytes of the swizzled scale tensor of an [rows, k] NVFP4 matrix: `round_up(rows,128) × round_up(k/16,4)`.
+/// Bytes of the swizzled scale tensor of an [rows, k] NVFP4 matrix (k a multiple of 16):
+/// `round_up(rows,128) × round_up(k/16,4)`, exact for every `i32` size (computed in 64 bits).
 pub fn scale_bytes(rows: i64, kk: i64) -> Result<u64> {
     let (r, kk) = (positive("rows", rows)?, positive("k", kk)?);
+    if kk % k::GS_NVFP4_BLOCK as i32 != 0 {
+        return Err(Error::invalid("k", format!("a multiple of {}", k::GS_NVFP4_BLOCK), kk));
+    }
     let mut out = 0u64;
     // SAFETY: host function; out-pointer to a local.
     check_glue(unsafe { k::gs_nvfp4_scale_bytes(r, kk, &mut out) }, "gs_nvfp4_scale_bytes")?;
@@ -171,6 +175,17 @@ pub fn plan(arch: Nvfp4Arch, m: i64, n: i64, kk: i64, out: DType, sm_count: i64)
             (None, Some(p))
         }
         _ => {
+            // CUTLASS's block-scaled layouts index scale factors with int32 strides.
+            for (what, rows) in [("m x k (A's scale factors)", m), ("n x k (B's scale factors)", n)] {
+                let sf = scale_bytes(rows, kk)?;
+                if sf > i32::MAX as u64 {
+                    return Err(Error::invalid(
+                        what,
+                        format!("scales of at most {} bytes (CUTLASS indexes them with int32)", i32::MAX),
+                        format!("{sf} bytes for ({rows}, {kk})"),
+                    ));
+                }
+            }
             let t = gemm_tile(arch, m)?;
             check_glue(
                 // SAFETY: host function; out-pointer to a local.
@@ -207,8 +222,10 @@ impl<M: DeviceMemory> Nvfp4Matrix<M> {
         if self.k == 0 || self.k % 32 != 0 || self.k > i32::MAX as usize {
             return Err(Error::invalid(format!("{name}.k"), "a positive multiple of 32", self.k));
         }
+        // rows and k are below 2^31 here, so rows * (k / 2) < 2^61.
+        let packed_bytes = self.rows as u64 * (self.k as u64 / 2);
         let parts: [(&str, &M, u64, u64); 3] = [
-            ("packed", &self.packed, (self.rows * self.k / 2) as u64, 16),
+            ("packed", &self.packed, packed_bytes, 16),
             ("scales", &self.scales, scale_bytes(self.rows as i64, self.k as i64)?, 16),
             ("global_scale", &self.global_scale, 4, 4),
         ];
