@@ -1,7 +1,7 @@
 //! Build script: finds (or provisions) the CUDA compiler and CUTLASS, compiles `cuda-src/` with a
 //! content-addressed object cache, links the kernels with `cudart_static`, embeds the fatbins the
 //! driver layer loads, and (feature `bindgen`) checks the checked-in bindings for drift.
-//! The pieces live in `build/`; ../README.md lists the environment variables.
+//! The pieces live in `build/`; README.md lists the environment variables, docs/ARCHITECTURE.md the design.
 
 #[cfg(feature = "bindgen")]
 #[path = "build/bindings.rs"]

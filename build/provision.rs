@@ -20,7 +20,7 @@ pub struct Pin {
     pub aarch64: &'static str,
 }
 
-/// The CUDA 13.0 compiler and the headers/static runtime it needs. ARCHITECTURE.md has the pins.
+/// The CUDA 13.0 compiler and the headers/static runtime it needs. docs/ARCHITECTURE.md has the pins.
 pub const CUDA_PINS: &[Pin] = &[
     Pin {
         name: "nvidia-cuda-nvcc",

@@ -28,7 +28,7 @@ pub struct Cutlass {
     pub source: String,
 }
 
-/// Search order (ARCHITECTURE.md): GRAPHSAFE_CUDA_HOME, CUDA_HOME, CUDA_PATH, nvcc on PATH,
+/// Search order (docs/ARCHITECTURE.md): GRAPHSAFE_CUDA_HOME, CUDA_HOME, CUDA_PATH, nvcc on PATH,
 /// /usr/local/cuda; else the pinned wheels in the cache.
 pub fn find_cuda(cache: &Path) -> Result<Cuda, String> {
     let mut candidates: Vec<(PathBuf, String)> = Vec::new();

@@ -989,7 +989,7 @@ int graphsafe_mla_decode_captured(const GraphsafeMlaDecodeArgs *args,
                                   GraphsafeMlaPlan *plan);
 
 /**
- * Tile and workspace (and, on Hopper, the prepared weight's size) for D[m,n] = A[m,k]·W[n,k]ᵀ.
+ * Tile and workspace (and, on Hopper, the prepared weight's size) for `D[m,n] = A[m,k]·W[n,k]ᵀ`.
  * Host-only: works without a GPU. Thread-safe.
  *
  * # Safety

@@ -58,7 +58,7 @@ typedef enum GsMlaScheduler {
  * Number of KV splits for the CUTLASS 4.2 sm100 MLA kernel.
  *
  * requested == 0 picks the default, safe rule; requested > 0 is validated against the same rule
- * and returned unchanged, or refused with GS_ERR_UNSAFE_SPLIT. The rule (why: cuda-src/mla/sm100/README.md):
+ * and returned unchanged, or refused with GS_ERR_UNSAFE_SPLIT. The rule (why: docs/ARCHITECTURE.md, "The CUTLASS 4.2 MLA split-KV rule"):
  *   batch > 1:  1 split.
  *   batch == 1: cap = min(16, ceil(max_seq_len / 128), max(1, sm_count / 2)); the default is the
  *               balanced count ceil(T / ceil(T / cap)), T = ceil(max_seq_len / 128), which gives

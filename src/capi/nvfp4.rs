@@ -97,7 +97,7 @@ fn nvfp4_matrix(m: &GraphsafeNvfp4Matrix, what: &str, ctx: c::CUcontext) -> Resu
     })
 }
 
-/// Tile and workspace (and, on Hopper, the prepared weight's size) for D[m,n] = A[m,k]·W[n,k]ᵀ.
+/// Tile and workspace (and, on Hopper, the prepared weight's size) for `D[m,n] = A[m,k]·W[n,k]ᵀ`.
 /// Host-only: works without a GPU. Thread-safe.
 ///
 /// # Safety

@@ -4,7 +4,7 @@
 //! where it is absent, and a missing cuDNN is an [`Error::CudnnNotFound`] value listing every place
 //! looked at, never a load-time failure or a panic.
 //!
-//! Search order (ARCHITECTURE.md), first library that opens *and* reports version ≥ 9.0 wins:
+//! Search order (docs/ARCHITECTURE.md), first library that opens *and* reports version ≥ 9.0 wins:
 //!
 //! 1. `GRAPHSAFE_CUDNN_LIB`: the library file, or a folder holding `libcudnn.so.9`;
 //! 2. the dynamic loader's path (`LD_LIBRARY_PATH`, `ldconfig`'s cache, RUNPATH): `libcudnn.so.9`;

@@ -19,7 +19,7 @@ bool limits_ok(int32_t batch, int32_t max_seq_len, int32_t sm_count) {
 
 int32_t kv_tiles(int32_t max_seq_len) { return static_cast<int32_t>(ck::div_up(uint64_t(max_seq_len), GS_MLA_SM100_TILE_S)); }
 
-// The largest split count the safety rule allows (see graphsafe_kernels/mla.h and README.md).
+// The largest split count the safety rule allows (see graphsafe_kernels/mla.h and docs/ARCHITECTURE.md).
 int32_t safe_cap(int32_t batch, int32_t max_seq_len, int32_t sm_count) {
   if (batch > 1) return 1;
   int32_t cluster_slots = std::max(1, sm_count / 2);  // the kernel runs 2-SM clusters
