@@ -252,9 +252,10 @@ fn blackwell_gemm_runs_there_and_skips_elsewhere() {
     assert!(e <= 1e-2, "error {e}");
 }
 
-/// Both schedules on this GPU's SM count: stream-K for m <= 32 (CTA ranges that split tiles, with
-/// the fixup kernel; ranges of whole tiles, without it; more CTAs than chunks) and the tile grid
-/// for larger m (cluster split-K, lowered to what the device holds; ragged n and k). Every shape
+/// Both schedules on this GPU's SM count: stream-K for m <= 32 with enough chunks (CTA ranges that
+/// split tiles, with the fixup kernel; ranges of whole tiles, without it) and the tile grid
+/// otherwise (cluster split-K, lowered to what the device holds; ragged n and k; more CTA slots
+/// than chunks). Every shape
 /// within the error bound, every output element written (the output is poisoned first), two eager
 /// runs bit-identical (the fixup adds shared tiles in a fixed order).
 #[test]
@@ -266,16 +267,36 @@ fn w4a16_cluster_splits_and_ragged_shapes_match_the_reference() {
     let alpha = DeviceBuffer::from_host(&stream, &[1.5f32]).unwrap();
     let mut bad = Vec::new();
     let mut cases = 0;
-    // (m, n, k) on a 132-SM H200: stream-K over 396 CTAs (m <= 16) or 264 (m <= 32): shared tiles,
-    // 396 | 396 tiles (no fixup), 264 | 264 tiles, 8 chunks for 396 CTAs (8 CTAs); then tile grids
-    // with cluster splits (m 33, 70, 128) and ragged n, k.
-    let shapes = [(1usize, 8192usize, 2048usize), (3, 7168, 1792), (16, 16384, 768), (9, 2944, 1600), (1, 28672, 512), (1, 50688, 256), (20, 33792, 128), (1, 256, 256), (24, 1000 * 32, 96), (33, 640, 1344), (128, 8192, 1024), (70, 352, 416)];
+    // (m, n, k) on a 132-SM H200: stream-K (m <= 32 and >= 40 chunks per CTA slot) over 396 CTAs
+    // with shared tiles (m 1, 9), over 396 CTAs that own whole tiles (396 | 396 tiles: no fixup),
+    // over 264 CTAs (m 17); then the tile grid with cluster splits (m <= 32 with fewer chunks, and
+    // m 33, 70, 128), ragged n and k, more CTA slots than chunks.
+    let shapes = [
+        (1usize, 16384usize, 8192usize),
+        (9, 16384, 8192),
+        (3, 50688, 2560),
+        (17, 8448, 10240),
+        (1, 8192, 2048),
+        (3, 7168, 1792),
+        (16, 16384, 768),
+        (9, 2944, 1600),
+        (1, 28672, 512),
+        (20, 33792, 128),
+        (1, 256, 256),
+        (24, 32000, 96),
+        (33, 640, 1344),
+        (128, 8192, 1024),
+        (70, 352, 416),
+    ];
+    // One workspace for every shape: each stream-K shape finds it dirty with the previous shapes'
+    // partial tiles (the GEMM must write every slot it reads).
+    let mut ws = Workspace::new(&stream, 0).unwrap();
+    let mut first: Option<(W4a16, Vec<u16>)> = None;
     for &(m, n, k) in &shapes {
         let p = w4a16_problem(&stream, m, n, k, (m * 131 + n * 7 + k) as u64);
         let plan = nvfp4::plan(nvfp4::Nvfp4Arch::Sm90, m as i64, n as i64, k as i64, DType::Bf16, ctx.sm_count() as i64).unwrap();
         let at = Tensor::contiguous(&p.a, DType::Bf16, &[m, k]);
         let mut outs = Vec::new();
-        let mut ws = Workspace::new(&stream, 0).unwrap();
         for _ in 0..2 {
             let d = DeviceBuffer::alloc(&ctx, m * n * 2).unwrap();
             d.memset_u8(0x7F, &stream).unwrap(); // poison: every element must be written
@@ -289,9 +310,67 @@ fn w4a16_cluster_splits_and_ragged_shapes_match_the_reference() {
             bad.push(format!("m={m} n={n} k={k}: {e:.3e}"));
         }
         cases += 1;
+        if first.is_none() {
+            first = Some((p, outs.swap_remove(0)));
+        }
     }
     assert!(bad.is_empty(), "W4A16 errors above 1e-2: {bad:?}");
-    eprintln!("{cases} split/ragged shapes within 1e-2");
+    // The first (stream-K) shape again, on the workspace every other shape has since dirtied.
+    let (p, want) = first.unwrap();
+    let d = DeviceBuffer::alloc(&ctx, p.m * p.n * 2).unwrap();
+    d.memset_u8(0x7F, &stream).unwrap();
+    nvfp4::w4a16_gemm(&Tensor::contiguous(&p.a, DType::Bf16, &[p.m, p.k]), &p.w, &alpha, &Tensor::contiguous(&d, DType::Bf16, &[p.m, p.n]), &mut ws, &stream).unwrap();
+    assert_eq!(d.to_host_vec::<u16>(&stream).unwrap(), want, "a dirty shared workspace changed the stream-K result");
+    eprintln!("{cases} split/ragged shapes within 1e-2; stream-K unchanged on a dirty workspace");
+}
+
+/// Stream-K captured: the GEMM and its fixup kernel in one graph with the workspace bound;
+/// replays equal eager bit for bit, alpha is read at replay, and a too-small captured workspace is
+/// refused with nothing captured.
+#[test]
+fn w4a16_stream_k_captured_replay_equals_eager() {
+    let Some((ctx, mut stream)) = gpu() else { return };
+    if !hopper(&ctx) {
+        return;
+    }
+    let (m, n, k) = (2usize, 16384usize, 8192usize); // stream-K with shared tiles on 132 SMs
+    let p = w4a16_problem(&stream, m, n, k, 91);
+    let plan = nvfp4::plan(nvfp4::Nvfp4Arch::Sm90, m as i64, n as i64, k as i64, DType::Bf16, ctx.sm_count() as i64).unwrap();
+    eprintln!("m={m} n={n} k={k}: workspace {} bytes", plan.workspace_bytes);
+    let alpha = DeviceBuffer::from_host(&stream, &[1.0f32]).unwrap();
+    let d = DeviceBuffer::alloc_zeroed(&stream, m * n * 2).unwrap();
+    let mut ws = Workspace::new(&stream, 0).unwrap();
+    nvfp4::w4a16_gemm(&Tensor::contiguous(&p.a, DType::Bf16, &[m, k]), &p.w, &alpha, &Tensor::contiguous(&d, DType::Bf16, &[m, n]), &mut ws, &stream).unwrap();
+    let eager = d.to_host_vec::<u16>(&stream).unwrap();
+    assert!(max_rel_err(&eager, &p.reference, 1.0) <= 1e-2);
+    let exec = {
+        let mut cap = stream.begin_capture(CaptureMode::ThreadLocal).unwrap();
+        let w = cap.bind_workspace(&mut ws).unwrap();
+        let (ca, cal, cd) = (cap.bind_buffer(&p.a).unwrap(), cap.bind_buffer(&alpha).unwrap(), cap.bind_buffer(&d).unwrap());
+        let cw = p.w.bind(&mut cap).unwrap();
+        let cplan = nvfp4::w4a16_gemm_captured(&Tensor::contiguous(ca, DType::Bf16, &[m, k]), &cw, &cal, &Tensor::contiguous(cd, DType::Bf16, &[m, n]), &w, &cap).unwrap();
+        assert_eq!(cplan, plan);
+        cap.end().unwrap().instantiate().unwrap()
+    };
+    for _ in 0..5 {
+        d.memset_u8(0x7F, &stream).unwrap();
+        exec.launch(&stream).unwrap();
+        assert_eq!(d.to_host_vec::<u16>(&stream).unwrap(), eager);
+    }
+    alpha.copy_from_host(&[2.0f32], &stream).unwrap();
+    exec.launch(&stream).unwrap();
+    let doubled: Vec<u16> = eager.iter().map(|&b| bf16::from_f32(bf16::from_bits(b).to_f32() * 2.0).to_bits()).collect();
+    assert_eq!(d.to_host_vec::<u16>(&stream).unwrap(), doubled);
+    if plan.workspace_bytes > 0 {
+        let mut small = Workspace::new(&stream, plan.workspace_bytes - 256).unwrap();
+        let mut cap = stream.begin_capture(CaptureMode::ThreadLocal).unwrap();
+        let w = cap.bind_workspace(&mut small).unwrap();
+        let (ca, cal, cd) = (cap.bind_buffer(&p.a).unwrap(), cap.bind_buffer(&alpha).unwrap(), cap.bind_buffer(&d).unwrap());
+        let cw = p.w.bind(&mut cap).unwrap();
+        let r = nvfp4::w4a16_gemm_captured(&Tensor::contiguous(ca, DType::Bf16, &[m, k]), &cw, &cal, &Tensor::contiguous(cd, DType::Bf16, &[m, n]), &w, &cap);
+        assert!(matches!(r, Err(graphsafe::Error::WorkspaceTooSmall { .. })), "{r:?}");
+        assert!(cap.end().unwrap().node_kinds().unwrap().is_empty());
+    }
 }
 
 /// Programmatic dependent launch: a GEMM whose activations were written by the kernel just before

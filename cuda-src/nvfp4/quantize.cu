@@ -7,16 +7,18 @@
 // Exactness: every step is the header's fp32 expression evaluated in IEEE round-to-nearest-even:
 // amax / 6.0f * global_scale (a true division: nvcc's default -prec-div=true, no fast math; no
 // FMA can form, there is no addition), the fp8 e4m3 conversion with saturation and subnormals
-// (__nv_cvt_float_to_fp8, __NV_SATFINITE), global_scale / (float)sf (true division), x * inv,
-// then e2m1 by comparing against the midpoints (no arithmetic, so nothing to contract).
+// (__nv_cvt_float_to_fp8, __NV_SATFINITE), global_scale / (float)sf (true division), x * inv (its
+// own FMUL: a min/max sits between it and the rounding below, so nothing can contract it), then
+// e2m1 of that fp32 product by one correctly rounded FFMA / FADD whose single rounding is the
+// grid's round-to-nearest-even (e2m1_pack8_fast, e2m1_code).
 //
 // quantize: one thread per block of 16 (two 16-byte loads, one 8-byte store of 16 codes); 4 lanes
 // own the 4 blocks whose scales are one aligned 4-byte word of the swizzled layout, stored by one
 // lane. Threads cover round_up(m, 128) rows x round_up(k / 16, 4) blocks, so the padding of the
 // scale tensor is written with zeros by the same pass. A grid of at most the CTAs the GPU holds
 // at once walks the blocks with a stride, each thread loading its next block before it computes
-// the current one, so memory and arithmetic overlap inside every warp (a one-shot thread would
-// wait, then compute, then exit). The arithmetic is close to the issue limit, so the per-element work is
+// the current one, so memory and arithmetic overlap inside every warp (measured on an H200: 1.25x
+// a one-shot grid of the same kernel). The arithmetic is close to the issue limit, so the per-element work is
 // kept to about 9 instructions (see e2m1_pack8_fast): inv = global_scale / sf comes from a
 // 256-entry table each CTA fills once (the same division, so the same bits), signs are gathered
 // word-wide from the input's own sign bits, and blocks holding Inf or NaN (or whose inv is not
@@ -99,15 +101,35 @@ __device__ constexpr uint32_t pack_bias() {
   for (int j = 0; j < 8; ++j) b += 0x4B0000FEu << (4 * j);
   return b;
 }
+// The integer pipe issues logic, shifts and min/max at half the rate of the FMA pipe, and most of
+// this loop is such ops; products by multipliers the compiler cannot see (kernel parameters:
+// PackConsts, always {0xFFFFFFFF, 1024, 16}) stay IMADs on the FMA pipe instead of becoming
+// shifts, LEAs or subtractions. Measured on an H200: +3 % (the loop is bound by instructions
+// issued more than by one pipe; benches/NOTES-nvfp4.md).
+__device__ __forceinline__ uint32_t mad_lo(uint32_t a, uint32_t b, uint32_t c) {
+  uint32_t d;
+  asm("mad.lo.u32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+  return d;
+}
+__device__ __forceinline__ uint32_t mad_hi(uint32_t a, uint32_t b, uint32_t c) {
+  uint32_t d;
+  asm("mad.hi.u32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+  return d;
+}
+struct PackConsts {
+  uint32_t minus1, k1024, k16;  // 0xFFFFFFFF, 1024, 16 (kernel parameters, see above)
+};
 __device__ __forceinline__ uint32_t e2m1_pack8_fast(const float* f, uint32_t w0, uint32_t w1, uint32_t w2, uint32_t w3,
-                                                    float inv) {
+                                                    float inv, const PackConsts& k) {
   uint32_t acc = 0;
 #pragma unroll
-  for (int j = 0; j < 8; ++j) {
+  for (int j = 7; j >= 0; --j) {  // Horner: acc = acc * 16 + X_j, X_j = bits(t) + (bits(2^E') >> 22)
     const uint32_t ab = __float_as_uint(fminf(fabsf(f[j] * inv), 6.0f));
     const uint32_t e = max(ab & 0x7F800000u, 0x3F800000u);  // bits of 2^E'
-    const uint32_t t = __float_as_uint(fmaf(__uint_as_float(ab), __uint_as_float(0x7F800000u - e), 8388608.0f));
-    acc += (t + (e >> 22)) << (4 * j);
+    const float s = __uint_as_float(mad_lo(e, k.minus1, 0x7F800000u));  // 2^(1 - E')
+    const uint32_t t = __float_as_uint(fmaf(__uint_as_float(ab), s, 8388608.0f));
+    const uint32_t x = mad_hi(e, k.k1024, t);  // t + (e >> 22)
+    acc = j == 7 ? x : mad_lo(acc, k.k16, x);
   }
   const uint32_t mags = acc - pack_bias();
   const uint32_t a = __byte_perm(w0, w1, 0x7351);  // [w0.b1, w1.b1, w0.b3, w1.b3]
@@ -117,6 +139,24 @@ __device__ __forceinline__ uint32_t e2m1_pack8_fast(const float* f, uint32_t w0,
   const uint32_t signs = (odd & 0x80808080u) | ((even >> 4) & 0x7F7F7F7Fu);  // bits 8i + 7, 8i + 3
   const uint32_t flip = uint32_t(int32_t(__float_as_uint(inv)) >> 31);
   return mags | ((signs ^ flip) & (mags + 0x77777777u) & 0x88888888u);
+}
+
+// max(|x|) over the 16 inputs of a block (8 words of 16-bit pairs), NaN if any is NaN: packed
+// bf16x2 / half2 max on the FMA pipe (exact: max never rounds). Returned as an fp32.
+template <bool F16>
+__device__ __forceinline__ float amax16(const uint4& a, const uint4& b) {
+  const uint32_t w[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+  if constexpr (F16) {
+    __half2 m = __habs2(*reinterpret_cast<const __half2*>(&w[0]));
+#pragma unroll
+    for (int i = 1; i < 8; ++i) m = __hmax2_nan(m, __habs2(*reinterpret_cast<const __half2*>(&w[i])));
+    return __half2float(__hmax_nan(__low2half(m), __high2half(m)));
+  } else {
+    __nv_bfloat162 m = __habs2(*reinterpret_cast<const __nv_bfloat162*>(&w[0]));
+#pragma unroll
+    for (int i = 1; i < 8; ++i) m = __hmax2_nan(m, __habs2(*reinterpret_cast<const __nv_bfloat162*>(&w[i])));
+    return __bfloat162float(__hmax_nan(__low2bfloat16(m), __high2bfloat16(m)));
+  }
 }
 
 __device__ __forceinline__ float max_nan(float a, float b) {  // NaN if either is NaN
@@ -146,7 +186,8 @@ __device__ __forceinline__ int64_t scale_offset(int64_t row, int block, int kb4)
 template <bool F16>
 __global__ void __launch_bounds__(kThreads, kQuantCtasPerSm) nvfp4_quantize_kernel(
     const uint16_t* __restrict__ x, int64_t ld_x, int m, int k, int kb4, uint32_t div_magic, int div_shift,
-    uint32_t items, const float* __restrict__ gsp, uint8_t* __restrict__ packed, uint8_t* __restrict__ scales, int vec8) {
+    uint32_t items, const float* __restrict__ gsp, uint8_t* __restrict__ packed, uint8_t* __restrict__ scales, int vec8,
+    const PackConsts kc) {
   static_assert(kThreads == 256, "one table entry per thread");
   __shared__ float inv_of[256];  // inv for each scale byte: (sf == 0) ? 0 : gs / sf, as the header says
   const float gs = __ldg(gsp);
@@ -190,9 +231,7 @@ __global__ void __launch_bounds__(kThreads, kQuantCtasPerSm) nvfp4_quantize_kern
     unpack8<F16>(cur.v0, f);
     unpack8<F16>(cur.v1, f + 8);
     // amax with a NaN-propagating max; a block with Inf or NaN takes the exact slow path.
-    float amax = 0.0f;
-#pragma unroll
-    for (int j = 0; j < 16; ++j) amax = max_nan(amax, fabsf(f[j]));
+    float amax = amax16<F16>(cur.v0, cur.v1);
     bool slow = !(amax <= 3.402823466e38f);  // NaN or Inf
     if (slow) {
       amax = 0.0f;
@@ -204,8 +243,8 @@ __global__ void __launch_bounds__(kThreads, kQuantCtasPerSm) nvfp4_quantize_kern
     slow = slow || !(fabsf(inv) <= 3.402823466e38f);
     uint32_t lo = 0, hi = 0;
     if (!slow) {
-      lo = e2m1_pack8_fast(f, cur.v0.x, cur.v0.y, cur.v0.z, cur.v0.w, inv);
-      hi = e2m1_pack8_fast(f + 8, cur.v1.x, cur.v1.y, cur.v1.z, cur.v1.w, inv);
+      lo = e2m1_pack8_fast(f, cur.v0.x, cur.v0.y, cur.v0.z, cur.v0.w, inv, kc);
+      hi = e2m1_pack8_fast(f + 8, cur.v1.x, cur.v1.y, cur.v1.z, cur.v1.w, inv, kc);
     } else {
 #pragma unroll
       for (int j = 0; j < 8; ++j) {
@@ -386,12 +425,13 @@ extern "C" int gs_nvfp4_quantize(const void* x, int32_t dtype, int32_t m, int32_
   auto s = static_cast<cudaStream_t>(stream);
   const auto* xs = static_cast<const uint16_t*>(x);
   const int vec8 = aligned(packed, 8);
+  const PackConsts kc{0xFFFFFFFFu, 1024u, 16u};
   if (dtype == GS_DTYPE_FP16)
     nvfp4_quantize_kernel<true><<<unsigned(blocks), kThreads, 0, s>>>(xs, ld_x, m, k, kb4, magic, l, uint32_t(items),
-                                                                      global_scale, packed, scales, vec8);
+                                                                      global_scale, packed, scales, vec8, kc);
   else
     nvfp4_quantize_kernel<false><<<unsigned(blocks), kThreads, 0, s>>>(xs, ld_x, m, k, kb4, magic, l, uint32_t(items),
-                                                                       global_scale, packed, scales, vec8);
+                                                                       global_scale, packed, scales, vec8, kc);
   return launch_status();
 }
 

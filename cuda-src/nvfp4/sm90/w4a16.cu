@@ -25,24 +25,30 @@
 //     an operand swizzle) gives exactly e2m1 * sf * 2^-19 (at most 6 significant bits: no
 //     rounding). The 2^19 / global_scale factor and alpha scale the fp32 accumulators in the
 //     epilogue.
-//   * The register operand is double-buffered: while the wgmma of stage i runs, the warpgroup
-//     waits for stage i+1, dequantizes it into the other buffer and issues it; wgmma.wait_group 1
-//     then retires stage i, whose slot is handed back to the producer.
-//   * Split-K when the tiles alone would leave most CTA slots empty (small m: the GEMM streams the
-//     weight, and one wave of CTAs with deep pipelines keeps HBM busy): the splits of a tile form
-//     one thread-block cluster (1 x 1 x splits). Once drained, each CTA stages its fp32
-//     accumulators in its own shared memory; after a cluster barrier CTA r adds slice r of the
-//     tile over all splits in split order through distributed shared memory (deterministic:
-//     bit-identical run to run and replay to replay) and writes it. No workspace, no counters, no
-//     second kernel or memset: nothing that a shared, dirty workspace could break.
-//   * Programmatic dependent launch: the kernel is launched with programmatic stream
-//     serialization, so its CTAs can start while the previous kernel on the stream drains. Before
+//   * BM >= 32: the register operand is double-buffered: while the wgmma of stage i runs, the
+//     warpgroup waits for stage i+1, dequantizes it into the other buffer and issues it;
+//     wgmma.wait_group 1 then retires stage i, whose slot is handed back to the producer.
+//   * BM <= 16: mma.sync.m16n8k16 per warp instead (its A fragment is one warp's slice of the wgmma
+//     m64 A fragment, so the same dequantized registers feed it; B fragments by ldmatrix from the
+//     swizzled activation rows). With N = 8 or 16 the wgmma path spent as long per chunk whatever
+//     the schedule (measured: the same per-SM chunk rate for 224, 384 and 396 CTAs), and the
+//     synchronous MMA also drops the descriptor, fence and wait instructions.
+//   * Schedules (w4a16_plan.cuh): stream-K for m <= 32 with enough chunks (each CTA streams an
+//     equal contiguous range of the prepared weight; tiles shared between CTAs go through
+//     workspace slots and a fixup kernel, launched programmatically dependent); otherwise a tile
+//     grid whose split-K splits form one thread-block cluster (1 x 1 x splits): once drained, each
+//     CTA stages its fp32 accumulators in its own shared memory, and after a cluster barrier CTA r
+//     adds slice r of the tile over all splits in split order through distributed shared memory.
+//     Both are deterministic (fixed summation order: bit-identical run to run and replay to
+//     replay) and keep no counters: nothing that a shared, dirty workspace could break, no memset.
+//   * Programmatic dependent launch: the kernels are launched with programmatic stream
+//     serialization, so their CTAs can start while the previous kernel on the stream drains. Before
 //     griddepcontrol.wait a CTA only initialises barriers and asks L2 to prefetch its first weight
 //     stages (a hint: data still reaches the CTA only after the wait, so nothing an earlier grid
 //     writes can be read stale); after its main loop it lets the next grid launch.
-// Everything that can fail (shape, alignment, the tensor map, the shared-memory opt-in) is checked
-// before the one launch; nothing is enqueued otherwise. Nothing here allocates or touches the
-// legacy stream; the tensor map is a kernel parameter.
+// Everything that can fail (shape, alignment, the tensor map, the shared-memory opt-in, the
+// cluster occupancy query) is checked before the first launch. Nothing here allocates or touches
+// the legacy stream; the tensor map is a kernel parameter.
 #include <cuda.h>  // CUtensorMap (type only; the encoder comes through the runtime's entry point)
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -76,6 +82,7 @@ struct Params {
   int kblocks, kb_per_split, splits;
   int64_t units, ctas;  // stream-K
   float4* slots;        // stream-K: the workspace's partial tiles
+  uint32_t k16, k2_29;  // always 16 and 2^29 (see mad_lo)
 };
 
 // ---- primitives (sm_90a PTX) ------------------------------------------------------------------
@@ -141,9 +148,27 @@ __device__ __forceinline__ void regs_dec() { asm volatile("setmaxnreg.dec.sync.a
 // The two scales of a k16 step as one bf16x2 {row g, row g + 8}: bytes B and B + 1 of `word` are
 // re-encoded scales u = (E << 3) | m standing for 2^(E - 10) * (1 + m / 8); (u << 4) | 0x7000 is the
 // bf16 with exponent field 224 + E and mantissa m, i.e. that value times 2^107.
-template <int B>
-__device__ __forceinline__ uint32_t scale_pair(uint32_t word) {
+// Logic ops and shifts issue on the SM's integer pipe at half the FMA pipe's rate, and the
+// dequant is mostly logic ops, so its shifts and shift-adds are written as products by
+// multipliers the compiler cannot see (Params::k16 = 16, Params::k2_29 = 2^29, kernel parameters):
+// they stay IMADs on the FMA pipe instead of becoming SHF / LEA. Measured on an H200: no change
+// (the consumers are bound by instructions issued, not by one pipe; benches/NOTES-nvfp4.md).
+__device__ __forceinline__ uint32_t mad_lo(uint32_t a, uint32_t b, uint32_t c) {
+  uint32_t d;
+  asm("mad.lo.u32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+  return d;
+}
+__device__ __forceinline__ uint32_t mul_hi_u32(uint32_t a, uint32_t b) {
+  uint32_t d;
+  asm("mul.hi.u32 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+  return d;
+}
+// (BM <= 64 only: the tensor-bound BM >= 128 kernels keep the plain forms, with which the
+// register allocation of BM = 256 does not spill.)
+template <int B, bool kImad>
+__device__ __forceinline__ uint32_t scale_pair(uint32_t word, uint32_t k16) {
   const uint32_t x = __byte_perm(word, 0u, 0x4040u | B | ((B + 1) << 8));  // [byte B, 0, byte B+1, 0]
+  if constexpr (kImad) return mad_lo(x, k16, 0x70007000u);  // x * 16 + 0x70007000
   return x * 16u + 0x70007000u;
 }
 // bf16x2 a * {s.lo, s.lo} and a * {s.hi, s.hi} (the broadcast is an operand swizzle of HMUL2).
@@ -174,12 +199,18 @@ __device__ constexpr int kRegSign[4] = {15, 12, 14, 13};
 __device__ constexpr int kRegMag[4] = {6, 3, 0, 9};
 // One k16 step of the wgmma A fragment: a[0] = (row g, k 2q..2q+1), a[1] = (row g+8, same k),
 // a[2] = (row g, k + 8), a[3] = (row g+8, k + 8); s = scales {row g, row g+8} (scale_pair).
-__device__ __forceinline__ void dequant_step(uint32_t w, uint32_t s, uint32_t (&a)[4]) {
+template <bool kImad>
+__device__ __forceinline__ void dequant_step(uint32_t w, uint32_t s, uint32_t k2_29, uint32_t (&a)[4]) {
   constexpr uint32_t M = 0x81C081C0u;
   a[0] = mul_lo(w & M, s);
   a[1] = mul_hi((w << 3) & M, s);
   a[2] = mul_lo(((w & 0x40074007u) * 66u) & M, s);
-  a[3] = mul_hi(((w << 2) & 0x80008000u) | ((w >> 3) & 0x01C001C0u), s);
+  if constexpr (kImad) {
+    a[3] = mul_hi(((w << 2) & 0x80008000u) | (mul_hi_u32(w, k2_29) & 0x01C001C0u), s);  // w >> 3
+  } else {
+    (void)k2_29;
+    a[3] = mul_hi(((w << 2) & 0x80008000u) | ((w >> 3) & 0x01C001C0u), s);
+  }
 }
 
 __device__ __forceinline__ uint16_t to_bf16(float v) {
@@ -249,6 +280,7 @@ __global__ void __launch_bounds__(threads_for(BM), MINB) w4a16_gemm_kernel(const
                                                                     const Params p) {
   using L = Smem<BM, STAGES>;
   constexpr bool kRealloc = BM == 256;
+  constexpr bool kImad = BM <= 64;
   constexpr int kAcc = BM / 2;
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = smem_raw + ((1024u - (smem_u32(smem_raw) & 1023u)) & 1023u);
@@ -339,10 +371,10 @@ __global__ void __launch_bounds__(threads_for(BM), MINB) w4a16_gemm_kernel(const
     uint2 sc;
     asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(c.x), "=r"(c.y), "=r"(c.z), "=r"(c.w) : "r"(codes_w + stage * kChunkBytes) : "memory");
     asm volatile("ld.shared.v2.u32 {%0, %1}, [%2];" : "=r"(sc.x), "=r"(sc.y) : "r"(scales_w + stage * kChunkBytes) : "memory");
-    dequant_step(c.x, scale_pair<0>(sc.x), f[0]);
-    dequant_step(c.y, scale_pair<2>(sc.x), f[1]);
-    dequant_step(c.z, scale_pair<0>(sc.y), f[2]);
-    dequant_step(c.w, scale_pair<2>(sc.y), f[3]);
+    dequant_step<kImad>(c.x, scale_pair<0, kImad>(sc.x, p.k16), p.k2_29, f[0]);
+    dequant_step<kImad>(c.y, scale_pair<2, kImad>(sc.x, p.k16), p.k2_29, f[1]);
+    dequant_step<kImad>(c.z, scale_pair<0, kImad>(sc.y, p.k16), p.k2_29, f[2]);
+    dequant_step<kImad>(c.w, scale_pair<2, kImad>(sc.y, p.k16), p.k2_29, f[3]);
     wg_fence();
     const uint32_t lo = desc_lo0 + stage * uint32_t(L::kA >> 4);
 #pragma unroll
@@ -355,7 +387,11 @@ __global__ void __launch_bounds__(threads_for(BM), MINB) w4a16_gemm_kernel(const
       phase ^= 1u;
     }
   };
+  // One arrival per warp hands a stage back. __syncwarp first: lane 0's arrive releases only its
+  // own reads, so the other lanes' shared-memory reads of the stage must be ordered before it
+  // (racecheck reports the bulk copy into the stage racing with them otherwise).
   auto release = [&](uint32_t s) {
+    __syncwarp();
     if (lane == 0) mbar_arrive(empty0 + 8 * s);
   };
   const float f = __ldg(p.alpha) * __ldg(p.factor);
@@ -382,15 +418,14 @@ __global__ void __launch_bounds__(threads_for(BM), MINB) w4a16_gemm_kernel(const
       ldsm_x4(ldsm_a0 + off_a + nb * 1024u, b[0][nb][0], b[0][nb][1], b[1][nb][0], b[1][nb][1]);
       ldsm_x4(ldsm_a1 + off_a + nb * 1024u, b[2][nb][0], b[2][nb][1], b[3][nb][0], b[3][nb][1]);
     }
-    dequant_step(c.x, scale_pair<0>(sc.x), fa[0]);
-    dequant_step(c.y, scale_pair<2>(sc.x), fa[1]);
-    dequant_step(c.z, scale_pair<0>(sc.y), fa[2]);
-    dequant_step(c.w, scale_pair<2>(sc.y), fa[3]);
+    dequant_step<kImad>(c.x, scale_pair<0, kImad>(sc.x, p.k16), p.k2_29, fa[0]);
+    dequant_step<kImad>(c.y, scale_pair<2, kImad>(sc.x, p.k16), p.k2_29, fa[1]);
+    dequant_step<kImad>(c.z, scale_pair<0, kImad>(sc.y, p.k16), p.k2_29, fa[2]);
+    dequant_step<kImad>(c.w, scale_pair<2, kImad>(sc.y, p.k16), p.k2_29, fa[3]);
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk)
 #pragma unroll
       for (int nb = 0; nb < BM / 8; ++nb) mma16816(acc + 4 * nb, fa[kk], b[kk][nb][0], b[kk][nb][1]);
-    __syncwarp();  // every lane's shared-memory reads of the stage are done
     release(stage);
     off_w += kChunkBytes;
     off_a += uint32_t(L::kA);
@@ -654,10 +689,9 @@ int clusters_fit(int device, int size, int smem, int threads, int64_t clusters, 
   return GS_OK;
 }
 
-template <int C>
+template <int C, bool kStreamK>
 int launch(const void* a, int64_t ld_a, Params p, const Plan& plan, int m, int k, cudaStream_t stream) {
   constexpr Config cfg = kConfigs[C];
-  constexpr bool kStreamK = C < kStreamKConfigs;
   constexpr auto kernel = w4a16_gemm_kernel<cfg.bm, cfg.stages, cfg.ctas_per_sm, kStreamK>;
   constexpr auto fixup = w4a16_fixup_kernel<cfg.bm>;
   constexpr int smem = Smem<cfg.bm, cfg.stages>::kBytes;
@@ -767,14 +801,16 @@ extern "C" int gs_nvfp4_w4a16_gemm(const void* a, int64_t ld_a, const void* prep
   p.splits = int(plan.splits);
   p.units = plan.units;
   p.ctas = plan.ctas;
+  p.k16 = 16u;
+  p.k2_29 = 1u << 29;
   p.slots = plan.workspace_bytes > 0 ? static_cast<float4*>(workspace) : nullptr;
   auto s = static_cast<cudaStream_t>(stream);
   switch (plan.config) {
-    case 0: return launch<0>(a, ld_a, p, plan, m, k, s);
-    case 1: return launch<1>(a, ld_a, p, plan, m, k, s);
-    case 2: return launch<2>(a, ld_a, p, plan, m, k, s);
-    case 3: return launch<3>(a, ld_a, p, plan, m, k, s);
-    case 4: return launch<4>(a, ld_a, p, plan, m, k, s);
-    default: return launch<5>(a, ld_a, p, plan, m, k, s);
+    case 0: return plan.streamk ? launch<0, true>(a, ld_a, p, plan, m, k, s) : launch<0, false>(a, ld_a, p, plan, m, k, s);
+    case 1: return plan.streamk ? launch<1, true>(a, ld_a, p, plan, m, k, s) : launch<1, false>(a, ld_a, p, plan, m, k, s);
+    case 2: return plan.streamk ? launch<2, true>(a, ld_a, p, plan, m, k, s) : launch<2, false>(a, ld_a, p, plan, m, k, s);
+    case 3: return launch<3, false>(a, ld_a, p, plan, m, k, s);
+    case 4: return launch<4, false>(a, ld_a, p, plan, m, k, s);
+    default: return launch<5, false>(a, ld_a, p, plan, m, k, s);
   }
 }

@@ -17,7 +17,8 @@
 // Tiles: a CTA computes 128 weight rows (two consumer warpgroups of 64) x BM activation rows,
 // BM in {8, 16, 32, 64, 128, 256} chosen by m; grid = (n tiles, m tiles, splits).
 //
-// Small m (configurations BM <= 32: the GEMM streams the weight): stream-K. The prepared weight's
+// Small m (configurations BM <= 32: the GEMM streams the weight) with at least 40 chunks per CTA
+// slot: stream-K. The prepared weight's
 // chunks, in order, are the work units (tile-major, k inside); a grid of C = min(sm_count x CTAs
 // per SM, units, 2^16) CTAs, all resident at once, each streams the contiguous range of chunks
 // [floor(c U / C), floor((c + 1) U / C)) — every SM gets the same bytes whatever the tile count
@@ -31,7 +32,11 @@
 //   slots  float4 [C][2 (first, last segment of the CTA)][BM / 8][256 consumer threads]
 //   total = C * 2 * BM * 512 bytes
 //
-// Larger m (BM = 64, 128): a tile grid (n tiles, m tiles, splits); when the tiles alone leave most
+// With fewer chunks per slot the fixed cost of the fixup (a serialised step after the GEMM) weighs
+// more than the stream-K balance gains (H200, m = 1 and 16: 8192 x 8192 ran 1.05-1.16x faster on
+// the tile grid, 28672 x 8192 and 8192 x 28672 1.01-1.09x faster with stream-K; 20.7 and 72.4
+// chunks per slot), so those take the tile grid too.
+// Larger m (BM = 64, 128) and small stream-K problems: a tile grid (n tiles, m tiles, splits); when the tiles alone leave most
 // CTA slots empty the splits of a tile form one thread-block cluster (1 x 1 x splits, at most 8,
 // the portable size) and reduce through distributed shared memory in split order: no workspace.
 // The split count: the largest s <= min(8, kblocks / 4) such that tiles * s CTAs fit in one wave
@@ -53,7 +58,8 @@ constexpr int kScaleBytes = 512;     // scales of one chunk (128 rows x 4 blocks
 constexpr int kChunkBytes = kCodeBytes + kScaleBytes;
 constexpr int kMaxSplits = 8;        // the portable cluster size
 constexpr int kMaxStreamKCtas = 1 << 16;  // keeps c * units in 64 bits (units < 2^35)
-constexpr int kStreamKConfigs = 3;   // configurations 0..2 (BM <= 32) run stream-K
+constexpr int kStreamKConfigs = 3;   // configurations 0..2 (BM <= 32) may run stream-K
+constexpr int kStreamKMinChunksPerCta = 40;
 constexpr int kMinKBlocksPerSplit = 4;
 constexpr int32_t kMaxM = 1 << 22;   // grid.y = ceil(m / BM) <= 2^15 (BM >= 128 beyond m = 128)
 constexpr int32_t kMaxNK = 1 << 24;
@@ -83,7 +89,7 @@ constexpr int kNumConfigs = 6;
 
 struct Plan {
   int config;          // index into kConfigs
-  bool streamk;        // config < kStreamKConfigs
+  bool streamk;        // config < kStreamKConfigs and units >= kStreamKMinChunksPerCta * slots
   int bm;
   int64_t tiles_n, tiles_m, tiles;
   int64_t kblocks;     // ceil(k / 64)
@@ -132,11 +138,11 @@ constexpr Plan make_plan(int32_t m, int32_t n, int32_t k, int32_t sm_count) {
   }
   p.splits = s;
   p.kb_per_split = cdiv(p.kblocks, s);
-  p.streamk = c < kStreamKConfigs;
+  p.units = p.tiles_n * p.kblocks;  // < 2^35
+  p.streamk = c < kStreamKConfigs && p.units >= kStreamKMinChunksPerCta * slots;  // tiles_m == 1 there (m <= BM)
   if (p.streamk) {
     p.splits = 1;
     p.kb_per_split = p.kblocks;
-    p.units = p.tiles_n * p.kblocks;  // tiles_m == 1: m <= BM for these configurations
     int64_t ctas = slots < p.units ? slots : p.units;
     if (ctas > kMaxStreamKCtas) ctas = kMaxStreamKCtas;
     p.ctas = ctas;
