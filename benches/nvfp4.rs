@@ -1,8 +1,18 @@
 //! NVFP4 on the GPU it finds: quantize bandwidth, and (Hopper) the W4A16 GEMM against cuBLASLt's
 //! bf16 GEMM of the same shape in the same process (cuBLASLt opened at run time, here only), for
 //! M ∈ {1, 4, 16, 64, 256, 4096} and (N, K) ∈ {(8192, 8192), (28672, 8192), (8192, 28672)}.
-//! Medians of event-timed calls after warm-up; graphsafe and cuBLASLt alternate batch by batch.
+//!
+//! Honest inputs: every operand random (constant data inflates tensor-core throughput), and each
+//! contender's weight rotated over enough copies (≥ 256 MB together, at least 2) that neither is
+//! served from the 50 MB L2 — the 8192² NVFP4 weight alone would fit. Timing: each contender's
+//! calls over the rotation are captured into one CUDA graph (no host overhead in the numbers, the
+//! GPU's own launch gaps included, the same for both), graphs replayed alternately batch by
+//! batch, medians. The copy rate (a 1 GiB device-to-device copy, read + write bytes) is measured
+//! in the same run; the table gives our weight stream in GB/s and as a fraction of it.
 //! Prints a table and one `BENCH_JSON` line. Run: `cargo bench --bench nvfp4`.
+//!
+//! Environment: `NVFP4_BENCH_ONLY=quant,w4a16` picks parts; `NVFP4_BENCH_SHAPES=1x8192x8192,...`
+//! (m x n x k) picks GEMM shapes; `NVFP4_BENCH_QUICK=1` replays each graph once (for ncu).
 
 #[path = "common/cublaslt.rs"]
 mod cublaslt;
@@ -10,13 +20,71 @@ mod cublaslt;
 mod timing;
 
 use cublaslt::{Lt, LtGemm};
-use timing::gpu_times;
-use graphsafe::driver::{Context, DeviceBuffer, Stream};
-use graphsafe::ops::nvfp4::{self, Nvfp4Matrix};
+use graphsafe::driver::{Context, DeviceBuffer, Event, Stream};
+use graphsafe::graph::{CaptureMode, GraphExec};
+use graphsafe::ops::nvfp4::{self, Nvfp4Matrix, PreparedWeight};
 use graphsafe::ops::tensor::{DType, Tensor};
 use graphsafe::workspace::Workspace;
+use std::sync::Arc;
+use timing::median;
 
+/// Bytes the rotation of one contender's weights must cover (5× the H200's L2).
+const ROTATE_BYTES: usize = 256 << 20;
 
+/// xorshift64*: fast deterministic random bytes.
+fn random_u64s(n: usize, seed: u64) -> Vec<u64> {
+    let mut s = seed | 1;
+    (0..n)
+        .map(|_| {
+            s ^= s >> 12;
+            s ^= s << 25;
+            s ^= s >> 27;
+            s.wrapping_mul(0x2545_F491_4F6C_DD1D)
+        })
+        .collect()
+}
+
+fn random_bytes(n: usize, seed: u64) -> Vec<u8> {
+    let mut v: Vec<u8> = random_u64s(n.div_ceil(8), seed).iter().flat_map(|w| w.to_le_bytes()).collect();
+    v.truncate(n);
+    v
+}
+
+/// Random bf16 bits, uniform in (-1, 1).
+fn random_bf16(n: usize, seed: u64) -> Vec<u16> {
+    random_u64s(n.div_ceil(2), seed)
+        .iter()
+        .flat_map(|w| {
+            let f = |x: u32| half::bf16::from_f32((x >> 8) as f32 / (1u32 << 24) as f32 * 2.0 - 1.0).to_bits();
+            [f(*w as u32), f((*w >> 32) as u32)]
+        })
+        .take(n)
+        .collect()
+}
+
+/// µs per replay of each graph, replayed alternately `batches` times (after one warm-up each).
+fn replay_times(ctx: &Arc<Context>, stream: &Stream, graphs: &[&GraphExec], batches: usize) -> Vec<f64> {
+    for g in graphs {
+        g.launch(stream).unwrap();
+    }
+    stream.synchronize().unwrap();
+    let (s, e) = (Event::new(ctx, true).unwrap(), Event::new(ctx, true).unwrap());
+    let mut t: Vec<Vec<f64>> = vec![Vec::new(); graphs.len()];
+    for _ in 0..batches {
+        for (i, g) in graphs.iter().enumerate() {
+            s.record(stream).unwrap();
+            g.launch(stream).unwrap();
+            e.record(stream).unwrap();
+            e.synchronize().unwrap();
+            t[i].push(e.elapsed_ms(&s).unwrap() as f64 * 1e3);
+        }
+    }
+    t.into_iter().map(median).collect()
+}
+
+fn want(list: &Option<String>, item: &str) -> bool {
+    list.as_ref().is_none_or(|l| l.split(',').any(|x| x.trim() == item))
+}
 
 fn main() {
     let ctx = match Context::new(0) {
@@ -26,76 +94,178 @@ fn main() {
             std::process::exit(if std::env::var("GRAPHSAFE_REQUIRE_GPU").as_deref() == Ok("1") { 1 } else { 0 });
         }
     };
-    let stream = Stream::new(&ctx).unwrap();
+    let mut stream = Stream::new(&ctx).unwrap();
     let info = ctx.device().info().unwrap();
+    let only = std::env::var("NVFP4_BENCH_ONLY").ok();
+    let shapes_env = std::env::var("NVFP4_BENCH_SHAPES").ok();
+    let quick = std::env::var("NVFP4_BENCH_QUICK").as_deref() == Ok("1");
+    let batches = |n: usize| if quick { 1 } else { n };
     let mut json = Vec::new();
 
-    // Quantize bandwidth: read bf16, write packed values and scales.
-    println!("NVFP4 on {} ({} SMs)", info.name, info.sm_count);
-    println!("{:>8} {:>8} {:>10} {:>9}", "m", "k", "quant us", "GB/s");
-    for &(m, k) in &[(16usize, 8192usize), (4096, 8192), (4096, 28672), (16384, 8192)] {
-        let x = DeviceBuffer::alloc_zeroed(&stream, m * k * 2).unwrap();
-        x.memset_u32(0x3F80_BF00, &stream).unwrap();
-        let gs = DeviceBuffer::from_host(&stream, &[1.0f32]).unwrap();
-        let sb = nvfp4::scale_bytes(m as i64, k as i64).unwrap() as usize;
-        let (p, s) = (DeviceBuffer::alloc(&ctx, m * k / 2).unwrap(), DeviceBuffer::alloc(&ctx, sb).unwrap());
-        let q = Nvfp4Matrix { packed: &p, scales: &s, global_scale: &gs, rows: m, k };
-        let xt = Tensor::contiguous(&x, DType::Bf16, &[m, k]);
-        let us = gpu_times(&stream, &ctx, 20, 15, &mut [&mut || nvfp4::quantize(&xt, &gs, &q, &stream).unwrap()])[0];
-        let gbs = (m * k * 2 + m * k / 2 + sb) as f64 / us / 1e3;
-        println!("{m:>8} {k:>8} {us:>10.2} {gbs:>9.0}");
-        json.push(format!("{{\"kind\":\"quantize\",\"m\":{m},\"k\":{k},\"us\":{us:.3},\"gb_s\":{gbs:.1}}}"));
+    // The copy rate HBM gives a plain device-to-device copy in this run: the ceiling.
+    let copy_gbs = {
+        let n = 1usize << 30;
+        let (src, dst) = (DeviceBuffer::alloc_zeroed(&stream, n).unwrap(), DeviceBuffer::alloc(&ctx, n).unwrap());
+        let (s, e) = (Event::new(&ctx, true).unwrap(), Event::new(&ctx, true).unwrap());
+        let mut v = Vec::new();
+        for i in 0..(if quick { 2 } else { 13 }) {
+            s.record(&stream).unwrap();
+            dst.copy_from_device(&src, &stream).unwrap();
+            e.record(&stream).unwrap();
+            e.synchronize().unwrap();
+            if i > 0 {
+                v.push(e.elapsed_ms(&s).unwrap() as f64 * 1e3);
+            }
+        }
+        2.0 * n as f64 / median(v) / 1e3
+    };
+    println!("NVFP4 on {} ({} SMs); device-to-device copy {:.0} GB/s (read + write)", info.name, info.sm_count, copy_gbs);
+    json.push(format!("{{\"kind\":\"copy\",\"gb_s\":{copy_gbs:.1}}}"));
+
+    if want(&only, "quant") {
+        // Quantize: read bf16, write codes and scales. Random inputs; a graph of calls.
+        println!("{:>8} {:>8} {:>10} {:>9} {:>8}", "m", "k", "quant us", "GB/s", "of copy");
+        for &(m, k) in &[(1usize, 8192usize), (16, 8192), (4096, 8192), (4096, 28672), (16384, 8192)] {
+            let x = DeviceBuffer::from_host(&stream, &random_bf16(m * k, (m * k) as u64)).unwrap();
+            let gs = DeviceBuffer::alloc_zeroed(&stream, 4).unwrap();
+            nvfp4::global_scale(&Tensor::contiguous(&x, DType::Bf16, &[m, k]), &gs, &stream).unwrap();
+            let sb = nvfp4::scale_bytes(m as i64, k as i64).unwrap() as usize;
+            let (p, s) = (DeviceBuffer::alloc(&ctx, m * k / 2).unwrap(), DeviceBuffer::alloc(&ctx, sb).unwrap());
+            let calls = if m * k >= 1 << 24 { 4 } else { 50 };
+            let exec = {
+                let mut cap = stream.begin_capture(CaptureMode::ThreadLocal).unwrap();
+                let (cx, cg, cp, cs) = (cap.bind_buffer(&x).unwrap(), cap.bind_buffer(&gs).unwrap(), cap.bind_buffer(&p).unwrap(), cap.bind_buffer(&s).unwrap());
+                let q = Nvfp4Matrix { packed: cp, scales: cs, global_scale: cg, rows: m, k };
+                for _ in 0..calls {
+                    nvfp4::quantize_captured(&Tensor::contiguous(cx, DType::Bf16, &[m, k]), &cg, &q, &cap).unwrap();
+                }
+                cap.end().unwrap().instantiate().unwrap()
+            };
+            let us = replay_times(&ctx, &stream, &[&exec], batches(15))[0] / calls as f64;
+            let gbs = (m * k * 2 + m * k / 2 + sb) as f64 / us / 1e3;
+            println!("{m:>8} {k:>8} {us:>10.2} {gbs:>9.0} {:>8.2}", gbs / copy_gbs);
+            json.push(format!("{{\"kind\":\"quantize\",\"m\":{m},\"k\":{k},\"us\":{us:.3},\"gb_s\":{gbs:.1},\"of_copy\":{:.3}}}", gbs / copy_gbs));
+        }
     }
 
+    if !want(&only, "w4a16") {
+        println!("BENCH_JSON {{\"bench\":\"nvfp4\",\"device\":\"{}\",\"rows\":[{}]}}", info.name, json.join(","));
+        return;
+    }
     if ctx.compute_capability() != (9, 0) {
         println!("W4A16: skipped (needs sm_90; this GPU is sm_{}{})", ctx.compute_capability().0, ctx.compute_capability().1);
         println!("BENCH_JSON {{\"bench\":\"nvfp4\",\"device\":\"{}\",\"rows\":[{}]}}", info.name, json.join(","));
         return;
     }
-    let lt = Lt::open().map_err(|e| eprintln!("cuBLASLt unavailable ({e}): W4A16 without a baseline")).ok();
-    println!("{:>6} {:>6} {:>6} {:>11} {:>9} {:>11} {:>9} {:>8}", "m", "n", "k", "w4a16 us", "TFLOP/s", "cublas us", "TFLOP/s", "speedup");
-    let mut ws = Workspace::new(&stream, 0).unwrap();
+    let lt = if quick { None } else { Lt::open().map_err(|e| eprintln!("cuBLASLt unavailable ({e}): W4A16 without a baseline")).ok() };
+    println!(
+        "{:>5} {:>6} {:>6} {:>9} {:>9} {:>7} {:>9} {:>9} {:>8} {:>8}",
+        "m", "n", "k", "w4a16 us", "W GB/s", "of copy", "cublas us", "W GB/s", "TFLOP/s", "speedup"
+    );
+    let mut shapes: Vec<(usize, usize, usize)> = Vec::new();
     for &(n, k) in &[(8192usize, 8192usize), (28672, 8192), (8192, 28672)] {
-        // A weight of ones at scale 1 (values do not change the timing); prepared once.
-        let packed = DeviceBuffer::alloc(&ctx, n * k / 2).unwrap();
-        packed.memset_u8(0x22, &stream).unwrap(); // e2m1 1.0 in both nibbles
-        let scales = DeviceBuffer::alloc(&ctx, nvfp4::scale_bytes(n as i64, k as i64).unwrap() as usize).unwrap();
-        scales.memset_u8(0x38, &stream).unwrap(); // fp8 1.0
-        let gs = DeviceBuffer::from_host(&stream, &[1.0f32]).unwrap();
-        let w = nvfp4::prepare_weight(&Nvfp4Matrix { packed: &packed, scales: &scales, global_scale: &gs, rows: n, k }, &stream).unwrap();
-        drop((packed, scales));
-        let wbf = DeviceBuffer::alloc(&ctx, n * k * 2).unwrap();
-        wbf.memset_u32(0x3F80_3F80, &stream).unwrap();
-        let alpha = DeviceBuffer::from_host(&stream, &[1.0f32]).unwrap();
         for &m in &[1usize, 4, 16, 64, 256, 4096] {
-            let a = DeviceBuffer::alloc(&ctx, m * k * 2).unwrap();
-            a.memset_u32(0x3C00_3C00, &stream).unwrap();
-            let d = DeviceBuffer::alloc(&ctx, m * n * 2).unwrap();
-            let (at, dt) = (Tensor::contiguous(&a, DType::Bf16, &[m, k]), Tensor::contiguous(&d, DType::Bf16, &[m, n]));
-            let mut ours = || {
-                nvfp4::w4a16_gemm(&at, &w, &alpha, &dt, &mut ws, &stream).unwrap();
-            };
-            let (per, batches) = if m >= 256 { (5, 9) } else { (20, 15) };
-            let flops = 2.0 * (m * n * k) as f64;
-            let times = match &lt {
-                Some(l) => {
-                    let g = LtGemm::new(l, m, n, k, &stream);
-                    let mut theirs = || g.run(&a, &wbf, &d, &stream);
-                    gpu_times(&stream, &ctx, per, batches, &mut [&mut ours, &mut theirs])
-                }
-                None => {
-                    let mut t = gpu_times(&stream, &ctx, per, batches, &mut [&mut ours]);
-                    t.push(f64::NAN);
-                    t
-                }
-            };
-            let (us, cb) = (times[0], times[1]);
-            println!("{m:>6} {n:>6} {k:>6} {us:>11.1} {:>9.1} {cb:>11.1} {:>9.1} {:>8.2}", flops / us / 1e6, flops / cb / 1e6, cb / us);
-            json.push(format!(
-                "{{\"kind\":\"w4a16\",\"m\":{m},\"n\":{n},\"k\":{k},\"us\":{us:.2},\"cublas_bf16_us\":{cb:.2},\"speedup\":{:.3}}}",
-                cb / us
-            ));
+            shapes.push((m, n, k));
         }
     }
-    println!("BENCH_JSON {{\"bench\":\"nvfp4\",\"device\":\"{}\",\"rows\":[{}]}}", info.name, json.join(","));
+    if let Some(list) = &shapes_env {
+        shapes = list
+            .split(',')
+            .map(|s| {
+                let v: Vec<usize> = s.split('x').map(|x| x.trim().parse().expect("NVFP4_BENCH_SHAPES: m x n x k")).collect();
+                (v[0], v[1], v[2])
+            })
+            .collect();
+    }
+    let alpha = DeviceBuffer::from_host(&stream, &[1.0f32]).unwrap();
+    let mut ws = Workspace::new(&stream, 0).unwrap();
+    let mut cur_nk = (0usize, 0usize);
+    let mut weights: Vec<PreparedWeight> = Vec::new();
+    let mut wbf: Vec<DeviceBuffer> = Vec::new();
+    let mut prepared_bytes = 0usize;
+    for &(m, n, k) in &shapes {
+        if cur_nk != (n, k) {
+            // Random NVFP4 weight: random codes (both signs), random scales in [2^-3, 1.75], then prepared.
+            weights.clear();
+            wbf.clear();
+            let packed = DeviceBuffer::from_host(&stream, &random_bytes(n * k / 2, (n + k) as u64)).unwrap();
+            let sb = nvfp4::scale_bytes(n as i64, k as i64).unwrap() as usize;
+            let sc: Vec<u8> = random_bytes(sb, (n * k) as u64).iter().map(|b| 0x20 + (b % 0x1E)).collect();
+            let scales = DeviceBuffer::from_host(&stream, &sc).unwrap();
+            let gs = DeviceBuffer::from_host(&stream, &[1.0f32]).unwrap();
+            let plan = nvfp4::plan(nvfp4::Nvfp4Arch::Sm90, 1, n as i64, k as i64, DType::Bf16, ctx.sm_count() as i64).unwrap();
+            prepared_bytes = plan.prepared_weight_bytes.unwrap() as usize;
+            let copies = ROTATE_BYTES.div_ceil(prepared_bytes).max(2);
+            for _ in 0..copies {
+                weights.push(nvfp4::prepare_weight(&Nvfp4Matrix { packed: &packed, scales: &scales, global_scale: &gs, rows: n, k }, &stream).unwrap());
+            }
+            if lt.is_some() {
+                let first = DeviceBuffer::from_host(&stream, &random_bf16(n * k, (3 * n + k) as u64)).unwrap();
+                let copies = ROTATE_BYTES.div_ceil(n * k * 2).max(2);
+                for _ in 1..copies {
+                    let b = DeviceBuffer::alloc(&ctx, n * k * 2).unwrap();
+                    b.copy_from_device(&first, &stream).unwrap();
+                    wbf.push(b);
+                }
+                wbf.push(first);
+            }
+            stream.synchronize().unwrap();
+            cur_nk = (n, k);
+        }
+        // Size before capture (0 bytes for the cluster-reduced kernel; kept for any version that needs one).
+        let need = nvfp4::plan(nvfp4::Nvfp4Arch::Sm90, m as i64, n as i64, k as i64, DType::Bf16, ctx.sm_count() as i64).unwrap().workspace_bytes;
+        ws.ensure_size(need, &stream).unwrap();
+        let a = DeviceBuffer::from_host(&stream, &random_bf16(m * k, (m * 7 + k) as u64)).unwrap();
+        let d = DeviceBuffer::alloc_zeroed(&stream, m * n * 2).unwrap();
+        // Calls per graph: the rotation, repeated so a replay runs well past launch overhead.
+        let per_call_guess_us = (prepared_bytes as f64 / 3.0e3).max(2.0 * (m * n * k) as f64 / 6.0e8);
+        let reps = ((400.0 / (per_call_guess_us * weights.len() as f64)).ceil() as usize).clamp(1, 20);
+        let ours_calls = weights.len() * reps;
+        let ours = {
+            let mut cap = stream.begin_capture(CaptureMode::ThreadLocal).unwrap();
+            let w = cap.bind_workspace(&mut ws).unwrap();
+            let (ca, cal, cd) = (cap.bind_buffer(&a).unwrap(), cap.bind_buffer(&alpha).unwrap(), cap.bind_buffer(&d).unwrap());
+            let cws: Vec<_> = weights.iter().map(|x| x.bind(&mut cap).unwrap()).collect();
+            for _ in 0..reps {
+                for cw in &cws {
+                    nvfp4::w4a16_gemm_captured(&Tensor::contiguous(ca, DType::Bf16, &[m, k]), cw, &cal, &Tensor::contiguous(cd, DType::Bf16, &[m, n]), &w, &cap).unwrap();
+                }
+            }
+            cap.end().unwrap().instantiate().unwrap()
+        };
+        let b = if m >= 256 { 7 } else { 15 };
+        let (us, cb, cb_calls) = match &lt {
+            Some(l) => {
+                let g = LtGemm::new(l, m, n, k, &stream);
+                let cb_reps = ((400.0 / ((n * k * 2) as f64 / 4.0e3 * wbf.len() as f64)).ceil() as usize).clamp(1, 20);
+                let theirs = {
+                    let cap = stream.begin_capture(CaptureMode::ThreadLocal).unwrap();
+                    for _ in 0..cb_reps {
+                        for wb in &wbf {
+                            g.run_raw(&a, wb, &d, cap.stream().raw());
+                        }
+                    }
+                    cap.end().unwrap().instantiate().unwrap()
+                };
+                let t = replay_times(&ctx, &stream, &[&ours, &theirs], batches(b));
+                (t[0] / ours_calls as f64, t[1] / (cb_reps * wbf.len()) as f64, cb_reps * wbf.len())
+            }
+            None => (replay_times(&ctx, &stream, &[&ours], batches(b))[0] / ours_calls as f64, f64::NAN, 0),
+        };
+        let flops = 2.0 * (m * n * k) as f64;
+        let wgbs = prepared_bytes as f64 / us / 1e3;
+        let cb_wgbs = (n * k * 2) as f64 / cb / 1e3;
+        println!(
+            "{m:>5} {n:>6} {k:>6} {us:>9.1} {wgbs:>9.0} {:>7.2} {cb:>9.1} {cb_wgbs:>9.0} {:>8.0} {:>8.2}",
+            wgbs / copy_gbs,
+            flops / us / 1e6,
+            cb / us
+        );
+        json.push(format!(
+            "{{\"kind\":\"w4a16\",\"m\":{m},\"n\":{n},\"k\":{k},\"us\":{us:.2},\"weight_gb_s\":{wgbs:.1},\"of_copy\":{:.3},\"cublas_bf16_us\":{cb:.2},\"speedup\":{:.3},\"calls\":[{ours_calls},{cb_calls}]}}",
+            wgbs / copy_gbs,
+            cb / us
+        ));
+    }
+    println!("BENCH_JSON {{\"bench\":\"nvfp4\",\"device\":\"{}\",\"copy_gb_s\":{copy_gbs:.1},\"rows\":[{}]}}", info.name, json.join(","));
 }

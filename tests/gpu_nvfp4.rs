@@ -91,6 +91,7 @@ fn quantize_and_dequantize_are_bit_identical_to_the_host_reference() {
 struct W4a16 {
     a: DeviceBuffer,
     w: nvfp4::PreparedWeight,
+    wdq: Vec<f32>,
     reference: Vec<f64>,
     m: usize,
     n: usize,
@@ -116,7 +117,7 @@ fn w4a16_problem(stream: &Stream, m: usize, n: usize, k: usize, seed: u64) -> W4
             reference[i * n + j] = (0..k).map(|t| af[i * k + t] as f64 * wdq[j * k + t] as f64).sum();
         }
     }
-    W4a16 { a: DeviceBuffer::from_host(stream, &abits).unwrap(), w, reference, m, n, k }
+    W4a16 { a: DeviceBuffer::from_host(stream, &abits).unwrap(), w, wdq, reference, m, n, k }
 }
 
 fn max_rel_err(got: &[u16], want: &[f64], alpha: f64) -> f64 {
@@ -249,4 +250,191 @@ fn blackwell_gemm_runs_there_and_skips_elsewhere() {
     let want: Vec<f64> = (0..m * n).map(|i| (0..k).map(|t| adq[(i / n) * k + t] as f64 * wdq[(i % n) * k + t] as f64).sum::<f64>()).collect();
     let e = max_rel_err(&d.to_host_vec::<u16>(&stream).unwrap(), &want, 1.0 / (ga as f64 * gw as f64));
     assert!(e <= 1e-2, "error {e}");
+}
+
+/// Both schedules on this GPU's SM count: stream-K for m <= 32 with enough chunks (CTA ranges that
+/// split tiles, with the fixup kernel; ranges of whole tiles, without it) and the tile grid
+/// otherwise (cluster split-K, lowered to what the device holds; ragged n and k; more CTA slots
+/// than chunks). Every shape
+/// within the error bound, every output element written (the output is poisoned first), two eager
+/// runs bit-identical (the fixup adds shared tiles in a fixed order).
+#[test]
+fn w4a16_cluster_splits_and_ragged_shapes_match_the_reference() {
+    let Some((ctx, stream)) = gpu() else { return };
+    if !hopper(&ctx) {
+        return;
+    }
+    let alpha = DeviceBuffer::from_host(&stream, &[1.5f32]).unwrap();
+    let mut bad = Vec::new();
+    let mut cases = 0;
+    // (m, n, k) on a 132-SM H200: stream-K (m <= 32 and >= 40 chunks per CTA slot) over 396 CTAs
+    // with shared tiles (m 1, 9), over 396 CTAs that own whole tiles (396 | 396 tiles: no fixup),
+    // over 264 CTAs (m 17); then the tile grid with cluster splits (m <= 32 with fewer chunks, and
+    // m 33, 70, 128), ragged n and k, more CTA slots than chunks.
+    let shapes = [
+        (1usize, 16384usize, 8192usize),
+        (9, 16384, 8192),
+        (3, 50688, 2560),
+        (17, 8448, 10240),
+        (1, 8192, 2048),
+        (3, 7168, 1792),
+        (16, 16384, 768),
+        (9, 2944, 1600),
+        (1, 28672, 512),
+        (20, 33792, 128),
+        (1, 256, 256),
+        (24, 32000, 96),
+        (33, 640, 1344),
+        (128, 8192, 1024),
+        (70, 352, 416),
+    ];
+    // One workspace for every shape: each stream-K shape finds it dirty with the previous shapes'
+    // partial tiles (the GEMM must write every slot it reads).
+    let mut ws = Workspace::new(&stream, 0).unwrap();
+    let mut first: Option<(W4a16, Vec<u16>)> = None;
+    for &(m, n, k) in &shapes {
+        let p = w4a16_problem(&stream, m, n, k, (m * 131 + n * 7 + k) as u64);
+        let plan = nvfp4::plan(nvfp4::Nvfp4Arch::Sm90, m as i64, n as i64, k as i64, DType::Bf16, ctx.sm_count() as i64).unwrap();
+        let at = Tensor::contiguous(&p.a, DType::Bf16, &[m, k]);
+        let mut outs = Vec::new();
+        for _ in 0..2 {
+            let d = DeviceBuffer::alloc(&ctx, m * n * 2).unwrap();
+            d.memset_u8(0x7F, &stream).unwrap(); // poison: every element must be written
+            nvfp4::w4a16_gemm(&at, &p.w, &alpha, &Tensor::contiguous(&d, DType::Bf16, &[m, n]), &mut ws, &stream).unwrap();
+            outs.push(d.to_host_vec::<u16>(&stream).unwrap());
+        }
+        assert_eq!(outs[0], outs[1], "{m}x{n}x{k}: two eager runs differ");
+        let e = max_rel_err(&outs[0], &p.reference, 1.5);
+        eprintln!("m={m} n={n} k={k} workspace={}: normalized error {e:.2e}", plan.workspace_bytes);
+        if e > 1e-2 || e.is_nan() {
+            bad.push(format!("m={m} n={n} k={k}: {e:.3e}"));
+        }
+        cases += 1;
+        if first.is_none() {
+            first = Some((p, outs.swap_remove(0)));
+        }
+    }
+    assert!(bad.is_empty(), "W4A16 errors above 1e-2: {bad:?}");
+    // The first (stream-K) shape again, on the workspace every other shape has since dirtied.
+    let (p, want) = first.unwrap();
+    let d = DeviceBuffer::alloc(&ctx, p.m * p.n * 2).unwrap();
+    d.memset_u8(0x7F, &stream).unwrap();
+    nvfp4::w4a16_gemm(&Tensor::contiguous(&p.a, DType::Bf16, &[p.m, p.k]), &p.w, &alpha, &Tensor::contiguous(&d, DType::Bf16, &[p.m, p.n]), &mut ws, &stream).unwrap();
+    assert_eq!(d.to_host_vec::<u16>(&stream).unwrap(), want, "a dirty shared workspace changed the stream-K result");
+    eprintln!("{cases} split/ragged shapes within 1e-2; stream-K unchanged on a dirty workspace");
+}
+
+/// Stream-K captured: the GEMM and its fixup kernel in one graph with the workspace bound;
+/// replays equal eager bit for bit, alpha is read at replay, and a too-small captured workspace is
+/// refused with nothing captured.
+#[test]
+fn w4a16_stream_k_captured_replay_equals_eager() {
+    let Some((ctx, mut stream)) = gpu() else { return };
+    if !hopper(&ctx) {
+        return;
+    }
+    let (m, n, k) = (2usize, 16384usize, 8192usize); // stream-K with shared tiles on 132 SMs
+    let p = w4a16_problem(&stream, m, n, k, 91);
+    let plan = nvfp4::plan(nvfp4::Nvfp4Arch::Sm90, m as i64, n as i64, k as i64, DType::Bf16, ctx.sm_count() as i64).unwrap();
+    eprintln!("m={m} n={n} k={k}: workspace {} bytes", plan.workspace_bytes);
+    let alpha = DeviceBuffer::from_host(&stream, &[1.0f32]).unwrap();
+    let d = DeviceBuffer::alloc_zeroed(&stream, m * n * 2).unwrap();
+    let mut ws = Workspace::new(&stream, 0).unwrap();
+    nvfp4::w4a16_gemm(&Tensor::contiguous(&p.a, DType::Bf16, &[m, k]), &p.w, &alpha, &Tensor::contiguous(&d, DType::Bf16, &[m, n]), &mut ws, &stream).unwrap();
+    let eager = d.to_host_vec::<u16>(&stream).unwrap();
+    assert!(max_rel_err(&eager, &p.reference, 1.0) <= 1e-2);
+    let exec = {
+        let mut cap = stream.begin_capture(CaptureMode::ThreadLocal).unwrap();
+        let w = cap.bind_workspace(&mut ws).unwrap();
+        let (ca, cal, cd) = (cap.bind_buffer(&p.a).unwrap(), cap.bind_buffer(&alpha).unwrap(), cap.bind_buffer(&d).unwrap());
+        let cw = p.w.bind(&mut cap).unwrap();
+        let cplan = nvfp4::w4a16_gemm_captured(&Tensor::contiguous(ca, DType::Bf16, &[m, k]), &cw, &cal, &Tensor::contiguous(cd, DType::Bf16, &[m, n]), &w, &cap).unwrap();
+        assert_eq!(cplan, plan);
+        cap.end().unwrap().instantiate().unwrap()
+    };
+    for _ in 0..5 {
+        d.memset_u8(0x7F, &stream).unwrap();
+        exec.launch(&stream).unwrap();
+        assert_eq!(d.to_host_vec::<u16>(&stream).unwrap(), eager);
+    }
+    alpha.copy_from_host(&[2.0f32], &stream).unwrap();
+    exec.launch(&stream).unwrap();
+    let doubled: Vec<u16> = eager.iter().map(|&b| bf16::from_f32(bf16::from_bits(b).to_f32() * 2.0).to_bits()).collect();
+    assert_eq!(d.to_host_vec::<u16>(&stream).unwrap(), doubled);
+    if plan.workspace_bytes > 0 {
+        let mut small = Workspace::new(&stream, plan.workspace_bytes - 256).unwrap();
+        let mut cap = stream.begin_capture(CaptureMode::ThreadLocal).unwrap();
+        let w = cap.bind_workspace(&mut small).unwrap();
+        let (ca, cal, cd) = (cap.bind_buffer(&p.a).unwrap(), cap.bind_buffer(&alpha).unwrap(), cap.bind_buffer(&d).unwrap());
+        let cw = p.w.bind(&mut cap).unwrap();
+        let r = nvfp4::w4a16_gemm_captured(&Tensor::contiguous(ca, DType::Bf16, &[m, k]), &cw, &cal, &Tensor::contiguous(cd, DType::Bf16, &[m, n]), &w, &cap);
+        assert!(matches!(r, Err(graphsafe::Error::WorkspaceTooSmall { .. })), "{r:?}");
+        assert!(cap.end().unwrap().node_kinds().unwrap().is_empty());
+    }
+}
+
+/// Programmatic dependent launch: a GEMM whose activations were written by the kernel just before
+/// it (a dequantize, or the previous GEMM's output), with no synchronisation in between, reads the
+/// finished values; eager and captured (where the launches become programmatic graph edges).
+#[test]
+fn w4a16_reads_what_the_previous_kernel_just_wrote() {
+    let Some((ctx, mut stream)) = gpu() else { return };
+    if !hopper(&ctx) {
+        return;
+    }
+    let (m, k, n1, n2) = (4usize, 2048usize, 1024usize, 3072usize);
+    let g1 = w4a16_problem(&stream, m, n1, k, 5);
+    let g2 = w4a16_problem(&stream, m, n2, n1, 6); // its A is replaced by g1's output below
+    let alpha = DeviceBuffer::from_host(&stream, &[1.0f32]).unwrap();
+    let mut ws = Workspace::new(&stream, 0).unwrap();
+    // A of the first GEMM is the dequantized NVFP4 of random data, written by a kernel.
+    let (_, af) = to_bits(&random_f32(m * k, 9), DType::Bf16);
+    let ga = r::global_scale(&af);
+    let (pa, sa) = r::quantize(&af, m, k, ga);
+    let adq = r::dequantize(&pa, &sa, m, k, ga);
+    let (bpa, bsa, bga) = (DeviceBuffer::from_host(&stream, &pa).unwrap(), DeviceBuffer::from_host(&stream, &sa).unwrap(), DeviceBuffer::from_host(&stream, &[ga]).unwrap());
+    let qa = Nvfp4Matrix { packed: &bpa, scales: &bsa, global_scale: &bga, rows: m, k };
+    let a1 = DeviceBuffer::alloc_zeroed(&stream, m * k * 2).unwrap();
+    let d1 = DeviceBuffer::alloc_zeroed(&stream, m * n1 * 2).unwrap();
+    let d2 = DeviceBuffer::alloc_zeroed(&stream, m * n2 * 2).unwrap();
+    let (a1t, d1t, d2t) = (Tensor::contiguous(&a1, DType::Bf16, &[m, k]), Tensor::contiguous(&d1, DType::Bf16, &[m, n1]), Tensor::contiguous(&d2, DType::Bf16, &[m, n2]));
+    let check = |d1h: &[u16], d2h: &[u16], what: &str| {
+        // d1 = dequantized A x W1; d2 = d1 (as the GPU wrote it) x W2.
+        let want1: Vec<f64> = (0..m * n1).map(|i| (0..k).map(|t| bf16::from_f32(adq[(i / n1) * k + t]).to_f64() * g1w(&g1, i % n1, t)).sum()).collect();
+        let e1 = max_rel_err(d1h, &want1, 1.0);
+        let want2: Vec<f64> = (0..m * n2).map(|i| (0..n1).map(|t| bf16::from_bits(d1h[(i / n2) * n1 + t]).to_f64() * g1w(&g2, i % n2, t)).sum()).collect();
+        let e2 = max_rel_err(d2h, &want2, 1.0);
+        eprintln!("{what}: errors {e1:.2e} (first GEMM), {e2:.2e} (second, on the first's output)");
+        assert!(e1 <= 1e-2 && e2 <= 1e-2, "{what}: {e1} {e2}");
+    };
+    for round in 0..3 {
+        d1.memset_u8(0, &stream).unwrap();
+        nvfp4::dequantize(&qa, &a1t, &stream).unwrap();
+        nvfp4::w4a16_gemm(&a1t, &g1.w, &alpha, &d1t, &mut ws, &stream).unwrap();
+        nvfp4::w4a16_gemm(&d1t, &g2.w, &alpha, &d2t, &mut ws, &stream).unwrap();
+        check(&d1.to_host_vec::<u16>(&stream).unwrap(), &d2.to_host_vec::<u16>(&stream).unwrap(), &format!("eager round {round}"));
+    }
+    let eager2 = d2.to_host_vec::<u16>(&stream).unwrap();
+    let exec = {
+        let mut cap = stream.begin_capture(CaptureMode::ThreadLocal).unwrap();
+        let w = cap.bind_workspace(&mut ws).unwrap();
+        let (ca1, cd1, cd2, cal) = (cap.bind_buffer(&a1).unwrap(), cap.bind_buffer(&d1).unwrap(), cap.bind_buffer(&d2).unwrap(), cap.bind_buffer(&alpha).unwrap());
+        let (cpa, csa, cga) = (cap.bind_buffer(&bpa).unwrap(), cap.bind_buffer(&bsa).unwrap(), cap.bind_buffer(&bga).unwrap());
+        let (w1, w2) = (g1.w.bind(&mut cap).unwrap(), g2.w.bind(&mut cap).unwrap());
+        let _ = (cpa, csa, cga);
+        cap.memset_u8(&cd1, 0).unwrap();
+        nvfp4::w4a16_gemm_captured(&Tensor::contiguous(ca1, DType::Bf16, &[m, k]), &w1, &cal, &Tensor::contiguous(cd1, DType::Bf16, &[m, n1]), &w, &cap).unwrap();
+        nvfp4::w4a16_gemm_captured(&Tensor::contiguous(cd1, DType::Bf16, &[m, n1]), &w2, &cal, &Tensor::contiguous(cd2, DType::Bf16, &[m, n2]), &w, &cap).unwrap();
+        cap.end().unwrap().instantiate().unwrap()
+    };
+    for _ in 0..5 {
+        d2.memset_u8(0, &stream).unwrap();
+        exec.launch(&stream).unwrap();
+        assert_eq!(d2.to_host_vec::<u16>(&stream).unwrap(), eager2, "replay differs from eager");
+    }
+}
+
+/// Weight (n, t) of a W4A16 test problem, dequantized (the reference's operand).
+fn g1w(p: &W4a16, row: usize, t: usize) -> f64 {
+    p.wdq[row * p.k + t] as f64
 }

@@ -116,6 +116,11 @@ impl<'a> LtGemm<'a> {
     }
 
     pub fn run(&self, x: &DeviceBuffer, w: &DeviceBuffer, d: &DeviceBuffer, stream: &Stream) {
+        self.run_raw(x, w, d, stream.raw());
+    }
+
+    /// As [`LtGemm::run`], on a raw stream handle (a capturing stream, for graph-timed baselines).
+    pub fn run_raw(&self, x: &DeviceBuffer, w: &DeviceBuffer, d: &DeviceBuffer, stream: graphsafe::sys::cuda::CUstream) {
         let (alpha, beta) = (1f32, 0f32);
         // SAFETY: all buffers are live and sized for the layouts; the stream is live.
         let r = unsafe {
@@ -135,7 +140,7 @@ impl<'a> LtGemm<'a> {
                 &self.algo,
                 self.ws.device_ptr() as usize as *mut c_void,
                 self.ws_bytes,
-                stream.raw().cast(),
+                stream.cast(),
             )
         };
         ok(r, "cublasLtMatmul");

@@ -7,18 +7,27 @@
 // Exactness: every step is the header's fp32 expression evaluated in IEEE round-to-nearest-even:
 // amax / 6.0f * global_scale (a true division: nvcc's default -prec-div=true, no fast math; no
 // FMA can form, there is no addition), the fp8 e4m3 conversion with saturation and subnormals
-// (__nv_cvt_float_to_fp8, __NV_SATFINITE), global_scale / (float)sf (true division), x * inv,
-// then e2m1 by comparing against the midpoints (no arithmetic, so nothing to contract).
+// (__nv_cvt_float_to_fp8, __NV_SATFINITE), global_scale / (float)sf (true division), x * inv (its
+// own FMUL: a min/max sits between it and the rounding below, so nothing can contract it), then
+// e2m1 of that fp32 product by one correctly rounded FFMA / FADD whose single rounding is the
+// grid's round-to-nearest-even (e2m1_pack8_fast, e2m1_code).
 //
 // quantize: one thread per block of 16 (two 16-byte loads, one 8-byte store of 16 codes); 4 lanes
 // own the 4 blocks whose scales are one aligned 4-byte word of the swizzled layout, stored by one
 // lane. Threads cover round_up(m, 128) rows x round_up(k / 16, 4) blocks, so the padding of the
-// scale tensor is written with zeros by the same pass. Each thread handles two blocks (four loads
-// in flight).
+// scale tensor is written with zeros by the same pass. A grid of at most the CTAs the GPU holds
+// at once walks the blocks with a stride, each thread loading its next block before it computes
+// the current one, so memory and arithmetic overlap inside every warp (measured on an H200: 1.25x
+// a one-shot grid of the same kernel). The arithmetic is close to the issue limit, so the per-element work is
+// kept to about 9 instructions (see e2m1_pack8_fast): inv = global_scale / sf comes from a
+// 256-entry table each CTA fills once (the same division, so the same bits), signs are gathered
+// word-wide from the input's own sign bits, and blocks holding Inf or NaN (or whose inv is not
+// finite) take the element-by-element path.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
 #include <cuda_runtime.h>
+#include <atomic>
 #include <climits>
 #include <cstdint>
 #include "common/status.cuh"
@@ -27,7 +36,7 @@
 namespace {
 
 constexpr int kThreads = 256;
-constexpr int kItems = 2;  // blocks of 16 per thread in quantize
+constexpr int kQuantCtasPerSm = 4;  // resident 256-thread quantize CTAs per SM (the register budget: no spills)
 
 bool aligned(const void* p, uintptr_t a) { return (reinterpret_cast<uintptr_t>(p) & (a - 1)) == 0; }
 
@@ -78,26 +87,76 @@ __device__ __forceinline__ uint32_t e2m1_code(float v) {
   return isnan(v) ? 0u : (mag != 0u ? (mag | sign) : 0u);
 }
 
-// The same magnitude code for v that is not NaN, in integer steps: magic = 2^(22 + max(e, 0)) with e
-// the exponent of |v| (clamped to 6), and the code = multiple of the step + 2 * max(e, 0).
-__device__ __forceinline__ uint32_t e2m1_mag(float v) {
-  const float a = fminf(fabsf(v), 6.0f);
-  const uint32_t mb = max(__float_as_uint(a) & 0x7F800000u, 0x3F800000u) + (22u << 23);
-  return __float_as_uint(a + __uint_as_float(mb)) - mb + ((mb >> 22) - 298u);
+// Codes of 8 finite values x_j * inv (x and inv finite; the words w0..w3 hold the 8 inputs as 16-bit
+// pairs, element 2i in the low half of w_i), nibble j = element j, bit-identical to e2m1_code.
+// Magnitude of a = min(|v|, 6): with E' = max(exponent(a), 0), FFMA(a, 2^(1 - E'), 2^23) is
+// 2^23 + RNE(a * 2^(1 - E')) (a * 2^(1 - E') is exact and below 2^23, so the sum rounds once, at
+// integer granularity, ties to even), and the code is that integer + 2E': steps 0.5, 1 and 2 on
+// [0, 2), [2, 4) and [4, 6], ties to the even code. Each element adds
+// (bits(t) + (bits(2^E') >> 22)) << 4j = (0x4B0000FE + code) << 4j; the constants sum to kPackBias
+// (mod 2^32), subtracted once. Signs: sign(v) = sign(x) ^ sign(inv), gathered with byte permutes
+// from the inputs' bit 15 / 31, kept only where the code is not zero (code + 7 carries into bit 3).
+__device__ constexpr uint32_t pack_bias() {
+  uint32_t b = 0;
+  for (int j = 0; j < 8; ++j) b += 0x4B0000FEu << (4 * j);
+  return b;
+}
+// The integer pipe issues logic, shifts and min/max at half the rate of the FMA pipe, and most of
+// this loop is such ops; products by multipliers the compiler cannot see (kernel parameters:
+// PackConsts, always {0xFFFFFFFF, 1024, 16}) stay IMADs on the FMA pipe instead of becoming
+// shifts, LEAs or subtractions. Measured on an H200: +3 % (the loop is bound by instructions
+// issued more than by one pipe; benches/NOTES-nvfp4.md).
+__device__ __forceinline__ uint32_t mad_lo(uint32_t a, uint32_t b, uint32_t c) {
+  uint32_t d;
+  asm("mad.lo.u32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+  return d;
+}
+__device__ __forceinline__ uint32_t mad_hi(uint32_t a, uint32_t b, uint32_t c) {
+  uint32_t d;
+  asm("mad.hi.u32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+  return d;
+}
+struct PackConsts {
+  uint32_t minus1, k1024, k16;  // 0xFFFFFFFF, 1024, 16 (kernel parameters, see above)
+};
+__device__ __forceinline__ uint32_t e2m1_pack8_fast(const float* f, uint32_t w0, uint32_t w1, uint32_t w2, uint32_t w3,
+                                                    float inv, const PackConsts& k) {
+  uint32_t acc = 0;
+#pragma unroll
+  for (int j = 7; j >= 0; --j) {  // Horner: acc = acc * 16 + X_j, X_j = bits(t) + (bits(2^E') >> 22)
+    const uint32_t ab = __float_as_uint(fminf(fabsf(f[j] * inv), 6.0f));
+    const uint32_t e = max(ab & 0x7F800000u, 0x3F800000u);  // bits of 2^E'
+    const float s = __uint_as_float(mad_lo(e, k.minus1, 0x7F800000u));  // 2^(1 - E')
+    const uint32_t t = __float_as_uint(fmaf(__uint_as_float(ab), s, 8388608.0f));
+    const uint32_t x = mad_hi(e, k.k1024, t);  // t + (e >> 22)
+    acc = j == 7 ? x : mad_lo(acc, k.k16, x);
+  }
+  const uint32_t mags = acc - pack_bias();
+  const uint32_t a = __byte_perm(w0, w1, 0x7351);  // [w0.b1, w1.b1, w0.b3, w1.b3]
+  const uint32_t b = __byte_perm(w2, w3, 0x7351);
+  const uint32_t even = __byte_perm(a, b, 0x5410);  // byte i bit 7: sign of element 2i
+  const uint32_t odd = __byte_perm(a, b, 0x7632);   // byte i bit 7: sign of element 2i + 1
+  const uint32_t signs = (odd & 0x80808080u) | ((even >> 4) & 0x7F7F7F7Fu);  // bits 8i + 7, 8i + 3
+  const uint32_t flip = uint32_t(int32_t(__float_as_uint(inv)) >> 31);
+  return mags | ((signs ^ flip) & (mags + 0x77777777u) & 0x88888888u);
 }
 
-// Codes of 8 values none of which is NaN (nibble j = value j): magnitudes one by one, the sign
-// bits applied word-wide to the non-zero codes only.
-__device__ __forceinline__ uint32_t e2m1_pack8(const float* f, float inv) {
-  uint32_t mags = 0, signs = 0;
+// max(|x|) over the 16 inputs of a block (8 words of 16-bit pairs), NaN if any is NaN: packed
+// bf16x2 / half2 max on the FMA pipe (exact: max never rounds). Returned as an fp32.
+template <bool F16>
+__device__ __forceinline__ float amax16(const uint4& a, const uint4& b) {
+  const uint32_t w[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+  if constexpr (F16) {
+    __half2 m = __habs2(*reinterpret_cast<const __half2*>(&w[0]));
 #pragma unroll
-  for (int j = 0; j < 8; ++j) {
-    const float v = f[j] * inv;
-    mags |= e2m1_mag(v) << (4 * j);
-    signs |= (__float_as_uint(v) >> (28 - 4 * j)) & (8u << (4 * j));
+    for (int i = 1; i < 8; ++i) m = __hmax2_nan(m, __habs2(*reinterpret_cast<const __half2*>(&w[i])));
+    return __half2float(__hmax_nan(__low2half(m), __high2half(m)));
+  } else {
+    __nv_bfloat162 m = __habs2(*reinterpret_cast<const __nv_bfloat162*>(&w[0]));
+#pragma unroll
+    for (int i = 1; i < 8; ++i) m = __hmax2_nan(m, __habs2(*reinterpret_cast<const __nv_bfloat162*>(&w[i])));
+    return __bfloat162float(__hmax_nan(__low2bfloat16(m), __high2bfloat16(m)));
   }
-  const uint32_t nz = (mags | (mags >> 1) | (mags >> 2)) & 0x11111111u;  // bit 4j: code j != 0
-  return mags | (signs & (nz << 3));
 }
 
 __device__ __forceinline__ float max_nan(float a, float b) {  // NaN if either is NaN
@@ -125,56 +184,67 @@ __device__ __forceinline__ int64_t scale_offset(int64_t row, int block, int kb4)
 }
 
 template <bool F16>
-__global__ void __launch_bounds__(kThreads) nvfp4_quantize_kernel(const uint16_t* __restrict__ x, int64_t ld_x, int m,
-                                                                   int k, int kb4, uint32_t div_magic, int div_shift,
-                                                                   const float* __restrict__ gsp,
-                                                                   uint8_t* __restrict__ packed,
-                                                                   uint8_t* __restrict__ scales, int vec8) {
+__global__ void __launch_bounds__(kThreads, kQuantCtasPerSm) nvfp4_quantize_kernel(
+    const uint16_t* __restrict__ x, int64_t ld_x, int m, int k, int kb4, uint32_t div_magic, int div_shift,
+    uint32_t items, const float* __restrict__ gsp, uint8_t* __restrict__ packed, uint8_t* __restrict__ scales, int vec8,
+    const PackConsts kc) {
+  static_assert(kThreads == 256, "one table entry per thread");
+  __shared__ float inv_of[256];  // inv for each scale byte: (sf == 0) ? 0 : gs / sf, as the header says
   const float gs = __ldg(gsp);
-  const uint32_t base = blockIdx.x * (kThreads * kItems) + threadIdx.x;  // < 2^31 (host check)
+  const uint32_t stride = gridDim.x * kThreads;  // a multiple of 32: a warp's lanes stay in step
   const int sub = threadIdx.x & 3;  // block within the 4-block group (lanes 4j..4j+3 share a group)
-  uint4 v[kItems][2];
-  int64_t row[kItems];
-  int g4[kItems], col[kItems];
-  bool valid[kItems];
-#pragma unroll
-  for (int i = 0; i < kItems; ++i) {
-    // item = row * (4 * kb4) + 4 * g4 + sub; the division by 4 * kb4 is a multiply-high (host magic)
-    const uint32_t item = base + i * kThreads;
+  // item = row * (4 * kb4) + 4 * g4 + sub; the division by 4 * kb4 is a multiply-high (host magic).
+  // items is a multiple of 512 and < 2^31 (host check), so every lane of a warp runs the same trips.
+  struct Item {
+    uint4 v0, v1;
+    int64_t row;
+    int g4, col;
+    bool valid;
+  };
+  auto load = [&](uint32_t item, Item& it) {
     const uint32_t r = (__umulhi(item, div_magic) + item) >> div_shift;
-    row[i] = r;
-    g4[i] = int((item - r * uint32_t(4 * kb4)) >> 2);
-    col[i] = (g4[i] * 4 + sub) * 16;
-    valid[i] = row[i] < m && col[i] < k;
-    v[i][0] = v[i][1] = make_uint4(0, 0, 0, 0);
-    if (valid[i]) {
-      const uint4* src = reinterpret_cast<const uint4*>(x + row[i] * ld_x + col[i]);
-      v[i][0] = __ldg(src);
-      v[i][1] = __ldg(src + 1);
+    it.row = r;
+    it.g4 = int((item - r * uint32_t(4 * kb4)) >> 2);
+    it.col = (it.g4 * 4 + sub) * 16;
+    it.valid = it.row < m && it.col < k;
+    it.v0 = it.v1 = make_uint4(0, 0, 0, 0);
+    if (it.valid) {
+      const uint4* src = reinterpret_cast<const uint4*>(x + it.row * ld_x + it.col);
+      it.v0 = __ldg(src);
+      it.v1 = __ldg(src + 1);
     }
+  };
+  uint32_t item = blockIdx.x * kThreads + threadIdx.x;
+  Item cur;
+  load(item, cur);
+  {
+    const float sf_f = e4m3_to_float(threadIdx.x);
+    inv_of[threadIdx.x] = (sf_f == 0.0f) ? 0.0f : gs / sf_f;
   }
-#pragma unroll
-  for (int i = 0; i < kItems; ++i) {
+  __syncthreads();
+#pragma unroll 1
+  while (item < items) {
+    Item next;
+    const uint32_t nitem = item + stride;  // < 2^32: items + stride < 2^31 + 2^31
+    if (nitem < items) load(nitem, next);
     float f[16];
-    unpack8<F16>(v[i][0], f);
-    unpack8<F16>(v[i][1], f + 8);
-    // amax with a NaN-propagating max: a block without NaN (the usual case) gets the fast path.
-    float amax = 0.0f;
-#pragma unroll
-    for (int j = 0; j < 16; ++j) amax = max_nan(amax, fabsf(f[j]));
-    const bool has_nan = isnan(amax);
-    if (has_nan) {
+    unpack8<F16>(cur.v0, f);
+    unpack8<F16>(cur.v1, f + 8);
+    // amax with a NaN-propagating max; a block with Inf or NaN takes the exact slow path.
+    float amax = amax16<F16>(cur.v0, cur.v1);
+    bool slow = !(amax <= 3.402823466e38f);  // NaN or Inf
+    if (slow) {
       amax = 0.0f;
 #pragma unroll
       for (int j = 0; j < 16; ++j) amax = fmaxf(amax, fabsf(f[j]));  // fmaxf ignores NaN
     }
     const __nv_fp8_storage_t sf = __nv_cvt_float_to_fp8(amax / 6.0f * gs, __NV_SATFINITE, __NV_E4M3);
-    const float sf_f = e4m3_to_float(sf);
-    const float inv = (sf_f == 0.0f) ? 0.0f : gs / sf_f;
+    const float inv = inv_of[sf];
+    slow = slow || !(fabsf(inv) <= 3.402823466e38f);
     uint32_t lo = 0, hi = 0;
-    if (!has_nan) {
-      lo = e2m1_pack8(f, inv);
-      hi = e2m1_pack8(f + 8, inv);
+    if (!slow) {
+      lo = e2m1_pack8_fast(f, cur.v0.x, cur.v0.y, cur.v0.z, cur.v0.w, inv, kc);
+      hi = e2m1_pack8_fast(f + 8, cur.v1.x, cur.v1.y, cur.v1.z, cur.v1.w, inv, kc);
     } else {
 #pragma unroll
       for (int j = 0; j < 8; ++j) {
@@ -182,8 +252,8 @@ __global__ void __launch_bounds__(kThreads) nvfp4_quantize_kernel(const uint16_t
         hi |= e2m1_code(f[8 + j] * inv) << (4 * j);
       }
     }
-    if (valid[i]) {
-      uint8_t* dst = packed + row[i] * (k >> 1) + (col[i] >> 1);
+    if (cur.valid) {
+      uint8_t* dst = packed + cur.row * (k >> 1) + (cur.col >> 1);
       if (vec8) {
         *reinterpret_cast<uint2*>(dst) = make_uint2(lo, hi);
       } else {
@@ -192,10 +262,12 @@ __global__ void __launch_bounds__(kThreads) nvfp4_quantize_kernel(const uint16_t
       }
     }
     // Gather the group's 4 scale bytes into one word of the swizzled layout.
-    uint32_t word = valid[i] ? uint32_t(sf) << (8 * sub) : 0u;
+    uint32_t word = cur.valid ? uint32_t(sf) << (8 * sub) : 0u;
     word |= __shfl_xor_sync(0xFFFFFFFFu, word, 1);
     word |= __shfl_xor_sync(0xFFFFFFFFu, word, 2);
-    if (sub == 0) *reinterpret_cast<uint32_t*>(scales + scale_offset(row[i], g4[i] * 4, kb4)) = word;
+    if (sub == 0) *reinterpret_cast<uint32_t*>(scales + scale_offset(cur.row, cur.g4 * 4, kb4)) = word;
+    cur = next;
+    item = nitem;
   }
 }
 
@@ -330,7 +402,6 @@ extern "C" int gs_nvfp4_quantize(const void* x, int32_t dtype, int32_t m, int32_
   const int kb4 = (k / 16 + 3) / 4;
   const int64_t rows_pad = (int64_t(m) + 127) / 128 * 128;
   const int64_t items = rows_pad * kb4 * 4;  // one per block of 16 (with padding); a multiple of 512
-  const int64_t blocks = items / (kThreads * kItems);
   if (items > INT32_MAX) return GS_ERR_INVALID_ARGUMENT;  // 32-bit item indices (a 64 GiB tensor)
   // Division by d = 4 * kb4 for item < 2^31: q = (umulhi(item, magic) + item) >> l, l = ceil(log2 d),
   // magic = floor(2^32 (2^l - d) / d) + 1 (Granlund-Montgomery; the sum cannot overflow 32 bits).
@@ -338,15 +409,29 @@ extern "C" int gs_nvfp4_quantize(const void* x, int32_t dtype, int32_t m, int32_
   int l = 0;
   while ((uint64_t{1} << l) < d) ++l;
   const uint32_t magic = uint32_t(((uint64_t{1} << 32) * ((uint64_t{1} << l) - d)) / d + 1);
+  // At most the CTAs the GPU holds at once (the SM count is read once per device).
+  int device = 0;
+  if (cudaError_t e = cudaGetDevice(&device); e != cudaSuccess) return graphsafe::cuda_failed(e);
+  static std::atomic<int> sms[64];
+  int sm = (device >= 0 && device < 64) ? sms[device].load(std::memory_order_relaxed) : 0;
+  if (sm == 0) {
+    if (cudaError_t e = cudaDeviceGetAttribute(&sm, cudaDevAttrMultiProcessorCount, device); e != cudaSuccess)
+      return graphsafe::cuda_failed(e);
+    if (device >= 0 && device < 64) sms[device].store(sm, std::memory_order_relaxed);
+  }
+  int64_t blocks = items / kThreads;
+  const int64_t resident = int64_t(sm) * kQuantCtasPerSm;
+  if (blocks > resident) blocks = resident;
   auto s = static_cast<cudaStream_t>(stream);
   const auto* xs = static_cast<const uint16_t*>(x);
   const int vec8 = aligned(packed, 8);
+  const PackConsts kc{0xFFFFFFFFu, 1024u, 16u};
   if (dtype == GS_DTYPE_FP16)
-    nvfp4_quantize_kernel<true><<<unsigned(blocks), kThreads, 0, s>>>(xs, ld_x, m, k, kb4, magic, l, global_scale, packed,
-                                                                      scales, vec8);
+    nvfp4_quantize_kernel<true><<<unsigned(blocks), kThreads, 0, s>>>(xs, ld_x, m, k, kb4, magic, l, uint32_t(items),
+                                                                      global_scale, packed, scales, vec8, kc);
   else
-    nvfp4_quantize_kernel<false><<<unsigned(blocks), kThreads, 0, s>>>(xs, ld_x, m, k, kb4, magic, l, global_scale, packed,
-                                                                       scales, vec8);
+    nvfp4_quantize_kernel<false><<<unsigned(blocks), kThreads, 0, s>>>(xs, ld_x, m, k, kb4, magic, l, uint32_t(items),
+                                                                       global_scale, packed, scales, vec8, kc);
   return launch_status();
 }
 

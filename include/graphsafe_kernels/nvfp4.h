@@ -91,13 +91,20 @@ int gs_nvfp4_w4a16_prepare(const uint8_t* packed, const uint8_t* scales, const f
  */
 int gs_nvfp4_w4a16_check_shape(int32_t m, int32_t n, int32_t k);
 
-/** Workspace bytes the sm90 W4A16 GEMM needs for (m, n, k) (e.g. split-K partials); host-only. */
+/**
+ * Workspace bytes the sm90 W4A16 GEMM needs for (m, n, k) on sm_count SMs; host-only. Non-zero only
+ * for the stream-K schedule (m <= 32 with many weight chunks), whose partial tiles it holds; the
+ * GEMM writes every byte it later reads in the same call, so the workspace may be shared and dirty.
+ */
 int gs_nvfp4_w4a16_workspace_bytes(int32_t m, int32_t n, int32_t k, int32_t sm_count, uint64_t* out_bytes);
 
 /**
  * D[m, n] (bf16, row stride ld_d) = alpha[0] * A[m, k] (bf16, row stride ld_a) x W^T, W prepared by
  * gs_nvfp4_w4a16_prepare. alpha is a device fp32 scalar (it may change between graph replays).
- * GS_ERR_WORKSPACE_TOO_SMALL (nothing launched) when workspace_bytes is too small.
+ * GS_ERR_WORKSPACE_TOO_SMALL (nothing launched) when workspace_bytes is too small. One or two
+ * kernel launches on `stream` (the second, for stream-K, reduces shared tiles), both with
+ * programmatic stream serialization: they wait for the previous kernel's results before reading
+ * anything, and their prologue (barrier set-up, an L2 prefetch of the weight) may overlap its end.
  */
 int gs_nvfp4_w4a16_gemm(const void* a, int64_t ld_a, const void* prepared, const float* alpha, void* d, int64_t ld_d,
                         int32_t m, int32_t n, int32_t k, int32_t sm_count, void* workspace, uint64_t workspace_bytes,

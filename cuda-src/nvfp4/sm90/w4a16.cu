@@ -25,14 +25,30 @@
 //     an operand swizzle) gives exactly e2m1 * sf * 2^-19 (at most 6 significant bits: no
 //     rounding). The 2^19 / global_scale factor and alpha scale the fp32 accumulators in the
 //     epilogue.
-//   * The register operand is double-buffered: while the wgmma of stage i runs, the warpgroup
-//     waits for stage i+1, dequantizes it into the other buffer and issues it; wgmma.wait_group 1
-//     then retires stage i, whose slot is handed back to the producer.
-//   * Split-K when the tiles alone cannot fill the GPU (make_plan's cost model): each split stores
-//     its fp32 accumulators to the workspace; the last CTA of a tile (a per-tile counter, reset to
-//     0 by that CTA, so the workspace stays valid across graph replays) adds the splits in split
-//     order: deterministic, bit-identical run to run.
-// Nothing here allocates or touches the legacy stream; the tensor map is a kernel parameter.
+//   * BM >= 32: the register operand is double-buffered: while the wgmma of stage i runs, the
+//     warpgroup waits for stage i+1, dequantizes it into the other buffer and issues it;
+//     wgmma.wait_group 1 then retires stage i, whose slot is handed back to the producer.
+//   * BM <= 16: mma.sync.m16n8k16 per warp instead (its A fragment is one warp's slice of the wgmma
+//     m64 A fragment, so the same dequantized registers feed it; B fragments by ldmatrix from the
+//     swizzled activation rows). With N = 8 or 16 the wgmma path spent as long per chunk whatever
+//     the schedule (measured: the same per-SM chunk rate for 224, 384 and 396 CTAs), and the
+//     synchronous MMA also drops the descriptor, fence and wait instructions.
+//   * Schedules (w4a16_plan.cuh): stream-K for m <= 32 with enough chunks (each CTA streams an
+//     equal contiguous range of the prepared weight; tiles shared between CTAs go through
+//     workspace slots and a fixup kernel, launched programmatically dependent); otherwise a tile
+//     grid whose split-K splits form one thread-block cluster (1 x 1 x splits): once drained, each
+//     CTA stages its fp32 accumulators in its own shared memory, and after a cluster barrier CTA r
+//     adds slice r of the tile over all splits in split order through distributed shared memory.
+//     Both are deterministic (fixed summation order: bit-identical run to run and replay to
+//     replay) and keep no counters: nothing that a shared, dirty workspace could break, no memset.
+//   * Programmatic dependent launch: the kernels are launched with programmatic stream
+//     serialization, so their CTAs can start while the previous kernel on the stream drains. Before
+//     griddepcontrol.wait a CTA only initialises barriers and asks L2 to prefetch its first weight
+//     stages (a hint: data still reaches the CTA only after the wait, so nothing an earlier grid
+//     writes can be read stale); after its main loop it lets the next grid launch.
+// Everything that can fail (shape, alignment, the tensor map, the shared-memory opt-in, the
+// cluster occupancy query) is checked before the first launch. Nothing here allocates or touches
+// the legacy stream; the tensor map is a kernel parameter.
 #include <cuda.h>  // CUtensorMap (type only; the encoder comes through the runtime's entry point)
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -64,9 +80,9 @@ struct Params {
   int64_t ld_d;
   int m, n;
   int kblocks, kb_per_split, splits;
-  int tiles_n, tiles;
-  float* partials;       // split-K only
-  uint32_t* counters;    // split-K only
+  int64_t units, ctas;  // stream-K
+  float4* slots;        // stream-K: the workspace's partial tiles
+  uint32_t k16, k2_29;  // always 16 and 2^29 (see mad_lo)
 };
 
 // ---- primitives (sm_90a PTX) ------------------------------------------------------------------
@@ -98,6 +114,27 @@ __device__ __forceinline__ void fence_regs(uint32_t (&r)[4][4]) {
 #pragma unroll
     for (int j = 0; j < 4; ++j) asm volatile("" : "+r"(r[i][j])::"memory");
 }
+// Synchronous tensor-core MMA for the smallest activation tiles (BM <= 16): the A fragment of
+// m16n8k16 is one warp's slice of the wgmma m64 A fragment, so the dequantized registers feed it
+// unchanged, and its D fragment is the wgmma m64n8 D fragment's slice (same epilogue).
+__device__ __forceinline__ void mma16816(float* d, const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+__device__ __forceinline__ void ldsm_x4(uint32_t addr, uint32_t& r0, uint32_t& r1, uint32_t& r2, uint32_t& r3) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+               : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
+               : "r"(addr)
+               : "memory");
+}
+// A value the compiler must keep in a register rather than recompute (it otherwise rebuilds
+// thread-invariant addresses inside the main loop).
+__device__ __forceinline__ uint32_t opaque(uint32_t v) {
+  uint32_t r;
+  asm volatile("mov.b32 %0, %1;" : "=r"(r) : "r"(v));
+  return r;
+}
 __device__ __forceinline__ void named_sync(uint32_t id, uint32_t count) {
   asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(count) : "memory");
 }
@@ -111,9 +148,27 @@ __device__ __forceinline__ void regs_dec() { asm volatile("setmaxnreg.dec.sync.a
 // The two scales of a k16 step as one bf16x2 {row g, row g + 8}: bytes B and B + 1 of `word` are
 // re-encoded scales u = (E << 3) | m standing for 2^(E - 10) * (1 + m / 8); (u << 4) | 0x7000 is the
 // bf16 with exponent field 224 + E and mantissa m, i.e. that value times 2^107.
-template <int B>
-__device__ __forceinline__ uint32_t scale_pair(uint32_t word) {
+// Logic ops and shifts issue on the SM's integer pipe at half the FMA pipe's rate, and the
+// dequant is mostly logic ops, so its shifts and shift-adds are written as products by
+// multipliers the compiler cannot see (Params::k16 = 16, Params::k2_29 = 2^29, kernel parameters):
+// they stay IMADs on the FMA pipe instead of becoming SHF / LEA. Measured on an H200: no change
+// (the consumers are bound by instructions issued, not by one pipe; benches/NOTES-nvfp4.md).
+__device__ __forceinline__ uint32_t mad_lo(uint32_t a, uint32_t b, uint32_t c) {
+  uint32_t d;
+  asm("mad.lo.u32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+  return d;
+}
+__device__ __forceinline__ uint32_t mul_hi_u32(uint32_t a, uint32_t b) {
+  uint32_t d;
+  asm("mul.hi.u32 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+  return d;
+}
+// (BM <= 64 only: the tensor-bound BM >= 128 kernels keep the plain forms, with which the
+// register allocation of BM = 256 does not spill.)
+template <int B, bool kImad>
+__device__ __forceinline__ uint32_t scale_pair(uint32_t word, uint32_t k16) {
   const uint32_t x = __byte_perm(word, 0u, 0x4040u | B | ((B + 1) << 8));  // [byte B, 0, byte B+1, 0]
+  if constexpr (kImad) return mad_lo(x, k16, 0x70007000u);  // x * 16 + 0x70007000
   return x * 16u + 0x70007000u;
 }
 // bf16x2 a * {s.lo, s.lo} and a * {s.hi, s.hi} (the broadcast is an operand swizzle of HMUL2).
@@ -144,12 +199,18 @@ __device__ constexpr int kRegSign[4] = {15, 12, 14, 13};
 __device__ constexpr int kRegMag[4] = {6, 3, 0, 9};
 // One k16 step of the wgmma A fragment: a[0] = (row g, k 2q..2q+1), a[1] = (row g+8, same k),
 // a[2] = (row g, k + 8), a[3] = (row g+8, k + 8); s = scales {row g, row g+8} (scale_pair).
-__device__ __forceinline__ void dequant_step(uint32_t w, uint32_t s, uint32_t (&a)[4]) {
+template <bool kImad>
+__device__ __forceinline__ void dequant_step(uint32_t w, uint32_t s, uint32_t k2_29, uint32_t (&a)[4]) {
   constexpr uint32_t M = 0x81C081C0u;
   a[0] = mul_lo(w & M, s);
   a[1] = mul_hi((w << 3) & M, s);
   a[2] = mul_lo(((w & 0x40074007u) * 66u) & M, s);
-  a[3] = mul_hi(((w << 2) & 0x80008000u) | ((w >> 3) & 0x01C001C0u), s);
+  if constexpr (kImad) {
+    a[3] = mul_hi(((w << 2) & 0x80008000u) | (mul_hi_u32(w, k2_29) & 0x01C001C0u), s);  // w >> 3
+  } else {
+    (void)k2_29;
+    a[3] = mul_hi(((w << 2) & 0x80008000u) | ((w >> 3) & 0x01C001C0u), s);
+  }
 }
 
 __device__ __forceinline__ uint16_t to_bf16(float v) {
@@ -162,15 +223,64 @@ struct Smem {
   static constexpr int kAOff = 0;
   static constexpr int kWOff = STAGES * kA;
   static constexpr int kBarOff = kWOff + STAGES * kChunkBytes;
-  static constexpr int kFlagOff = kBarOff + 2 * STAGES * 8;
-  static constexpr int kBytes = 1024 /* alignment slack */ + kFlagOff + 16;
+  static constexpr int kBytes = 1024 /* alignment slack */ + kBarOff + 2 * STAGES * 8;
+  // The split-K reduction stages each consumer thread's accumulators here once the pipeline is
+  // drained: [BM / 8][256 threads] float4, over the (then idle) stage buffers.
+  static constexpr int kReduceBytes = BM * 512;
+  static_assert(BM == 256 || kReduceBytes <= kBarOff, "the split-K staging must fit in the stage buffers");
 };
 
-template <int BM, int STAGES, int MINB>
+// ---- cluster and grid-dependency primitives (sm_90) ----------------------------------------------
+__device__ __forceinline__ uint32_t cluster_rank() {
+  uint32_t r;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+  return r;
+}
+__device__ __forceinline__ void cluster_sync() {  // release our smem writes, acquire the peers'
+  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+}
+__device__ __forceinline__ float4 ld_peer(uint32_t addr, uint32_t rank) {
+  uint32_t remote;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(addr), "r"(rank));
+  float4 v;
+  asm volatile("ld.shared::cluster.v4.f32 {%0, %1, %2, %3}, [%4];" : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "r"(remote) : "memory");
+  return v;
+}
+// Programmatic dependent launch: wait for the grids this one depends on (a no-op when launched
+// without the attribute), and let the next grid start its prologue while this one finishes.
+__device__ __forceinline__ void grid_dependency_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
+__device__ __forceinline__ void grid_launch_dependents() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
+__device__ __forceinline__ void prefetch_l2(const void* src, uint32_t bytes) {
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(src), "r"(bytes) : "memory");
+}
+
+// One output quad of a consumer thread ct (0..255): acc[4g .. 4g+3] -> D rows m0, m0 + 1 and columns
+// n0, n0 + 8 (the wgmma D fragment of the swapped product), scaled by f.
+template <int BM>
+__device__ __forceinline__ void store_quad(const Params& p, int n_tile, int m_tile, int ct, int g, float a0, float a1,
+                                           float a2, float a3, float f) {
+  const int wg = ct >> 7, t = ct & 127, warp = t >> 5, lane = t & 31;
+  const int n0 = n_tile * kTileN + wg * 64 + warp * 16 + (lane >> 2);
+  const int m0 = m_tile * BM + 2 * (lane & 3) + 8 * g;
+  const bool n0_ok = n0 < p.n, n1_ok = n0 + 8 < p.n;
+  if (m0 < p.m) {
+    uint16_t* row = p.d + int64_t(m0) * p.ld_d;
+    if (n0_ok) row[n0] = to_bf16(a0 * f);
+    if (n1_ok) row[n0 + 8] = to_bf16(a2 * f);
+  }
+  if (m0 + 1 < p.m) {
+    uint16_t* row = p.d + int64_t(m0 + 1) * p.ld_d;
+    if (n0_ok) row[n0] = to_bf16(a1 * f);
+    if (n1_ok) row[n0 + 8] = to_bf16(a3 * f);
+  }
+}
+
+template <int BM, int STAGES, int MINB, bool STREAMK>
 __global__ void __launch_bounds__(threads_for(BM), MINB) w4a16_gemm_kernel(const __grid_constant__ CUtensorMap tmap_a,
                                                                     const Params p) {
   using L = Smem<BM, STAGES>;
   constexpr bool kRealloc = BM == 256;
+  constexpr bool kImad = BM <= 64;
   constexpr int kAcc = BM / 2;
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = smem_raw + ((1024u - (smem_u32(smem_raw) & 1023u)) & 1023u);
@@ -178,12 +288,27 @@ __global__ void __launch_bounds__(threads_for(BM), MINB) w4a16_gemm_kernel(const
   uint8_t* sw = smem + L::kWOff;
   const uint32_t full0 = smem_u32(smem + L::kBarOff);
   const uint32_t empty0 = full0 + STAGES * 8;
-  int* flag = reinterpret_cast<int*>(smem + L::kFlagOff);
 
-  const int n_tile = blockIdx.x, m_tile = blockIdx.y, split = blockIdx.z;
-  const int kb0 = split * p.kb_per_split;
-  const int nk = min(p.kblocks - kb0, p.kb_per_split);  // >= 1 (balanced splits)
+  // This CTA's chunks [u0, u1) of the prepared weight (chunk u = tile u / kblocks, k-block u % kblocks).
+  int64_t u0, u1;
+  int m_tile = 0;
+  if constexpr (STREAMK) {
+    u0 = streamk_start(blockIdx.x, p.units, p.ctas);
+    u1 = streamk_start(int64_t(blockIdx.x) + 1, p.units, p.ctas);
+  } else {
+    m_tile = blockIdx.y;
+    const int kb0 = blockIdx.z * p.kb_per_split;
+    u0 = int64_t(blockIdx.x) * p.kblocks + kb0;
+    u1 = u0 + min(p.kblocks - kb0, p.kb_per_split);  // >= 1 chunk (balanced splits)
+  }
+  const uint8_t* wsrc = p.chunks + size_t(u0) * kChunkBytes;
 
+  if (threadIdx.x == kConsumers) {
+    // Before the wait on the previous grid: only a hint to L2 (never data in this CTA's hands, so
+    // a weight written by that grid is still read after it finished), so the first stages come
+    // from L2 while the previous kernel drains.
+    prefetch_l2(wsrc, uint32_t(min(u1 - u0, int64_t(STAGES))) * kChunkBytes);
+  }
   if (threadIdx.x == 0) {
 #pragma unroll 1
     for (int s = 0; s < STAGES; ++s) {
@@ -193,32 +318,40 @@ __global__ void __launch_bounds__(threads_for(BM), MINB) w4a16_gemm_kernel(const
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
   __syncthreads();
+  // Everything below reads what earlier grids wrote (activations, alpha, the weight) or writes D.
+  grid_dependency_wait();
 
   const int wg = threadIdx.x >> 7;
   if (wg == 2) {
     // ---- producer -----------------------------------------------------------------------------
     if constexpr (kRealloc) regs_dec<kRegsProducer>();
     if (threadIdx.x == kConsumers) {
-      const uint8_t* src = p.chunks + (size_t(n_tile) * p.kblocks + kb0) * kChunkBytes;
+      int s = 0;
+      uint32_t ph = 0;
+      int64_t kb = u0 % p.kblocks;
 #pragma unroll 1
-      for (int it = 0; it < nk; ++it) {
-        const int s = it % STAGES;
-        if (it >= STAGES) mbar_wait(empty0 + 8 * s, ((it / STAGES) - 1) & 1);
+      for (int64_t u = u0; u < u1; ++u) {
+        if (u - u0 >= STAGES) mbar_wait(empty0 + 8 * s, ph ^ 1u);
         const uint32_t bar = full0 + 8 * s;
         mbar_arrive_expect_tx(bar, L::kA + kChunkBytes);
-        bulk_g2s(smem_u32(sw + s * kChunkBytes), src + size_t(it) * kChunkBytes, kChunkBytes, bar);
-        tma_2d(sa + s * L::kA, &tmap_a, (kb0 + it) * kBlockK, m_tile * BM, bar);
+        bulk_g2s(smem_u32(sw + s * kChunkBytes), p.chunks + size_t(u) * kChunkBytes, kChunkBytes, bar);
+        tma_2d(sa + s * L::kA, &tmap_a, int32_t(kb) * kBlockK, m_tile * BM, bar);
+        if (++kb == p.kblocks) kb = 0;
+        if (++s == STAGES) {
+          s = 0;
+          ph ^= 1u;
+        }
       }
     }
+    // Exited threads do not hold up the cluster barriers below.
     return;
   }
 
   // ---- consumers ----------------------------------------------------------------------------------
   if constexpr (kRealloc) regs_inc<kRegsConsumer>();
   const int t = threadIdx.x & 127, warp = t >> 5, lane = t & 31;
+  const int ct = threadIdx.x;  // 0..255
   float acc[kAcc];
-#pragma unroll
-  for (int i = 0; i < kAcc; ++i) acc[i] = 0.0f;
   uint32_t fa[4][4], fb[4][4];
 #pragma unroll
   for (int i = 0; i < 4; ++i)
@@ -226,19 +359,22 @@ __global__ void __launch_bounds__(threads_for(BM), MINB) w4a16_gemm_kernel(const
     for (int j = 0; j < 4; ++j) fa[i][j] = fb[i][j] = 0u;
   const uint8_t* codes_p = sw + wg * 2048 + t * 16;
   const uint8_t* scales_p = sw + kCodeBytes + wg * 256 + warp * 64 + (lane >> 2) * 8;
+  const uint32_t codes_w = opaque(smem_u32(codes_p)), scales_w = opaque(smem_u32(scales_p));
 
-  // Stage index and phase of the next stage to consume, tracked incrementally.
+  // Stage index and phase of the next stage to consume, tracked incrementally across segments.
   uint32_t stage = 0, phase = 0, prev = 0;
   const uint32_t desc_hi = uint32_t(1024 >> 4) | (1u << 30);  // SBO = 1 KiB, 128-byte swizzle
   const uint32_t desc_lo0 = ((sa >> 4) & 0x3FFFu) | (1u << 16);  // start address, LBO = 16 B (unused)
   auto issue = [&](uint32_t(&f)[4][4]) {
     mbar_wait(full0 + 8 * stage, phase);
-    const uint4 c = *reinterpret_cast<const uint4*>(codes_p + stage * kChunkBytes);
-    const uint2 sc = *reinterpret_cast<const uint2*>(scales_p + stage * kChunkBytes);
-    dequant_step(c.x, scale_pair<0>(sc.x), f[0]);
-    dequant_step(c.y, scale_pair<2>(sc.x), f[1]);
-    dequant_step(c.z, scale_pair<0>(sc.y), f[2]);
-    dequant_step(c.w, scale_pair<2>(sc.y), f[3]);
+    uint4 c;
+    uint2 sc;
+    asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(c.x), "=r"(c.y), "=r"(c.z), "=r"(c.w) : "r"(codes_w + stage * kChunkBytes) : "memory");
+    asm volatile("ld.shared.v2.u32 {%0, %1}, [%2];" : "=r"(sc.x), "=r"(sc.y) : "r"(scales_w + stage * kChunkBytes) : "memory");
+    dequant_step<kImad>(c.x, scale_pair<0, kImad>(sc.x, p.k16), p.k2_29, f[0]);
+    dequant_step<kImad>(c.y, scale_pair<2, kImad>(sc.x, p.k16), p.k2_29, f[1]);
+    dequant_step<kImad>(c.z, scale_pair<0, kImad>(sc.y, p.k16), p.k2_29, f[2]);
+    dequant_step<kImad>(c.w, scale_pair<2, kImad>(sc.y, p.k16), p.k2_29, f[3]);
     wg_fence();
     const uint32_t lo = desc_lo0 + stage * uint32_t(L::kA >> 4);
 #pragma unroll
@@ -251,86 +387,186 @@ __global__ void __launch_bounds__(threads_for(BM), MINB) w4a16_gemm_kernel(const
       phase ^= 1u;
     }
   };
+  // One arrival per warp hands a stage back. __syncwarp first: lane 0's arrive releases only its
+  // own reads, so the other lanes' shared-memory reads of the stage must be ordered before it
+  // (racecheck reports the bulk copy into the stage racing with them otherwise).
   auto release = [&](uint32_t s) {
+    __syncwarp();
     if (lane == 0) mbar_arrive(empty0 + 8 * s);
   };
-
-  fence_regs(acc);
-  int it = 0;
-#pragma unroll 1
-  for (; it + 1 < nk; it += 2) {
-    const uint32_t before = prev;
-    issue(fa);
-    wg_wait<1>();
-    fence_regs(fb);
-    if (it > 0) release(before);
-    const uint32_t mid = prev;
-    issue(fb);
-    wg_wait<1>();
-    fence_regs(fa);
-    release(mid);
-  }
-  if (it < nk) {
-    const uint32_t before = prev;
-    issue(fa);
-    wg_wait<1>();
-    fence_regs(fb);
-    if (it > 0) release(before);
-  }
-  wg_wait<0>();
-  fence_regs(acc);
-  fence_regs(fa);
-  fence_regs(fb);
-
-  // ---- split-K: partials to the workspace, the last CTA of the tile reduces in split order -------
-  // (BM = 256 is only chosen when the tiles fill the GPU: never split, see make_plan.)
-  if (BM < 256 && p.splits > 1) {
-    const int ct = threadIdx.x;  // 0..255
-    const int tile = m_tile * p.tiles_n + n_tile;
-    const size_t tile_stride = size_t(kAcc) * kConsumers;
-    float* mine = p.partials + (size_t(split) * p.tiles + tile) * tile_stride + ct;
-#pragma unroll
-    for (int i = 0; i < kAcc; ++i) __stcg(mine + i * kConsumers, acc[i]);
-    __threadfence();
-    named_sync(1, kConsumers);
-    if (ct == 0) {
-      const uint32_t prev = atomicAdd(p.counters + tile, 1u);
-      const int last = prev == uint32_t(p.splits - 1);
-      if (last) atomicExch(p.counters + tile, 0u);  // self-reset for the next launch / replay
-      *flag = last;
-    }
-    named_sync(1, kConsumers);
-    if (*flag == 0) return;
-    __threadfence();
-    const float* base = p.partials + size_t(tile) * tile_stride + ct;
-    const size_t split_stride = size_t(p.tiles) * tile_stride;
-#pragma unroll
-    for (int i = 0; i < kAcc; ++i) {
-      float sum = 0.0f;
-#pragma unroll 1
-      for (int s = 0; s < p.splits; ++s) sum += (s == split) ? acc[i] : __ldcg(base + s * split_stride + i * kConsumers);
-      acc[i] = sum;
-    }
-  }
-
-  // ---- epilogue: D[m][n] = acc * alpha * 2^19 / global_scale ------------------------------------------
   const float f = __ldg(p.alpha) * __ldg(p.factor);
-  const int n0 = n_tile * kTileN + wg * 64 + warp * 16 + (lane >> 2);
-  const int mb = m_tile * BM + 2 * (lane & 3);
-  const bool n0_ok = n0 < p.n, n1_ok = n0 + 8 < p.n;
+
+  // BM <= 16: mma.sync per warp (B fragments by ldmatrix from the 128-byte-swizzled activation
+  // rows: 16-byte chunk c of row r sits at chunk c ^ (r & 7)); each warp hands its stage back as
+  // soon as its operands are in registers. Larger BM: wgmma, double-buffered (below).
+  constexpr bool kMma = BM <= 16;
+  // Thread-invariant shared addresses, computed once (else the compiler rematerialises them
+  // every chunk); the stage offsets advance incrementally.
+  const uint32_t codes_a = codes_w, scales_a = scales_w;
+  const uint32_t ldsm_a0 = opaque(sa + uint32_t(lane & 7) * 128u + uint32_t(((lane >> 3) ^ (lane & 7)) << 4));  // chunks 0..3
+  const uint32_t ldsm_a1 = opaque(sa + uint32_t(lane & 7) * 128u + uint32_t((((lane >> 3) + 4) ^ (lane & 7)) << 4));  // 4..7
+  uint32_t off_w = 0, off_a = 0;  // stage * kChunkBytes, stage * kA
+  auto step_mma = [&]() {
+    mbar_wait(full0 + 8 * stage, phase);
+    uint4 c;
+    uint2 sc;
+    asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(c.x), "=r"(c.y), "=r"(c.z), "=r"(c.w) : "r"(codes_a + off_w) : "memory");
+    asm volatile("ld.shared.v2.u32 {%0, %1}, [%2];" : "=r"(sc.x), "=r"(sc.y) : "r"(scales_a + off_w) : "memory");
+    uint32_t b[4][BM / 8][2];
 #pragma unroll
-  for (int i = 0; i < BM / 8; ++i) {
-    const int m0 = mb + 8 * i;
-    if (m0 < p.m) {
-      uint16_t* row = p.d + int64_t(m0) * p.ld_d;
-      if (n0_ok) row[n0] = to_bf16(acc[4 * i + 0] * f);
-      if (n1_ok) row[n0 + 8] = to_bf16(acc[4 * i + 2] * f);
+    for (int nb = 0; nb < BM / 8; ++nb) {
+      ldsm_x4(ldsm_a0 + off_a + nb * 1024u, b[0][nb][0], b[0][nb][1], b[1][nb][0], b[1][nb][1]);
+      ldsm_x4(ldsm_a1 + off_a + nb * 1024u, b[2][nb][0], b[2][nb][1], b[3][nb][0], b[3][nb][1]);
     }
-    if (m0 + 1 < p.m) {
-      uint16_t* row = p.d + int64_t(m0 + 1) * p.ld_d;
-      if (n0_ok) row[n0] = to_bf16(acc[4 * i + 1] * f);
-      if (n1_ok) row[n0 + 8] = to_bf16(acc[4 * i + 3] * f);
+    dequant_step<kImad>(c.x, scale_pair<0, kImad>(sc.x, p.k16), p.k2_29, fa[0]);
+    dequant_step<kImad>(c.y, scale_pair<2, kImad>(sc.x, p.k16), p.k2_29, fa[1]);
+    dequant_step<kImad>(c.z, scale_pair<0, kImad>(sc.y, p.k16), p.k2_29, fa[2]);
+    dequant_step<kImad>(c.w, scale_pair<2, kImad>(sc.y, p.k16), p.k2_29, fa[3]);
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk)
+#pragma unroll
+      for (int nb = 0; nb < BM / 8; ++nb) mma16816(acc + 4 * nb, fa[kk], b[kk][nb][0], b[kk][nb][1]);
+    release(stage);
+    off_w += kChunkBytes;
+    off_a += uint32_t(L::kA);
+    if (++stage == STAGES) {
+      stage = 0;
+      phase ^= 1u;
+      off_w = 0;
+      off_a = 0;
     }
+  };
+
+#pragma unroll 1
+  for (int64_t seg = u0; seg < u1;) {
+    // One segment: the chunks of one tile inside [u0, u1).
+    const int64_t n_tile = seg / p.kblocks;
+    const int64_t seg_end = min(u1, (n_tile + 1) * p.kblocks);
+    const int nk = int(seg_end - seg);
+#pragma unroll
+    for (int i = 0; i < kAcc; ++i) acc[i] = 0.0f;
+    if constexpr (kMma) {
+#pragma unroll 1
+      for (int it = 0; it < nk; ++it) step_mma();
+    } else {
+      fence_regs(acc);
+      int it = 0;
+#pragma unroll 1
+      for (; it + 1 < nk; it += 2) {
+        const uint32_t before = prev;
+        issue(fa);
+        wg_wait<1>();
+        fence_regs(fb);
+        if (it > 0) release(before);
+        const uint32_t mid = prev;
+        issue(fb);
+        wg_wait<1>();
+        fence_regs(fa);
+        release(mid);
+      }
+      if (it < nk) {
+        const uint32_t before = prev;
+        issue(fa);
+        wg_wait<1>();
+        fence_regs(fb);
+        if (it > 0) release(before);
+      }
+      wg_wait<0>();
+      fence_regs(acc);
+      fence_regs(fa);
+      fence_regs(fb);
+      release(prev);  // every stage of the segment is handed back
+    }
+
+    if constexpr (STREAMK) {
+      if (seg == n_tile * p.kblocks && seg_end == (n_tile + 1) * p.kblocks) {
+        // The whole tile is this CTA's: write D.
+#pragma unroll
+        for (int g = 0; g < BM / 8; ++g)
+          store_quad<BM>(p, int(n_tile), 0, ct, g, acc[4 * g], acc[4 * g + 1], acc[4 * g + 2], acc[4 * g + 3], f);
+      } else {
+        // Shared with other CTAs: the fp32 sums go to this CTA's slot for its first or last segment.
+        const int which = seg == u0 ? 0 : 1;
+        float4* slot = p.slots + (size_t(blockIdx.x) * 2 + which) * (BM / 8) * kConsumers + ct;
+#pragma unroll
+        for (int g = 0; g < BM / 8; ++g) slot[g * kConsumers] = make_float4(acc[4 * g], acc[4 * g + 1], acc[4 * g + 2], acc[4 * g + 3]);
+      }
+    } else {
+      // ---- tile grid: one segment; split-K within the cluster through distributed shared memory ----
+      // (BM = 256 is only chosen when the tiles fill the GPU: never split, see make_plan.)
+      if constexpr (BM < 256) {
+        if (p.splits > 1) {
+          // Both consumer warpgroups must be done with the stage buffers (the other one may still
+          // be reading the activations of its last stages) before they are overwritten.
+          named_sync(1, kConsumers);
+          float4* red = reinterpret_cast<float4*>(smem);
+#pragma unroll
+          for (int g = 0; g < BM / 8; ++g) red[g * kConsumers + ct] = make_float4(acc[4 * g], acc[4 * g + 1], acc[4 * g + 2], acc[4 * g + 3]);
+          grid_launch_dependents();
+          cluster_sync();
+          // CTA r of the cluster reduces quads [r * Q / S, (r + 1) * Q / S), Q = BM / 8 * 256, adding
+          // the splits in split order 0..S-1 (deterministic, the same on every run and replay).
+          const uint32_t r = cluster_rank(), splits = uint32_t(p.splits);
+          constexpr uint32_t kQuads = uint32_t(BM / 8) * kConsumers;
+          const uint32_t lo = r * kQuads / splits, hi = (r + 1) * kQuads / splits;
+          const uint32_t red_u32 = smem_u32(red);
+#pragma unroll 1
+          for (uint32_t q = lo + uint32_t(ct); q < hi; q += kConsumers) {
+            float4 sum = ld_peer(red_u32 + q * 16u, 0);
+#pragma unroll 1
+            for (uint32_t s = 1; s < splits; ++s) {
+              const float4 v = ld_peer(red_u32 + q * 16u, s);
+              sum.x += v.x;
+              sum.y += v.y;
+              sum.z += v.z;
+              sum.w += v.w;
+            }
+            store_quad<BM>(p, int(n_tile), m_tile, int(q % kConsumers), int(q / kConsumers), sum.x, sum.y, sum.z, sum.w, f);
+          }
+          cluster_sync();  // the peers' shared memory stays alive until every read of it is done
+          return;
+        }
+      }
+#pragma unroll
+      for (int g = 0; g < BM / 8; ++g)
+        store_quad<BM>(p, int(n_tile), m_tile, ct, g, acc[4 * g], acc[4 * g + 1], acc[4 * g + 2], acc[4 * g + 3], f);
+    }
+    seg = seg_end;
+  }
+  grid_launch_dependents();
+}
+
+// Stream-K fixup: one CTA per weight tile; a tile shared by CTAs c_first..c_last of the GEMM gets
+// their slots added in CTA order and written to D. Launched right after the GEMM, programmatically
+// dependent on it: it waits for the GEMM to finish (and its writes to be visible) before reading.
+template <int BM>
+__global__ void __launch_bounds__(kConsumers) w4a16_fixup_kernel(const Params p) {
+  grid_launch_dependents();  // the next kernel may start its prologue: this one only reads slots
+  const int64_t n_tile = blockIdx.x;
+  const int64_t c_first = streamk_owner(n_tile * p.kblocks, p.units, p.ctas);
+  const int64_t c_last = streamk_owner((n_tile + 1) * p.kblocks - 1, p.units, p.ctas);
+  if (c_first == c_last) return;  // the GEMM wrote this tile directly
+  grid_dependency_wait();
+  const int ct = threadIdx.x;
+  const float f = __ldg(p.alpha) * __ldg(p.factor);
+  constexpr int kQ = BM / 8;
+#pragma unroll
+  for (int g = 0; g < kQ; ++g) {
+    float4 sum = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll 1
+    for (int64_t c = c_first; c <= c_last; ++c) {
+      const int which = streamk_start(c, p.units, p.ctas) / p.kblocks == n_tile ? 0 : 1;
+      const float4 v = __ldcg(p.slots + (size_t(c) * 2 + which) * kQ * kConsumers + g * kConsumers + ct);
+      if (c == c_first) {
+        sum = v;
+      } else {
+        sum.x += v.x;
+        sum.y += v.y;
+        sum.z += v.z;
+        sum.w += v.w;
+      }
+    }
+    store_quad<BM>(p, int(n_tile), 0, ct, g, sum.x, sum.y, sum.z, sum.w, f);
   }
 }
 
@@ -426,11 +662,41 @@ __global__ void __launch_bounds__(256) w4a16_prepare_kernel(const uint8_t* __res
 
 bool aligned(const void* p, uintptr_t a) { return (reinterpret_cast<uintptr_t>(p) & (a - 1)) == 0; }
 
-template <int C>
-int launch(const void* a, int64_t ld_a, const Params& p, const Plan& plan, int m, int k, cudaStream_t stream) {
+// Whether the device holds `clusters` clusters of `size` CTAs of kernel K at once (cached per
+// device: GPCs fragment clusters, so fewer fit than slots / size).
+template <auto Kernel>
+int clusters_fit(int device, int size, int smem, int threads, int64_t clusters, bool* fits) {
+  static std::atomic<int> cache[64][kMaxSplits + 1];  // max active clusters + 1; 0 = not asked yet
+  int got = (device >= 0 && device < 64) ? cache[device][size].load(std::memory_order_relaxed) : 0;
+  if (got == 0) {
+    cudaLaunchAttribute attr[1] = {};
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = 1;
+    attr[0].val.clusterDim.y = 1;
+    attr[0].val.clusterDim.z = unsigned(size);
+    cudaLaunchConfig_t lc = {};
+    lc.gridDim = dim3(1, 1, unsigned(size));
+    lc.blockDim = dim3(threads);
+    lc.dynamicSmemBytes = smem;
+    lc.attrs = attr;
+    lc.numAttrs = 1;
+    int n = 0;
+    if (cudaError_t e = cudaOccupancyMaxActiveClusters(&n, Kernel, &lc); e != cudaSuccess) return graphsafe::cuda_failed(e);
+    got = n + 1;
+    if (device >= 0 && device < 64) cache[device][size].store(got, std::memory_order_relaxed);
+  }
+  *fits = clusters <= int64_t(got - 1);
+  return GS_OK;
+}
+
+template <int C, bool kStreamK>
+int launch(const void* a, int64_t ld_a, Params p, const Plan& plan, int m, int k, cudaStream_t stream) {
   constexpr Config cfg = kConfigs[C];
-  constexpr auto kernel = w4a16_gemm_kernel<cfg.bm, cfg.stages, cfg.ctas_per_sm>;
+  constexpr auto kernel = w4a16_gemm_kernel<cfg.bm, cfg.stages, cfg.ctas_per_sm, kStreamK>;
+  constexpr auto fixup = w4a16_fixup_kernel<cfg.bm>;
   constexpr int smem = Smem<cfg.bm, cfg.stages>::kBytes;
+  constexpr int threads = threads_for(cfg.bm);
+  // Everything that can fail is done before anything is enqueued.
   EncodeTiled encode = nullptr;
   if (int st = encode_fn(&encode); st != GS_OK) return st;
   CUtensorMap map;
@@ -445,8 +711,48 @@ int launch(const void* a, int64_t ld_a, const Params& p, const Plan& plan, int m
   int device = 0;
   if (cudaError_t e = cudaGetDevice(&device); e != cudaSuccess) return graphsafe::cuda_failed(e);
   if (int st = ensure_smem<kernel>(device, smem); st != GS_OK) return st;
-  kernel<<<dim3(plan.tiles_n, plan.tiles_m, plan.splits), threads_for(cfg.bm), smem, stream>>>(map, p);
-  cudaError_t e = cudaGetLastError();
+  dim3 grid(unsigned(plan.tiles_n), unsigned(plan.tiles_m), 1);
+  if constexpr (kStreamK) {
+    grid = dim3(unsigned(plan.ctas), 1, 1);
+  } else {
+    // The planner's split count, lowered until the device holds one cluster per tile at once.
+    int64_t s = plan.splits;
+    while (s > 1) {
+      bool fits = false;
+      if (int st = clusters_fit<kernel>(device, int(s), smem, threads, plan.tiles, &fits); st != GS_OK) return st;
+      if (fits) break;
+      do {
+        --s;
+      } while (s > 1 && cdiv(plan.kblocks, cdiv(plan.kblocks, s)) != s);  // balanced counts only
+    }
+    p.splits = int(s);
+    p.kb_per_split = int(cdiv(plan.kblocks, s));
+    grid.z = unsigned(s);
+  }
+  cudaLaunchAttribute attrs[2] = {};
+  attrs[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attrs[0].val.programmaticStreamSerializationAllowed = 1;
+  attrs[1].id = cudaLaunchAttributeClusterDimension;
+  attrs[1].val.clusterDim.x = 1;
+  attrs[1].val.clusterDim.y = 1;
+  attrs[1].val.clusterDim.z = grid.z;
+  cudaLaunchConfig_t lc = {};
+  lc.gridDim = grid;
+  lc.blockDim = dim3(threads);
+  lc.dynamicSmemBytes = smem;
+  lc.stream = stream;
+  lc.attrs = attrs;
+  lc.numAttrs = grid.z > 1 ? 2 : 1;
+  cudaError_t e = cudaLaunchKernelEx(&lc, kernel, map, p);
+  if (e == cudaSuccess && kStreamK && plan.fixup) {
+    cudaLaunchConfig_t fc = lc;
+    fc.gridDim = dim3(unsigned(plan.tiles_n), 1, 1);
+    fc.blockDim = dim3(kConsumers);
+    fc.dynamicSmemBytes = 0;
+    fc.numAttrs = 1;
+    e = cudaLaunchKernelEx(&fc, fixup, p);
+  }
+  if (e == cudaSuccess) e = cudaGetLastError();
   return e == cudaSuccess ? GS_OK : graphsafe::cuda_failed(e);
 }
 
@@ -477,6 +783,11 @@ extern "C" int gs_nvfp4_w4a16_gemm(const void* a, int64_t ld_a, const void* prep
   if (ld_a < k || ld_a % 8 != 0 || !aligned(a, 16) || !aligned(prepared, 16)) return GS_ERR_INVALID_ARGUMENT;
   if (ld_d < n || !aligned(d, 2)) return GS_ERR_INVALID_ARGUMENT;
   const Plan plan = make_plan(m, n, k, sm_count);
+  // Stream-K partial tiles are the only workspace (the cluster split-K reduces in shared memory).
+  if (plan.workspace_bytes > 0) {
+    if (workspace == nullptr || workspace_bytes < plan.workspace_bytes) return GS_ERR_WORKSPACE_TOO_SMALL;
+    if (!aligned(workspace, 16)) return GS_ERR_INVALID_ARGUMENT;
+  }
   Params p{};
   p.chunks = static_cast<const uint8_t*>(prepared) + kHeaderBytes;
   p.factor = static_cast<const float*>(prepared);
@@ -485,32 +796,21 @@ extern "C" int gs_nvfp4_w4a16_gemm(const void* a, int64_t ld_a, const void* prep
   p.ld_d = ld_d;
   p.m = m;
   p.n = n;
-  p.kblocks = plan.kblocks;
-  p.kb_per_split = plan.kb_per_split;
-  p.splits = plan.splits;
-  p.tiles_n = plan.tiles_n;
-  p.tiles = plan.tiles;
-  if (plan.workspace_bytes > 0) {
-    if (workspace == nullptr || workspace_bytes < plan.workspace_bytes) return GS_ERR_WORKSPACE_TOO_SMALL;
-    if (!aligned(workspace, 16)) return GS_ERR_INVALID_ARGUMENT;
-    p.partials = static_cast<float*>(workspace);
-    p.counters = reinterpret_cast<uint32_t*>(static_cast<uint8_t*>(workspace) + plan.partial_bytes);
-  }
+  p.kblocks = int(plan.kblocks);
+  p.kb_per_split = int(plan.kb_per_split);
+  p.splits = int(plan.splits);
+  p.units = plan.units;
+  p.ctas = plan.ctas;
+  p.k16 = 16u;
+  p.k2_29 = 1u << 29;
+  p.slots = plan.workspace_bytes > 0 ? static_cast<float4*>(workspace) : nullptr;
   auto s = static_cast<cudaStream_t>(stream);
-  if (plan.workspace_bytes > 0) {
-    // The workspace is shared: other kernels (MLA partials, this GEMM at another shape, whose
-    // partials may cover these counters) leave it dirty, so the counters are zeroed on the
-    // caller's stream before every launch (a memset node in a captured graph). The kernel's own
-    // reset keeps them zero for a second launch of the same shape, but cannot be relied on alone.
-    cudaError_t e = cudaMemsetAsync(p.counters, 0, uint64_t(plan.tiles) * 4u, s);
-    if (e != cudaSuccess) return graphsafe::cuda_failed(e);
-  }
   switch (plan.config) {
-    case 0: return launch<0>(a, ld_a, p, plan, m, k, s);
-    case 1: return launch<1>(a, ld_a, p, plan, m, k, s);
-    case 2: return launch<2>(a, ld_a, p, plan, m, k, s);
-    case 3: return launch<3>(a, ld_a, p, plan, m, k, s);
-    case 4: return launch<4>(a, ld_a, p, plan, m, k, s);
-    default: return launch<5>(a, ld_a, p, plan, m, k, s);
+    case 0: return plan.streamk ? launch<0, true>(a, ld_a, p, plan, m, k, s) : launch<0, false>(a, ld_a, p, plan, m, k, s);
+    case 1: return plan.streamk ? launch<1, true>(a, ld_a, p, plan, m, k, s) : launch<1, false>(a, ld_a, p, plan, m, k, s);
+    case 2: return plan.streamk ? launch<2, true>(a, ld_a, p, plan, m, k, s) : launch<2, false>(a, ld_a, p, plan, m, k, s);
+    case 3: return launch<3, false>(a, ld_a, p, plan, m, k, s);
+    case 4: return launch<4, false>(a, ld_a, p, plan, m, k, s);
+    default: return launch<5, false>(a, ld_a, p, plan, m, k, s);
   }
 }

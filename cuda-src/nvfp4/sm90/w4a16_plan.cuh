@@ -1,6 +1,7 @@
 // Planning of graphsafe's Hopper weight-only NVFP4 GEMM (W4A16), shared by the host-only queries
 // (plan.cu, built on every build) and the launcher (w4a16.cu, sm_90a): the prepared-weight layout,
-// the tile for m, the split-K count and the workspace layout. Plain C++, no device code.
+// the tile for m and the split-K count. Plain C++, no device code; every size is computed in 64-bit
+// arithmetic from inputs that shape_ok bounds, so nothing can overflow whatever the SM count.
 //
 // Prepared weight (gs_nvfp4_w4a16_prepare writes it, the GEMM reads it):
 //
@@ -16,15 +17,33 @@
 // Tiles: a CTA computes 128 weight rows (two consumer warpgroups of 64) x BM activation rows,
 // BM in {8, 16, 32, 64, 128, 256} chosen by m; grid = (n tiles, m tiles, splits).
 //
-// Split-K when the tiles alone cannot fill the machine: the count minimising a per-SM cost model
-// (make_plan), at most min(32, kblocks / 4), balanced so that no split is empty.
-// Workspace (splits > 1 only, else 0):
-//   partials  fp32 [splits][tiles][BM / 2][256]   at byte 0 (each consumer thread's accumulators)
-//   counters  u32  [tiles]                        at byte round_up(partials, 256); zeroed on the
-//                                                 stream before every launch (the workspace is
-//                                                 shared with other kernels and shapes, which leave
-//                                                 it dirty), and reset by the last CTA of a tile
-//   total = round_up(partials, 256) + round_up(tiles x 4, 256)
+// Small m (configurations BM <= 32: the GEMM streams the weight) with at least 40 chunks per CTA
+// slot: stream-K. The prepared weight's
+// chunks, in order, are the work units (tile-major, k inside); a grid of C = min(sm_count x CTAs
+// per SM, units, 2^16) CTAs, all resident at once, each streams the contiguous range of chunks
+// [floor(c U / C), floor((c + 1) U / C)) — every SM gets the same bytes whatever the tile count
+// (a tile grid of 224 tiles on 132 SMs gives some SMs twice the work of others). A CTA's segment
+// that covers a whole tile writes D directly; a segment of a tile shared with other CTAs writes
+// its fp32 accumulators to a workspace slot, and a second, small kernel (launched programmatically
+// dependent, so it is resident and waiting when the GEMM ends) adds each shared tile's slots in
+// CTA order (deterministic) and writes D. Every slot the second kernel reads was written by the
+// GEMM launched just before it: no counters, nothing to zero, a dirty workspace cannot matter.
+// Workspace (only when C does not divide the tile count, i.e. some tile can be shared):
+//   slots  float4 [C][2 (first, last segment of the CTA)][BM / 8][256 consumer threads]
+//   total = C * 2 * BM * 512 bytes
+//
+// With fewer chunks per slot the fixed cost of the fixup (a serialised step after the GEMM) weighs
+// more than the stream-K balance gains (H200, m = 1 and 16: 8192 x 8192 ran 1.05-1.16x faster on
+// the tile grid, 28672 x 8192 and 8192 x 28672 1.01-1.09x faster with stream-K; 20.7 and 72.4
+// chunks per slot), so those take the tile grid too.
+// Larger m (BM = 64, 128) and small stream-K problems: a tile grid (n tiles, m tiles, splits); when the tiles alone leave most
+// CTA slots empty the splits of a tile form one thread-block cluster (1 x 1 x splits, at most 8,
+// the portable size) and reduce through distributed shared memory in split order: no workspace.
+// The split count: the largest s <= min(8, kblocks / 4) such that tiles * s CTAs fit in one wave
+// (sm_count * CTAs per SM) and no split is empty; the launcher lowers it further if the device
+// cannot hold that many clusters at once (cudaOccupancyMaxActiveClusters: GPCs fragment them).
+// BM = 256 (chosen only when its tiles fill the GPU) never splits. Measured on an H200:
+// benches/NOTES-nvfp4.md.
 #pragma once
 
 #include <cstdint>
@@ -37,93 +56,98 @@ constexpr int kHeaderBytes = 256;    // prepared header
 constexpr int kCodeBytes = 4096;     // codes of one chunk (128 rows x 64 k / 2)
 constexpr int kScaleBytes = 512;     // scales of one chunk (128 rows x 4 blocks)
 constexpr int kChunkBytes = kCodeBytes + kScaleBytes;
-constexpr int kMaxSplits = 32;
+constexpr int kMaxSplits = 8;        // the portable cluster size
+constexpr int kMaxStreamKCtas = 1 << 16;  // keeps c * units in 64 bits (units < 2^35)
+constexpr int kStreamKConfigs = 3;   // configurations 0..2 (BM <= 32) may run stream-K
+constexpr int kStreamKMinChunksPerCta = 40;
 constexpr int kMinKBlocksPerSplit = 4;
-constexpr int32_t kMaxM = 1 << 22;   // grid.y = ceil(m / BM) stays below 65536
+constexpr int32_t kMaxM = 1 << 22;   // grid.y = ceil(m / BM) <= 2^15 (BM >= 128 beyond m = 128)
 constexpr int32_t kMaxNK = 1 << 24;
 
-inline int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
-inline uint64_t round256(uint64_t x) { return (x + 255) & ~uint64_t{255}; }
+constexpr int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 // Shapes the kernel supports (the op guarantees k and n multiples of 32; these are the limits).
-inline bool shape_ok(int32_t m, int32_t n, int32_t k) {
+constexpr bool shape_ok(int32_t m, int32_t n, int32_t k) {
   return m >= 1 && m <= kMaxM && n >= 32 && n <= kMaxNK && n % 32 == 0 && k >= 32 && k <= kMaxNK && k % 32 == 0;
 }
 
-inline uint64_t prepared_bytes(int32_t n, int32_t k) {
+// At most 256 + 2^17 * 2^18 * 4608 < 2^48: no overflow for any shape shape_ok accepts.
+constexpr uint64_t prepared_bytes(int32_t n, int32_t k) {
   return uint64_t(kHeaderBytes) + uint64_t(cdiv(n, kTileN)) * uint64_t(cdiv(k, kBlockK)) * uint64_t(kChunkBytes);
 }
 
 // The kernel configurations (w4a16.cu instantiates exactly these).
 struct Config {
   int bm;           // activation rows per CTA (the wgmma N)
-  int stages;       // pipeline depth
+  int stages;       // pipeline depth (one chunk per stage)
   int ctas_per_sm;  // occupancy the kernel is built for (__launch_bounds__ min blocks)
-  int split_slots;  // CTAs per SM the split-K model aims for (measured on an H200: fewer, larger
-                    // splits win for BM = 64, whose extra CTAs cost more partial traffic than they
-                    // gain in latency hiding)
 };
 constexpr Config kConfigs[] = {
-    {8, 8, 3, 3}, {16, 8, 3, 3}, {32, 8, 2, 2}, {64, 6, 2, 1}, {128, 8, 1, 1}, {256, 6, 1, 1},
+    {8, 12, 3}, {16, 10, 3}, {32, 8, 2}, {64, 6, 2}, {128, 8, 1}, {256, 6, 1},
 };
 constexpr int kNumConfigs = 6;
 
 struct Plan {
-  int config;        // index into kConfigs
+  int config;          // index into kConfigs
+  bool streamk;        // config < kStreamKConfigs and units >= kStreamKMinChunksPerCta * slots
   int bm;
-  int tiles_n, tiles_m, tiles;
-  int kblocks;       // ceil(k / 64)
-  int splits;
-  int kb_per_split;
-  uint64_t partial_bytes;  // offset of the counters
+  int64_t tiles_n, tiles_m, tiles;
+  int64_t kblocks;     // ceil(k / 64)
+  int64_t splits;      // tile grid: 1..kMaxSplits, the cluster size along z (an upper bound, see above)
+  int64_t kb_per_split;
+  int64_t units;       // stream-K: chunks = tiles_n * kblocks
+  int64_t ctas;        // stream-K: the grid
+  bool fixup;          // stream-K: some tile may be shared between CTAs (the second kernel runs)
   uint64_t workspace_bytes;
 };
 
-inline Plan make_plan(int32_t m, int32_t n, int32_t k, int32_t sm_count) {
+// Stream-K: the first chunk of CTA c, and the CTA whose range holds chunk u.
+constexpr int64_t streamk_start(int64_t c, int64_t units, int64_t ctas) { return c * units / ctas; }
+constexpr int64_t streamk_owner(int64_t u, int64_t units, int64_t ctas) { return ((u + 1) * ctas - 1) / units; }
+
+// m, n, k must satisfy shape_ok and sm_count >= 1 (the callers check both).
+constexpr Plan make_plan(int32_t m, int32_t n, int32_t k, int32_t sm_count) {
   Plan p{};
-  p.tiles_n = int(cdiv(n, kTileN));
-  p.kblocks = int(cdiv(k, kBlockK));
-  int c;
+  p.tiles_n = cdiv(n, kTileN);
+  p.kblocks = cdiv(k, kBlockK);
+  const int64_t sm = sm_count > 0 ? sm_count : 1;
+  int c = 0;
   if (m <= 8) c = 0;
   else if (m <= 16) c = 1;
   else if (m <= 32) c = 2;
   else if (m <= 64) c = 3;
   else if (m <= 128) c = 4;
-  else c = (cdiv(m, 256) * p.tiles_n >= sm_count) ? 5 : 4;  // 128-row tiles while 256 cannot fill
+  else c = (cdiv(m, 256) * p.tiles_n >= sm) ? 5 : 4;  // 128-row tiles while 256 cannot fill the GPU
   p.config = c;
   p.bm = kConfigs[c].bm;
-  p.tiles_m = int(cdiv(m, p.bm));
-  p.tiles = p.tiles_m * p.tiles_n;
-  // Split count: the smallest-cost s, cost(s) = ceil(ctas / sm) * (ceil(kblocks / s) + c) / fill,
-  // ctas = tiles * s, fill = min(1, ctas / (sm * split_slots)): per-SM work in k-blocks plus a fixed
-  // cost per CTA c (3 k-blocks, plus the fp32 partial tile written and read back, in k-block-loads,
-  // when split), inflated while the grid leaves CTA slots empty (a lone CTA streams slower). A
-  // larger s must also win by 5%.
-  const int64_t sm = sm_count > 0 ? sm_count : 1;
-  const int64_t slots = sm * kConfigs[c].split_slots;
+  p.tiles_m = cdiv(m, p.bm);
+  p.tiles = p.tiles_m * p.tiles_n;  // <= 2^15 * 2^17
+  const int64_t slots = sm * kConfigs[c].ctas_per_sm;  // <= 3 * (2^31 - 1)
   int64_t s = 1;
-  if (c != 5) {  // 256-row tiles are only chosen when they fill the GPU: never split
+  if (c != 5) {  // 256-row tiles are only chosen when they fill the GPU; their accumulators fill smem
     int64_t max_s = p.kblocks / kMinKBlocksPerSplit;
     if (max_s > kMaxSplits) max_s = kMaxSplits;
-    double best = 0.0;
-    for (int64_t t = 1; t <= (max_s > 1 ? max_s : 1); ++t) {
+    for (int64_t t = max_s; t > 1; --t) {
       const int64_t kb = cdiv(p.kblocks, t);
-      if (t > 1 && cdiv(p.kblocks, kb) != t) continue;  // an unbalanced count (it would leave a split empty)
-      const int64_t ctas = int64_t(p.tiles) * t;
-      const double fill = ctas >= slots ? 1.0 : double(ctas) / double(slots);
-      const double fixed = 3.0 + (t > 1 ? double(p.bm) * 1024.0 / double(kChunkBytes + p.bm * 128) : 0.0);
-      const double cost = double(cdiv(ctas, sm)) * (double(kb) + fixed) / fill;
-      if (t == 1 || cost < best * 0.95) {
-        best = cost;
+      if (cdiv(p.kblocks, kb) != t) continue;  // unbalanced: a split would be empty
+      if (p.tiles * t <= slots) {
         s = t;
+        break;
       }
     }
   }
-  p.kb_per_split = int(cdiv(p.kblocks, s));
-  p.splits = int(cdiv(p.kblocks, p.kb_per_split));  // balanced: no empty split
-  if (p.splits > 1) {
-    p.partial_bytes = round256(uint64_t(p.splits) * uint64_t(p.tiles) * uint64_t(p.bm / 2) * 256u * 4u);
-    p.workspace_bytes = p.partial_bytes + round256(uint64_t(p.tiles) * 4u);
+  p.splits = s;
+  p.kb_per_split = cdiv(p.kblocks, s);
+  p.units = p.tiles_n * p.kblocks;  // < 2^35
+  p.streamk = c < kStreamKConfigs && p.units >= kStreamKMinChunksPerCta * slots;  // tiles_m == 1 there (m <= BM)
+  if (p.streamk) {
+    p.splits = 1;
+    p.kb_per_split = p.kblocks;
+    int64_t ctas = slots < p.units ? slots : p.units;
+    if (ctas > kMaxStreamKCtas) ctas = kMaxStreamKCtas;
+    p.ctas = ctas;
+    p.fixup = p.tiles_n % ctas != 0;
+    if (p.fixup) p.workspace_bytes = uint64_t(ctas) * 2u * uint64_t(p.bm) * 512u;  // < 2^16 * 2^15
   }
   return p;
 }

@@ -1,0 +1,125 @@
+//! The Hopper W4A16 plan on the CPU: over edge and random shapes and SM counts (up to i32::MAX,
+//! where a 32-bit tile count used to overflow), the sizes the planner reports (prepared weight,
+//! stream-K workspace) equal an exact 128-bit model of the layouts in
+//! cuda-src/nvfp4/sm90/w4a16_plan.cuh, and shapes outside the kernel's limits are refused rather
+//! than sized.
+
+use graphsafe::ops::nvfp4::{self, Nvfp4Arch};
+use graphsafe::ops::tensor::DType;
+use graphsafe::Error;
+
+const MAX_M: u128 = 1 << 22;
+const MAX_NK: u128 = 1 << 24;
+
+/// The model: Some((prepared bytes, workspace bytes)) for a supported shape, None otherwise.
+fn model(m: i64, n: i64, k: i64, sm: i64) -> Option<(u128, u128)> {
+    let (m, n, k, sm) = (m as i128, n as i128, k as i128, sm as i128);
+    if m < 1 || sm < 1 || sm > i32::MAX as i128 || n < 32 || k < 32 || n % 32 != 0 || k % 32 != 0 {
+        return None;
+    }
+    let (m, n, k) = (m as u128, n as u128, k as u128);
+    if m > MAX_M || n > MAX_NK || k > MAX_NK {
+        return None;
+    }
+    // Header, then one 4608-byte chunk per (128-row tile, 64-wide k-block).
+    let (tiles, kblocks) = (n.div_ceil(128), k.div_ceil(64));
+    let prepared = 256 + tiles * kblocks * 4608;
+    // m <= 32 with at least 40 chunks per CTA slot: stream-K over C = min(SMs x CTAs per SM, 2^16)
+    // CTAs; when C does not divide the tile count, two partial-tile slots per CTA of
+    // BM / 8 x 256 float4. Otherwise the tile grid, whose split-K reduces in the cluster's shared
+    // memory: no workspace.
+    let (bm, per_sm) = if m <= 8 { (8, 3) } else if m <= 16 { (16, 3) } else { (32, 2) };
+    let slots = sm as u128 * per_sm;
+    let ws = if m <= 32 && tiles * kblocks >= 40 * slots {
+        let ctas = slots.min(1 << 16);
+        if tiles % ctas != 0 { ctas * 2 * bm * 512 } else { 0 }
+    } else {
+        0
+    };
+    Some((prepared, ws))
+}
+
+static WITH_WORKSPACE: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+fn check(m: i64, n: i64, k: i64, sm: i64) -> bool {
+    let got = nvfp4::plan(Nvfp4Arch::Sm90, m, n, k, DType::Bf16, sm);
+    match (model(m, n, k, sm), got) {
+        (Some((prepared, ws)), Ok(p)) => {
+            if ws > 0 {
+                WITH_WORKSPACE.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }
+            assert_eq!(p.prepared_weight_bytes.map(u128::from), Some(prepared), "prepared bytes of ({m}, {n}, {k}) on {sm} SMs");
+            assert_eq!(u128::from(p.workspace_bytes), ws, "workspace of ({m}, {n}, {k}) on {sm} SMs");
+            assert_eq!((p.m as i64, p.n as i64, p.k as i64), (m, n, k));
+            assert!(p.tile.is_none());
+            // The plan is a function of its inputs (eager and captured calls must agree).
+            assert_eq!(nvfp4::plan(Nvfp4Arch::Sm90, m, n, k, DType::Bf16, sm).unwrap(), p);
+            true
+        }
+        (None, Err(Error::InvalidArgument { .. })) => false,
+        (want, got) => panic!("({m}, {n}, {k}) on {sm} SMs: model {want:?}, planner {got:?}"),
+    }
+}
+
+/// xorshift64*.
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+    /// Log-uniform in 1..=max, sometimes a multiple of 32 near a power of two.
+    fn dim(&mut self, max: u64) -> i64 {
+        let bits = 1 + self.below(64 - max.leading_zeros() as u64);
+        let v = (self.next() >> (64 - bits)).max(1);
+        match self.below(4) {
+            0 => v as i64,
+            1 => (v.div_ceil(32) * 32) as i64,
+            2 => ((1u64 << (bits - 1)).max(32) as i64) + [-32i64, 0, 32][self.below(3) as usize],
+            _ => (v.min(max)) as i64,
+        }
+    }
+}
+
+#[test]
+fn w4a16_plan_sizes_equal_the_exact_model() {
+    let edges_m = [1i64, 2, 8, 9, 16, 17, 32, 33, 64, 65, 128, 129, 256, 257, 4096, (1 << 22) - 1, 1 << 22, (1 << 22) + 1, 0, -1];
+    let edges_nk = [32i64, 64, 96, 128, 160, 416, 8192, 28672, (1 << 24) - 32, 1 << 24, (1 << 24) + 32, 0, 31, 48];
+    let edges_sm = [1i64, 2, 78, 114, 132, 148, 170, 1 << 16, i32::MAX as i64 / 3, i32::MAX as i64, i32::MAX as i64 + 1, 0, -5];
+    let (mut supported, mut refused) = (0usize, 0usize);
+    for &m in &edges_m {
+        for &n in &edges_nk {
+            for &k in &[32i64, 8192, 1 << 24, 48] {
+                for &sm in &edges_sm {
+                    if check(m, n, k, sm) { supported += 1 } else { refused += 1 }
+                }
+            }
+        }
+    }
+    let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
+    for _ in 0..4000 {
+        let m = rng.dim(1 << 23);
+        let n = rng.dim(1 << 25);
+        let k = rng.dim(1 << 25);
+        let sm = match rng.below(3) {
+            0 => rng.dim(256),
+            1 => rng.dim(i32::MAX as u64),
+            _ => edges_sm[rng.below(edges_sm.len() as u64) as usize],
+        };
+        if check(m, n, k, sm) { supported += 1 } else { refused += 1 }
+    }
+    // Stream-K shapes that need a workspace, on realistic SM counts and huge ones.
+    for &sm in &[132i64, 114, 1 << 20] {
+        for &(m, n, k) in &[(1i64, 16384i64, 8192i64), (16, 28672, 8192), (32, 8192, 28672), (8, 1 << 24, 4096)] {
+            check(m, n, k, sm);
+        }
+    }
+    let with_ws = WITH_WORKSPACE.load(std::sync::atomic::Ordering::Relaxed);
+    eprintln!("{supported} supported ({with_ws} with a stream-K workspace) and {refused} refused shapes agree with the model");
+    assert!(supported >= 1000 && refused >= 100 && with_ws >= 50, "{supported} supported, {with_ws} with workspace, {refused} refused");
+}
