@@ -135,9 +135,9 @@ fn main() {
             let exec = {
                 let mut cap = stream.begin_capture(CaptureMode::ThreadLocal).unwrap();
                 let (cx, cg, cp, cs) = (cap.bind_buffer(&x).unwrap(), cap.bind_buffer(&gs).unwrap(), cap.bind_buffer(&p).unwrap(), cap.bind_buffer(&s).unwrap());
-                let q = Nvfp4Matrix { packed: cp, scales: cs, global_scale: cg, rows: m, k };
+                let q = Nvfp4Matrix { packed: cp, scales: cs, global_scale: cg.clone(), rows: m, k };
                 for _ in 0..calls {
-                    nvfp4::quantize_captured(&Tensor::contiguous(cx, DType::Bf16, &[m, k]), &cg, &q, &cap).unwrap();
+                    nvfp4::quantize_captured(&Tensor::contiguous(cx.clone(), DType::Bf16, &[m, k]), &cg, &q, &cap).unwrap();
                 }
                 cap.end().unwrap().instantiate().unwrap()
             };
@@ -228,7 +228,7 @@ fn main() {
             let cws: Vec<_> = weights.iter().map(|x| x.bind(&mut cap).unwrap()).collect();
             for _ in 0..reps {
                 for cw in &cws {
-                    nvfp4::w4a16_gemm_captured(&Tensor::contiguous(ca, DType::Bf16, &[m, k]), cw, &cal, &Tensor::contiguous(cd, DType::Bf16, &[m, n]), &w, &cap).unwrap();
+                    nvfp4::w4a16_gemm_captured(&Tensor::contiguous(ca.clone(), DType::Bf16, &[m, k]), cw, &cal, &Tensor::contiguous(cd.clone(), DType::Bf16, &[m, n]), &w, &cap).unwrap();
                 }
             }
             cap.end().unwrap().instantiate().unwrap()

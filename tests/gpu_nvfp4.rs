@@ -423,7 +423,7 @@ fn w4a16_reads_what_the_previous_kernel_just_wrote() {
         let (w1, w2) = (g1.w.bind(&mut cap).unwrap(), g2.w.bind(&mut cap).unwrap());
         let _ = (cpa, csa, cga);
         cap.memset_u8(&cd1, 0).unwrap();
-        nvfp4::w4a16_gemm_captured(&Tensor::contiguous(ca1, DType::Bf16, &[m, k]), &w1, &cal, &Tensor::contiguous(cd1, DType::Bf16, &[m, n1]), &w, &cap).unwrap();
+        nvfp4::w4a16_gemm_captured(&Tensor::contiguous(ca1, DType::Bf16, &[m, k]), &w1, &cal, &Tensor::contiguous(cd1.clone(), DType::Bf16, &[m, n1]), &w, &cap).unwrap();
         nvfp4::w4a16_gemm_captured(&Tensor::contiguous(cd1, DType::Bf16, &[m, n1]), &w2, &cal, &Tensor::contiguous(cd2, DType::Bf16, &[m, n2]), &w, &cap).unwrap();
         cap.end().unwrap().instantiate().unwrap()
     };

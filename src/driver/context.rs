@@ -2,7 +2,7 @@ use super::{check, init, log_drop_error, Device, ForeignOwner};
 use crate::error::Result;
 use crate::sys::cuda as c;
 use std::marker::PhantomData;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard};
 
 /// The primary context of a device, retained for as long as this value (and every object made
 /// from it) lives. The primary context is the one the CUDA runtime uses too, so kernels launched
@@ -18,6 +18,27 @@ pub struct Context {
     retained: bool,
     // What keeps an adopted context alive (cudarc's `Arc<CudaContext>`); dropped after `Drop::drop`.
     _owner: Option<ForeignOwner>,
+    // Orders frees against captures: see `FreeGate`.
+    gate: Mutex<FreeGate>,
+}
+
+/// What a free has to know to wait for the work that may still use a block without disturbing a
+/// capture: graphsafe's streams of this context (graphsafe enqueues work only on those, and graph
+/// replays run only on those), and how many graphsafe captures are open (synchronizing a
+/// capturing stream, or the whole context, would invalidate the capture). Frees hold the lock
+/// while they wait and free; beginning a capture and destroying a stream take it briefly, so
+/// neither can slip in between. A leaf lock: nothing else is locked while it is held.
+#[derive(Debug, Default)]
+pub(crate) struct FreeGate {
+    open_captures: usize,
+    streams: Vec<usize>,
+}
+
+impl FreeGate {
+    /// The streams to wait for, if no graphsafe capture is open (else a free must wait).
+    pub(crate) fn quiescent_streams(&self) -> Option<&[usize]> {
+        (self.open_captures == 0).then_some(&self.streams)
+    }
 }
 
 // SAFETY: a CUcontext handle may be used from any thread; we make it current per call.
@@ -43,7 +64,7 @@ impl Context {
                 return Err(e);
             }
         };
-        Ok(Arc::new(Context { raw, device, compute_capability, sm_count, retained: true, _owner: None }))
+        Ok(Arc::new(Context { raw, device, compute_capability, sm_count, retained: true, _owner: None, gate: Mutex::default() }))
     }
 
     /// Wraps a context the caller owns (an engine's existing `CUcontext`, primary or not); it is
@@ -88,6 +109,7 @@ impl Context {
             sm_count: device.sm_count()?,
             retained: false,
             _owner: owner,
+            gate: Mutex::default(),
         }))
     }
 
@@ -116,6 +138,37 @@ impl Context {
     /// one). Every driver call of the crate that needs a current context runs inside one.
     pub fn enter(&self) -> Result<CurrentGuard> {
         CurrentGuard::enter(self.raw)
+    }
+
+    /// The free gate (see [`FreeGate`]).
+    pub(crate) fn free_gate(&self) -> MutexGuard<'_, FreeGate> {
+        self.gate.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub(crate) fn register_stream(&self, raw: c::CUstream) {
+        self.free_gate().streams.push(raw as usize);
+    }
+
+    /// Forgets `raw` and runs `destroy` (its `cuStreamDestroy`) under the gate, so that no free is
+    /// synchronizing the stream while it goes.
+    pub(crate) fn unregister_stream(&self, raw: c::CUstream, destroy: impl FnOnce()) {
+        let mut g = self.free_gate();
+        g.streams.retain(|&s| s != raw as usize);
+        destroy();
+    }
+
+    /// A capture is about to begin in this context: from now until [`Context::capture_closed`]
+    /// frees wait (they are deferred, never lost).
+    pub(crate) fn capture_opening(&self) {
+        self.free_gate().open_captures += 1;
+    }
+
+    /// A capture of this context is over (ended, abandoned, or it never began). Returns how many
+    /// remain open.
+    pub(crate) fn capture_closed(&self) -> usize {
+        let mut g = self.free_gate();
+        g.open_captures = g.open_captures.saturating_sub(1);
+        g.open_captures
     }
 
     /// Waits for all work in the context.

@@ -66,43 +66,94 @@ fn defer(block: Block, ctx: &Arc<Context>) {
 /// Returns a block to the driver once no work can still use it.
 ///
 /// Work in flight may use the block (a kernel queued before a workspace grew, the last replay of a
-/// graph just dropped), and `cuMemFree` is not documented to wait for it: so the whole context is
-/// synchronized first, explicitly. Both calls run with this thread's capture mode set to relaxed,
-/// so that a drop on a thread with a capture open does not invalidate that capture. If the driver
-/// still refuses (a capture elsewhere makes the synchronize illegal), the free is deferred until
-/// the next synchronize succeeds (the next free, or the end of a capture). A foreign owner whose
-/// stream is capturing is deferred too: its free would become a node of that graph. Frees are
-/// rare (growth, graph teardown); a decode loop does none.
+/// graph just dropped), and `cuMemFree` is not documented to wait for it. So the free waits
+/// explicitly for every graphsafe stream of the context — graphsafe enqueues work, and replays
+/// graphs, only on those — and frees, all under the context's free gate (`FreeGate`), with this
+/// thread's capture mode relaxed. It never synchronizes a capturing stream or the whole context:
+/// either would invalidate a capture another thread has open. While any graphsafe capture of the
+/// context is open (or the driver reports one of its streams capturing), the block is deferred
+/// and given back when the last capture ends, or at the next free that can wait. Frees are rare
+/// (growth, graph teardown); a decode loop does none.
 fn release(block: Block, ctx: &Arc<Context>) {
-    match synchronize_relaxed(ctx) {
-        Ok(()) => {
+    let gate = ctx.free_gate();
+    let Some(streams) = gate.quiescent_streams() else {
+        drop(gate);
+        return defer(block, ctx);
+    };
+    match synchronize_streams(ctx, streams) {
+        Ok(true) => {
             give_back(block, ctx);
             free_deferred_after_synchronize(ctx);
         }
-        Err(e) if refused_by_capture(&e) => defer(block, ctx),
+        Ok(false) => {
+            drop(gate);
+            defer(block, ctx);
+        }
         Err(e) => {
             // Work may still use the block: it is leaked, never freed early (for foreign memory
             // that means never dropping its owner, which would free it).
             if let Block::Foreign(owner) = block {
                 std::mem::forget(owner);
             }
-            log_drop_error("synchronizing before a free", Err(e));
+            log_drop_error("waiting for the streams before a free", Err(e));
         }
     }
 }
 
-/// Gives `block` back, `ctx` having just been synchronized; defers it if a capture refuses.
+/// Waits for each stream (relaxed capture mode, `ctx` current). `Ok(false)`, having waited for
+/// none, when the driver reports one of them capturing (a capture begun outside graphsafe).
+fn synchronize_streams(ctx: &Context, streams: &[usize]) -> Result<bool> {
+    let _current = ctx.enter()?;
+    let _relaxed = RelaxedCaptureMode::enter()?;
+    let a = init()?;
+    let is_capturing = a.cuStreamIsCapturing()?;
+    for &s in streams {
+        let mut status = c::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
+        // SAFETY: a live stream: streams leave the list (under the gate we hold) before they are
+        // destroyed; out-pointer to a local.
+        check(unsafe { (is_capturing.f)(s as c::CUstream, &mut status) }, is_capturing.name)?;
+        if status != c::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE {
+            return Ok(false);
+        }
+    }
+    let sync = a.cuStreamSynchronize()?;
+    for &s in streams {
+        // SAFETY: as above; none of them is capturing, and none can begin to while we hold the gate.
+        check(unsafe { (sync.f)(s as c::CUstream) }, sync.name)?;
+    }
+    Ok(true)
+}
+
+/// Frees what was deferred in `ctx`, if its streams can be waited for now (called when the last
+/// capture of the context ends; cheap when nothing is deferred).
+pub(crate) fn retry_deferred_frees(ctx: &Arc<Context>) {
+    let any = DEFERRED.lock().unwrap_or_else(|p| p.into_inner()).iter().any(|(_, c)| Arc::ptr_eq(c, ctx));
+    if !any {
+        return;
+    }
+    let gate = ctx.free_gate();
+    if let Some(streams) = gate.quiescent_streams() {
+        if let Ok(true) = synchronize_streams(ctx, streams) {
+            free_deferred_after_synchronize(ctx);
+        }
+    }
+}
+
+/// Gives `block` back; `ctx`'s streams were just waited for, under the gate the caller holds.
 fn give_back(block: Block, ctx: &Arc<Context>) {
     match block {
-        Block::Ours(ptr) => match free_relaxed(ptr, ctx) {
-            Ok(()) => {}
-            Err(e) if refused_by_capture(&e) => defer(Block::Ours(ptr), ctx),
-            Err(e) => log_drop_error("cuMemFree", Err(e)),
-        },
+        Block::Ours(ptr) => {
+            if let Err(e) = free_relaxed(ptr, ctx) {
+                if refused_by_capture(&e) {
+                    defer(Block::Ours(ptr), ctx);
+                } else {
+                    log_drop_error("cuMemFree", Err(e));
+                }
+            }
+        }
         Block::Foreign(owner) => {
             if owner.stream_is_capturing(ctx) {
-                defer(Block::Foreign(owner), ctx);
-                return;
+                return defer(Block::Foreign(owner), ctx);
             }
             // Dropped with the context current and the capture mode relaxed: whatever the owner
             // makes current is undone by the guard (invariant 12).
@@ -113,16 +164,9 @@ fn give_back(block: Block, ctx: &Arc<Context>) {
     }
 }
 
-/// Frees what was deferred in `ctx`, if its work can be waited for now (called when a capture
-/// ends; cheap when nothing is deferred).
-pub(crate) fn retry_deferred_frees(ctx: &Arc<Context>) {
-    if DEFERRED.lock().unwrap_or_else(|p| p.into_inner()).iter().any(|(_, c)| Arc::ptr_eq(c, ctx)) && synchronize_relaxed(ctx).is_ok() {
-        free_deferred_after_synchronize(ctx);
-    }
-}
-
-/// Frees every deferred block of `ctx`. Call only right after `ctx` was synchronized: a deferred
-/// block has no owner left, so no work enqueued since can use it.
+/// Gives back every deferred block of `ctx`. Call only under the gate, right after `ctx`'s
+/// streams were waited for: a deferred block has no owner left, so no work enqueued since can
+/// use it.
 fn free_deferred_after_synchronize(ctx: &Arc<Context>) {
     let mine: Vec<(Block, Arc<Context>)> = {
         let mut d = DEFERRED.lock().unwrap_or_else(|p| p.into_inner());
@@ -168,13 +212,6 @@ impl Drop for RelaxedCaptureMode {
     }
 }
 
-fn synchronize_relaxed(ctx: &Context) -> Result<()> {
-    let _current = ctx.enter()?;
-    let _relaxed = RelaxedCaptureMode::enter()?;
-    let sync = init()?.cuCtxSynchronize()?;
-    // SAFETY: no arguments; the context is current.
-    check(unsafe { (sync.f)() }, sync.name)
-}
 
 fn free_relaxed(ptr: DevicePtr, ctx: &Context) -> Result<()> {
     let _current = ctx.enter()?;

@@ -37,6 +37,7 @@ impl Stream {
         let mut raw = std::ptr::null_mut();
         // SAFETY: out-pointer to a local.
         check(unsafe { (f.f)(&mut raw, c::CUstream_flags::CU_STREAM_NON_BLOCKING.0) }, f.name)?;
+        ctx.register_stream(raw);
         Ok(Stream { raw, ctx: ctx.clone(), owned: true, capture: AtomicU64::new(0), _owner: None })
     }
 
@@ -65,6 +66,7 @@ impl Stream {
                 format!("{raw:?}"),
             ));
         }
+        ctx.register_stream(raw);
         Ok(Stream { raw, ctx: ctx.clone(), owned: false, capture: AtomicU64::new(0), _owner: owner })
     }
 
@@ -135,15 +137,18 @@ impl Stream {
 
 impl Drop for Stream {
     fn drop(&mut self) {
-        if !self.owned {
-            return;
-        }
-        let r = (|| {
-            let _current = self.ctx.enter()?;
-            let f = init()?.cuStreamDestroy()?;
-            // SAFETY: we created it.
-            check(unsafe { (f.f)(self.raw) }, f.name)
-        })();
-        log_drop_error("cuStreamDestroy", r);
+        let (raw, owned) = (self.raw, self.owned);
+        self.ctx.unregister_stream(raw, || {
+            if !owned {
+                return;
+            }
+            let r = (|| {
+                let _current = self.ctx.enter()?;
+                let f = init()?.cuStreamDestroy()?;
+                // SAFETY: we created it.
+                check(unsafe { (f.f)(raw) }, f.name)
+            })();
+            log_drop_error("cuStreamDestroy", r);
+        });
     }
 }

@@ -60,6 +60,8 @@ fn begin_capture(stream: &Stream, mode: CaptureMode) -> Result<CaptureId> {
     stream.ensure_eager()?;
     let id = CaptureId::fresh();
     stream.mark_capturing(id.get())?;
+    // From here until the capture is over, frees in this context wait (see driver::FreeGate).
+    stream.context().capture_opening();
     let begun = (|| {
         let _current = stream.context().enter()?;
         let f = init()?.cuStreamBeginCapture()?;
@@ -68,6 +70,7 @@ fn begin_capture(stream: &Stream, mode: CaptureMode) -> Result<CaptureId> {
     })();
     if let Err(e) = begun {
         stream.clear_capturing(id.get());
+        stream.context().capture_closed();
         return Err(e);
     }
     Ok(id)
@@ -102,8 +105,10 @@ fn finish(stream: &Stream, id: CaptureId) -> (Result<c::CUgraph>, bool) {
     let over = r.is_ok() || !stream.is_capturing().unwrap_or(true);
     if over {
         stream.clear_capturing(id.get());
-        // A free refused while the capture was open can go through now.
-        crate::driver::memory::retry_deferred_frees(stream.context());
+        if stream.context().capture_closed() == 0 {
+            // Frees deferred while captures were open can go through now.
+            crate::driver::memory::retry_deferred_frees(stream.context());
+        }
     }
     (r, over)
 }
