@@ -18,8 +18,23 @@ pub struct Context {
     retained: bool,
     // What keeps an adopted context alive (cudarc's `Arc<CudaContext>`); dropped after `Drop::drop`.
     _owner: Option<ForeignOwner>,
-    // Orders frees against captures: see `FreeGate`.
-    gate: Mutex<FreeGate>,
+    // Orders frees against captures: see `FreeGate`. One per CUcontext, shared by every
+    // `Context` value of it (two `Context::new(0)` are the same primary context).
+    gate: Arc<Mutex<FreeGate>>,
+}
+
+/// The free gate of a CUcontext, shared by every `Context` value that wraps it.
+fn gate_of(raw: c::CUcontext) -> Arc<Mutex<FreeGate>> {
+    use std::sync::Weak;
+    static GATES: Mutex<Vec<(usize, Weak<Mutex<FreeGate>>)>> = Mutex::new(Vec::new());
+    let mut gates = GATES.lock().unwrap_or_else(|p| p.into_inner());
+    gates.retain(|(_, w)| w.strong_count() > 0);
+    if let Some(g) = gates.iter().find(|(r, _)| *r == raw as usize).and_then(|(_, w)| w.upgrade()) {
+        return g;
+    }
+    let g = Arc::new(Mutex::new(FreeGate::default()));
+    gates.push((raw as usize, Arc::downgrade(&g)));
+    g
 }
 
 /// What a free has to know to wait for the work that may still use a block without disturbing a
@@ -64,7 +79,7 @@ impl Context {
                 return Err(e);
             }
         };
-        Ok(Arc::new(Context { raw, device, compute_capability, sm_count, retained: true, _owner: None, gate: Mutex::default() }))
+        Ok(Arc::new(Context { raw, device, compute_capability, sm_count, retained: true, _owner: None, gate: gate_of(raw) }))
     }
 
     /// Wraps a context the caller owns (an engine's existing `CUcontext`, primary or not); it is
@@ -109,7 +124,7 @@ impl Context {
             sm_count: device.sm_count()?,
             retained: false,
             _owner: owner,
-            gate: Mutex::default(),
+            gate: gate_of(raw),
         }))
     }
 
@@ -153,7 +168,11 @@ impl Context {
     /// synchronizing the stream while it goes.
     pub(crate) fn unregister_stream(&self, raw: c::CUstream, destroy: impl FnOnce()) {
         let mut g = self.free_gate();
-        g.streams.retain(|&s| s != raw as usize);
+        // One entry per `Stream` value: an adopted second wrapper of the same handle leaves its
+        // own entry only.
+        if let Some(i) = g.streams.iter().position(|&s| s == raw as usize) {
+            g.streams.swap_remove(i);
+        }
         destroy();
     }
 

@@ -48,6 +48,40 @@ impl Drop for Allocation {
     }
 }
 
+// A GLOBAL-mode capture forbids allocations on every thread of the process while it is open: the
+// driver would refuse the call and invalidate the capture. graphsafe refuses first (the capture
+// survives). Allocations hold the read side from their check to their cuMemAlloc; beginning a
+// global capture holds the write side, so the two never overlap.
+static GLOBAL_CAPTURES: std::sync::RwLock<usize> = std::sync::RwLock::new(0);
+
+/// Runs `begin` (a GLOBAL-mode cuStreamBeginCapture) with no allocation in flight, counting the
+/// capture open if it succeeds.
+pub(crate) fn begin_global_capture<T>(begin: impl FnOnce() -> Result<T>) -> Result<T> {
+    let mut open = GLOBAL_CAPTURES.write().unwrap_or_else(|p| p.into_inner());
+    let r = begin();
+    if r.is_ok() {
+        *open += 1;
+    }
+    r
+}
+
+/// A GLOBAL-mode capture is over.
+pub(crate) fn end_global_capture() {
+    let mut open = GLOBAL_CAPTURES.write().unwrap_or_else(|p| p.into_inner());
+    *open = open.saturating_sub(1);
+}
+
+/// Runs `alloc` unless a GLOBAL-mode capture is open (then: `StreamCapturing`, nothing called).
+pub(crate) fn outside_global_capture<T>(alloc: impl FnOnce() -> Result<T>) -> Result<T> {
+    let open = GLOBAL_CAPTURES.read().unwrap_or_else(|p| p.into_inner());
+    if *open > 0 {
+        return Err(Error::StreamCapturing {
+            detail: format!("{} GLOBAL-mode capture(s) open in this process, which forbid allocating on every thread", *open),
+        });
+    }
+    alloc()
+}
+
 /// What giving an allocation back means: `cuMemFree` for graphsafe's own, dropping the owner for
 /// another library's (cudarc frees the slice, on its stream, when its last `Arc` goes).
 enum Block {
@@ -127,7 +161,7 @@ fn synchronize_streams(ctx: &Context, streams: &[usize]) -> Result<bool> {
 /// Frees what was deferred in `ctx`, if its streams can be waited for now (called when the last
 /// capture of the context ends; cheap when nothing is deferred).
 pub(crate) fn retry_deferred_frees(ctx: &Arc<Context>) {
-    let any = DEFERRED.lock().unwrap_or_else(|p| p.into_inner()).iter().any(|(_, c)| Arc::ptr_eq(c, ctx));
+    let any = DEFERRED.lock().unwrap_or_else(|p| p.into_inner()).iter().any(|(_, c)| c.raw() == ctx.raw());
     if !any {
         return;
     }
@@ -164,16 +198,16 @@ fn give_back(block: Block, ctx: &Arc<Context>) {
     }
 }
 
-/// Gives back every deferred block of `ctx`. Call only under the gate, right after `ctx`'s
-/// streams were waited for: a deferred block has no owner left, so no work enqueued since can
-/// use it.
+/// Gives back every deferred block of `ctx`'s CUcontext (whichever `Context` value deferred it:
+/// they share the gate). Call only under the gate, right after the streams were waited for: a
+/// deferred block has no owner left, so no work enqueued since can use it.
 fn free_deferred_after_synchronize(ctx: &Arc<Context>) {
     let mine: Vec<(Block, Arc<Context>)> = {
         let mut d = DEFERRED.lock().unwrap_or_else(|p| p.into_inner());
         if d.is_empty() {
             return;
         }
-        let (mine, rest) = std::mem::take(&mut *d).into_iter().partition(|(_, c)| Arc::ptr_eq(c, ctx));
+        let (mine, rest) = std::mem::take(&mut *d).into_iter().partition(|(_, c)| c.raw() == ctx.raw());
         *d = rest;
         mine
     };
@@ -247,8 +281,10 @@ impl DeviceBuffer {
         let _current = ctx.enter()?;
         let f = init()?.cuMemAlloc()?;
         let mut ptr = 0;
-        // SAFETY: out-pointer to a local.
-        check(unsafe { (f.f)(&mut ptr, bytes) }, f.name)?;
+        outside_global_capture(|| {
+            // SAFETY: out-pointer to a local.
+            check(unsafe { (f.f)(&mut ptr, bytes) }, f.name)
+        })?;
         Ok(DeviceBuffer { alloc: Arc::new(Allocation { ptr, bytes, ctx: ctx.clone(), owner: None }) })
     }
 

@@ -62,12 +62,14 @@ fn begin_capture(stream: &Stream, mode: CaptureMode) -> Result<CaptureId> {
     stream.mark_capturing(id.get())?;
     // From here until the capture is over, frees in this context wait (see driver::FreeGate).
     stream.context().capture_opening();
-    let begun = (|| {
+    let begin = || {
         let _current = stream.context().enter()?;
         let f = init()?.cuStreamBeginCapture()?;
         // SAFETY: live stream; mode is a valid enum value.
         check(unsafe { (f.f)(stream.raw(), mode.raw()) }, f.name)
-    })();
+    };
+    // A global capture forbids allocations on every thread: none may be in flight as it begins.
+    let begun = if mode == CaptureMode::Global { crate::driver::memory::begin_global_capture(begin) } else { begin() };
     if let Err(e) = begun {
         stream.clear_capturing(id.get());
         stream.context().capture_closed();
@@ -100,10 +102,13 @@ fn end_capture(stream: &Stream) -> Result<c::CUgraph> {
 /// Ends graphsafe capture `id` on `stream`. Returns the driver's graph, and whether the capture is
 /// over: after a failed end the driver may still be capturing (e.g. a thread-local capture ended
 /// from another thread); then the stream stays marked, so eager work keeps being refused.
-fn finish(stream: &Stream, id: CaptureId) -> (Result<c::CUgraph>, bool) {
+fn finish(stream: &Stream, id: CaptureId, mode: CaptureMode) -> (Result<c::CUgraph>, bool) {
     let r = end_capture(stream);
     let over = r.is_ok() || !stream.is_capturing().unwrap_or(true);
     if over {
+        if mode == CaptureMode::Global {
+            crate::driver::memory::end_global_capture();
+        }
         stream.clear_capturing(id.get());
         if stream.context().capture_closed() == 0 {
             // Frees deferred while captures were open can go through now.
@@ -114,8 +119,8 @@ fn finish(stream: &Stream, id: CaptureId) -> (Result<c::CUgraph>, bool) {
 }
 
 /// Ends an abandoned capture so the stream is usable again, throwing the graph away.
-fn abandon(stream: &Stream, id: CaptureId) {
-    match finish(stream, id).0 {
+fn abandon(stream: &Stream, id: CaptureId, mode: CaptureMode) {
+    match finish(stream, id, mode).0 {
         Ok(g) => destroy_graph(g),
         Err(Error::CaptureInvalidated { .. }) => {}
         Err(e) => log::error!("graphsafe: ending an abandoned capture failed: {e}"),
@@ -346,7 +351,7 @@ impl<'s, 'id> Capture<'s, 'id> {
     /// invalidated the capture (an illegal call inside it); either way the stream is usable again.
     pub fn end(mut self) -> Result<Graph> {
         self.ended = true;
-        let raw = finish(self.stream, self.id).0?;
+        let raw = finish(self.stream, self.id, self.mode).0?;
         Ok(keep_list_into_graph(raw, std::mem::take(self.keep.get_mut()), self.stream.context()))
     }
 }
@@ -355,7 +360,7 @@ impl Drop for Capture<'_, '_> {
     fn drop(&mut self) {
         if !self.ended {
             // Abandoned (early return, `?`, panic): end the capture so the stream is usable again.
-            abandon(self.stream, self.id);
+            abandon(self.stream, self.id, self.mode);
         }
     }
 }
@@ -366,6 +371,7 @@ impl Drop for Capture<'_, '_> {
 pub(crate) struct DetachedCapture {
     stream: Arc<Stream>,
     id: CaptureId,
+    mode: CaptureMode,
     keep: RefCell<KeepList>,
     ended: bool,
 }
@@ -373,7 +379,7 @@ pub(crate) struct DetachedCapture {
 impl DetachedCapture {
     pub(crate) fn begin(stream: Arc<Stream>, mode: CaptureMode) -> Result<DetachedCapture> {
         let id = begin_capture(&stream, mode)?;
-        Ok(DetachedCapture { stream, id, keep: RefCell::new(KeepList::default()), ended: false })
+        Ok(DetachedCapture { stream, id, mode, keep: RefCell::new(KeepList::default()), ended: false })
     }
 
     pub(crate) fn site(&self) -> CaptureSite<'_> {
@@ -405,7 +411,7 @@ impl DetachedCapture {
     /// Ends the capture. `Err` with the capture still open (`is_open()`) leaves it usable, e.g.
     /// for ending from the right thread; any other outcome ends it for good.
     pub(crate) fn end(&mut self) -> Result<Graph> {
-        let (r, over) = finish(&self.stream, self.id);
+        let (r, over) = finish(&self.stream, self.id, self.mode);
         self.ended = over;
         let raw = r?;
         Ok(keep_list_into_graph(raw, std::mem::take(self.keep.get_mut()), self.stream.context()))
@@ -420,7 +426,7 @@ impl DetachedCapture {
 impl Drop for DetachedCapture {
     fn drop(&mut self) {
         if !self.ended {
-            abandon(&self.stream, self.id);
+            abandon(&self.stream, self.id, self.mode);
         }
     }
 }

@@ -22,6 +22,8 @@
 #include "graphsafe.h"
 
 #include <dlfcn.h>
+#include <execinfo.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -274,10 +276,18 @@ bool setup(int threads) {
 
 // One capture: begin on a shared stream, a few capture-safe calls, end; then the leak checks.
 void capture_session(int t, Rng& rng) {
+  // CAPI_STRESS_SERIAL_CAPTURES=1: one capture session at a time across threads (everything else
+  // stays concurrent), to tell concurrent captures apart from a capture racing other calls.
+  static const bool serial = std::getenv("CAPI_STRESS_SERIAL_CAPTURES") != nullptr;
+  static std::mutex one_at_a_time;
+  std::unique_lock<std::mutex> l(one_at_a_time, std::defer_lock);
+  if (serial) l.lock();
   GraphsafeStream stream{pick(g.streams, rng).load()};
   const int modes[] = {GRAPHSAFE_CAPTURE_THREAD_LOCAL, GRAPHSAFE_CAPTURE_THREAD_LOCAL, GRAPHSAFE_CAPTURE_THREAD_LOCAL,
                        GRAPHSAFE_CAPTURE_RELAXED,      GRAPHSAFE_CAPTURE_RELAXED,      GRAPHSAFE_CAPTURE_GLOBAL};
-  int mode = modes[rng.below(6)];
+  // CAPI_STRESS_NO_GLOBAL=1 leaves GLOBAL-mode captures out (to tell their effect apart).
+  static const bool no_global = std::getenv("CAPI_STRESS_NO_GLOBAL") != nullptr;
+  int mode = modes[rng.below(no_global ? 5 : 6)];
   GraphsafeCapture cap{};
   if (call(t, CaptureBegin, [&] { return graphsafe_capture_begin(stream, mode, &cap); }) != OK) return;
   int captured_ops = 0;
@@ -442,7 +452,8 @@ void worker(int t) {
       GraphsafeGraphExec e{pick(g.execs, rng).exchange(0)};
       call(t, ExecDestroy, [&] { return graphsafe_graph_exec_destroy(e); });
     } else {
-      capture_session(t, rng);
+      static const bool no_capture = std::getenv("CAPI_STRESS_NO_CAPTURE") != nullptr;
+      if (!no_capture) capture_session(t, rng);
     }
   }
 }
@@ -495,7 +506,30 @@ void destroy_all(std::atomic<uint64_t> (&v)[N], F f) {
 
 }  // namespace
 
+// A crash prints where it happened and which entry point each thread was in, so a crash on a
+// machine without a debugger still says what to look at (symbolize the addresses with addr2line
+// against the same, unstripped binary).
+extern "C" void on_crash(int sig) {
+  char line[160];
+  int n = std::snprintf(line, sizeof line, "capi_stress: CRASH: signal %d; entry points in flight:", sig);
+  (void)!write(2, line, size_t(n));
+  for (int t = 0; t < kMaxThreads; ++t) {
+    int e = g.inflight[t].load();
+    if (e > 0) {
+      n = std::snprintf(line, sizeof line, " [thread %d: %s]", t, kEntry[e - 1].name);
+      (void)!write(2, line, size_t(n));
+    }
+  }
+  (void)!write(2, "\n", 1);
+  void* frames[64];
+  int depth = backtrace(frames, 64);
+  backtrace_symbols_fd(frames, depth, 2);
+  _exit(139);
+}
+
 int main(int argc, char** argv) {
+  signal(SIGSEGV, on_crash);
+  signal(SIGBUS, on_crash);
   std::setvbuf(stdout, nullptr, _IOLBF, 0);  // the watchdog leaves with _exit: nothing may wait in a buffer
   g.total = argc > 1 ? std::strtoull(argv[1], nullptr, 10) : 200000;
   int threads = argc > 2 ? std::atoi(argv[2]) : 8;
@@ -531,6 +565,9 @@ int main(int argc, char** argv) {
     g.no_glue = real != nullptr;
     if (real) std::printf("capi_stress: a real libcuda.so.1 is present: MLA and W4A16 calls left out\n");
   }
+  // Knobs to tell causes apart on a real driver: CAPI_STRESS_NO_GLUE=1 leaves the MLA/W4A16 calls
+  // (the kernel glue, through the CUDA runtime) out, CAPI_STRESS_NO_CAPTURE=1 every capture.
+  if (std::getenv("CAPI_STRESS_NO_GLUE") != nullptr) g.no_glue = true;
   if (!setup(threads)) {
     std::printf("capi_stress: 0 passed, 1 failed\n");
     return 1;
