@@ -18,6 +18,7 @@ mod toolchain;
 use std::path::{Path, PathBuf};
 
 const ENV_INPUTS: &[&str] = &[
+    "DOCS_RS",
     "GRAPHSAFE_CUDA_HOME",
     "CUDA_HOME",
     "CUDA_PATH",
@@ -63,11 +64,26 @@ fn run() -> Result<(), String> {
         println!("cargo:rerun-if-env-changed={v}");
     }
     println!("cargo::rustc-check-cfg=cfg(graphsafe_arch, values(\"sm_90a\", \"sm_100a\", \"sm_120a\"))");
+    println!("cargo::rustc-check-cfg=cfg(graphsafe_no_kernels)");
 
     inputs::check_environment()?;
+    // docs.rs builds documentation with no CUDA toolkit and no network: no kernels, nothing linked.
+    if std::env::var_os("DOCS_RS").is_some() {
+        return docs_only(&manifest_dir, &out_dir, "DOCS_RS is set (a docs.rs build)");
+    }
     let cache = cache_dir();
-    let cuda = toolchain::find_cuda(&cache)?;
-    let cutlass = toolchain::find_cutlass(&cache)?;
+    let offline = inputs::offline(std::env::var("GRAPHSAFE_OFFLINE").ok().as_deref())?;
+    let found = toolchain::find_cuda(&cache).and_then(|cuda| Ok((cuda, toolchain::find_cutlass(&cache)?)));
+    let (cuda, cutlass) = match found {
+        Ok(v) => v,
+        // Offline with no toolkit: what can be built is the documentation (`cargo doc`). Say
+        // clearly that nothing else will link, and how to get the kernels.
+        Err(e) if offline => {
+            println!("cargo:warning=graphsafe: building WITHOUT kernels (documentation only; binaries will not link): {}", e.lines().next().unwrap_or(""));
+            return docs_only(&manifest_dir, &out_dir, "no CUDA toolkit or CUTLASS was found and GRAPHSAFE_OFFLINE=1 forbids provisioning them");
+        }
+        Err(e) => return Err(e),
+    };
     let selected = kernels::selected_archs()?;
 
     let units = kernels::scan(&manifest_dir.join("cuda-src"), &selected)?;
@@ -108,6 +124,24 @@ fn run() -> Result<(), String> {
         bindings::check_or_write(&manifest_dir.join("src/sys/cuda_bindings.rs"), &bindings::cuda(&cuda.include));
         bindings::check_or_write(&manifest_dir.join("include/graphsafe.h"), &bindings::c_header(&manifest_dir));
     }
+    Ok(())
+}
+
+/// A build without kernels, for documentation: the fatbin constants are all `None`, no archs are
+/// reported, nothing is compiled or linked, and the crate docs say so (`graphsafe_no_kernels`).
+fn docs_only(manifest_dir: &Path, out_dir: &Path, why: &str) -> Result<(), String> {
+    let units = kernels::scan(&manifest_dir.join("cuda-src"), &[])?;
+    let built = kernels::Built { objects: Vec::new(), fatbins: Vec::new(), skipped: Vec::new(), compiled: 0, cached: 0 };
+    kernels::write_modules_rs(out_dir, &built, &units)?;
+    println!("cargo:rustc-cfg=graphsafe_no_kernels");
+    let env = |k: &str, v: &str| println!("cargo:rustc-env={k}={v}");
+    env("GRAPHSAFE_BUILD_ARCHS", "");
+    env("GRAPHSAFE_BUILD_CUDA_VERSION", "none");
+    env("GRAPHSAFE_BUILD_CUDA_SOURCE", &format!("none: {why}"));
+    env("GRAPHSAFE_BUILD_CUTLASS_VERSION", "none");
+    env("GRAPHSAFE_BUILD_CUTLASS_SOURCE", "none");
+    env("GRAPHSAFE_BUILD_SKIPPED_UNITS", "");
+    env("GRAPHSAFE_BUILD_CUDA_HOME", "");
     Ok(())
 }
 

@@ -55,6 +55,12 @@
 //! * [`driver`]: the CUDA driver API, loaded at run time;
 //! * [`sys`]: raw FFI (kernel glue, driver entry points, embedded fatbins).
 
+#![cfg_attr(
+    graphsafe_no_kernels,
+    doc = "\n\n**This copy was built without kernels** (a documentation build: docs.rs, or no CUDA \
+           toolkit with `GRAPHSAFE_OFFLINE=1`). The API documented here is complete; a normal build \
+           compiles the CUDA kernels for sm_90a, sm_100a and sm_120a (see README.md)."
+)]
 #![warn(missing_docs)]
 // Every unsafe operation states its own justification, also inside `unsafe fn`s.
 #![deny(unsafe_op_in_unsafe_fn)]
