@@ -225,7 +225,7 @@ __global__ void __launch_bounds__(kThreads, 1) mla_sm90_m64_kernel(const __grid_
         Wgmma<64, F16>::template ss<0, 0>(sc, dq + off, dk + off, k > 0 ? 1u : 0u);
       }
       wg_commit();
-      wg_wait_all();  // S(i), and P.V(i-1) issued last iteration
+      wg_wait<0>();  // S(i), and P.V(i-1) issued last iteration
       reg_fence(sc);
       reg_fence(o);
       if (i > 0) mbar_arrive(empty0 + 8 * ((i - 1) & 1));
@@ -295,7 +295,7 @@ __global__ void __launch_bounds__(kThreads, 1) mla_sm90_m64_kernel(const __grid_
       for (int k = 0; k < 4; ++k) Wgmma<256, F16>::template ss<0, 1>(o, dp + ((k * 32) >> 4), dv + ((k * 2048) >> 4), 1u);
       wg_commit();
     }
-    wg_wait_all();
+    wg_wait<0>();
     reg_fence(o);
     l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
     l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
@@ -326,7 +326,7 @@ __global__ void __launch_bounds__(kThreads, 1) mla_sm90_m64_kernel(const __grid_
 #pragma unroll
       for (int k = 0; k < 4; ++k) Wgmma<256, F16>::template ss<0, 1>(o, dp + ((k * 32) >> 4), dv + ((k * 2048) >> 4), 1u);
       wg_commit();
-      wg_wait_all();
+      wg_wait<0>();
       reg_fence(o);
       mbar_arrive(empty0 + 8 * s);
     }
@@ -438,7 +438,7 @@ __global__ void __launch_bounds__(kThreads, 1) mla_sm90_n_kernel(const __grid_co
       Wgmma<N, F16>::template ss<0, 0>(sc, dk + offa, dq + offb, k > 0 ? 1u : 0u);
     }
     wg_commit();
-    wg_wait_all();
+    wg_wait<0>();
     reg_fence(sc);
 
     const int valid = sr.seq - (sr.tile0 + i) * kTileS;
@@ -505,7 +505,7 @@ __global__ void __launch_bounds__(kThreads, 1) mla_sm90_n_kernel(const __grid_co
       for (int k = 0; k < 4; ++k)
         Wgmma<N, F16>::template ss<1, 0>(o[mb], dv + ((mb * kBlockBytes + k * 2048) >> 4), dp + ((k * 32) >> 4), 1u);
     wg_commit();
-    wg_wait_all();
+    wg_wait<0>();
 #pragma unroll
     for (int mb = 0; mb < 8; ++mb) reg_fence(o[mb]);
     mbar_arrive(empty0 + 8 * w);
