@@ -83,6 +83,36 @@ __device__ __forceinline__ void produce_tiles(const CUtensorMap* map, const Para
   }
 }
 
+// The warp-specialised prologue both split kernels share. Thread 0 initialises the barriers, 8
+// bytes each from `bars`: kPairs two-stage pairs with the given arrival counts (full[2] first,
+// one arrival: the producer's expect_tx; empty[2] next), then the math barrier (kMathThreads).
+// Then the producer warpgroup gives its registers to the math warpgroups, one of its threads
+// streams the split's tiles, and it returns false (the kernel returns: exited threads do not hold
+// up the math barrier). The math threads take the registers and return true.
+template <int kPairs>
+__device__ __forceinline__ bool enter_roles(const CUtensorMap* map, const Params& p, int b, const SplitRange& sr, int tid,
+                                            uint32_t bars, const uint32_t (&pair_counts)[kPairs], uint32_t skv_a) {
+  const uint32_t full0 = bars, empty0 = bars + 16, math_bar = bars + 16 * kPairs;
+  if (tid == 0) {
+#pragma unroll
+    for (int i = 0; i < kPairs; ++i) {
+      mbar_init(bars + 16 * i, pair_counts[i]);
+      mbar_init(bars + 16 * i + 8, pair_counts[i]);
+    }
+    mbar_init(math_bar, kMathThreads);
+    fence_barrier_init();
+  }
+  __syncthreads();
+
+  if (tid >= kMathThreads) {
+    regs_decrease<kProducerRegs>();
+    if (tid == kMathThreads) produce_tiles(map, p, b, sr, skv_a, full0, empty0);
+    return false;
+  }
+  regs_increase<kMathRegs>();
+  return true;
+}
+
 // Writes `rows` finished rows (fp32 in shared memory, row stride `stride` floats) to out (splits == 1,
 // normalised, in the output dtype) or to the fp32 partial-O workspace; and their LSE.
 template <bool F16>
@@ -177,24 +207,7 @@ __global__ void __launch_bounds__(kThreads, 1) mla_sm90_m64_kernel(const __grid_
   const uint32_t full0 = bars, empty0 = bars + 16, pready0 = bars + 32, math_bar = bars + 48;
   const uint32_t sq_a = smem_u32(sq), skv_a = smem_u32(skv);
 
-  if (tid == 0) {
-    mbar_init(full0, 1);
-    mbar_init(full0 + 8, 1);
-    mbar_init(empty0, kMathThreads);
-    mbar_init(empty0 + 8, kMathThreads);
-    mbar_init(pready0, 128);
-    mbar_init(pready0 + 8, 128);
-    mbar_init(math_bar, kMathThreads);
-    fence_barrier_init();
-  }
-  __syncthreads();
-
-  if (tid >= kMathThreads) {
-    regs_decrease<kProducerRegs>();
-    if (tid == kMathThreads) produce_tiles(&kv_map, p, b, sr, skv_a, full0, empty0);
-    return;
-  }
-  regs_increase<kMathRegs>();
+  if (!enter_roles(&kv_map, p, b, sr, tid, bars, {1u, uint32_t(kMathThreads), 128u}, skv_a)) return;
 
   uint32_t math_phase = 0;
   load_q<64>(sq, p, b, head0, rows, tid, kMathThreads);
@@ -385,22 +398,7 @@ __global__ void __launch_bounds__(kThreads, 1) mla_sm90_n_kernel(const __grid_co
   const uint32_t full0 = bars, empty0 = bars + 16, math_bar = bars + 32;
   const uint32_t sq_a = smem_u32(sq), skv_a = smem_u32(skv);
 
-  if (tid == 0) {
-    mbar_init(full0, 1);
-    mbar_init(full0 + 8, 1);
-    mbar_init(empty0, 128);
-    mbar_init(empty0 + 8, 128);
-    mbar_init(math_bar, kMathThreads);
-    fence_barrier_init();
-  }
-  __syncthreads();
-
-  if (tid >= kMathThreads) {
-    regs_decrease<kProducerRegs>();
-    if (tid == kMathThreads) produce_tiles(&kv_map, p, b, sr, skv_a, full0, empty0);
-    return;
-  }
-  regs_increase<kMathRegs>();
+  if (!enter_roles(&kv_map, p, b, sr, tid, bars, {1u, 128u}, skv_a)) return;
 
   uint32_t math_phase = 0;
   load_q<N>(sq, p, b, 0, N, tid, kMathThreads);
