@@ -10,9 +10,10 @@
  * standin_state.c (handles, allocations, contexts, captures), standin_exec.c (graphs, running work
  * on host memory), standin_devices.c, standin_memory.c, standin_streams.c (with modules and
  * launches), standin_graphs.c (capture and graphs), standin_control.c (the control API below).
- * Build:   gcc -shared -fPIC -O1 -pthread tests/standin/*.c -o libcuda_standin.so -lm
+ * Build (every .c file of tests/standin, as .ci/run does):
+ *          gcc -shared -fPIC -O1 -pthread tests/standin/[all .c files] -o libcuda_standin.so -lm
  * Check the signatures against the real header (any mismatch is a compile error):
- *          gcc -fsyntax-only -DSTANDIN_WITH_CUDA_H -I$CUDA/include tests/standin/*.c
+ *          gcc -fsyntax-only -DSTANDIN_WITH_CUDA_H -I$CUDA/include tests/standin/[all .c files]
  * The library deliberately has no SONAME: the CUDA runtime inside the kernel glue dlopens
  * "libcuda.so.1", and a stand-in answering to that name would be handed to it.
  *
