@@ -3,8 +3,8 @@
 
 mod common;
 
-use common::{gemv_reference, gpu, random_f32};
-use graphsafe::driver::{DeviceBuffer, Event, LaunchConfig, MemInfo, Stream};
+use common::{churn, gpu, split_k_problem};
+use graphsafe::driver::{DeviceBuffer, Event, LaunchConfig, MemInfo};
 use graphsafe::graph::{CaptureMode, NodeKind};
 use graphsafe::ops::testing::{SplitKShape, TestKernels};
 use graphsafe::workspace::Workspace;
@@ -12,45 +12,11 @@ use graphsafe::Error;
 
 const SHAPE: SplitKShape = SplitKShape { m: 1000, k: 4096, splits: 16 };
 
-struct Problem {
-    a: DeviceBuffer,
-    x: DeviceBuffer,
-    y: DeviceBuffer,
-    expected: Vec<f32>,
-}
-
-fn problem(stream: &Stream, shape: SplitKShape, seed: u64) -> Problem {
-    let (m, k) = (shape.m as usize, shape.k as usize);
-    let a_host = random_f32(m * k, seed);
-    let x_host = random_f32(k, seed + 1);
-    Problem {
-        a: DeviceBuffer::from_host(stream, &a_host).unwrap(),
-        x: DeviceBuffer::from_host(stream, &x_host).unwrap(),
-        y: DeviceBuffer::alloc_zeroed(stream, m * 4).unwrap(),
-        expected: gemv_reference(&a_host, &x_host, m, k, shape.splits as usize),
-    }
-}
-
-/// Allocates buffers of `sizes` filled with a pattern until the allocator has certainly handed
-/// out the freed blocks again; returns them (keep them alive while replaying).
-fn churn(stream: &Stream, sizes: &[usize], rounds: usize) -> Vec<DeviceBuffer> {
-    let mut held = Vec::new();
-    for _ in 0..rounds {
-        for &s in sizes {
-            let b = DeviceBuffer::alloc(stream.context(), s.next_multiple_of(4)).unwrap();
-            b.memset_u32(0xDEAD_BEEF, stream).unwrap();
-            held.push(b);
-        }
-    }
-    stream.synchronize().unwrap();
-    held
-}
-
 #[test]
 fn eager_split_k_matches_the_host_reference_bit_for_bit() {
     let Some((ctx, stream)) = gpu() else { return };
     let k = TestKernels::load(&ctx).unwrap();
-    let p = problem(&stream, SHAPE, 1);
+    let p = split_k_problem(&stream, SHAPE, 1);
     let mut ws = Workspace::new(&stream, 0).unwrap();
     for _ in 0..3 {
         k.split_k_gemv(&p.a, &p.x, &p.y, SHAPE, &mut ws, &stream).unwrap();
@@ -63,7 +29,7 @@ fn eager_split_k_matches_the_host_reference_bit_for_bit() {
 fn replay_after_grow_and_allocator_churn_is_bit_identical_for_1000_replays() {
     let Some((ctx, mut stream)) = gpu() else { return };
     let k = TestKernels::load(&ctx).unwrap();
-    let p = problem(&stream, SHAPE, 7);
+    let p = split_k_problem(&stream, SHAPE, 7);
     let mut ws = Workspace::new(&stream, SHAPE.workspace_bytes()).unwrap();
     let captured_ptr = ws.device_ptr();
     let captured_cap = ws.capacity() as usize;
@@ -107,7 +73,7 @@ fn replay_after_grow_and_allocator_churn_is_bit_identical_for_1000_replays() {
 fn a_graph_keeps_its_buffers_alive_after_the_user_drops_them() {
     let Some((ctx, mut stream)) = gpu() else { return };
     let k = TestKernels::load(&ctx).unwrap();
-    let p = problem(&stream, SHAPE, 11);
+    let p = split_k_problem(&stream, SHAPE, 11);
     let out = DeviceBuffer::alloc_zeroed(&stream, SHAPE.m as usize * 4).unwrap();
     let mut ws = Workspace::new(&stream, SHAPE.workspace_bytes()).unwrap();
     let exec = {
@@ -141,7 +107,7 @@ fn a_graph_keeps_its_buffers_alive_after_the_user_drops_them() {
 fn retired_buffers_are_released_when_the_last_graph_goes() {
     let Some((ctx, mut stream)) = gpu() else { return };
     let k = TestKernels::load(&ctx).unwrap();
-    let p = problem(&stream, SHAPE, 3);
+    let p = split_k_problem(&stream, SHAPE, 3);
     // Warm up module and context allocations so they do not count.
     let mut warm = Workspace::new(&stream, 1 << 20).unwrap();
     k.split_k_gemv(&p.a, &p.x, &p.y, SHAPE, &mut warm, &stream).unwrap();
@@ -198,7 +164,7 @@ fn new_and_grown_workspaces_read_zero_even_on_dirty_recycled_blocks() {
     }
     // And the kernel that depends on it: first use of a fresh workspace is correct.
     let k = TestKernels::load(&ctx).unwrap();
-    let p = problem(&stream, SHAPE, 5);
+    let p = split_k_problem(&stream, SHAPE, 5);
     let dirty = DeviceBuffer::alloc(&ctx, SHAPE.workspace_bytes().next_multiple_of(256) as usize).unwrap();
     dirty.memset_u8(0x5A, &stream).unwrap();
     drop(dirty);
@@ -212,7 +178,7 @@ fn a_dirty_workspace_really_breaks_the_split_k_kernel() {
     // The zero-fill test above can only fail if dirt matters: show that it does.
     let Some((ctx, stream)) = gpu() else { return };
     let k = TestKernels::load(&ctx).unwrap();
-    let p = problem(&stream, SHAPE, 9);
+    let p = split_k_problem(&stream, SHAPE, 9);
     let mut ws = Workspace::new(&stream, SHAPE.workspace_bytes()).unwrap();
     let raw = DeviceBuffer::alloc(&ctx, ws.capacity() as usize).unwrap();
     raw.memset_u8(0x01, &stream).unwrap(); // counters = 0x01010101
@@ -232,7 +198,7 @@ fn a_dirty_workspace_really_breaks_the_split_k_kernel() {
 fn every_memset_copy_and_launch_in_a_capture_is_a_node_of_the_graph() {
     let Some((ctx, mut stream)) = gpu() else { return };
     let k = TestKernels::load(&ctx).unwrap();
-    let p = problem(&stream, SHAPE, 13);
+    let p = split_k_problem(&stream, SHAPE, 13);
     let copy = DeviceBuffer::alloc_zeroed(&stream, SHAPE.m as usize * 4).unwrap();
     let mut ws = Workspace::new(&stream, SHAPE.workspace_bytes()).unwrap();
     let graph = {
@@ -264,7 +230,7 @@ fn every_memset_copy_and_launch_in_a_capture_is_a_node_of_the_graph() {
 fn too_small_a_captured_workspace_is_an_error_and_launches_nothing() {
     let Some((ctx, mut stream)) = gpu() else { return };
     let k = TestKernels::load(&ctx).unwrap();
-    let p = problem(&stream, SHAPE, 17);
+    let p = split_k_problem(&stream, SHAPE, 17);
     let small = SHAPE.workspace_bytes() / 2;
     let mut ws = Workspace::new(&stream, small).unwrap();
     let graph = {
@@ -306,7 +272,7 @@ fn an_invalidated_capture_is_an_error_and_leaves_the_stream_usable() {
         }
     }
     assert!(!stream.is_capturing().unwrap());
-    let p = problem(&stream, SHAPE, 19);
+    let p = split_k_problem(&stream, SHAPE, 19);
     let mut ws = Workspace::new(&stream, 0).unwrap();
     k.split_k_gemv(&p.a, &p.x, &p.y, SHAPE, &mut ws, &stream).unwrap();
     assert_eq!(p.y.to_host_vec::<f32>(&stream).unwrap(), p.expected);
@@ -322,7 +288,7 @@ fn an_invalidated_capture_is_an_error_and_leaves_the_stream_usable() {
 fn every_capture_mode_records_a_working_graph() {
     let Some((ctx, mut stream)) = gpu() else { return };
     let k = TestKernels::load(&ctx).unwrap();
-    let p = problem(&stream, SHAPE, 23);
+    let p = split_k_problem(&stream, SHAPE, 23);
     let mut ws = Workspace::new(&stream, SHAPE.workspace_bytes()).unwrap();
     for mode in [CaptureMode::Global, CaptureMode::ThreadLocal, CaptureMode::Relaxed] {
         let exec = {

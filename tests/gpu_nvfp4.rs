@@ -134,6 +134,54 @@ fn hopper(ctx: &std::sync::Arc<graphsafe::driver::Context>) -> bool {
     true
 }
 
+/// How [`check_captured_replay`] replays: `count` times, each after filling D with `fill`, after
+/// growing the workspace first when `grow`.
+struct Replays {
+    count: usize,
+    fill: u8,
+    grow: bool,
+}
+
+/// Captures `p`'s GEMM (D = alpha A W^T into `d`, workspace `ws`), whose eager run planned `plan`
+/// and wrote `eager`, and checks the graph: the captured call plans the same; every replay gives
+/// `eager` bit for bit; alpha is read at replay (doubling it doubles every output exactly); a
+/// captured GEMM with too small a workspace is refused, nothing captured.
+#[allow(clippy::too_many_arguments)]
+fn check_captured_replay(stream: &mut Stream, p: &W4a16, alpha: &DeviceBuffer, d: &DeviceBuffer, ws: &mut Workspace, plan: &nvfp4::Nvfp4Plan, eager: &[u16], replays: Replays) {
+    let (m, n, k) = (p.m, p.n, p.k);
+    let exec = {
+        let mut cap = stream.begin_capture(CaptureMode::ThreadLocal).unwrap();
+        let w = cap.bind_workspace(ws).unwrap();
+        let (ca, cal, cd) = (cap.bind_buffer(&p.a).unwrap(), cap.bind_buffer(alpha).unwrap(), cap.bind_buffer(d).unwrap());
+        let cw = p.w.bind(&mut cap).unwrap();
+        let cplan = nvfp4::w4a16_gemm_captured(&Tensor::contiguous(ca, DType::Bf16, &[m, k]), &cw, &cal, &Tensor::contiguous(cd, DType::Bf16, &[m, n]), &w, &cap).unwrap();
+        assert_eq!(&cplan, plan);
+        cap.end().unwrap().instantiate().unwrap()
+    };
+    if replays.grow {
+        ws.ensure_size(ws.capacity() * 2 + (1 << 20), stream).unwrap();
+    }
+    for _ in 0..replays.count {
+        d.memset_u8(replays.fill, stream).unwrap();
+        exec.launch(stream).unwrap();
+        assert_eq!(d.to_host_vec::<u16>(stream).unwrap(), eager);
+    }
+    alpha.copy_from_host(&[2.0f32], stream).unwrap();
+    exec.launch(stream).unwrap();
+    let doubled: Vec<u16> = eager.iter().map(|&b| bf16::from_f32(bf16::from_bits(b).to_f32() * 2.0).to_bits()).collect();
+    assert_eq!(d.to_host_vec::<u16>(stream).unwrap(), doubled);
+    if plan.workspace_bytes > 0 {
+        let mut small = Workspace::new(stream, plan.workspace_bytes - 256).unwrap();
+        let mut cap = stream.begin_capture(CaptureMode::ThreadLocal).unwrap();
+        let w = cap.bind_workspace(&mut small).unwrap();
+        let (ca, cal, cd) = (cap.bind_buffer(&p.a).unwrap(), cap.bind_buffer(alpha).unwrap(), cap.bind_buffer(d).unwrap());
+        let cw = p.w.bind(&mut cap).unwrap();
+        let r = nvfp4::w4a16_gemm_captured(&Tensor::contiguous(ca, DType::Bf16, &[m, k]), &cw, &cal, &Tensor::contiguous(cd, DType::Bf16, &[m, n]), &w, &cap);
+        assert!(matches!(r, Err(graphsafe::Error::WorkspaceTooSmall { .. })), "{r:?}");
+        assert!(cap.end().unwrap().node_kinds().unwrap().is_empty());
+    }
+}
+
 #[test]
 fn w4a16_matches_the_dequantized_reference() {
     let Some((ctx, stream)) = gpu() else { return };
@@ -180,37 +228,8 @@ fn w4a16_captured_replay_equals_eager_and_reads_alpha_at_replay() {
     let mut ws = Workspace::new(&stream, 0).unwrap();
     let plan = nvfp4::w4a16_gemm(&Tensor::contiguous(&p.a, DType::Bf16, &[m, k]), &p.w, &alpha, &Tensor::contiguous(&d, DType::Bf16, &[m, n]), &mut ws, &stream).unwrap();
     let eager = d.to_host_vec::<u16>(&stream).unwrap();
-    let exec = {
-        let mut cap = stream.begin_capture(CaptureMode::ThreadLocal).unwrap();
-        let w = cap.bind_workspace(&mut ws).unwrap();
-        let (ca, cal, cd) = (cap.bind_buffer(&p.a).unwrap(), cap.bind_buffer(&alpha).unwrap(), cap.bind_buffer(&d).unwrap());
-        let cw = p.w.bind(&mut cap).unwrap();
-        let cplan = nvfp4::w4a16_gemm_captured(&Tensor::contiguous(ca, DType::Bf16, &[m, k]), &cw, &cal, &Tensor::contiguous(cd, DType::Bf16, &[m, n]), &w, &cap).unwrap();
-        assert_eq!(cplan, plan);
-        cap.end().unwrap().instantiate().unwrap()
-    };
-    ws.ensure_size(ws.capacity() * 2 + (1 << 20), &stream).unwrap();
-    for _ in 0..10 {
-        d.memset_u8(0, &stream).unwrap();
-        exec.launch(&stream).unwrap();
-        assert_eq!(d.to_host_vec::<u16>(&stream).unwrap(), eager);
-    }
-    // alpha is read at replay: doubling it doubles every output exactly.
-    alpha.copy_from_host(&[2.0f32], &stream).unwrap();
-    exec.launch(&stream).unwrap();
-    let doubled: Vec<u16> = eager.iter().map(|&b| bf16::from_f32(bf16::from_bits(b).to_f32() * 2.0).to_bits()).collect();
-    assert_eq!(d.to_host_vec::<u16>(&stream).unwrap(), doubled);
-    // A captured GEMM with too small a workspace is refused, nothing captured.
-    if plan.workspace_bytes > 0 {
-        let mut small = Workspace::new(&stream, plan.workspace_bytes - 256).unwrap();
-        let mut cap = stream.begin_capture(CaptureMode::ThreadLocal).unwrap();
-        let w = cap.bind_workspace(&mut small).unwrap();
-        let (ca, cal, cd) = (cap.bind_buffer(&p.a).unwrap(), cap.bind_buffer(&alpha).unwrap(), cap.bind_buffer(&d).unwrap());
-        let cw = p.w.bind(&mut cap).unwrap();
-        let r = nvfp4::w4a16_gemm_captured(&Tensor::contiguous(ca, DType::Bf16, &[m, k]), &cw, &cal, &Tensor::contiguous(cd, DType::Bf16, &[m, n]), &w, &cap);
-        assert!(matches!(r, Err(graphsafe::Error::WorkspaceTooSmall { .. })), "{r:?}");
-        assert!(cap.end().unwrap().node_kinds().unwrap().is_empty());
-    }
+    // Growing the workspace after capture retires the captured buffer: the graph keeps it.
+    check_captured_replay(&mut stream, &p, &alpha, &d, &mut ws, &plan, &eager, Replays { count: 10, fill: 0, grow: true });
 }
 
 #[test]
@@ -343,34 +362,7 @@ fn w4a16_stream_k_captured_replay_equals_eager() {
     nvfp4::w4a16_gemm(&Tensor::contiguous(&p.a, DType::Bf16, &[m, k]), &p.w, &alpha, &Tensor::contiguous(&d, DType::Bf16, &[m, n]), &mut ws, &stream).unwrap();
     let eager = d.to_host_vec::<u16>(&stream).unwrap();
     assert!(max_rel_err(&eager, &p.reference, 1.0) <= 1e-2);
-    let exec = {
-        let mut cap = stream.begin_capture(CaptureMode::ThreadLocal).unwrap();
-        let w = cap.bind_workspace(&mut ws).unwrap();
-        let (ca, cal, cd) = (cap.bind_buffer(&p.a).unwrap(), cap.bind_buffer(&alpha).unwrap(), cap.bind_buffer(&d).unwrap());
-        let cw = p.w.bind(&mut cap).unwrap();
-        let cplan = nvfp4::w4a16_gemm_captured(&Tensor::contiguous(ca, DType::Bf16, &[m, k]), &cw, &cal, &Tensor::contiguous(cd, DType::Bf16, &[m, n]), &w, &cap).unwrap();
-        assert_eq!(cplan, plan);
-        cap.end().unwrap().instantiate().unwrap()
-    };
-    for _ in 0..5 {
-        d.memset_u8(0x7F, &stream).unwrap();
-        exec.launch(&stream).unwrap();
-        assert_eq!(d.to_host_vec::<u16>(&stream).unwrap(), eager);
-    }
-    alpha.copy_from_host(&[2.0f32], &stream).unwrap();
-    exec.launch(&stream).unwrap();
-    let doubled: Vec<u16> = eager.iter().map(|&b| bf16::from_f32(bf16::from_bits(b).to_f32() * 2.0).to_bits()).collect();
-    assert_eq!(d.to_host_vec::<u16>(&stream).unwrap(), doubled);
-    if plan.workspace_bytes > 0 {
-        let mut small = Workspace::new(&stream, plan.workspace_bytes - 256).unwrap();
-        let mut cap = stream.begin_capture(CaptureMode::ThreadLocal).unwrap();
-        let w = cap.bind_workspace(&mut small).unwrap();
-        let (ca, cal, cd) = (cap.bind_buffer(&p.a).unwrap(), cap.bind_buffer(&alpha).unwrap(), cap.bind_buffer(&d).unwrap());
-        let cw = p.w.bind(&mut cap).unwrap();
-        let r = nvfp4::w4a16_gemm_captured(&Tensor::contiguous(ca, DType::Bf16, &[m, k]), &cw, &cal, &Tensor::contiguous(cd, DType::Bf16, &[m, n]), &w, &cap);
-        assert!(matches!(r, Err(graphsafe::Error::WorkspaceTooSmall { .. })), "{r:?}");
-        assert!(cap.end().unwrap().node_kinds().unwrap().is_empty());
-    }
+    check_captured_replay(&mut stream, &p, &alpha, &d, &mut ws, &plan, &eager, Replays { count: 5, fill: 0x7F, grow: false });
 }
 
 /// Programmatic dependent launch: a GEMM whose activations were written by the kernel just before

@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{gemv_reference, gpu, random_f32};
+use common::{gpu, split_k_problem, SplitKProblem};
 use graphsafe::driver::{DeviceBuffer, DevicePtr};
 use graphsafe::graph::CaptureMode;
 use graphsafe::ops::testing::{SplitKShape, TestKernels};
@@ -16,13 +16,7 @@ const SHAPE: SplitKShape = SplitKShape { m: 1000, k: 4096, splits: 16 };
 fn replaying_a_graph_whose_workspace_was_freed_is_detected() {
     let Some((ctx, mut stream)) = gpu() else { return };
     let k = TestKernels::load(&ctx).unwrap();
-    let (m, kk) = (SHAPE.m as usize, SHAPE.k as usize);
-    let a_host = random_f32(m * kk, 31);
-    let x_host = random_f32(kk, 32);
-    let expected = gemv_reference(&a_host, &x_host, m, kk, SHAPE.splits as usize);
-    let a = DeviceBuffer::from_host(&stream, &a_host).unwrap();
-    let x = DeviceBuffer::from_host(&stream, &x_host).unwrap();
-    let y = DeviceBuffer::alloc_zeroed(&stream, m * 4).unwrap();
+    let SplitKProblem { a, x, y, expected } = split_k_problem(&stream, SHAPE, 31);
     let ws_bytes = SHAPE.workspace_bytes().next_multiple_of(256) as usize;
     let ws = DeviceBuffer::alloc_zeroed(&stream, ws_bytes).unwrap();
     let ws_ptr: DevicePtr = ws.device_ptr();

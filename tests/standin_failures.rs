@@ -13,7 +13,7 @@
 mod common;
 mod standin;
 
-use common::{gemv_reference, random_f32};
+use common::{churn, split_k_problem, SplitKProblem};
 use graphsafe::driver::{Context, DeviceBuffer, Stream};
 use graphsafe::graph::{CaptureMode, NodeKind};
 use graphsafe::ops::testing::{SplitKShape, TestKernels};
@@ -27,13 +27,6 @@ use std::sync::Arc;
 /// blocks and splits so the counters and the reduction order matter.
 const SHAPE: SplitKShape = SplitKShape { m: 300, k: 640, splits: 8 };
 
-struct Problem {
-    a: DeviceBuffer,
-    x: DeviceBuffer,
-    y: DeviceBuffer,
-    expected: Vec<f32>,
-}
-
 fn setup() -> (Arc<Context>, Stream, TestKernels) {
     let ctx = Context::new(0).expect("the stand-in's device 0");
     let stream = Stream::new(&ctx).unwrap();
@@ -41,16 +34,8 @@ fn setup() -> (Arc<Context>, Stream, TestKernels) {
     (ctx, stream, k)
 }
 
-fn problem(stream: &Stream, seed: u64) -> Problem {
-    let (m, k) = (SHAPE.m as usize, SHAPE.k as usize);
-    let a_host = random_f32(m * k, seed);
-    let x_host = random_f32(k, seed + 1);
-    Problem {
-        a: DeviceBuffer::from_host(stream, &a_host).unwrap(),
-        x: DeviceBuffer::from_host(stream, &x_host).unwrap(),
-        y: DeviceBuffer::alloc_zeroed(stream, m * 4).unwrap(),
-        expected: gemv_reference(&a_host, &x_host, m, k, SHAPE.splits as usize),
-    }
+fn problem(stream: &Stream, seed: u64) -> SplitKProblem {
+    split_k_problem(stream, SHAPE, seed)
 }
 
 fn driver_code(e: &Error) -> Option<u32> {
@@ -230,21 +215,6 @@ fn an_allocation_inside_a_thread_local_capture_invalidates_it_and_the_stream_rec
     k.split_k_gemv(&p.a, &p.x, &p.y, SHAPE, &mut ws, &stream).unwrap();
     assert_eq!(p.y.to_host_vec::<f32>(&stream).unwrap(), p.expected);
     assert_eq!(s.violations(), 0, "{}", s.last_violation());
-}
-
-/// Allocates buffers of the freed sizes and dirties them, so that a graph still pointing at a
-/// freed block would read someone else's bytes (or, on the stand-in, touch unallocated memory).
-fn churn(stream: &Stream, sizes: &[usize], rounds: usize) -> Vec<DeviceBuffer> {
-    let mut held = Vec::new();
-    for _ in 0..rounds {
-        for &n in sizes {
-            let b = DeviceBuffer::alloc(stream.context(), n.next_multiple_of(4)).unwrap();
-            b.memset_u32(0xDEAD_BEEF, stream).unwrap();
-            held.push(b);
-        }
-    }
-    stream.synchronize().unwrap();
-    held
 }
 
 #[test]

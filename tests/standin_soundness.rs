@@ -2,81 +2,68 @@
 //! the same refusals as on a GPU, and the stand-in's own check that no memset, copy, kernel or
 //! replay touched memory outside a live allocation.
 
+mod common;
 mod soundness;
 mod standin;
 
 use graphsafe::driver::{Context, Stream};
 use standin::exclusive;
-
-fn setup() -> (std::sync::Arc<Context>, Stream) {
-    let ctx = Context::new(0).expect("the stand-in's device 0");
-    let stream = Stream::new(&ctx).unwrap();
-    (ctx, stream)
-}
+use std::sync::Arc;
 
 #[track_caller]
 fn no_violations(s: &standin::Standin) {
     assert_eq!(s.violations(), 0, "the stand-in saw a memory-safety violation: {}", s.last_violation());
 }
 
+/// Runs a scenario on a stream of the stand-in's device 0, holding the stand-in for the test, and
+/// checks that the stand-in saw no memory-safety violation meanwhile.
+fn on_standin(scenario: impl FnOnce(&Arc<Context>, &mut Stream)) {
+    let (_g, s) = exclusive();
+    let ctx = Context::new(0).expect("the stand-in's device 0");
+    let mut stream = Stream::new(&ctx).unwrap();
+    scenario(&ctx, &mut stream);
+    no_violations(s);
+}
+
 #[test]
 fn views_of_another_capture_are_refused_and_graph_b_touches_nothing_in_1000_replays() {
-    let (_g, s) = exclusive();
-    let (ctx, mut stream) = setup();
-    soundness::views_of_another_capture_are_refused(&ctx, &mut stream);
-    no_violations(s);
+    on_standin(soundness::views_of_another_capture_are_refused);
 }
 
 #[test]
 fn views_of_an_abandoned_capture_are_refused() {
-    let (_g, s) = exclusive();
-    let (ctx, mut stream) = setup();
-    soundness::views_of_an_abandoned_capture_are_refused(&ctx, &mut stream);
-    no_violations(s);
+    on_standin(soundness::views_of_an_abandoned_capture_are_refused);
 }
 
 #[test]
 fn a_leaked_capture_makes_eager_apis_refuse_the_stream() {
-    let (_g, s) = exclusive();
-    let (ctx, mut stream) = setup();
-    soundness::a_leaked_capture_makes_eager_apis_refuse_the_stream(&ctx, &mut stream);
-    no_violations(s);
+    on_standin(soundness::a_leaked_capture_makes_eager_apis_refuse_the_stream);
 }
 
 #[test]
 fn calls_restore_the_callers_current_context() {
-    let (_g, s) = exclusive();
-    let (ctx, _stream) = setup();
-    soundness::calls_restore_the_callers_current_context(&ctx, std::ptr::null_mut());
-    let other = Context::new(1).unwrap();
-    soundness::calls_restore_the_callers_current_context(&ctx, other.raw());
-    no_violations(s);
+    on_standin(|ctx, _stream| {
+        soundness::calls_restore_the_callers_current_context(ctx, std::ptr::null_mut());
+        let other = Context::new(1).unwrap();
+        soundness::calls_restore_the_callers_current_context(ctx, other.raw());
+    });
 }
 
 #[test]
 fn a_failed_growth_leaves_the_workspace_and_its_graphs_intact() {
-    let (_g, s) = exclusive();
-    let (ctx, mut stream) = setup();
     // More than the stand-in's device memory.
-    soundness::a_failed_growth_leaves_the_workspace_and_its_graphs_intact(&ctx, &mut stream, 1 << 50);
-    no_violations(s);
+    on_standin(|ctx, stream| soundness::a_failed_growth_leaves_the_workspace_and_its_graphs_intact(ctx, stream, 1 << 50));
 }
 
 #[test]
 fn a_graph_holds_each_baked_in_allocation_once() {
-    let (_g, s) = exclusive();
-    let (ctx, mut stream) = setup();
-    soundness::a_graph_holds_each_baked_in_allocation_once(&ctx, &mut stream);
-    no_violations(s);
+    on_standin(soundness::a_graph_holds_each_baked_in_allocation_once);
 }
 
 #[test]
 fn a_graph_keeps_its_kernels_module_loaded() {
-    let (_g, s) = exclusive();
-    let (ctx, mut stream) = setup();
-    soundness::a_graph_keeps_its_kernels_module_loaded(&ctx, &mut stream);
     // The stand-in counts a replayed kernel of an unloaded module as a violation.
-    no_violations(s);
+    on_standin(soundness::a_graph_keeps_its_kernels_module_loaded);
 }
 
 #[test]

@@ -2,7 +2,8 @@
 //! missing driver or GPU fails instead.
 #![allow(dead_code)]
 
-use graphsafe::driver::{Context, DevicePtr, Stream};
+use graphsafe::driver::{Context, DeviceBuffer, DevicePtr, Stream};
+use graphsafe::ops::testing::SplitKShape;
 use graphsafe::ops::tensor::DeviceMemory;
 use graphsafe::sys::cuda as c;
 use std::sync::Arc;
@@ -56,6 +57,44 @@ pub fn gemv_reference(a: &[f32], x: &[f32], m: usize, k: usize, splits: usize) -
             sum
         })
         .collect()
+}
+
+/// A split-K GEMV problem on the device: `a` (m x k) and `x` random, `y` zeroed, and `expected`,
+/// the host reference of `y` in the kernel's order.
+pub struct SplitKProblem {
+    pub a: DeviceBuffer,
+    pub x: DeviceBuffer,
+    pub y: DeviceBuffer,
+    pub expected: Vec<f32>,
+}
+
+/// `shape`'s problem from `seed` (`a` from `seed`, `x` from `seed + 1`).
+pub fn split_k_problem(stream: &Stream, shape: SplitKShape, seed: u64) -> SplitKProblem {
+    let (m, k) = (shape.m as usize, shape.k as usize);
+    let a_host = random_f32(m * k, seed);
+    let x_host = random_f32(k, seed + 1);
+    SplitKProblem {
+        a: DeviceBuffer::from_host(stream, &a_host).unwrap(),
+        x: DeviceBuffer::from_host(stream, &x_host).unwrap(),
+        y: DeviceBuffer::alloc_zeroed(stream, m * 4).unwrap(),
+        expected: gemv_reference(&a_host, &x_host, m, k, shape.splits as usize),
+    }
+}
+
+/// Allocates `rounds` buffers of each of `sizes` and dirties them, so that the allocator has
+/// certainly handed out freed blocks again: a graph still pointing at one would read someone
+/// else's bytes (or, on the stand-in, touch unallocated memory). Keep them alive while replaying.
+pub fn churn(stream: &Stream, sizes: &[usize], rounds: usize) -> Vec<DeviceBuffer> {
+    let mut held = Vec::new();
+    for _ in 0..rounds {
+        for &n in sizes {
+            let b = DeviceBuffer::alloc(stream.context(), n.next_multiple_of(4)).unwrap();
+            b.memset_u32(0xDEAD_BEEF, stream).unwrap();
+            held.push(b);
+        }
+    }
+    stream.synchronize().unwrap();
+    held
 }
 
 /// A stand-in for device memory in CPU validation tests: an address, a size and a context tag.

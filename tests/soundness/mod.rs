@@ -1,9 +1,11 @@
 //! Misuse that safe Rust can still write, and what graphsafe does about it: each scenario must be
 //! refused at run time, capturing and launching nothing (what the type system rejects lives in
 //! tests/compile_fail). The bodies take any device: tests/gpu_soundness.rs runs them on a GPU,
-//! tests/standin_soundness.rs on the stand-in driver of tests/standin on the CPU.
+//! tests/standin_soundness.rs on the stand-in driver of tests/standin on the CPU. Both declare
+//! `mod common;` (tests/common) for the split-K problem this module uses.
 #![allow(dead_code)]
 
+use crate::common::{churn, split_k_problem, SplitKProblem};
 use graphsafe::driver::{Context, DeviceBuffer, Stream};
 use graphsafe::graph::{CaptureMode, NodeKind};
 use graphsafe::ops::testing::{SplitKShape, TestKernels};
@@ -14,64 +16,9 @@ use std::sync::Arc;
 
 pub const SHAPE: SplitKShape = SplitKShape { m: 256, k: 1024, splits: 8 };
 
-pub struct Problem {
-    pub a: DeviceBuffer,
-    pub x: DeviceBuffer,
-    pub y: DeviceBuffer,
-    pub expected: Vec<f32>,
-}
-
-fn random_f32(n: usize, seed: u64) -> Vec<f32> {
-    let mut s = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-    (0..n)
-        .map(|_| {
-            s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-            ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
-        })
-        .collect()
-}
-
-/// `A·x` in the kernel's order (per split, then splits in order).
-fn gemv_reference(a: &[f32], x: &[f32], m: usize, k: usize, splits: usize) -> Vec<f32> {
-    let chunk = k.div_ceil(splits);
-    (0..m)
-        .map(|r| {
-            let mut sum = 0f32;
-            for s in 0..splits {
-                let mut acc = 0f32;
-                for i in (s * chunk)..((s + 1) * chunk).min(k) {
-                    acc = a[r * k + i].mul_add(x[i], acc);
-                }
-                sum += acc;
-            }
-            sum
-        })
-        .collect()
-}
-
-pub fn problem(stream: &Stream, seed: u64) -> Problem {
-    let (m, k) = (SHAPE.m as usize, SHAPE.k as usize);
-    let a = random_f32(m * k, seed);
-    let x = random_f32(k, seed + 1);
-    Problem {
-        a: DeviceBuffer::from_host(stream, &a).unwrap(),
-        x: DeviceBuffer::from_host(stream, &x).unwrap(),
-        y: DeviceBuffer::alloc_zeroed(stream, m * 4).unwrap(),
-        expected: gemv_reference(&a, &x, m, k, SHAPE.splits as usize),
-    }
-}
-
-fn churn(stream: &Stream, sizes: &[usize], rounds: usize) -> Vec<DeviceBuffer> {
-    let mut held = Vec::new();
-    for _ in 0..rounds {
-        for &s in sizes {
-            let b = DeviceBuffer::alloc(stream.context(), s.next_multiple_of(4)).unwrap();
-            b.memset_u32(0xDEAD_BEEF, stream).unwrap();
-            held.push(b);
-        }
-    }
-    stream.synchronize().unwrap();
-    held
+/// The scenarios' split-K problem: SHAPE's, from `seed`.
+pub fn problem(stream: &Stream, seed: u64) -> SplitKProblem {
+    split_k_problem(stream, SHAPE, seed)
 }
 
 fn expect_invalid<T: std::fmt::Debug>(r: graphsafe::Result<T>, mentions: &str) {

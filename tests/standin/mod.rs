@@ -1,7 +1,7 @@
-//! The stand-in CUDA driver (`tests/standin/cuda_standin.c`) for CPU tests, shared by the test
-//! files that use it (`mod standin;`).
+//! The stand-in CUDA driver (`tests/standin/cuda_standin.c` and the other C files beside it) for
+//! CPU tests, shared by the test files that use it (`mod standin;`).
 //!
-//! [`standin()`] compiles the C file with gcc once per test binary, points
+//! [`standin()`] compiles the C files with gcc once per test binary, points
 //! `GRAPHSAFE_CUDA_DRIVER` at the library before graphsafe opens a driver, and wraps the library's
 //! control API (fail/delay knobs, violation and allocation counters). graphsafe and this harness
 //! open the same path, so they share one copy of the stand-in's state.
@@ -17,9 +17,20 @@ use std::ffi::{c_char, c_int, c_long, CString};
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard, OnceLock};
 
-/// The C source, embedded at build time: the tests may run from a copy of the built executables
-/// on another machine, where the source tree is not.
-const SOURCE: &str = include_str!("cuda_standin.c");
+/// The C sources (name, text), embedded at build time: the tests may run from a copy of the built
+/// executables on another machine, where the source tree is not. Every `.c` here is compiled into
+/// the one library (as `.ci/run` does with `tests/standin/*.c`).
+const SOURCES: &[(&str, &str)] = &[
+    ("standin.h", include_str!("standin.h")),
+    ("cuda_standin.c", include_str!("cuda_standin.c")),
+    ("standin_state.c", include_str!("standin_state.c")),
+    ("standin_exec.c", include_str!("standin_exec.c")),
+    ("standin_devices.c", include_str!("standin_devices.c")),
+    ("standin_memory.c", include_str!("standin_memory.c")),
+    ("standin_streams.c", include_str!("standin_streams.c")),
+    ("standin_graphs.c", include_str!("standin_graphs.c")),
+    ("standin_control.c", include_str!("standin_control.c")),
+];
 
 /// Devices the stand-in shows: two, so tests can use "another device".
 pub const DEVICES: usize = 2;
@@ -152,27 +163,39 @@ fn build_dir() -> PathBuf {
 fn compile() -> PathBuf {
     use std::hash::{Hash, Hasher};
     let mut h = std::collections::hash_map::DefaultHasher::new();
-    SOURCE.hash(&mut h);
+    SOURCES.hash(&mut h);
     let tag = format!("{:016x}", h.finish());
     let dir = build_dir().join("standin");
     std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("creating {}: {e}", dir.display()));
-    let src = dir.join(format!("cuda_standin-{tag}.c"));
     let so = dir.join(format!("libcuda_standin-{tag}.so"));
     // Per process, then renamed: test binaries may build it at the same time.
     let pid = std::process::id();
-    let tmp_src = dir.join(format!(".cuda_standin-{tag}.{pid}.c"));
+    let tmp_src = dir.join(format!(".cuda_standin-{tag}.{pid}"));
     let tmp_so = dir.join(format!(".libcuda_standin-{tag}.{pid}.so"));
-    std::fs::write(&tmp_src, SOURCE).unwrap_or_else(|e| panic!("writing {}: {e}", tmp_src.display()));
+    std::fs::create_dir_all(&tmp_src).unwrap_or_else(|e| panic!("creating {}: {e}", tmp_src.display()));
+    let mut units = Vec::new();
+    for (name, text) in SOURCES {
+        let path = tmp_src.join(name);
+        std::fs::write(&path, text).unwrap_or_else(|e| panic!("writing {}: {e}", path.display()));
+        if name.ends_with(".c") {
+            units.push(path);
+        }
+    }
     let out = std::process::Command::new("gcc")
         .args(["-shared", "-fPIC", "-O1", "-pthread", "-Wall", "-o"])
         .arg(&tmp_so)
-        .arg(&tmp_src)
+        .args(&units)
         .arg("-lm")
         .output()
         .unwrap_or_else(|e| panic!("the stand-in driver needs gcc, which could not be run: {e}"));
     assert!(out.status.success(), "gcc failed on the stand-in driver:\n{}", String::from_utf8_lossy(&out.stderr));
-    std::fs::rename(&tmp_src, &src).expect("renaming the stand-in source");
     std::fs::rename(&tmp_so, &so).expect("renaming the stand-in library");
+    // The sources stay beside the library they built (for a debugger); another process may have
+    // put them there first, with the same content.
+    let src = dir.join(format!("cuda_standin-{tag}"));
+    if std::fs::rename(&tmp_src, &src).is_err() {
+        let _ = std::fs::remove_dir_all(&tmp_src);
+    }
     so
 }
 

@@ -1,5 +1,7 @@
-// Device primitives of the sm90 MLA decode: mbarriers, TMA tile loads, wgmma fences and shared
-// memory descriptors, named barriers. Hand-written PTX; sm_90a only.
+// Shapes, parameters and device helpers of the sm90 MLA decode: the math-thread barrier, wgmma
+// shared-memory descriptors, exp2 and packing. The Hopper PTX wrappers it shares with the W4A16
+// GEMM (mbarriers, TMA, wgmma fences, named barriers, setmaxnreg) are in common/sm90.cuh.
+// Hand-written PTX; sm_90a only.
 #pragma once
 
 #include <cuda.h>  // CUtensorMap (a type only: the driver is reached through the runtime's entry points)
@@ -10,11 +12,7 @@
 
 namespace graphsafe::mla_sm90 {
 
-using graphsafe::sm90::mbar_arrive;
-using graphsafe::sm90::mbar_arrive_expect_tx;
-using graphsafe::sm90::mbar_init;
-using graphsafe::sm90::mbar_wait;
-using graphsafe::sm90::smem_u32;
+using namespace graphsafe::sm90;
 
 // ---- shapes -------------------------------------------------------------------------------------
 constexpr int kTileS = 64;                          // KV tokens per tile (GS_MLA_SM90_TILE_S)
@@ -56,16 +54,6 @@ struct Params {
 
 // ---- shared memory, barriers ------------------------------------------------------------------
 
-// The dynamic shared memory base rounded up to 1024 bytes (the 128-byte swizzle repeats every 1 KiB,
-// and both TMA and wgmma compute it from the shared-window address).
-__device__ __forceinline__ uint8_t* smem_base_1k(uint8_t* raw) {
-  const uint32_t a = smem_u32(raw);
-  return raw + ((1024u - (a & 1023u)) & 1023u);
-}
-
-__device__ __forceinline__ void fence_barrier_init() {
-  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-}
 // A barrier among the math threads through an mbarrier of `count` arrivals (phase tracked by the
 // caller). Used instead of a named barrier for the CTA-wide math syncs: the producer warpgroup has
 // exited by then, and compute-sanitizer's racecheck models mbarriers exactly.
@@ -74,38 +62,8 @@ __device__ __forceinline__ void mbar_sync(uint32_t bar, uint32_t& phase) {
   mbar_wait(bar, phase);
   phase ^= 1u;
 }
-// Generic-proxy shared-memory writes -> later reads by the async proxy (wgmma, TMA).
-__device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
-__device__ __forceinline__ void named_bar_sync(uint32_t id, uint32_t threads) {
-  asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
-}
-
-// Register reallocation between warpgroups (needs the __launch_bounds__(kThreads, 1) cap).
-template <int R>
-__device__ __forceinline__ void regs_increase() { asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(R)); }
-template <int R>
-__device__ __forceinline__ void regs_decrease() { asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(R)); }
-
-// 2-D TMA tile load (box and swizzle come from the tensor map), completing on `bar`.
-__device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap* map, int32_t x, int32_t y, uint32_t bar) {
-  asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];" ::"r"(
-          dst),
-      "l"(reinterpret_cast<uint64_t>(map)), "r"(x), "r"(y), "r"(bar)
-      : "memory");
-}
 
 // ---- wgmma --------------------------------------------------------------------------------------
-__device__ __forceinline__ void wg_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
-__device__ __forceinline__ void wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
-__device__ __forceinline__ void wg_wait_all() { asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory"); }
-// Keeps the compiler from touching accumulator registers across an asynchronous wgmma.
-template <int R>
-__device__ __forceinline__ void reg_fence(float (&r)[R]) {
-#pragma unroll
-  for (int i = 0; i < R; ++i) asm volatile("" : "+f"(r[i])::"memory");
-}
-
 // Shared-memory matrix descriptor, 128-byte swizzle. Offsets in bytes; the start address field is
 // 14 bits of 16-byte units (all of shared memory), so a byte offset >> 4 can be added to the result.
 //   K-major operand:  rows of 128 B (64 elements), 8-row groups `sbo` = 1024 B apart (lbo unused: 16).

@@ -1,0 +1,167 @@
+// The parts of the sm90 MLA split kernels that both kernels (kernel_m64.cuh, kernel_n.cuh) use: a
+// split's tile range, staging Q, the TMA producer, the warp-specialised prologue, and writing a
+// split's rows (or an empty split). The shared-memory layout is described in kernels.cuh.
+#pragma once
+
+#include "mla/sm90/primitives.cuh"
+
+namespace graphsafe::mla_sm90 {
+
+// Tiles [tile0, tile0 + n) of request b for this split (n may be 0: the split is empty).
+struct SplitRange {
+  int seq;
+  int tile0;
+  int n;
+};
+__device__ __forceinline__ SplitRange split_range(const Params& p, int b, int split) {
+  int seq = p.seq_lens[b];
+  seq = max(0, min(seq, p.max_seq_len));
+  const int tiles = (seq + kTileS - 1) / kTileS;
+  const int per = (tiles + p.num_splits - 1) / p.num_splits;
+  const int t0 = split * per;
+  return SplitRange{seq, t0, max(0, min(tiles, t0 + per) - t0)};
+}
+
+// Q rows [head0, head0 + valid) of request b into `sq` (ROWS rows, swizzled K-major blocks of
+// ROWS x 128 B); rows past `valid` are zero.
+template <int ROWS>
+__device__ __forceinline__ void load_q(uint8_t* sq, const Params& p, int b, int head0, int valid, int t, int nt) {
+  for (int idx = t; idx < ROWS * 72; idx += nt) {
+    const int r = idx / 72, c = idx - r * 72;
+    uint4 v = make_uint4(0u, 0u, 0u, 0u);
+    if (r < valid) {
+      const int h = head0 + r;
+      const uint16_t* src = c < 64 ? p.q_nope + b * p.q_nope_sb + h * p.q_nope_sh + c * 8
+                                   : p.q_pe + b * p.q_pe_sb + h * p.q_pe_sh + (c - 64) * 8;
+      if (p.q_vec) {
+        v = __ldg(reinterpret_cast<const uint4*>(src));
+      } else {
+        uint16_t e[8];
+#pragma unroll
+        for (int k = 0; k < 8; ++k) e[k] = __ldg(src + k);
+        v = make_uint4(e[0] | (uint32_t(e[1]) << 16), e[2] | (uint32_t(e[3]) << 16), e[4] | (uint32_t(e[5]) << 16),
+                       e[6] | (uint32_t(e[7]) << 16));
+      }
+    }
+    *reinterpret_cast<uint4*>(sq + (c >> 3) * (ROWS * 128) + r * 128 + (((c & 7) ^ (r & 7)) << 4)) = v;
+  }
+}
+
+// Zeroes V rows [valid, 64) of a tile (blocks 0..7): those tokens lie past seq_len, their bytes
+// are whatever the cache holds (maybe NaN), and P = 0 times NaN would still be NaN.
+__device__ __forceinline__ void zero_tail_rows(uint8_t* stage, int valid, int t, int nt) {
+  const int count = (kTileS - valid) * 64;  // rows x 8 blocks x 8 chunks
+  for (int idx = t; idx < count; idx += nt) {
+    const int r = valid + (idx >> 6), blk = (idx >> 3) & 7, ch = idx & 7;
+    *reinterpret_cast<uint4*>(stage + blk * kBlockBytes + r * 128 + ch * 16) = make_uint4(0u, 0u, 0u, 0u);
+  }
+}
+
+// The producer: one thread streams the split's tiles into two stages with TMA.
+// full[s] completes when a tile has landed; empty[s] when the consumers are done with it.
+__device__ __forceinline__ void produce_tiles(const CUtensorMap* map, const Params& p, int b, const SplitRange& sr,
+                                              uint32_t stages, uint32_t full0, uint32_t empty0) {
+  const int64_t pt_row = int64_t(b) * p.page_table_stride;
+  for (int i = 0; i < sr.n; ++i) {
+    const int s = i & 1;
+    const int tok = (sr.tile0 + i) * kTileS;
+    // Issued before the wait below. A page index out of range is clamped into the cache, the rule
+    // the sm100 path's sanitize pre-pass applies too (graphsafe_kernels/mla.h, "Device data").
+    const int page = min(max(__ldg(p.page_table + pt_row + tok / p.page_size), 0), p.num_pages - 1);
+    const int row = page * p.page_size + tok % p.page_size;
+    if (i >= 2) mbar_wait(empty0 + 8 * s, ((i >> 1) - 1) & 1);
+    mbar_arrive_expect_tx(full0 + 8 * s, kStageBytes);
+    const uint32_t dst = stages + s * kStageBytes;
+#pragma unroll
+    for (int c = 0; c < kBlocks; ++c) tma_load_2d(dst + c * kBlockBytes, map, c * 64, row, full0 + 8 * s);
+  }
+}
+
+// The warp-specialised prologue both split kernels share. Thread 0 initialises the barriers, 8
+// bytes each from `bars`: kPairs two-stage pairs with the given arrival counts (full[2] first,
+// one arrival: the producer's expect_tx; empty[2] next), then the math barrier (kMathThreads).
+// Then the producer warpgroup gives its registers to the math warpgroups, one of its threads
+// streams the split's tiles, and it returns false (the kernel returns: exited threads do not hold
+// up the math barrier). The math threads take the registers and return true.
+template <int kPairs>
+__device__ __forceinline__ bool enter_roles(const CUtensorMap* map, const Params& p, int b, const SplitRange& sr, int tid,
+                                            uint32_t bars, const uint32_t (&pair_counts)[kPairs], uint32_t skv_a) {
+  const uint32_t full0 = bars, empty0 = bars + 16, math_bar = bars + 16 * kPairs;
+  if (tid == 0) {
+#pragma unroll
+    for (int i = 0; i < kPairs; ++i) {
+      mbar_init(bars + 16 * i, pair_counts[i]);
+      mbar_init(bars + 16 * i + 8, pair_counts[i]);
+    }
+    mbar_init(math_bar, kMathThreads);
+    fence_barrier_init();
+  }
+  __syncthreads();
+
+  if (tid >= kMathThreads) {
+    regs_decrease<kProducerRegs>();
+    if (tid == kMathThreads) produce_tiles(map, p, b, sr, skv_a, full0, empty0);
+    return false;
+  }
+  regs_increase<kMathRegs>();
+  return true;
+}
+
+// Writes `rows` finished rows (fp32 in shared memory, row stride `stride` floats) to out (splits == 1,
+// normalised, in the output dtype) or to the fp32 partial-O workspace; and their LSE.
+template <bool F16>
+__device__ __forceinline__ void store_rows(const float* so, int stride, int rows, int head0, const float* slse,
+                                           const Params& p, int b, int split, int t, int nt) {
+  const int H = p.num_heads;
+  for (int idx = t; idx < rows * 64; idx += nt) {
+    const int r = idx >> 6, c8 = idx & 63;
+    const float4 x = *reinterpret_cast<const float4*>(so + r * stride + c8 * 8);
+    const float4 y = *reinterpret_cast<const float4*>(so + r * stride + c8 * 8 + 4);
+    const int h = head0 + r;
+    if (p.num_splits == 1) {
+      uint16_t* dst = p.out + b * p.out_sb + h * p.out_sh + c8 * 8;
+      const uint4 v = make_uint4(pack2<F16>(x.x, x.y), pack2<F16>(x.z, x.w), pack2<F16>(y.x, y.y), pack2<F16>(y.z, y.w));
+      if (p.out_vec) {
+        *reinterpret_cast<uint4*>(dst) = v;
+      } else {
+        const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+          dst[2 * k] = uint16_t(w[k] & 0xFFFFu);
+          dst[2 * k + 1] = uint16_t(w[k] >> 16);
+        }
+      }
+    } else {
+      float* dst = p.ws_o + ((int64_t(b) * p.num_splits + split) * H + h) * kNope + c8 * 8;
+      reinterpret_cast<float4*>(dst)[0] = x;
+      reinterpret_cast<float4*>(dst)[1] = y;
+    }
+  }
+  for (int r = t; r < rows; r += nt) {
+    const int h = head0 + r;
+    if (p.num_splits == 1) {
+      if (p.lse != nullptr) p.lse[int64_t(b) * H + h] = slse[r];
+    } else {
+      p.ws_lse[(int64_t(b) * p.num_splits + split) * H + h] = slse[r];
+    }
+  }
+}
+
+// An empty split (or seq_len 0): one split writes zeros and LSE = -inf; a partial writes only
+// LSE = -inf, which tells the combine kernel to skip (never read) its partial O.
+template <bool F16>
+__device__ __forceinline__ void write_empty(const Params& p, int b, int split, int head0, int rows, int t, int nt) {
+  const int H = p.num_heads;
+  if (p.num_splits == 1) {
+    for (int idx = t; idx < rows * kNope; idx += nt) {
+      const int r = idx / kNope, d = idx - r * kNope;
+      p.out[b * p.out_sb + (head0 + r) * p.out_sh + d] = 0;
+    }
+    if (p.lse != nullptr)
+      for (int r = t; r < rows; r += nt) p.lse[int64_t(b) * H + head0 + r] = -INFINITY;
+  } else {
+    for (int r = t; r < rows; r += nt) p.ws_lse[(int64_t(b) * p.num_splits + split) * H + head0 + r] = -INFINITY;
+  }
+}
+
+}  // namespace graphsafe::mla_sm90

@@ -1,0 +1,373 @@
+// The W4A16 GEMM kernel (tile grid with cluster split-K, or stream-K) and the stream-K fixup kernel;
+// see w4a16.cu's design notes, w4a16_plan.cuh for the schedules. Included by w4a16.cu only.
+#pragma once
+
+#include <cuda.h>  // CUtensorMap (type only)
+#include <cuda_bf16.h>
+#include <cstdint>
+#include "common/sm90.cuh"
+#include "nvfp4/sm90/w4a16_dequant.cuh"
+#include "nvfp4/sm90/w4a16_plan.cuh"
+#include "nvfp4/sm90/wgmma_rs.cuh"
+
+namespace graphsafe::nvfp4_sm90 {
+namespace {  // this file is part of w4a16.cu's translation unit only
+
+using namespace graphsafe::sm90;
+
+constexpr int kConsumers = 256;  // two consumer warpgroups
+// + a producer: one warp (288 threads), or a whole warpgroup where setmaxnreg moves registers to
+// the consumers (the BM = 256 configuration: 384 threads).
+constexpr int threads_for(int bm) { return bm == 256 ? 384 : 288; }
+constexpr int kRegsConsumer = 232;  // setmaxnreg for the BM = 256 configuration
+constexpr int kRegsProducer = 40;
+
+struct Params {
+  const uint8_t* chunks;  // prepared + kHeaderBytes
+  const float* factor;    // prepared header: 2^19 / global_scale
+  const float* alpha;
+  uint16_t* d;
+  int64_t ld_d;
+  int m, n;
+  int kblocks, kb_per_split, splits;
+  int64_t units, ctas;  // stream-K
+  float4* slots;        // stream-K: the workspace's partial tiles
+  uint32_t k16, k2_29;  // always 16 and 2^29 (see mad_lo)
+};
+
+template <int BM, int STAGES>
+struct Smem {
+  static constexpr int kA = BM * 128;  // one activation stage (BM rows x 64 bf16)
+  static constexpr int kAOff = 0;
+  static constexpr int kWOff = STAGES * kA;
+  static constexpr int kBarOff = kWOff + STAGES * kChunkBytes;
+  static constexpr int kBytes = 1024 /* alignment slack */ + kBarOff + 2 * STAGES * 8;
+  // The split-K reduction stages each consumer thread's accumulators here once the pipeline is
+  // drained: [BM / 8][256 threads] float4, over the (then idle) stage buffers.
+  static constexpr int kReduceBytes = BM * 512;
+  static_assert(BM == 256 || kReduceBytes <= kBarOff, "the split-K staging must fit in the stage buffers");
+};
+
+// One output quad of a consumer thread ct (0..255): acc[4g .. 4g+3] -> D rows m0, m0 + 1 and columns
+// n0, n0 + 8 (the wgmma D fragment of the swapped product), scaled by f.
+template <int BM>
+__device__ __forceinline__ void store_quad(const Params& p, int n_tile, int m_tile, int ct, int g, float a0, float a1,
+                                           float a2, float a3, float f) {
+  const int wg = ct >> 7, t = ct & 127, warp = t >> 5, lane = t & 31;
+  const int n0 = n_tile * kTileN + wg * 64 + warp * 16 + (lane >> 2);
+  const int m0 = m_tile * BM + 2 * (lane & 3) + 8 * g;
+  const bool n0_ok = n0 < p.n, n1_ok = n0 + 8 < p.n;
+  if (m0 < p.m) {
+    uint16_t* row = p.d + int64_t(m0) * p.ld_d;
+    if (n0_ok) row[n0] = to_bf16(a0 * f);
+    if (n1_ok) row[n0 + 8] = to_bf16(a2 * f);
+  }
+  if (m0 + 1 < p.m) {
+    uint16_t* row = p.d + int64_t(m0 + 1) * p.ld_d;
+    if (n0_ok) row[n0] = to_bf16(a1 * f);
+    if (n1_ok) row[n0 + 8] = to_bf16(a3 * f);
+  }
+}
+
+template <int BM, int STAGES, int MINB, bool STREAMK>
+__global__ void __launch_bounds__(threads_for(BM), MINB) w4a16_gemm_kernel(const __grid_constant__ CUtensorMap tmap_a,
+                                                                    const Params p) {
+  using L = Smem<BM, STAGES>;
+  constexpr bool kRealloc = BM == 256;
+  constexpr bool kImad = BM <= 64;
+  constexpr int kAcc = BM / 2;
+  extern __shared__ uint8_t smem_raw[];
+  // smem_base_1k's rounding, written out: through the helper the compiler schedules this kernel's
+  // prologue differently (the SASS was compared), and these kernels' timings were measured as is.
+  uint8_t* smem = smem_raw + ((1024u - (smem_u32(smem_raw) & 1023u)) & 1023u);
+  const uint32_t sa = smem_u32(smem + L::kAOff);
+  uint8_t* sw = smem + L::kWOff;
+  const uint32_t full0 = smem_u32(smem + L::kBarOff);
+  const uint32_t empty0 = full0 + STAGES * 8;
+
+  // This CTA's chunks [u0, u1) of the prepared weight (chunk u = tile u / kblocks, k-block u % kblocks).
+  int64_t u0, u1;
+  int m_tile = 0;
+  if constexpr (STREAMK) {
+    u0 = streamk_start(blockIdx.x, p.units, p.ctas);
+    u1 = streamk_start(int64_t(blockIdx.x) + 1, p.units, p.ctas);
+  } else {
+    m_tile = blockIdx.y;
+    const int kb0 = blockIdx.z * p.kb_per_split;
+    u0 = int64_t(blockIdx.x) * p.kblocks + kb0;
+    u1 = u0 + min(p.kblocks - kb0, p.kb_per_split);  // >= 1 chunk (balanced splits)
+  }
+  const uint8_t* wsrc = p.chunks + size_t(u0) * kChunkBytes;
+
+  if (threadIdx.x == kConsumers) {
+    // Before the wait on the previous grid: only a hint to L2 (never data in this CTA's hands, so
+    // a weight written by that grid is still read after it finished), so the first stages come
+    // from L2 while the previous kernel drains.
+    prefetch_l2(wsrc, uint32_t(min(u1 - u0, int64_t(STAGES))) * kChunkBytes);
+  }
+  if (threadIdx.x == 0) {
+#pragma unroll 1
+    for (int s = 0; s < STAGES; ++s) {
+      mbar_init(full0 + 8 * s, 1);
+      mbar_init(empty0 + 8 * s, kConsumers / 32);
+    }
+    fence_barrier_init();
+  }
+  __syncthreads();
+  // Everything below reads what earlier grids wrote (activations, alpha, the weight) or writes D.
+  grid_dependency_wait();
+
+  const int wg = threadIdx.x >> 7;
+  if (wg == 2) {
+    // ---- producer -----------------------------------------------------------------------------
+    if constexpr (kRealloc) regs_decrease<kRegsProducer>();
+    if (threadIdx.x == kConsumers) {
+      int s = 0;
+      uint32_t ph = 0;
+      int64_t kb = u0 % p.kblocks;
+#pragma unroll 1
+      for (int64_t u = u0; u < u1; ++u) {
+        if (u - u0 >= STAGES) mbar_wait(empty0 + 8 * s, ph ^ 1u);
+        const uint32_t bar = full0 + 8 * s;
+        mbar_arrive_expect_tx(bar, L::kA + kChunkBytes);
+        bulk_g2s(smem_u32(sw + s * kChunkBytes), p.chunks + size_t(u) * kChunkBytes, kChunkBytes, bar);
+        tma_load_2d(sa + s * L::kA, &tmap_a, int32_t(kb) * kBlockK, m_tile * BM, bar);
+        if (++kb == p.kblocks) kb = 0;
+        if (++s == STAGES) {
+          s = 0;
+          ph ^= 1u;
+        }
+      }
+    }
+    // Exited threads do not hold up the cluster barriers below.
+    return;
+  }
+
+  // ---- consumers ----------------------------------------------------------------------------------
+  if constexpr (kRealloc) regs_increase<kRegsConsumer>();
+  const int t = threadIdx.x & 127, warp = t >> 5, lane = t & 31;
+  const int ct = threadIdx.x;  // 0..255
+  float acc[kAcc];
+  uint32_t fa[4][4], fb[4][4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+#pragma unroll
+    for (int j = 0; j < 4; ++j) fa[i][j] = fb[i][j] = 0u;
+  const uint8_t* codes_p = sw + wg * 2048 + t * 16;
+  const uint8_t* scales_p = sw + kCodeBytes + wg * 256 + warp * 64 + (lane >> 2) * 8;
+  const uint32_t codes_w = opaque(smem_u32(codes_p)), scales_w = opaque(smem_u32(scales_p));
+
+  // Stage index and phase of the next stage to consume, tracked incrementally across segments.
+  uint32_t stage = 0, phase = 0, prev = 0;
+  const uint32_t desc_hi = uint32_t(1024 >> 4) | (1u << 30);  // SBO = 1 KiB, 128-byte swizzle
+  const uint32_t desc_lo0 = ((sa >> 4) & 0x3FFFu) | (1u << 16);  // start address, LBO = 16 B (unused)
+  auto issue = [&](uint32_t(&f)[4][4]) {
+    mbar_wait(full0 + 8 * stage, phase);
+    uint4 c;
+    uint2 sc;
+    asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(c.x), "=r"(c.y), "=r"(c.z), "=r"(c.w) : "r"(codes_w + stage * kChunkBytes) : "memory");
+    asm volatile("ld.shared.v2.u32 {%0, %1}, [%2];" : "=r"(sc.x), "=r"(sc.y) : "r"(scales_w + stage * kChunkBytes) : "memory");
+    dequant_step<kImad>(c.x, scale_pair<0, kImad>(sc.x, p.k16), p.k2_29, f[0]);
+    dequant_step<kImad>(c.y, scale_pair<2, kImad>(sc.x, p.k16), p.k2_29, f[1]);
+    dequant_step<kImad>(c.z, scale_pair<0, kImad>(sc.y, p.k16), p.k2_29, f[2]);
+    dequant_step<kImad>(c.w, scale_pair<2, kImad>(sc.y, p.k16), p.k2_29, f[3]);
+    wg_fence();
+    const uint32_t lo = desc_lo0 + stage * uint32_t(L::kA >> 4);
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk)  // +32 bytes per k16 step inside the 128-byte swizzled rows
+      WgmmaRS<BM>::mma(acc, f[kk], (uint64_t(desc_hi) << 32) | uint64_t(lo + 2u * kk));
+    wg_commit();
+    prev = stage;
+    if (++stage == STAGES) {
+      stage = 0;
+      phase ^= 1u;
+    }
+  };
+  // One arrival per warp hands a stage back. __syncwarp first: lane 0's arrive releases only its
+  // own reads, so the other lanes' shared-memory reads of the stage must be ordered before it
+  // (racecheck reports the bulk copy into the stage racing with them otherwise).
+  auto release = [&](uint32_t s) {
+    __syncwarp();
+    if (lane == 0) mbar_arrive(empty0 + 8 * s);
+  };
+  const float f = __ldg(p.alpha) * __ldg(p.factor);
+
+  // BM <= 16: mma.sync per warp (B fragments by ldmatrix from the 128-byte-swizzled activation
+  // rows: 16-byte chunk c of row r sits at chunk c ^ (r & 7)); each warp hands its stage back as
+  // soon as its operands are in registers. Larger BM: wgmma, double-buffered (below).
+  // The A fragment of m16n8k16 is one warp's slice of the wgmma m64 A fragment, so the dequantized
+  // registers feed it unchanged, and its D fragment is the wgmma m64n8 D fragment's slice (same
+  // epilogue).
+  constexpr bool kMma = BM <= 16;
+  // Thread-invariant shared addresses, computed once (else the compiler rematerialises them
+  // every chunk); the stage offsets advance incrementally.
+  const uint32_t codes_a = codes_w, scales_a = scales_w;
+  const uint32_t ldsm_a0 = opaque(sa + uint32_t(lane & 7) * 128u + uint32_t(((lane >> 3) ^ (lane & 7)) << 4));  // chunks 0..3
+  const uint32_t ldsm_a1 = opaque(sa + uint32_t(lane & 7) * 128u + uint32_t((((lane >> 3) + 4) ^ (lane & 7)) << 4));  // 4..7
+  uint32_t off_w = 0, off_a = 0;  // stage * kChunkBytes, stage * kA
+  auto step_mma = [&]() {
+    mbar_wait(full0 + 8 * stage, phase);
+    uint4 c;
+    uint2 sc;
+    asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(c.x), "=r"(c.y), "=r"(c.z), "=r"(c.w) : "r"(codes_a + off_w) : "memory");
+    asm volatile("ld.shared.v2.u32 {%0, %1}, [%2];" : "=r"(sc.x), "=r"(sc.y) : "r"(scales_a + off_w) : "memory");
+    uint32_t b[4][BM / 8][2];
+#pragma unroll
+    for (int nb = 0; nb < BM / 8; ++nb) {
+      ldsm_x4(ldsm_a0 + off_a + nb * 1024u, b[0][nb][0], b[0][nb][1], b[1][nb][0], b[1][nb][1]);
+      ldsm_x4(ldsm_a1 + off_a + nb * 1024u, b[2][nb][0], b[2][nb][1], b[3][nb][0], b[3][nb][1]);
+    }
+    dequant_step<kImad>(c.x, scale_pair<0, kImad>(sc.x, p.k16), p.k2_29, fa[0]);
+    dequant_step<kImad>(c.y, scale_pair<2, kImad>(sc.x, p.k16), p.k2_29, fa[1]);
+    dequant_step<kImad>(c.z, scale_pair<0, kImad>(sc.y, p.k16), p.k2_29, fa[2]);
+    dequant_step<kImad>(c.w, scale_pair<2, kImad>(sc.y, p.k16), p.k2_29, fa[3]);
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk)
+#pragma unroll
+      for (int nb = 0; nb < BM / 8; ++nb) mma16816(acc + 4 * nb, fa[kk], b[kk][nb][0], b[kk][nb][1]);
+    release(stage);
+    off_w += kChunkBytes;
+    off_a += uint32_t(L::kA);
+    if (++stage == STAGES) {
+      stage = 0;
+      phase ^= 1u;
+      off_w = 0;
+      off_a = 0;
+    }
+  };
+
+#pragma unroll 1
+  for (int64_t seg = u0; seg < u1;) {
+    // One segment: the chunks of one tile inside [u0, u1).
+    const int64_t n_tile = seg / p.kblocks;
+    const int64_t seg_end = min(u1, (n_tile + 1) * p.kblocks);
+    const int nk = int(seg_end - seg);
+#pragma unroll
+    for (int i = 0; i < kAcc; ++i) acc[i] = 0.0f;
+    if constexpr (kMma) {
+#pragma unroll 1
+      for (int it = 0; it < nk; ++it) step_mma();
+    } else {
+      reg_fence(acc);
+      int it = 0;
+#pragma unroll 1
+      for (; it + 1 < nk; it += 2) {
+        const uint32_t before = prev;
+        issue(fa);
+        wg_wait<1>();
+        reg_fence(fb);
+        if (it > 0) release(before);
+        const uint32_t mid = prev;
+        issue(fb);
+        wg_wait<1>();
+        reg_fence(fa);
+        release(mid);
+      }
+      if (it < nk) {
+        const uint32_t before = prev;
+        issue(fa);
+        wg_wait<1>();
+        reg_fence(fb);
+        if (it > 0) release(before);
+      }
+      wg_wait<0>();
+      reg_fence(acc);
+      reg_fence(fa);
+      reg_fence(fb);
+      release(prev);  // every stage of the segment is handed back
+    }
+
+    if constexpr (STREAMK) {
+      if (seg == n_tile * p.kblocks && seg_end == (n_tile + 1) * p.kblocks) {
+        // The whole tile is this CTA's: write D.
+#pragma unroll
+        for (int g = 0; g < BM / 8; ++g)
+          store_quad<BM>(p, int(n_tile), 0, ct, g, acc[4 * g], acc[4 * g + 1], acc[4 * g + 2], acc[4 * g + 3], f);
+      } else {
+        // Shared with other CTAs: the fp32 sums go to this CTA's slot for its first or last segment.
+        const int which = seg == u0 ? 0 : 1;
+        float4* slot = p.slots + (size_t(blockIdx.x) * 2 + which) * (BM / 8) * kConsumers + ct;
+#pragma unroll
+        for (int g = 0; g < BM / 8; ++g) slot[g * kConsumers] = make_float4(acc[4 * g], acc[4 * g + 1], acc[4 * g + 2], acc[4 * g + 3]);
+      }
+    } else {
+      // ---- tile grid: one segment; split-K within the cluster through distributed shared memory ----
+      // (BM = 256 is only chosen when the tiles fill the GPU: never split, see make_plan.)
+      if constexpr (BM < 256) {
+        if (p.splits > 1) {
+          // Both consumer warpgroups must be done with the stage buffers (the other one may still
+          // be reading the activations of its last stages) before they are overwritten.
+          named_bar_sync(1, kConsumers);
+          float4* red = reinterpret_cast<float4*>(smem);
+#pragma unroll
+          for (int g = 0; g < BM / 8; ++g) red[g * kConsumers + ct] = make_float4(acc[4 * g], acc[4 * g + 1], acc[4 * g + 2], acc[4 * g + 3]);
+          grid_launch_dependents();
+          cluster_sync();
+          // CTA r of the cluster reduces quads [r * Q / S, (r + 1) * Q / S), Q = BM / 8 * 256, adding
+          // the splits in split order 0..S-1 (deterministic, the same on every run and replay).
+          const uint32_t r = cluster_rank(), splits = uint32_t(p.splits);
+          constexpr uint32_t kQuads = uint32_t(BM / 8) * kConsumers;
+          const uint32_t lo = r * kQuads / splits, hi = (r + 1) * kQuads / splits;
+          const uint32_t red_u32 = smem_u32(red);
+#pragma unroll 1
+          for (uint32_t q = lo + uint32_t(ct); q < hi; q += kConsumers) {
+            float4 sum = ld_peer(red_u32 + q * 16u, 0);
+#pragma unroll 1
+            for (uint32_t s = 1; s < splits; ++s) {
+              const float4 v = ld_peer(red_u32 + q * 16u, s);
+              sum.x += v.x;
+              sum.y += v.y;
+              sum.z += v.z;
+              sum.w += v.w;
+            }
+            store_quad<BM>(p, int(n_tile), m_tile, int(q % kConsumers), int(q / kConsumers), sum.x, sum.y, sum.z, sum.w, f);
+          }
+          cluster_sync();  // the peers' shared memory stays alive until every read of it is done
+          return;
+        }
+      }
+#pragma unroll
+      for (int g = 0; g < BM / 8; ++g)
+        store_quad<BM>(p, int(n_tile), m_tile, ct, g, acc[4 * g], acc[4 * g + 1], acc[4 * g + 2], acc[4 * g + 3], f);
+    }
+    seg = seg_end;
+  }
+  grid_launch_dependents();
+}
+
+// Stream-K fixup: one CTA per weight tile; a tile shared by CTAs c_first..c_last of the GEMM gets
+// their slots added in CTA order and written to D. Launched right after the GEMM, programmatically
+// dependent on it: it waits for the GEMM to finish (and its writes to be visible) before reading.
+template <int BM>
+__global__ void __launch_bounds__(kConsumers) w4a16_fixup_kernel(const Params p) {
+  grid_launch_dependents();  // the next kernel may start its prologue: this one only reads slots
+  const int64_t n_tile = blockIdx.x;
+  const int64_t c_first = streamk_owner(n_tile * p.kblocks, p.units, p.ctas);
+  const int64_t c_last = streamk_owner((n_tile + 1) * p.kblocks - 1, p.units, p.ctas);
+  if (c_first == c_last) return;  // the GEMM wrote this tile directly
+  grid_dependency_wait();
+  const int ct = threadIdx.x;
+  const float f = __ldg(p.alpha) * __ldg(p.factor);
+  constexpr int kQ = BM / 8;
+#pragma unroll
+  for (int g = 0; g < kQ; ++g) {
+    float4 sum = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll 1
+    for (int64_t c = c_first; c <= c_last; ++c) {
+      const int which = streamk_start(c, p.units, p.ctas) / p.kblocks == n_tile ? 0 : 1;
+      const float4 v = __ldcg(p.slots + (size_t(c) * 2 + which) * kQ * kConsumers + g * kConsumers + ct);
+      if (c == c_first) {
+        sum = v;
+      } else {
+        sum.x += v.x;
+        sum.y += v.y;
+        sum.z += v.z;
+        sum.w += v.w;
+      }
+    }
+    store_quad<BM>(p, int(n_tile), 0, ct, g, sum.x, sum.y, sum.z, sum.w, f);
+  }
+}
+
+}  // namespace
+}  // namespace graphsafe::nvfp4_sm90
