@@ -135,7 +135,7 @@ impl TestKernels {
         target.admit("a", a)?;
         target.admit("x", x)?;
         target.admit("y", y)?;
-        let (w, _) = target.workspace(shape.workspace_bytes())?;
+        let w = target.workspace(shape.workspace_bytes())?.ptr();
         target.commit();
         // SAFETY: buffers checked above and borrowed for the call (eager) or kept by the capture;
         // the workspace holds the shape's bytes, and the stream orders the launch after its
