@@ -10,7 +10,7 @@
 use super::capture::{CapturedBuffer, WorkspaceView};
 use super::{CaptureId, KeepList};
 use crate::driver::memory::Allocation;
-use crate::driver::{Context, DevicePtr, Function, LaunchConfig, Module, Stream};
+use crate::driver::{Context, DevicePtr, KernelLaunch, Module, Stream};
 use crate::error::{Error, Result};
 use crate::ops::tensor::DeviceMemory;
 use crate::sys::{cuda as c, DeviceSpan};
@@ -166,16 +166,13 @@ impl<'a> Target<'a> {
     }
 
     /// Launches a kernel of a loaded module on the target's stream; captured, the capture also
-    /// keeps the module loaded (its graphs replay the kernel's code).
-    ///
-    /// # Safety
-    /// As [`Function::launch`].
-    pub(crate) unsafe fn launch(&self, f: &Function, cfg: &LaunchConfig, params: &mut [*mut std::ffi::c_void]) -> Result<()> {
+    /// keeps the module loaded (its graphs replay the kernel's code). The launch was built by a
+    /// typed constructor of the driver layer over spans this target admitted.
+    pub(crate) fn launch(&self, l: KernelLaunch<'_>) -> Result<()> {
         if let Target::Captured { site, .. } = self {
-            site.keep_module(f.module());
+            site.keep_module(l.function().module());
         }
-        // SAFETY: the caller's contract.
-        unsafe { f.launch(cfg, self.stream(), params) }
+        l.enqueue(self.stream())
     }
 
     /// Records, in the capture, every allocation admitted so far. Call it after the last check and
