@@ -11,8 +11,8 @@ use common::{gpu, random_f32};
 use graphsafe::driver::{Context, DeviceBuffer, MemInfo, Stream};
 use graphsafe::graph::{Capture, CaptureMode, CapturedBuffer};
 use graphsafe::ops::cudnn::{self, Cudnn, MatmulArgs, MatmulProblem, Nvfp4MatmulArgs, Nvfp4Problem};
-use graphsafe::ops::tensor::{DType, Tensor};
 use graphsafe::sys::DeviceSpan;
+use graphsafe::ops::tensor::{DType, Tensor};
 use graphsafe::workspace::Workspace;
 use graphsafe::Error;
 use std::sync::Arc;
@@ -361,17 +361,14 @@ fn the_planned_workspace_is_exactly_what_execute_uses() {
     if needed > 0 {
         let exact = DeviceBuffer::alloc_zeroed(&stream, needed as usize).unwrap();
         case.c.memset_u8(0, &stream).unwrap();
-        // SAFETY: the buffers (each span its whole buffer) live until the synchronize in
-        // to_host_vec; the workspace spans `needed` bytes of `exact`, or one less.
-        let (ptrs, ws, short) = unsafe {
-            let span = |b: &DeviceBuffer| DeviceSpan::from_raw(b.device_ptr(), b.len() as u64);
-            ([span(&case.a), span(&case.b), span(&case.c)], DeviceSpan::from_raw(exact.device_ptr(), needed), DeviceSpan::from_raw(exact.device_ptr(), needed - 1))
-        };
-        let i2 = cudnn::matmul::matmul_raw(&dnn, &p, ptrs, ws, &stream).unwrap();
+        // SAFETY: used only below, on buffers that live until the synchronize in to_host_vec.
+        let span = |b: &DeviceBuffer, len: usize| unsafe { DeviceSpan::from_raw(b.device_ptr(), len as u64) };
+        let ptrs = [span(&case.a, case.a.len()), span(&case.b, case.b.len()), span(&case.c, case.c.len())];
+        let i2 = cudnn::matmul::matmul_raw(&dnn, &p, ptrs, span(&exact, needed as usize), &stream).unwrap();
         assert_eq!(i2, info);
         assert_eq!(case.c.to_host_vec::<u8>(&stream).unwrap(), eager, "exact-size workspace gave other bits");
         // And one byte less is refused before anything runs.
-        let r = cudnn::matmul::matmul_raw(&dnn, &p, ptrs, short, &stream);
+        let r = cudnn::matmul::matmul_raw(&dnn, &p, ptrs, span(&exact, needed as usize - 1), &stream);
         assert_eq!(r, Err(Error::WorkspaceTooSmall { needed, capacity: needed - 1 }));
     } else {
         eprintln!("NOTE: every candidate plan needs 0 workspace bytes on this GPU/cuDNN");

@@ -1,7 +1,7 @@
 //! `libcudnn.so.9`, opened at run time, once, with every entry point resolved lazily on first use.
 //!
 //! Like the driver (`sys/driver.rs`), cuDNN is never linked: the crate builds and its CPU tests run
-//! where it is absent, and a missing cuDNN is an [`Error::CudnnNotFound`] value listing every place
+//! where it is absent, and a missing cuDNN is an [`Error::CudnnNotFound`](crate::Error::CudnnNotFound) value listing every place
 //! looked at, never a load-time failure or a panic.
 //!
 //! Search order (docs/ARCHITECTURE.md), first library that opens *and* reports version ≥ 9.0 wins:
