@@ -521,3 +521,21 @@ impl VariantPack {
         Arc::ptr_eq(&self.graph, graph) && self.workspace == ws.ptr() && self.ptrs.iter().copied().eq(ptrs.iter().map(|p| p.ptr()))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use c::cudnnDataType_t as D;
+
+    #[test]
+    fn a_tensors_extent_is_what_the_ops_bounds_check_allows() {
+        // Packed FP4 [2, 3, 32] row-major: 2·3·32 values, two per byte.
+        assert_eq!(TensorSpec::io(1, D::CUDNN_DATA_FP4_E2M1, &[2, 3, 32], &[96, 32, 1]).bytes(), Some(96));
+        // A broadcast weight (batch stride 0) spans one batch; a column-major one its leading dim.
+        assert_eq!(TensorSpec::io(2, D::CUDNN_DATA_BFLOAT16, &[4, 8, 16], &[0, 16, 1]).bytes(), Some(8 * 16 * 2));
+        assert_eq!(TensorSpec::io(3, D::CUDNN_DATA_HALF, &[1, 8, 16], &[128, 1, 10]).bytes(), Some((7 + 15 * 10 + 1) * 2));
+        assert_eq!(TensorSpec::io(4, D::CUDNN_DATA_FLOAT, &[1, 1, 1], &[1, 1, 1]).bytes(), Some(4));
+        assert_eq!(TensorSpec::io(5, D::CUDNN_DATA_FLOAT, &[1, -1, 1], &[1, 1, 1]).bytes(), None, "negative dims");
+        assert_eq!(TensorSpec::io(6, D::CUDNN_DATA_FLOAT, &[2, 1, 1], &[i64::MAX, 1, 1]).bytes(), None, "overflow");
+    }
+}

@@ -142,3 +142,6 @@ mod tests {
         assert_eq!(check(0, "gs_x", None), Ok(()));
     }
 }
+
+#[cfg(test)]
+mod launch_tests;
