@@ -13,6 +13,7 @@
 use graphsafe::driver::{Context, DeviceBuffer, Stream};
 use graphsafe::ops::cudnn::{self, matmul::RawExecutor, Cudnn, MatmulArgs, MatmulProblem};
 use graphsafe::ops::tensor::{DType, Tensor};
+use graphsafe::sys::DeviceSpan;
 use graphsafe::workspace::Workspace;
 
 use std::time::Instant;
@@ -170,8 +171,13 @@ fn main() {
     };
     let p = MatmulProblem::new(m, N, K, DType::Bf16, DType::Bf16).with_b_col_major();
     cudnn::matmul(&dnn, &args, &mut ws, &stream).unwrap();
-    // SAFETY: buffers and workspace outlive the executor's use below; one thread.
-    let raw = unsafe { RawExecutor::new(&dnn, &p, [x.device_ptr(), w.device_ptr(), d_dnn.device_ptr()], ws.device_ptr(), ws.capacity(), &stream) }.unwrap();
+    // SAFETY: the buffers and the workspace (not grown again: the safe path's plan fits) outlive
+    // the executor's use below.
+    let spans = unsafe {
+        let span = |b: &DeviceBuffer| DeviceSpan::from_raw(b.device_ptr(), b.len() as u64);
+        ([span(&x), span(&w), span(&d_dnn)], DeviceSpan::from_raw(ws.device_ptr(), ws.capacity()))
+    };
+    let raw = RawExecutor::new(&dnn, &p, spans.0, spans.1, &stream).unwrap();
     let ltg = lt.as_ref().map(|l| LtGemm::new(l, m, N, K, &stream));
     let mut safe = || {
         cudnn::matmul(&dnn, &args, &mut ws, &stream).unwrap();

@@ -14,6 +14,7 @@ use numerics::*;
 use graphsafe::driver::{Context, DeviceBuffer, MemInfo, Stream};
 use graphsafe::graph::{Capture, CaptureMode, CapturedBuffer};
 use graphsafe::ops::cudnn::{self, Cudnn, MatmulArgs, MatmulProblem, Nvfp4MatmulArgs, Nvfp4Problem};
+use graphsafe::sys::DeviceSpan;
 use graphsafe::ops::tensor::{DType, Tensor};
 use graphsafe::workspace::Workspace;
 use graphsafe::Error;
@@ -279,16 +280,14 @@ fn the_planned_workspace_is_exactly_what_execute_uses() {
     if needed > 0 {
         let exact = DeviceBuffer::alloc_zeroed(&stream, needed as usize).unwrap();
         case.c.memset_u8(0, &stream).unwrap();
-        // SAFETY: the buffers live until the synchronize in to_host_vec; exact holds `needed` bytes.
-        let i2 = unsafe {
-            cudnn::matmul::matmul_raw(&dnn, &p, [case.a.device_ptr(), case.b.device_ptr(), case.c.device_ptr()], exact.device_ptr(), needed, &stream)
-        }
-        .unwrap();
+        // SAFETY: used only below, on buffers that live until the synchronize in to_host_vec.
+        let span = |b: &DeviceBuffer, len: usize| unsafe { DeviceSpan::from_raw(b.device_ptr(), len as u64) };
+        let ptrs = [span(&case.a, case.a.len()), span(&case.b, case.b.len()), span(&case.c, case.c.len())];
+        let i2 = cudnn::matmul::matmul_raw(&dnn, &p, ptrs, span(&exact, needed as usize), &stream).unwrap();
         assert_eq!(i2, info);
         assert_eq!(case.c.to_host_vec::<u8>(&stream).unwrap(), eager, "exact-size workspace gave other bits");
         // And one byte less is refused before anything runs.
-        // SAFETY: refused before any use of the pointers.
-        let r = unsafe { cudnn::matmul::matmul_raw(&dnn, &p, [case.a.device_ptr(), case.b.device_ptr(), case.c.device_ptr()], exact.device_ptr(), needed - 1, &stream) };
+        let r = cudnn::matmul::matmul_raw(&dnn, &p, ptrs, span(&exact, needed as usize - 1), &stream);
         assert_eq!(r, Err(Error::WorkspaceTooSmall { needed, capacity: needed - 1 }));
     } else {
         eprintln!("NOTE: every candidate plan needs 0 workspace bytes on this GPU/cuDNN");

@@ -16,6 +16,8 @@ __device__ float load(const void* p, int64_t i, int dtype) {
                     : __half2float(static_cast<const __half*>(p)[i]);
 }
 
+__device__ int page_of(int index, int num_pages) { return min(max(index, 0), num_pages - 1); }
+
 __device__ float block_reduce(float v, bool is_max, float* smem) {
   for (int o = 16; o > 0; o >>= 1) {
     float w = __shfl_xor_sync(0xffffffffu, v, o);
@@ -30,11 +32,14 @@ __device__ float block_reduce(float v, bool is_max, float* smem) {
 }
 }  // namespace
 
-// q_nope [B,H,512], q_pe [B,H,64] contiguous; kv [pages, page_size, 576]; out/lse fp32 contiguous.
+// q_nope [B,H,512], q_pe [B,H,64] contiguous; kv [num_pages, page_size, 576]; out/lse fp32 contiguous.
+// Device data is read as the decode kernels read it (include/graphsafe_kernels/mla.h): lengths
+// clamped to 0..=max_seq_len, page indices clamped into 0..num_pages, so no value of them takes
+// the reference outside its buffers (the driver layer's typed launch relies on this).
 extern "C" __global__ void __launch_bounds__(kThreads)
 gs_mla_reference(const void* q_nope, const void* q_pe, const void* kv, const int* seq_lens, const int* page_table,
                  int page_table_stride, int page_size, int num_heads, int dtype, float sm_scale, float* scratch,
-                 int max_seq_len, float* out, float* lse) {
+                 int max_seq_len, float* out, float* lse, int num_pages) {
   __shared__ float q[kRow];
   __shared__ float red[kThreads / 32];
   const int h = blockIdx.x, b = blockIdx.y;
@@ -42,11 +47,11 @@ gs_mla_reference(const void* q_nope, const void* q_pe, const void* kv, const int
   for (int d = threadIdx.x; d < kRow; d += kThreads)
     q[d] = d < kLatent ? load(q_nope, qi * kLatent + d, dtype) : load(q_pe, qi * kRope + (d - kLatent), dtype);
   __syncthreads();
-  const int seq = seq_lens[b];
+  const int seq = min(max(seq_lens[b], 0), max_seq_len);
   float* s = scratch + qi * max_seq_len;
   float mx = -INFINITY;
   for (int t = threadIdx.x; t < seq; t += kThreads) {
-    const int64_t row = (int64_t)page_table[(int64_t)b * page_table_stride + t / page_size] * page_size + t % page_size;
+    const int64_t row = (int64_t)page_of(page_table[(int64_t)b * page_table_stride + t / page_size], num_pages) * page_size + t % page_size;
     float acc = 0.f;
     for (int d = 0; d < kRow; ++d) acc += q[d] * load(kv, row * kRow + d, dtype);
     acc *= sm_scale;
@@ -66,7 +71,7 @@ gs_mla_reference(const void* q_nope, const void* q_pe, const void* kv, const int
   for (int d = threadIdx.x; d < kLatent; d += kThreads) {
     float acc = 0.f;
     for (int t = 0; t < seq; ++t) {
-      const int64_t row = (int64_t)page_table[(int64_t)b * page_table_stride + t / page_size] * page_size + t % page_size;
+      const int64_t row = (int64_t)page_of(page_table[(int64_t)b * page_table_stride + t / page_size], num_pages) * page_size + t % page_size;
       acc += s[t] * load(kv, row * kRow + d, dtype);
     }
     out[qi * kLatent + d] = seq > 0 ? acc / sum : 0.f;

@@ -40,7 +40,13 @@
 //!    at thread exit (a C++ `thread_local` or static destructor calling into graphsafe) the error
 //!    text is dropped rather than written to a thread-local that is already gone.
 
+// In the order include/graphsafe.h lists them (cbindgen follows these declarations).
 mod core;
+mod device;
+mod stream;
+mod memory;
+mod capture;
+mod graph;
 mod cudnn;
 mod handles;
 mod mla;
@@ -51,10 +57,15 @@ use std::cell::RefCell;
 use std::ffi::{c_char, CString};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
+pub use self::capture::*;
 pub use self::core::*;
 pub use self::cudnn::*;
+pub use self::device::*;
+pub use self::graph::*;
+pub use self::memory::*;
 pub use self::mla::*;
 pub use self::nvfp4::*;
+pub use self::stream::*;
 
 /// Success.
 pub const GRAPHSAFE_OK: i32 = 0;

@@ -202,7 +202,7 @@ pub unsafe extern "C" fn graphsafe_nvfp4_prepare_weight(weight: *const Graphsafe
         let s = stream_obj(stream)?;
         let prepared = eager_op((&s, stream.id), None, |t| {
             let m = nvfp4_matrix(&w, "weight", t.context().raw())?;
-            Ok(nvfp4::prepare_weight_raw(&m, t.stream())?)
+            Ok(nvfp4::prepare_weight_on(&m, t)?)
         })?;
         let id = handles::insert(Tag::Buffer, std::sync::Arc::new(prepared))?;
         // SAFETY: non-null; the caller's contract.

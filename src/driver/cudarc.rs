@@ -18,14 +18,14 @@
 //! `dynamic-loading` feature, `dlopen`s the driver too (trying `libcuda.so`, …, `libcuda.so.1`). The
 //! dynamic loader returns the object it already loaded for the same file (it matches names,
 //! sonames and the file's device and inode), so both crates call into one copy of the driver and
-//! share its contexts, streams and pointers. [`shares_driver`] checks it (the two crates' `cuInit`
+//! share its contexts, streams and pointers. [`shares_driver`](crate::driver::cudarc::shares_driver) checks it (the two crates' `cuInit`
 //! resolve to one address), and every `from_cudarc` constructor refuses to mix two drivers (which
 //! happens only when `GRAPHSAFE_CUDA_DRIVER` points graphsafe at another library).
 //!
 //! # Memory: handing a slice to graphsafe
 //!
 //! [`DeviceBuffer::from_cudarc`] takes a `CudaSlice<T>` (or an `Arc` of one, so the engine may keep
-//! using it through cudarc) and returns a [`DeviceBuffer`] whose [`Allocation`](super::memory::Allocation) owns a share of
+//! using it through cudarc) and returns a [`DeviceBuffer`] whose [`Allocation`](crate::driver::memory::Allocation) owns a share of
 //! the slice. Eager ops take it as `&DeviceBuffer`, [`crate::graph::Capture::bind_buffer`] binds it
 //! unchanged, and every graph and executable that captured it keeps the slice alive: the engine
 //! may drop every cudarc handle it had, and replays still read and write the same memory. The

@@ -113,3 +113,67 @@ impl Function {
         }
     }
 }
+
+/// One kernel parameter, by value, as a typed launch passes it.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) enum Param {
+    /// A device address (a `T*` parameter).
+    Ptr(super::DevicePtr),
+    /// An `int`.
+    I32(i32),
+    /// A `float`.
+    F32(f32),
+}
+
+/// The most parameters a [`KernelLaunch`] carries (graphsafe's module kernels take at most 14).
+const MAX_PARAMS: usize = 16;
+
+/// A kernel launch whose parameters were built, by a typed constructor in this layer, for the
+/// kernel's C signature and from memory checked against what the kernel touches: what lets
+/// [`KernelLaunch::enqueue`] (and `graph::target::Target::launch`) be safe.
+#[derive(Debug)]
+pub(crate) struct KernelLaunch<'f> {
+    f: &'f Function,
+    cfg: LaunchConfig,
+    params: [Param; MAX_PARAMS],
+    count: usize,
+}
+
+impl<'f> KernelLaunch<'f> {
+    /// A launch of `f` with `params`, in order.
+    ///
+    /// # Safety
+    /// `params` match the kernel's parameters in number, order and C type, and every device
+    /// address among them is valid for what the kernel does with it for `cfg`'s grid (the
+    /// [`crate::sys::DeviceSpan`] invariant: until the launch has finished, or while any graph
+    /// that captures it can run).
+    pub(crate) unsafe fn new(f: &'f Function, cfg: LaunchConfig, params: &[Param]) -> Result<KernelLaunch<'f>> {
+        if params.len() > MAX_PARAMS {
+            return Err(Error::invalid("kernel parameters", format!("at most {MAX_PARAMS}"), params.len()));
+        }
+        let mut all = [Param::I32(0); MAX_PARAMS];
+        all[..params.len()].copy_from_slice(params);
+        Ok(KernelLaunch { f, cfg, params: all, count: params.len() })
+    }
+
+    /// The kernel (its module must outlive any graph that captures the launch).
+    pub(crate) fn function(&self) -> &Function {
+        self.f
+    }
+
+    /// Enqueues the launch on `stream` (which must be of the kernel's context: checked).
+    pub(crate) fn enqueue(mut self, stream: &Stream) -> Result<()> {
+        let mut ptrs = [std::ptr::null_mut::<c_void>(); MAX_PARAMS];
+        for (slot, p) in ptrs.iter_mut().zip(self.params[..self.count].iter_mut()) {
+            *slot = match p {
+                Param::Ptr(v) => (v as *mut super::DevicePtr).cast(),
+                Param::I32(v) => (v as *mut i32).cast(),
+                Param::F32(v) => (v as *mut f32).cast(),
+            };
+        }
+        // SAFETY: one pointer per parameter, each to a value of the parameter's C type that lives
+        // in `self` for the call; the constructor's contract covers the kernel's signature and
+        // every device address.
+        unsafe { self.f.launch(&self.cfg, stream, &mut ptrs[..self.count]) }
+    }
+}

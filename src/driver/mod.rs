@@ -16,10 +16,13 @@ mod launch;
 pub mod memory;
 mod module;
 mod stream;
+/// graphsafe's test kernels: loading, signatures, typed launches (re-exported by `ops::testing`).
+pub(crate) mod testing;
 
 pub use context::Context;
 pub use device::{device_count, Device, DeviceInfo};
 pub use event::Event;
+pub(crate) use launch::{KernelLaunch, Param};
 pub use launch::{Dim3, LaunchConfig};
 pub use memory::{DeviceBuffer, MemInfo};
 pub use module::{Function, Module};

@@ -10,10 +10,10 @@
 use super::capture::{CapturedBuffer, WorkspaceView};
 use super::{CaptureId, KeepList};
 use crate::driver::memory::Allocation;
-use crate::driver::{Context, DevicePtr, Function, LaunchConfig, Module, Stream};
+use crate::driver::{Context, DevicePtr, KernelLaunch, Module, Stream};
 use crate::error::{Error, Result};
 use crate::ops::tensor::DeviceMemory;
-use crate::sys::cuda as c;
+use crate::sys::{cuda as c, DeviceSpan};
 use crate::workspace::Workspace;
 use std::cell::RefCell;
 use std::sync::Arc;
@@ -118,32 +118,36 @@ impl<'a> Target<'a> {
         matches!(self, Target::Captured { .. })
     }
 
-    /// Checks one piece of memory the op will bake in (captured: its capture and device) and
-    /// remembers its allocation for [`Target::commit`].
-    pub(crate) fn admit<M: DeviceMemory + ?Sized>(&mut self, what: &str, m: &M) -> Result<()> {
+    /// Checks one piece of memory the op will bake in (captured: its capture and device),
+    /// remembers its allocation for [`Target::commit`], and returns its span: the only way an op
+    /// gets a [`DeviceSpan`] for the kernel wrappers in `sys`, so every address a kernel is given
+    /// went through these checks (and, captured, is kept alive by the capture once committed).
+    pub(crate) fn admit<M: DeviceMemory + ?Sized>(&mut self, what: &str, m: &M) -> Result<DeviceSpan> {
         match self {
             Target::Eager { stream, .. } => {
                 if m.context_raw() != stream.context().raw() {
                     return Err(Error::invalid(format!("{what}.device"), "memory on the stream's device", "memory of another device/context"));
                 }
-                Ok(())
             }
             Target::Captured { site, pending, .. } => {
                 site.admit(what, m)?;
                 if let Some(a) = m.allocation() {
                     pending.push(a.clone());
                 }
-                Ok(())
             }
         }
+        // The memory is of this target's context; graphsafe's own allocations are borrowed for
+        // the call (eager: their frees wait for graphsafe's streams) or kept by the capture, and
+        // caller memory (the C ABI) is vouched for by its entry point's contract.
+        Ok(DeviceSpan::vouched(m.device_ptr(), m.len() as u64))
     }
 
-    /// The workspace address to launch with and the capacity behind it, for `needed` bytes:
+    /// The workspace to launch with, for `needed` bytes (its span holds the whole capacity):
     /// eager grows the workspace (retiring, zero-filled) when it must; captured fails with
-    /// `WorkspaceTooSmall` naming both sizes.
-    pub(crate) fn workspace(&mut self, needed: u64) -> Result<(DevicePtr, u64)> {
-        match self {
-            Target::Eager { stream, ws: Some(ws) } => Ok((ws.prepare(needed, stream)?, ws.capacity())),
+    /// `WorkspaceTooSmall` naming both sizes. No workspace and `needed == 0`: the empty span.
+    pub(crate) fn workspace(&mut self, needed: u64) -> Result<DeviceSpan> {
+        let (ptr, capacity): (DevicePtr, u64) = match self {
+            Target::Eager { stream, ws: Some(ws) } => (ws.prepare(needed, stream)?, ws.capacity()),
             Target::Captured { ws: Some(w), pending, .. } => {
                 if needed > w.capacity {
                     return Err(Error::WorkspaceTooSmall { needed, capacity: w.capacity });
@@ -151,24 +155,24 @@ impl<'a> Target<'a> {
                 if let Some(a) = &w.alloc {
                     pending.push(a.clone());
                 }
-                Ok((w.ptr, w.capacity))
+                (w.ptr, w.capacity)
             }
-            _ if needed == 0 => Ok((0, 0)),
-            _ => Err(Error::invalid("workspace", format!("a workspace of at least {needed} bytes"), "none")),
-        }
+            _ if needed == 0 => return Ok(DeviceSpan::empty()),
+            _ => return Err(Error::invalid("workspace", format!("a workspace of at least {needed} bytes"), "none")),
+        };
+        // The workspace's current buffer: borrowed mutably for the call (eager), or fixed for the
+        // capture and kept by it (captured).
+        Ok(DeviceSpan::vouched(ptr, capacity))
     }
 
     /// Launches a kernel of a loaded module on the target's stream; captured, the capture also
-    /// keeps the module loaded (its graphs replay the kernel's code).
-    ///
-    /// # Safety
-    /// As [`Function::launch`].
-    pub(crate) unsafe fn launch(&self, f: &Function, cfg: &LaunchConfig, params: &mut [*mut std::ffi::c_void]) -> Result<()> {
+    /// keeps the module loaded (its graphs replay the kernel's code). The launch was built by a
+    /// typed constructor of the driver layer over spans this target admitted.
+    pub(crate) fn launch(&self, l: KernelLaunch<'_>) -> Result<()> {
         if let Target::Captured { site, .. } = self {
-            site.keep_module(f.module());
+            site.keep_module(l.function().module());
         }
-        // SAFETY: the caller's contract.
-        unsafe { f.launch(cfg, self.stream(), params) }
+        l.enqueue(self.stream())
     }
 
     /// Records, in the capture, every allocation admitted so far. Call it after the last check and

@@ -17,15 +17,16 @@
 //! ([`Error::WorkspaceTooSmall`], nothing executed). [`plan_workspace`] builds every plan an engine
 //! will capture and returns the largest workspace: pre-grow to it once, then capture.
 
-use super::backend::{data_type, Attr, Descriptor, Handle, Kind, OpGraph, TensorSpec, TENSOR_ALIGNMENT};
-use super::{Cudnn, OpKey, PlanInfo};
+use super::{data_type, Cudnn, OpKey, PlanInfo};
 use crate::driver::{DeviceBuffer, Event, Stream};
 use crate::error::{Error, Result};
 use crate::graph::target::Target;
 use crate::graph::{Capture, Captured, CapturedBuffer};
 use crate::ops::tensor::{Check, DType, DeviceMemory, Tensor};
 use crate::sys::cuda as cu;
+use crate::sys::cudnn::backend::{self, Attr, Descriptor, Handle, Kind, OpGraph, TensorSpec, TENSOR_ALIGNMENT};
 use crate::sys::cudnn::{ffi as c, Api};
+use crate::sys::DeviceSpan;
 use crate::workspace::{Workspace, WorkspacePlanner};
 use std::sync::Arc;
 
@@ -324,8 +325,10 @@ impl<M: DeviceMemory> MatmulArgs<M> {
         Ok(p)
     }
 
-    fn ptrs(&self) -> [crate::driver::DevicePtr; 3] {
-        [self.a.device_ptr(), self.b.device_ptr(), self.c.device_ptr()]
+    /// The spans of a, b and c (each from its first element), admitted to `target`.
+    fn spans(&self, target: &mut Target<'_>) -> Result<[DeviceSpan; 3]> {
+        let mut span = |name: &str, t: &Tensor<M>| target.admit(name, &t.mem)?.skip(name, t.offset as u64);
+        Ok([span("a", &self.a)?, span("b", &self.b)?, span("c", &self.c)?])
     }
 }
 
@@ -374,15 +377,11 @@ pub(crate) fn matmul_on<M: DeviceMemory>(dnn: &Cudnn, args: &MatmulArgs<M>, mut 
     } else {
         plan_of(dnn, &p)?
     };
-    for (name, t) in [("a", &args.a), ("b", &args.b), ("c", &args.c)] {
-        target.admit(name, &t.mem)?;
-    }
-    let (w, _) = target.workspace(plan.info().workspace_bytes)?;
+    let ptrs = args.spans(&mut target)?;
+    let w = target.workspace(plan.info().workspace_bytes)?;
     target.commit();
-    // SAFETY: validated arguments (bounds, device; the C caller keeps its raw memory alive, as
-    // documented there; captured views are kept by the capture); the workspace holds the plan's
-    // bytes; plans are never freed.
-    unsafe { dnn.execute(&plan, &args.ptrs(), w, target.raw_stream()) }?;
+    // Plans are never freed, so a graph that captured this execute keeps working.
+    dnn.execute(&plan, &ptrs, w, target.raw_stream())?;
     Ok(plan.info())
 }
 
@@ -431,13 +430,14 @@ pub fn autotune(dnn: &Cudnn, args: &MatmulArgs<&DeviceBuffer>, ws: &mut Workspac
     check_arch(dnn, &p)?;
     let cands = dnn.candidates(|api, h| p.graph(api, h), max_candidates.max(1))?;
     let most = cands.iter().map(|c| c.info().workspace_bytes).max().unwrap_or(0);
-    let w = ws.prepare(most, stream)?;
+    let mut target = Target::eager(stream, Some(ws))?;
+    let ptrs = args.spans(&mut target)?;
+    let w = target.workspace(most)?;
     let ctx = stream.context();
     let (start, end) = (Event::new(ctx, true)?, Event::new(ctx, true)?);
     let mut timed = Vec::new();
     for cand in &cands {
-        // SAFETY: as in matmul(); ws holds the largest candidate's workspace.
-        let run = || unsafe { dnn.execute(cand, &args.ptrs(), w, stream.raw()) };
+        let run = || dnn.execute(cand, &ptrs, w, stream.raw());
         for _ in 0..2 {
             run()?;
         }
@@ -460,58 +460,67 @@ pub fn autotune(dnn: &Cudnn, args: &MatmulArgs<&DeviceBuffer>, ws: &mut Workspac
 }
 
 #[doc(hidden)]
-/// Executes the cached (or newly built) plan of `problem` on raw addresses, with a workspace of
-/// `ws_bytes` at `ws`: for tests that need an allocation of exactly the plan's size, and for
-/// benchmarks that measure the cost of the safe path.
-///
-/// # Safety
-/// `a`, `b`, `c` must be valid device addresses of the problem's layout in the stream's context,
-/// `ws` must hold `ws_bytes`, and all must stay valid until the work finishes.
-pub unsafe fn matmul_raw(dnn: &Cudnn, problem: &MatmulProblem, ptrs: [u64; 3], ws: u64, ws_bytes: u64, stream: &Stream) -> Result<PlanInfo> {
+/// Executes the cached (or newly built) plan of `problem` on raw spans, with `ws` as the
+/// workspace: for tests that need an allocation of exactly the plan's size. The spans are checked
+/// against the plan's tensors and workspace; the caller vouched for their memory when it made them
+/// ([`DeviceSpan::from_raw`]).
+pub fn matmul_raw(dnn: &Cudnn, problem: &MatmulProblem, ptrs: [DeviceSpan; 3], ws: DeviceSpan, stream: &Stream) -> Result<PlanInfo> {
     dnn.same_context(stream.context())?;
+    stream.ensure_eager()?;
     let p = problem.normalized();
     p.validate()?;
     let plan = plan_of(dnn, &p)?;
-    if plan.info().workspace_bytes > ws_bytes {
-        return Err(Error::WorkspaceTooSmall { needed: plan.info().workspace_bytes, capacity: ws_bytes });
+    if plan.info().workspace_bytes > ws.len() {
+        return Err(Error::WorkspaceTooSmall { needed: plan.info().workspace_bytes, capacity: ws.len() });
     }
-    // SAFETY: the caller's contract.
-    unsafe { dnn.execute(&plan, &ptrs, ws, stream.raw()) }?;
+    dnn.execute(&plan, &ptrs, ws, stream.raw())?;
     Ok(plan.info())
 }
 
 #[doc(hidden)]
-/// The floor the safe path is measured against (benches/cudnn.rs): a prebuilt variant pack and a
-/// bare `cudnnBackendExecute`, with no validation, lookup, lock or stream check.
+/// The floor the safe path is measured against (benches/cudnn.rs): a plan on a handle of its own,
+/// a prebuilt variant pack and a bare `cudnnBackendExecute`, with no validation, lookup, lock or
+/// stream check per call. Not `Sync`: its handle is used by one thread at a time.
 pub struct RawExecutor {
-    plan: Arc<super::Plan>,
-    pack: super::backend::VariantPack,
-    handle: crate::sys::cudnn::ffi::cudnnHandle_t,
-    execute: super::ExecuteFn,
+    // Dropped in declaration order: the pack and the plan before the handle that made them.
+    pack: backend::VariantPack,
+    plan: backend::ExecPlan,
+    handle: Handle,
     _dnn: Arc<Cudnn>,
 }
 
 impl RawExecutor {
     #[doc(hidden)]
-    /// Builds the floor for `problem` (plan cached as for [`matmul`]), bound to `stream`.
-    ///
-    /// # Safety
-    /// As [`matmul_raw`]; in addition nothing else may use `dnn` from another thread while the
-    /// executor is used (it calls into the shared handle without its lock).
-    pub unsafe fn new(dnn: &Arc<Cudnn>, problem: &MatmulProblem, ptrs: [u64; 3], ws: u64, ws_bytes: u64, stream: &Stream) -> Result<RawExecutor> {
-        // SAFETY: the caller's contract.
-        let info = unsafe { matmul_raw(dnn, problem, ptrs, ws, ws_bytes, stream) }?;
-        let _ = info;
-        let plan = plan_of(dnn, &problem.normalized())?;
-        let pack = super::backend::VariantPack::new(dnn.api, &plan.exec.graph.io_uids, &ptrs, ws)?;
-        let handle = dnn.lock().handle.raw;
-        Ok(RawExecutor { plan, pack, handle, execute: dnn.execute_fn, _dnn: dnn.clone() })
+    /// Builds the floor for `problem` with the engine [`matmul`] runs for it (the cached plan's,
+    /// autotuned or not), bound to `stream`; the spans are checked against the plan as for
+    /// [`matmul_raw`], once. The caller's promise for them ([`DeviceSpan::from_raw`]) must hold for
+    /// as long as the executor is used.
+    pub fn new(dnn: &Arc<Cudnn>, problem: &MatmulProblem, ptrs: [DeviceSpan; 3], ws: DeviceSpan, stream: &Stream) -> Result<RawExecutor> {
+        dnn.same_context(stream.context())?;
+        stream.ensure_eager()?;
+        let p = problem.normalized();
+        p.validate()?;
+        check_arch(dnn, &p)?;
+        let want = plan_of(dnn, &p)?.info();
+        let _current = dnn.ctx.enter()?;
+        let handle = Handle::new(dnn.api)?;
+        let graph = Arc::new(p.graph(dnn.api, &handle)?);
+        // The same engine on this handle: among the candidates autotune chooses from, else the first.
+        let cands = backend::build_plans(dnn.api, &handle, &graph, 32)?;
+        let at = cands.iter().position(|c| c.engine == want.engine && c.workspace_bytes == want.workspace_bytes).unwrap_or(0);
+        let plan = cands.into_iter().nth(at).ok_or_else(|| Error::invalid("plan", "an execution plan", "none"))?;
+        let pack = backend::VariantPack::new(dnn.api, &plan, &ptrs, ws)?;
+        handle.set_stream(stream.raw())?;
+        Ok(RawExecutor { pack, plan, handle, _dnn: dnn.clone() })
     }
 
     #[doc(hidden)]
-    /// One bare `cudnnBackendExecute`; returns the raw status.
+    /// One bare `cudnnBackendExecute`; returns the raw status (0 on success).
     pub fn call(&self) -> u32 {
-        // SAFETY: handle, plan and pack are alive (held by self); the caller upholds new()'s contract.
-        unsafe { (self.execute)(self.handle, self.plan.exec.plan.raw(), self.pack.desc.raw()) }.0
+        match self.handle.execute_pack(&self.plan, &self.pack) {
+            Ok(()) => 0,
+            Err(Error::Cudnn { status, .. }) => status as u32,
+            Err(_) => u32::MAX,
+        }
     }
 }

@@ -34,22 +34,21 @@
 //! Loading: see [`crate::sys::cudnn`] (`GRAPHSAFE_CUDNN_LIB`, the loader path, Python wheels);
 //! without cuDNN every entry point returns [`Error::CudnnNotFound`].
 
-mod backend;
 pub mod matmul;
 pub mod nvfp4;
 
-pub use crate::sys::cudnn::Version;
-pub use backend::Source;
+pub use crate::sys::cudnn::{Source, Version};
 pub use matmul::{
     autotune, matmul, matmul_captured, plan_workspace, require_workspace, workspace_size, AutotuneReport, MatmulArgs,
     MatmulOperand, MatmulProblem,
 };
 pub use nvfp4::{nvfp4_matmul, nvfp4_matmul_captured, nvfp4_workspace_size, Nvfp4MatmulArgs, Nvfp4Problem, NVFP4_BLOCK, NVFP4_MIN_VERSION};
 
-use crate::driver::{Context, DevicePtr};
+use crate::driver::Context;
 use crate::error::{Error, Result};
-use crate::sys::cudnn::{self as sys, check, Api};
-use backend::{ExecPlan, Handle, OpGraph, VariantPack};
+use crate::sys::cudnn::backend::{self, ExecPlan, Handle, OpGraph, VariantPack};
+use crate::sys::cudnn::{self as sys, ffi as c, Api};
+use crate::sys::DeviceSpan;
 use once_cell::sync::Lazy;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -140,9 +139,6 @@ struct State {
     retired: Vec<Arc<Plan>>,
 }
 
-type ExecuteFn = <crate::sys::cudnn::ffi::PFN_cudnnBackendExecute as crate::sys::driver::OptionInner>::Inner;
-type SetStreamFn = <crate::sys::cudnn::ffi::PFN_cudnnSetStream as crate::sys::driver::OptionInner>::Inner;
-
 /// cuDNN on one device: a handle, the plan cache, and the execute path.
 ///
 /// One per device for the life of the process ([`Cudnn::new`] returns the same one each time), so
@@ -152,9 +148,6 @@ pub struct Cudnn {
     api: &'static Api,
     ctx: Arc<Context>,
     state: Mutex<State>,
-    // Resolved once: execute is the hot path.
-    execute_fn: ExecuteFn,
-    set_stream_fn: SetStreamFn,
 }
 
 static REGISTRY: Lazy<Mutex<Vec<Arc<Cudnn>>>> = Lazy::new(|| Mutex::new(Vec::new()));
@@ -180,9 +173,10 @@ impl Cudnn {
             api,
             ctx: ctx.clone(),
             state: Mutex::new(State { handle, stream: 0, plans: HashMap::new(), retired: Vec::new() }),
-            execute_fn: api.cudnnBackendExecute()?.f,
-            set_stream_fn: api.cudnnSetStream()?.f,
         });
+        // Resolved now, so that the execute path never fails on a missing symbol.
+        api.cudnnBackendExecute()?;
+        api.cudnnSetStream()?;
         reg.push(dnn.clone());
         Ok(dnn)
     }
@@ -266,30 +260,18 @@ impl Cudnn {
         graph(self.api, &s.handle).map(drop)
     }
 
-    /// Executes `plan` on `stream` with `ptrs` (one per graph I/O tensor, in `io_uids` order) and
-    /// the workspace at `ws` (which the caller checked holds `plan.info.workspace_bytes`).
-    ///
-    /// # Safety
-    /// Every pointer must be valid for what the plan does with it until the work finishes (or, in
-    /// a capture, for as long as any graph made from it lives); `stream` must be a live stream of
-    /// this device's context.
-    pub(crate) unsafe fn execute(&self, plan: &Plan, ptrs: &[DevicePtr], ws: DevicePtr, stream: crate::sys::cuda::CUstream) -> Result<()> {
+    /// Executes `plan` on `stream` with `ptrs` (one span per graph I/O tensor, in `io_uids`
+    /// order) and the workspace `ws`; the handle checks both against the plan
+    /// ([`Handle::execute`]). `stream` must be a live stream of this device (the op's target's).
+    pub(crate) fn execute(&self, plan: &Plan, ptrs: &[DeviceSpan], ws: DeviceSpan, stream: crate::sys::cuda::CUstream) -> Result<()> {
         let mut s = self.lock();
         let _current = self.ctx.enter()?;
         if s.stream != stream as usize {
-            // SAFETY: the handle is live and locked; the caller passes a live stream.
-            check(self.api, unsafe { (self.set_stream_fn)(s.handle.raw, stream.cast()) }, "cudnnSetStream")?;
+            s.handle.set_stream(stream)?;
             s.stream = stream as usize;
         }
         let mut pack = plan.last_pack.lock().unwrap_or_else(|e| e.into_inner());
-        let reuse = pack.as_ref().is_some_and(|p| p.workspace == ws && p.ptrs == ptrs);
-        if !reuse {
-            *pack = None; // destroy the old one first
-            *pack = Some(VariantPack::new(self.api, &plan.exec.graph.io_uids, ptrs, ws)?);
-        }
-        let vp = pack.as_ref().map(|p| p.desc.raw()).unwrap_or(std::ptr::null_mut());
-        // SAFETY: handle, plan and variant pack are live; the caller's contract covers every pointer.
-        check(self.api, unsafe { (self.execute_fn)(s.handle.raw, plan.exec.plan.raw(), vp) }, "cudnnBackendExecute")
+        s.handle.execute(&plan.exec, ptrs, ws, &mut pack)
     }
 
     /// Checks that `stream_ctx` is this device's context.
@@ -303,4 +285,17 @@ impl Cudnn {
         }
         Ok(())
     }
+}
+
+/// cuDNN data type of a graphsafe dtype (`None` for one cuDNN's matmul has no use for).
+pub(crate) fn data_type(d: crate::ops::tensor::DType) -> Option<c::cudnnDataType_t> {
+    use crate::ops::tensor::DType;
+    #[allow(unreachable_patterns)] // DType may grow
+    Some(match d {
+        DType::Bf16 => c::cudnnDataType_t::CUDNN_DATA_BFLOAT16,
+        DType::Fp16 => c::cudnnDataType_t::CUDNN_DATA_HALF,
+        DType::Fp8E4m3 => c::cudnnDataType_t::CUDNN_DATA_FP8_E4M3,
+        DType::F32 => c::cudnnDataType_t::CUDNN_DATA_FLOAT,
+        _ => return None,
+    })
 }

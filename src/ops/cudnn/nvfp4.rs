@@ -15,14 +15,14 @@
 //! [`Error::ArchUnsupported`] naming what it needs (the GPU first, then the cuDNN version) before
 //! touching cuDNN. Planning, the workspace rules and capture behave as for [`super::matmul`](mod@super::matmul).
 
-use super::backend::{Attr, Descriptor, Handle, Kind, OpGraph, TensorSpec, TENSOR_ALIGNMENT};
-use super::{Cudnn, OpKey, PlanInfo, Version};
+use super::{data_type, Cudnn, OpKey, PlanInfo, Version};
 use crate::driver::{DeviceBuffer, Stream};
 use crate::error::{Error, Result};
 use crate::graph::target::Target;
 use crate::graph::{Capture, Captured, CapturedBuffer};
 use crate::ops::tensor::{Check, DType, DeviceMemory, Tensor};
 use crate::sys::cuda as cu;
+use crate::sys::cudnn::backend::{Attr, Descriptor, Handle, Kind, OpGraph, TensorSpec, TENSOR_ALIGNMENT};
 use crate::sys::cudnn::{ffi as c, Api};
 use crate::workspace::Workspace;
 use std::sync::Arc;
@@ -128,7 +128,7 @@ impl Nvfp4Problem {
         let fp4 = c::cudnnDataType_t::CUDNN_DATA_FP4_E2M1;
         let fp8 = c::cudnnDataType_t::CUDNN_DATA_FP8_E4M3;
         let f32_ = c::cudnnDataType_t::CUDNN_DATA_FLOAT;
-        let out = super::backend::data_type(self.out).ok_or_else(|| Error::invalid("c.dtype", "bf16, fp16 or f32", self.out))?;
+        let out = data_type(self.out).ok_or_else(|| Error::invalid("c.dtype", "bf16, fp16 or f32", self.out))?;
         let reorder = c::cudnnBackendTensorReordering_t::CUDNN_TENSOR_REORDERING_F8_128x4;
 
         let a = TensorSpec::io(UID_A, fp4, &[b, m, k], &[m * k, k, 1]).build(api)?;
@@ -242,10 +242,6 @@ impl<M: DeviceMemory> Nvfp4MatmulArgs<M> {
         }
         Ok(())
     }
-
-    fn ptrs(&self) -> [crate::driver::DevicePtr; 6] {
-        [self.a.device_ptr(), self.a_scale.device_ptr(), self.b.device_ptr(), self.b_scale.device_ptr(), self.alpha.device_ptr(), self.c.device_ptr()]
-    }
 }
 
 /// The GPU, then the cuDNN version: what NVFP4 needs, named in the error.
@@ -301,15 +297,15 @@ fn nvfp4_matmul_on<M: DeviceMemory>(dnn: &Cudnn, args: &Nvfp4MatmulArgs<M>, mut 
     } else {
         plan_of(dnn, &args.problem)?
     };
+    let mut ptrs = Vec::with_capacity(6);
     for (name, m) in [("a", &args.a), ("a_scale", &args.a_scale), ("b", &args.b), ("b_scale", &args.b_scale), ("alpha", &args.alpha)] {
-        target.admit(name, m)?;
+        ptrs.push(target.admit(name, m)?);
     }
-    target.admit("c", &args.c.mem)?;
-    let (w, _) = target.workspace(plan.info().workspace_bytes)?;
+    ptrs.push(target.admit("c", &args.c.mem)?.skip("c", args.c.offset as u64)?);
+    let w = target.workspace(plan.info().workspace_bytes)?;
     target.commit();
-    // SAFETY: buffers validated (sizes, device) and borrowed for the call or kept by the capture;
-    // the workspace holds the plan's bytes; plans are never freed.
-    unsafe { dnn.execute(&plan, &args.ptrs(), w, target.raw_stream()) }?;
+    // Plans are never freed, so a graph that captured this execute keeps working.
+    dnn.execute(&plan, &ptrs, w, target.raw_stream())?;
     Ok(plan.info())
 }
 

@@ -15,7 +15,9 @@ use crate::error::{Error, Result};
 use crate::graph::target::Target;
 use crate::graph::{Capture, Captured, CapturedBuffer};
 use crate::ops::tensor::{Check, DType, DeviceMemory, Tensor};
-use crate::sys::{check_glue, cuda as c, kernels as k};
+use crate::sys::cuda as c;
+use crate::sys::glue::mla::{self as glue, Rows};
+use crate::sys::DeviceSpan;
 use crate::workspace::Workspace;
 
 /// The two back-ends.
@@ -231,75 +233,42 @@ impl<M: DeviceMemory> MlaDecodeArgs<M> {
         })
     }
 
-    /// Every tensor with its name, for the capture and device checks of [`Target::admit`].
-    fn tensors(&self) -> Vec<(&'static str, &Tensor<M>)> {
-        let mut all = vec![
-            ("q_nope", &self.q_nope),
-            ("q_pe", &self.q_pe),
-            ("kv_cache", &self.kv_cache),
-            ("seq_lens", &self.seq_lens),
-            ("page_table", &self.page_table),
-            ("out", &self.out),
-        ];
-        if let Some(lse) = &self.lse {
-            all.push(("lse", lse));
-        }
-        all
-    }
-
-    fn to_sys(&self, p: &MlaDecodePlan, sm_count: u32, device: usize) -> Result<k::GsMlaDecodeArgs> {
+    /// The glue's arguments: every tensor admitted to `target` (its span, from its first element)
+    /// with the plan's sizes.
+    fn to_glue(&self, p: &MlaDecodePlan, sm_count: u32, device: usize, target: &mut Target<'_>) -> Result<glue::Decode> {
         // Every value below was bounded by plan(): shapes, and strides by the bounds check (an
         // extent that fits in the address space); the conversions only restate that.
         let i32_of = |what: &str, v: u64| i32::try_from(v).map_err(|_| Error::invalid(what, "a value below 2^31", v));
-        Ok(k::GsMlaDecodeArgs {
-            dtype: p.dtype.to_sys(),
+        let rows = |target: &mut Target<'_>, name: &str, t: &Tensor<M>| -> Result<Rows> {
+            Ok(Rows { span: span(target, name, t)?, stride_batch: t.stride_i64(0)?, stride_head: t.stride_i64(1)? })
+        };
+        let (q_nope, q_pe, out) = (rows(target, "q_nope", &self.q_nope)?, rows(target, "q_pe", &self.q_pe)?, rows(target, "out", &self.out)?);
+        Ok(glue::Decode {
+            dtype: p.dtype.to_glue(),
             batch: i32_of("batch", p.batch as u64)?,
             num_heads: i32_of("num_heads", p.num_heads as u64)?,
             max_seq_len: i32_of("max_seq_len", self.max_seq_len as u64)?,
             num_splits: i32_of("num_splits", p.num_splits as u64)?,
             sm_count: i32_of("sm_count", sm_count as u64)?,
             device: i32_of("device", device as u64)?,
-            q_nope: self.q_nope.device_ptr() as *const _,
-            q_nope_stride_batch: self.q_nope.stride_i64(0)?,
-            q_nope_stride_head: self.q_nope.stride_i64(1)?,
-            q_pe: self.q_pe.device_ptr() as *const _,
-            q_pe_stride_batch: self.q_pe.stride_i64(0)?,
-            q_pe_stride_head: self.q_pe.stride_i64(1)?,
-            kv_cache: self.kv_cache.device_ptr() as *const _,
+            q_nope,
+            q_pe,
+            kv_cache: span(target, "kv_cache", &self.kv_cache)?,
             num_pages: i32_of("kv_cache.shape[0] (pages)", self.kv_cache.shape[0] as u64)?,
             page_size: i32_of("page_size", p.page_size as u64)?,
-            seq_lens: self.seq_lens.device_ptr() as *const i32,
-            page_table: self.page_table.device_ptr() as *const i32,
+            seq_lens: span(target, "seq_lens", &self.seq_lens)?,
+            page_table: span(target, "page_table", &self.page_table)?,
             page_table_stride: i32_of("page_table.strides[0]", self.page_table.strides[0] as u64)?,
-            out: self.out.device_ptr() as *mut _,
-            out_stride_batch: self.out.stride_i64(0)?,
-            out_stride_head: self.out.stride_i64(1)?,
-            lse: self.lse.as_ref().map_or(std::ptr::null_mut(), |t| t.device_ptr() as *mut f32),
+            out,
+            lse: self.lse.as_ref().map(|t| span(target, "lse", t)).transpose()?,
             sm_scale: self.sm_scale,
         })
     }
 }
 
-/// Launches a validated plan through the glue.
-fn launch(arch: MlaArch, args: &k::GsMlaDecodeArgs, ws: u64, ws_bytes: u64, stream: c::CUstream) -> Result<()> {
-    let status: i32 = match arch {
-        #[cfg(graphsafe_arch = "sm_90a")]
-        // SAFETY: every pointer in args was validated (dtype, shape, bounds, device) and is kept
-        // alive by the caller's borrow (eager) or the capture (captured); ws holds ws_bytes.
-        MlaArch::Sm90 => unsafe { k::gs_mla_sm90_decode(args, ws as *mut _, ws_bytes, stream.cast()) },
-        #[cfg(graphsafe_arch = "sm_100a")]
-        // SAFETY: as above.
-        MlaArch::Sm100 => unsafe { k::gs_mla_sm100_decode(args, ws as *mut _, ws_bytes, stream.cast()) },
-        #[allow(unreachable_patterns)]
-        other => {
-            return Err(Error::ArchUnsupported { op: "mla decode", need: other.built_arch().into(), have: "a build without it".into() })
-        }
-    };
-    let op = match arch {
-        MlaArch::Sm90 => "gs_mla_sm90_decode",
-        MlaArch::Sm100 => "gs_mla_sm100_decode",
-    };
-    check_glue(status, op)
+/// A tensor admitted to `target`: the span from its first element to the end of its memory.
+fn span<M: DeviceMemory>(target: &mut Target<'_>, name: &str, t: &Tensor<M>) -> Result<DeviceSpan> {
+    target.admit(name, &t.mem)?.skip(name, t.offset as u64)
 }
 
 /// Validate, size, launch: the one path behind every entry point (Rust eager, Rust captured, C).
@@ -309,14 +278,15 @@ pub(crate) fn run<M: DeviceMemory>(args: &MlaDecodeArgs<M>, mut target: Target<'
     let arch = MlaArch::for_compute_capability(ctx.compute_capability())?;
     let sms = ctx.sm_count();
     let plan = args.plan(arch, sms, ctx.raw())?;
-    for (name, t) in args.tensors() {
-        target.admit(name, &t.mem)?;
-    }
-    let sys = args.to_sys(&plan, sms, ctx.device().ordinal())?;
-    let (w, capacity) = target.workspace(plan.workspace_bytes)?;
+    let decode = args.to_glue(&plan, sms, ctx.device().ordinal(), &mut target)?;
+    let ws = target.workspace(plan.workspace_bytes)?;
     target.commit();
     let _current = ctx.enter()?;
-    launch(arch, &sys, w, capacity, target.raw_stream())?;
+    let backend = match arch {
+        MlaArch::Sm90 => glue::Backend::Sm90,
+        MlaArch::Sm100 => glue::Backend::Sm100,
+    };
+    glue::decode(backend, &decode, ws, target.raw_stream())?;
     Ok(plan)
 }
 

@@ -68,14 +68,14 @@ impl KvDtype {
         }
     }
 
-    pub(crate) fn to_sys(self) -> i32 {
-        use crate::sys::kernels::GsDtype as D;
-        (match self {
-            KvDtype::Bf16 => D::GS_DTYPE_BF16,
-            KvDtype::Fp16 => D::GS_DTYPE_FP16,
-            KvDtype::Fp8E4m3 => D::GS_DTYPE_FP8_E4M3,
-        })
-        .0 as i32
+    /// The glue's name for it.
+    pub(crate) fn to_glue(self) -> crate::sys::glue::GlueDtype {
+        use crate::sys::glue::GlueDtype as G;
+        match self {
+            KvDtype::Bf16 => G::Bf16,
+            KvDtype::Fp16 => G::Fp16,
+            KvDtype::Fp8E4m3 => G::Fp8E4m3,
+        }
     }
 }
 

@@ -1,10 +1,10 @@
 //! References for the MLA decode: a CPU one in f64 for small shapes, and a simple GPU kernel
 //! (`cuda-src/mla/reference.cu`, fp32, one CTA per (head, request)) for large ones.
 
-use crate::driver::{Context, DeviceBuffer, Function, LaunchConfig, Module, Stream};
+use crate::driver::testing::{MlaReference, MlaReferenceKernel};
+use crate::driver::{Context, DeviceBuffer, Stream};
 use crate::error::{Error, Result};
-use crate::sys::cuda as c;
-use std::ffi::c_void;
+use crate::graph::target::Target;
 use std::sync::Arc;
 
 use super::{KvDtype, LATENT_DIM, ROPE_DIM};
@@ -79,7 +79,7 @@ pub fn cpu_decode(p: &HostProblem) -> (Vec<f32>, Vec<f32>) {
 
 /// The GPU reference kernel, loaded into one context.
 pub struct GpuReference {
-    f: Function,
+    k: MlaReferenceKernel,
 }
 
 /// Device inputs of the GPU reference (q contiguous, bf16 or fp16).
@@ -113,54 +113,46 @@ pub struct GpuProblem<'a> {
 impl GpuReference {
     /// Loads the kernel.
     pub fn load(ctx: &Arc<Context>) -> Result<GpuReference> {
-        let image = crate::sys::modules::MLA_REFERENCE
-            .ok_or_else(|| Error::ArchUnsupported { op: "mla reference", need: "a build with any GPU arch".into(), have: "none".into() })?;
-        Ok(GpuReference { f: Module::load(ctx, image)?.function("gs_mla_reference")? })
+        Ok(GpuReference { k: MlaReferenceKernel::load(ctx)? })
     }
 
-    /// Runs it: (out [B, H, 512] f32, lse [B, H] f32), read back to the host.
+    /// Runs it: (out [B, H, 512] f32, lse [B, H] f32), read back to the host. Device lengths are
+    /// clamped to `0..=max_seq_len` and page indices into the cache, as by the decode kernels.
     pub fn run(&self, p: &GpuProblem, stream: &Stream) -> Result<(Vec<f32>, Vec<f32>)> {
         let dtype = match p.dtype {
             KvDtype::Bf16 => 0i32,
             KvDtype::Fp16 => 1,
             KvDtype::Fp8E4m3 => return Err(Error::invalid("dtype", "bf16 or fp16", p.dtype)),
         };
+        let u32_of = |what: &str, v: usize| u32::try_from(v).map_err(|_| Error::invalid(what, "a value below 2^32", v));
+        let bytes = |what: &str, parts: &[usize]| {
+            parts.iter().try_fold(1usize, |a, &n| a.checked_mul(n)).ok_or_else(|| Error::invalid(what, "a size that fits in memory", format!("{parts:?}")))
+        };
         let (b, h) = (p.batch, p.num_heads);
-        let scratch = DeviceBuffer::alloc(stream.context(), (b * h * p.max_seq_len.max(1) * 4).max(4))?;
-        let out = DeviceBuffer::alloc_zeroed(stream, b * h * LATENT_DIM * 4)?;
-        let lse = DeviceBuffer::alloc_zeroed(stream, b * h * 4)?;
-        let mut ptrs: [c::CUdeviceptr; 9] = [
-            p.q_nope.device_ptr(),
-            p.q_pe.device_ptr(),
-            p.kv.device_ptr(),
-            p.seq_lens.device_ptr(),
-            p.page_table.device_ptr(),
-            scratch.device_ptr(),
-            out.device_ptr(),
-            lse.device_ptr(),
-            0,
-        ];
-        let (mut pts, mut ps, mut nh, mut dt, mut scale, mut ms) =
-            (p.page_table_stride as i32, p.page_size as i32, h as i32, dtype, p.sm_scale, p.max_seq_len as i32);
-        let mut params: [*mut c_void; 14] = [
-            (&mut ptrs[0] as *mut c::CUdeviceptr).cast(),
-            (&mut ptrs[1] as *mut c::CUdeviceptr).cast(),
-            (&mut ptrs[2] as *mut c::CUdeviceptr).cast(),
-            (&mut ptrs[3] as *mut c::CUdeviceptr).cast(),
-            (&mut ptrs[4] as *mut c::CUdeviceptr).cast(),
-            (&mut pts as *mut i32).cast(),
-            (&mut ps as *mut i32).cast(),
-            (&mut nh as *mut i32).cast(),
-            (&mut dt as *mut i32).cast(),
-            (&mut scale as *mut f32).cast(),
-            (&mut ptrs[5] as *mut c::CUdeviceptr).cast(),
-            (&mut ms as *mut i32).cast(),
-            (&mut ptrs[6] as *mut c::CUdeviceptr).cast(),
-            (&mut ptrs[7] as *mut c::CUdeviceptr).cast(),
-        ];
-        let cfg = LaunchConfig { grid: crate::driver::Dim3::new(h as u32, b as u32, 1), block: crate::driver::Dim3::x(256), shared_mem_bytes: 0, cluster: None };
-        // SAFETY: parameters match the kernel's signature; every buffer lives until the reads below.
-        unsafe { self.f.launch(&cfg, stream, &mut params)? };
+        let scratch = DeviceBuffer::alloc(stream.context(), bytes("scratch", &[b, h, p.max_seq_len.max(1), 4])?.max(4))?;
+        let out = DeviceBuffer::alloc_zeroed(stream, bytes("out", &[b, h, LATENT_DIM, 4])?)?;
+        let lse = DeviceBuffer::alloc_zeroed(stream, bytes("lse", &[b, h, 4])?)?;
+        let mut target = Target::eager(stream, None)?;
+        let r = MlaReference {
+            dtype,
+            batch: u32_of("batch", b)?,
+            num_heads: u32_of("num_heads", h)?,
+            max_seq_len: u32_of("max_seq_len", p.max_seq_len)?,
+            page_size: u32_of("page_size", p.page_size)?,
+            page_table_stride: u32_of("page_table_stride", p.page_table_stride)?,
+            sm_scale: p.sm_scale,
+            q_nope: target.admit("q_nope", &p.q_nope)?,
+            q_pe: target.admit("q_pe", &p.q_pe)?,
+            kv: target.admit("kv", &p.kv)?,
+            seq_lens: target.admit("seq_lens", &p.seq_lens)?,
+            page_table: target.admit("page_table", &p.page_table)?,
+            scratch: target.admit("scratch", &&scratch)?,
+            out: target.admit("out", &&out)?,
+            lse: target.admit("lse", &&lse)?,
+        };
+        let launch = self.k.launch(&r)?;
+        target.commit();
+        target.launch(launch)?;
         Ok((out.to_host_vec::<f32>(stream)?, lse.to_host_vec::<f32>(stream)?))
     }
 }

@@ -38,7 +38,9 @@
 use super::{check_limits, in_range, KvDtype, MAX_BATCH, MAX_SEQ_LEN};
 use crate::driver::{DeviceBuffer, Stream};
 use crate::error::{Error, Result};
-use crate::sys::{check_glue, kernels as k};
+use crate::graph::target::Target;
+use crate::sys::glue::mla::{self as glue, Rows};
+use crate::sys::kernels as k;
 
 /// KV-sequence tile of the kernel: splits are counted in these.
 pub const TILE_S: u32 = k::GS_MLA_SM100_TILE_S;
@@ -111,10 +113,7 @@ pub fn check_page_size(page_size: i64) -> Result<i32> {
 /// The largest split count the safety rule allows.
 pub fn max_safe_splits(batch: i64, max_seq_len: i64, sm_count: i64) -> Result<u32> {
     let (b, s, m) = check_limits(("batch", batch), ("max_seq_len", max_seq_len), sm_count)?;
-    let mut out = 0i32;
-    // SAFETY: plain host function; out is a valid pointer.
-    check_glue(unsafe { k::gs_mla_sm100_max_safe_splits(b, s, m, &mut out) }, "gs_mla_sm100_max_safe_splits")?;
-    Ok(out as u32)
+    Ok(glue::sm100_max_safe_splits(b, s, m)? as u32)
 }
 
 /// KV splits for (batch, max_seq_len, sm_count): the default rule when `requested` is `None`,
@@ -138,19 +137,13 @@ pub fn num_splits(batch: i64, max_seq_len: i64, sm_count: i64, requested: Option
             r as i32
         }
     };
-    let mut out = 0i32;
-    // SAFETY: plain host function; out is a valid pointer.
-    check_glue(unsafe { k::gs_mla_sm100_num_splits(b, s, m, req, &mut out) }, "gs_mla_sm100_num_splits")?;
-    Ok(out as u32)
+    Ok(glue::sm100_num_splits(b, s, m, req)? as u32)
 }
 
 /// The scheduler the decode launches for a split count.
 pub fn scheduler(num_splits: u32) -> Result<Scheduler> {
     let n = in_range("num_splits", num_splits as i64, MAX_SPLITS as i64)?;
-    let mut out = 0i32;
-    // SAFETY: plain host function; out is a valid pointer.
-    check_glue(unsafe { k::gs_mla_sm100_scheduler(n, &mut out) }, "gs_mla_sm100_scheduler")?;
-    Ok(if out as u32 == k::GsMlaScheduler::GS_MLA_SCHED_PERSISTENT.0 { Scheduler::Persistent } else { Scheduler::Individual })
+    Ok(if glue::sm100_persistent(n)? { Scheduler::Persistent } else { Scheduler::Individual })
 }
 
 /// The sanitize region for these arguments (its size is part of [`workspace_bytes`]).
@@ -172,9 +165,7 @@ pub fn sanitize_layout(batch: i64, max_seq_len: i64, page_size: i64, num_splits:
             entries,
         ));
     }
-    let mut l = k::GsMlaSanitizeLayout::default();
-    // SAFETY: plain host function; l is a valid pointer.
-    check_glue(unsafe { k::gs_mla_sanitize_layout(b, s, p, n, &mut l) }, "gs_mla_sanitize_layout")?;
+    let l = glue::sanitize_layout(b, s, p, n)?;
     Ok(SanitizeLayout {
         lens_offset: l.lens_offset,
         kernel_lens_offset: l.kernel_lens_offset,
@@ -194,13 +185,7 @@ pub fn workspace_bytes(dtype: KvDtype, batch: i64, max_seq_len: i64, page_size: 
         return Err(Error::invalid("num_splits", format!("1..={cap} (the split-KV safety rule for these arguments)"), num_splits));
     }
     sanitize_layout(batch, max_seq_len, page_size, num_splits)?; // names the failing limit first
-    let mut out = 0u64;
-    check_glue(
-        // SAFETY: plain host function; out is a valid pointer.
-        unsafe { k::gs_mla_sm100_workspace_bytes(dtype.to_sys(), b, s, page_size as i32, m, num_splits as i32, &mut out) },
-        "gs_mla_sm100_workspace_bytes",
-    )?;
-    Ok(out)
+    glue::sm100_workspace_bytes(dtype.to_glue(), b, s, page_size as i32, m, num_splits as i32)
 }
 
 /// Splits, scheduler and workspace for one decode shape.
@@ -304,28 +289,12 @@ pub fn sanitize(
             return Err(Error::invalid(format!("{what}.device"), "memory on the stream's device", "memory of another device"));
         }
     }
-    stream.ensure_eager()?;
+    let mut target = Target::eager(stream, None)?;
+    let spans = (target.admit("seq_lens", &seq_lens)?, target.admit("page_table", &page_table)?, target.admit("region", &region)?);
+    target.commit();
     let _current = ctx.enter()?;
-    check_glue(
-        // SAFETY: every buffer is on the stream's device and holds what the pre-pass reads or
-        // writes (checked above); the buffers outlive the call (their drop synchronizes).
-        unsafe {
-            k::gs_mla_sanitize(
-                seq_lens.device_ptr() as *const i32,
-                page_table.device_ptr() as *const i32,
-                stride,
-                batch as i32,
-                max_seq_len as i32,
-                page_size as i32,
-                pages,
-                num_splits as i32,
-                region.device_ptr() as *mut _,
-                region.len() as u64,
-                stream.raw().cast(),
-            )
-        },
-        "gs_mla_sanitize",
-    )?;
+    let sizes = (batch as i32, max_seq_len as i32, page_size as i32, pages, num_splits as i32);
+    glue::sanitize(spans.0, spans.1, stride, sizes, spans.2, stream.raw())?;
     Ok(layout)
 }
 
@@ -365,22 +334,11 @@ pub fn sanitize_finish(
     }
     let sb = i64::try_from(stride_b).map_err(|_| Error::invalid("out stride", "below 2^63", stride_b))?;
     let sh = i64::try_from(stride_h).map_err(|_| Error::invalid("out stride", "below 2^63", stride_h))?;
-    stream.ensure_eager()?;
+    let mut target = Target::eager(stream, None)?;
+    let lens = target.admit("region", &region)?.skip("region", layout.lens_offset)?;
+    let out = Rows { span: target.admit("out", &out)?, stride_batch: sb, stride_head: sh };
+    let lse = lse.map(|l| target.admit("lse", &l)).transpose()?;
+    target.commit();
     let _current = ctx.enter()?;
-    check_glue(
-        // SAFETY: lens, out and lse lie inside buffers on the stream's device (checked above),
-        // which outlive the call.
-        unsafe {
-            k::gs_mla_sanitize_finish(
-                (region.device_ptr() + layout.lens_offset) as *const i32,
-                b as i32,
-                out.device_ptr() as *mut _,
-                sb,
-                sh,
-                lse.map_or(std::ptr::null_mut(), |l| l.device_ptr() as *mut f32),
-                stream.raw().cast(),
-            )
-        },
-        "gs_mla_sanitize_finish",
-    )
+    glue::sanitize_finish(lens, b as i32, out, lse, stream.raw())
 }

@@ -8,7 +8,8 @@
 
 use super::{check_limits, in_range, KvDtype, MAX_BATCH};
 use crate::error::{Error, Result};
-use crate::sys::{check_glue, kernels as k};
+use crate::sys::glue::mla as glue;
+use crate::sys::kernels as k;
 
 /// KV tokens per tile of the sm90 kernel.
 pub const TILE_S: u32 = k::GS_MLA_SM90_TILE_S;
@@ -56,10 +57,7 @@ pub fn num_splits(batch: i64, num_heads: i64, max_seq_len: i64, sm_count: i64, r
             r as i32
         }
     };
-    let mut out = 0i32;
-    // SAFETY: host function; out-pointer to a local.
-    check_glue(unsafe { k::gs_mla_sm90_num_splits(b, h, s, m, req, &mut out) }, "gs_mla_sm90_num_splits")?;
-    Ok(out as u32)
+    Ok(glue::sm90_num_splits(b, h, s, m, req)? as u32)
 }
 
 /// Workspace bytes for (batch, heads, splits).
@@ -67,10 +65,7 @@ pub fn workspace_bytes(batch: i64, num_heads: i64, num_splits: i64) -> Result<u6
     let b = in_range("batch", batch, MAX_BATCH)?;
     let h = check_heads(num_heads)?;
     let n = in_range("num_splits", num_splits, MAX_SPLITS)?;
-    let mut out = 0u64;
-    // SAFETY: host function; out-pointer to a local.
-    check_glue(unsafe { k::gs_mla_sm90_workspace_bytes(b, h, n, &mut out) }, "gs_mla_sm90_workspace_bytes")?;
-    Ok(out)
+    glue::sm90_workspace_bytes(b, h, n)
 }
 
 /// Splits and workspace for one shape.

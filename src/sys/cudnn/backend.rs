@@ -1,21 +1,32 @@
-//! RAII wrappers of the cuDNN backend graph API: descriptors (tensors, operations, operation
-//! graphs, heuristics, engine configs, execution plans, variant packs) and the handle.
+//! Safe RAII types over cuDNN's backend graph API: the handle, descriptors (tensors, operations,
+//! operation graphs, heuristics, engine configs, execution plans, variant packs), and execute.
 //!
 //! Every descriptor is destroyed exactly once, by its owner's `Drop`; a failure there is logged,
 //! not hidden. Attribute setters take Rust slices, so element counts always match the data.
+//!
+//! Executing touches device memory. [`Handle::execute`] checks every pointer it is given against
+//! the operation graph's own tensors (each non-virtual tensor's extent from its dimensions and
+//! strides, and the declared alignment) and the workspace against the plan's size; it trusts
+//! each [`DeviceSpan`]'s invariant (the memory exists and stays allocated while the work may run)
+//! and that the stream it is given is a live stream of the handle's device.
 
 use crate::error::{Error, Result};
 use crate::sys::cudnn::{check, ffi as c, Api};
+use crate::sys::cuda::CUstream;
+use crate::sys::span::extent;
+use crate::sys::DeviceSpan;
 use std::ffi::c_void;
+use std::sync::Arc;
 
 pub(crate) use c::cudnnBackendAttributeName_t as Attr;
 pub(crate) use c::cudnnBackendDescriptorType_t as Kind;
 use c::cudnnBackendAttributeType_t as Ty;
 
 /// A cuDNN handle (`cudnnCreate`/`cudnnDestroy`). Bound to the device that was current when it
-/// was made; not to be used from two threads at once (its owner keeps it behind a mutex).
+/// was made; not to be used from two threads at once (it is `Send` but not `Sync`; its owner keeps
+/// it behind a mutex).
 pub(crate) struct Handle {
-    pub raw: c::cudnnHandle_t,
+    raw: c::cudnnHandle_t,
     api: &'static Api,
 }
 
@@ -23,12 +34,51 @@ pub(crate) struct Handle {
 unsafe impl Send for Handle {}
 
 impl Handle {
+    /// A handle for the device whose context is current (the caller entered it).
     pub fn new(api: &'static Api) -> Result<Handle> {
         let f = api.cudnnCreate()?;
         let mut raw = std::ptr::null_mut();
-        // SAFETY: out-pointer to a local; the caller made the device's context current.
+        // SAFETY: out-pointer to a local.
         check(api, unsafe { (f.f)(&mut raw) }, f.name)?;
         Ok(Handle { raw, api })
+    }
+
+    /// Makes `stream` the handle's stream (`cudnnSetStream`). Trusted: `stream` is a live stream
+    /// of the handle's device (the op passes its target's stream).
+    pub fn set_stream(&self, stream: CUstream) -> Result<()> {
+        let f = self.api.cudnnSetStream()?;
+        // SAFETY: the handle is live; the stream is live (the trusted precondition above).
+        check(self.api, unsafe { (f.f)(self.raw, stream.cast()) }, f.name)
+    }
+
+    /// Executes `plan` on the handle's stream with `ptrs` (one span per non-virtual tensor of the
+    /// plan's graph, in [`OpGraph::io_uids`] order) and the workspace `ws`: checks every span
+    /// against its tensor's extent and alignment and `ws` against the plan's workspace, then
+    /// reuses `pack` if it was made for the same plan and addresses (a decode loop over fixed
+    /// buffers builds none after the first) or makes a new one. Trusted: the spans' invariant.
+    pub fn execute(&self, plan: &ExecPlan, ptrs: &[DeviceSpan], ws: DeviceSpan, pack: &mut Option<VariantPack>) -> Result<()> {
+        check_io(&plan.graph, ptrs, ws, plan.workspace_bytes)?;
+        if !pack.as_ref().is_some_and(|p| p.matches(&plan.graph, ptrs, ws)) {
+            *pack = None; // destroy the old one first
+            *pack = Some(VariantPack::build(self.api, &plan.graph, ptrs, ws)?);
+        }
+        match pack {
+            Some(p) => self.execute_pack(plan, p),
+            None => Err(Error::invalid("variant pack", "a finalized variant pack", "none")),
+        }
+    }
+
+    /// One bare `cudnnBackendExecute` of `plan` with a pack made for it, and no other check: the
+    /// benchmarks' floor. Trusted: the spans the pack was made from are still valid.
+    pub fn execute_pack(&self, plan: &ExecPlan, pack: &VariantPack) -> Result<()> {
+        if !Arc::ptr_eq(&plan.graph, &pack.graph) {
+            return Err(Error::invalid("variant pack", "a pack made for this plan's operation graph", "one of another graph"));
+        }
+        let f = self.api.cudnnBackendExecute()?;
+        // SAFETY: handle, plan and pack are live descriptors; the pack's pointers were checked
+        // against this graph's tensors and the plan's workspace when it was made (check_io), and
+        // their memory is valid (the trusted precondition).
+        check(self.api, unsafe { (f.f)(self.raw, plan.plan.raw, pack.desc.raw) }, "cudnnBackendExecute")
     }
 }
 
@@ -49,6 +99,9 @@ pub(crate) struct Descriptor {
     raw: c::cudnnBackendDescriptor_t,
     kind: Kind,
     api: &'static Api,
+    /// For a tensor made by [`TensorSpec::build`]: its uid, the bytes its elements span (`None`
+    /// for a data type of unknown size) and whether it is virtual.
+    tensor: Option<(i64, Option<u64>, bool)>,
 }
 
 // SAFETY: a descriptor is plain host memory owned by this value; cuDNN documents finalized
@@ -81,11 +134,7 @@ impl Descriptor {
         let mut raw = std::ptr::null_mut();
         // SAFETY: out-pointer to a local.
         check(api, unsafe { (f.f)(kind, &mut raw) }, f.name)?;
-        Ok(Descriptor { raw, kind, api })
-    }
-
-    pub fn raw(&self) -> c::cudnnBackendDescriptor_t {
-        self.raw
+        Ok(Descriptor { raw, kind, api, tensor: None })
     }
 
     /// # Safety
@@ -252,8 +301,31 @@ impl TensorSpec {
             d.set_reordering(Attr::CUDNN_ATTR_TENSOR_REORDERING_MODE, r)?;
         }
         d.finalize()?;
+        let mut d = d;
+        d.tensor = Some((self.uid, self.bytes(), self.is_virtual));
         Ok(d)
     }
+
+    /// Bytes from the first element to one past the last (`None`: a data type of unknown size,
+    /// or dimensions that are negative or overflow).
+    pub fn bytes(&self) -> Option<u64> {
+        let bits = bits(self.dtype)?;
+        let dims: Option<Vec<(u64, u64)>> = self.dims.iter().zip(&self.strides).map(|(&d, &s)| Some((u64::try_from(d).ok()?, u64::try_from(s).ok()?))).collect();
+        extent(1, &dims?)?.checked_mul(bits).map(|b| b.div_ceil(8))
+    }
+}
+
+/// Bits per element of the cuDNN data types graphsafe declares.
+fn bits(d: c::cudnnDataType_t) -> Option<u64> {
+    use c::cudnnDataType_t as D;
+    Some(match d {
+        D::CUDNN_DATA_FLOAT | D::CUDNN_DATA_INT32 => 32,
+        D::CUDNN_DATA_HALF | D::CUDNN_DATA_BFLOAT16 => 16,
+        D::CUDNN_DATA_FP8_E4M3 | D::CUDNN_DATA_FP8_E5M2 | D::CUDNN_DATA_INT8 | D::CUDNN_DATA_UINT8 => 8,
+        D::CUDNN_DATA_FP4_E2M1 => 4,
+        D::CUDNN_DATA_DOUBLE | D::CUDNN_DATA_INT64 => 64,
+        _ => return None,
+    })
 }
 
 /// A finalized operation graph and every descriptor it references (kept alive with it).
@@ -263,20 +335,47 @@ pub(crate) struct OpGraph {
     _parts: Vec<Descriptor>,
     /// The uids of the non-virtual tensors, in the order a variant pack lists their pointers.
     pub io_uids: Vec<i64>,
+    /// Bytes each of them spans, in the same order (what [`check_io`] holds the pointers to).
+    io_bytes: Vec<u64>,
 }
 
 impl OpGraph {
     /// Finalizes a graph of `ops`; `tensors` (and the other descriptors the ops reference) are kept
-    /// alive with it.
+    /// alive with it. Each of `io_uids` must be a non-virtual tensor among `tensors` made by
+    /// [`TensorSpec::build`], of a data type whose size is known.
     pub fn new(api: &'static Api, handle: &Handle, ops: Vec<Descriptor>, tensors: Vec<Descriptor>, io_uids: Vec<i64>) -> Result<OpGraph> {
+        let io_bytes = io_uids
+            .iter()
+            .map(|&uid| match tensors.iter().find_map(|d| d.tensor.filter(|t| t.0 == uid)) {
+                Some((_, Some(bytes), false)) => Ok(bytes),
+                _ => Err(Error::invalid(format!("tensor uid {uid}"), "a non-virtual tensor of the graph with a known size", "none")),
+            })
+            .collect::<Result<Vec<u64>>>()?;
         let graph = Descriptor::new(api, Kind::CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR)?;
         graph.set_handle(Attr::CUDNN_ATTR_OPERATIONGRAPH_HANDLE, handle)?;
         graph.set_descs(Attr::CUDNN_ATTR_OPERATIONGRAPH_OPS, &ops.iter().collect::<Vec<_>>())?;
         graph.finalize()?;
         let mut parts = ops;
         parts.extend(tensors);
-        Ok(OpGraph { graph, _parts: parts, io_uids })
+        Ok(OpGraph { graph, _parts: parts, io_uids, io_bytes })
     }
+}
+
+/// Checks one execute's memory: a span per non-virtual tensor (in `io_uids` order) holding its
+/// extent at the declared alignment, and a workspace of at least `ws_bytes` (else
+/// [`Error::WorkspaceTooSmall`] naming both sizes).
+pub(crate) fn check_io(graph: &OpGraph, ptrs: &[DeviceSpan], ws: DeviceSpan, ws_bytes: u64) -> Result<()> {
+    if ptrs.len() != graph.io_uids.len() {
+        return Err(Error::invalid("tensor pointers", format!("{} (one per graph tensor)", graph.io_uids.len()), ptrs.len()));
+    }
+    for ((uid, bytes), span) in graph.io_uids.iter().zip(&graph.io_bytes).zip(ptrs) {
+        span.require(&format!("tensor uid {uid}"), *bytes, TENSOR_ALIGNMENT as u64)?;
+    }
+    if ws_bytes > ws.len() {
+        return Err(Error::WorkspaceTooSmall { needed: ws_bytes, capacity: ws.len() });
+    }
+    ws.require("workspace", ws_bytes, 1)?;
+    Ok(())
 }
 
 /// Which heuristic list an engine config came from.
@@ -392,34 +491,51 @@ pub(crate) fn build_plans(api: &'static Api, handle: &Handle, graph: &std::sync:
     Ok(plans)
 }
 
-/// A finalized variant pack: the data pointers (by uid) and the workspace of one execute.
+/// A finalized variant pack: the data pointers (by uid) and the workspace of one execute, made by
+/// [`Handle::execute`] after [`check_io`] (or [`VariantPack::new`], which checks too).
 pub(crate) struct VariantPack {
-    pub desc: Descriptor,
-    pub ptrs: Vec<u64>,
-    pub workspace: u64,
+    desc: Descriptor,
+    graph: Arc<OpGraph>,
+    ptrs: Vec<u64>,
+    workspace: u64,
 }
 
 impl VariantPack {
-    pub fn new(api: &'static Api, uids: &[i64], ptrs: &[u64], workspace: u64) -> Result<VariantPack> {
+    /// A pack for `plan` over checked spans (the benchmarks' prebuilt pack).
+    pub fn new(api: &'static Api, plan: &ExecPlan, ptrs: &[DeviceSpan], ws: DeviceSpan) -> Result<VariantPack> {
+        check_io(&plan.graph, ptrs, ws, plan.workspace_bytes)?;
+        VariantPack::build(api, &plan.graph, ptrs, ws)
+    }
+
+    fn build(api: &'static Api, graph: &Arc<OpGraph>, ptrs: &[DeviceSpan], ws: DeviceSpan) -> Result<VariantPack> {
         let d = Descriptor::new(api, Kind::CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR)?;
-        let raw: Vec<*mut c_void> = ptrs.iter().map(|&p| p as usize as *mut c_void).collect();
+        let raw: Vec<*mut c_void> = ptrs.iter().map(|p| p.ptr() as usize as *mut c_void).collect();
         d.set_ptrs(Attr::CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, &raw)?;
-        d.set_i64s(Attr::CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, uids)?;
-        d.set_ptrs(Attr::CUDNN_ATTR_VARIANT_PACK_WORKSPACE, &[workspace as usize as *mut c_void])?;
+        d.set_i64s(Attr::CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, &graph.io_uids)?;
+        d.set_ptrs(Attr::CUDNN_ATTR_VARIANT_PACK_WORKSPACE, &[ws.ptr() as usize as *mut c_void])?;
         d.finalize()?;
-        Ok(VariantPack { desc: d, ptrs: ptrs.to_vec(), workspace })
+        Ok(VariantPack { desc: d, graph: graph.clone(), ptrs: ptrs.iter().map(|p| p.ptr()).collect(), workspace: ws.ptr() })
+    }
+
+    fn matches(&self, graph: &Arc<OpGraph>, ptrs: &[DeviceSpan], ws: DeviceSpan) -> bool {
+        Arc::ptr_eq(&self.graph, graph) && self.workspace == ws.ptr() && self.ptrs.iter().copied().eq(ptrs.iter().map(|p| p.ptr()))
     }
 }
 
-/// cuDNN data type of a graphsafe dtype (`None` for one cuDNN's matmul has no use for).
-pub(crate) fn data_type(d: crate::ops::tensor::DType) -> Option<c::cudnnDataType_t> {
-    use crate::ops::tensor::DType;
-    #[allow(unreachable_patterns)] // DType may grow
-    Some(match d {
-        DType::Bf16 => c::cudnnDataType_t::CUDNN_DATA_BFLOAT16,
-        DType::Fp16 => c::cudnnDataType_t::CUDNN_DATA_HALF,
-        DType::Fp8E4m3 => c::cudnnDataType_t::CUDNN_DATA_FP8_E4M3,
-        DType::F32 => c::cudnnDataType_t::CUDNN_DATA_FLOAT,
-        _ => return None,
-    })
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use c::cudnnDataType_t as D;
+
+    #[test]
+    fn a_tensors_extent_is_what_the_ops_bounds_check_allows() {
+        // Packed FP4 [2, 3, 32] row-major: 2·3·32 values, two per byte.
+        assert_eq!(TensorSpec::io(1, D::CUDNN_DATA_FP4_E2M1, &[2, 3, 32], &[96, 32, 1]).bytes(), Some(96));
+        // A broadcast weight (batch stride 0) spans one batch; a column-major one its leading dim.
+        assert_eq!(TensorSpec::io(2, D::CUDNN_DATA_BFLOAT16, &[4, 8, 16], &[0, 16, 1]).bytes(), Some(8 * 16 * 2));
+        assert_eq!(TensorSpec::io(3, D::CUDNN_DATA_HALF, &[1, 8, 16], &[128, 1, 10]).bytes(), Some((7 + 15 * 10 + 1) * 2));
+        assert_eq!(TensorSpec::io(4, D::CUDNN_DATA_FLOAT, &[1, 1, 1], &[1, 1, 1]).bytes(), Some(4));
+        assert_eq!(TensorSpec::io(5, D::CUDNN_DATA_FLOAT, &[1, -1, 1], &[1, 1, 1]).bytes(), None, "negative dims");
+        assert_eq!(TensorSpec::io(6, D::CUDNN_DATA_FLOAT, &[2, 1, 1], &[i64::MAX, 1, 1]).bytes(), None, "overflow");
+    }
 }

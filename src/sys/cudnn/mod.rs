@@ -1,7 +1,7 @@
 //! `libcudnn.so.9`, opened at run time, once, with every entry point resolved lazily on first use.
 //!
 //! Like the driver (`sys/driver.rs`), cuDNN is never linked: the crate builds and its CPU tests run
-//! where it is absent, and a missing cuDNN is an [`Error::CudnnNotFound`] value listing every place
+//! where it is absent, and a missing cuDNN is an [`Error::CudnnNotFound`](crate::Error::CudnnNotFound) value listing every place
 //! looked at, never a load-time failure or a panic.
 //!
 //! Search order (docs/ARCHITECTURE.md), first library that opens *and* reports version ≥ 9.0 wins:
@@ -21,9 +21,13 @@
 
 /// bindgen output for cuDNN 9's `cudnn_graph.h` (checked in; `scripts/regen-cudnn-bindings`):
 /// the backend API's types and enums, and a `PFN_` typedef per entry point. Nothing is linked.
-#[path = "cudnn_bindings.rs"]
+#[path = "../cudnn_bindings.rs"]
 #[allow(missing_docs, unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks, clippy::all)] // generated
 pub mod ffi;
+
+/// Safe RAII types over the backend graph API, and execute (the ops' only way into cuDNN).
+pub(crate) mod backend;
+pub use backend::Source;
 
 use self::ffi as c;
 use super::driver::OptionInner;

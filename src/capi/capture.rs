@@ -1,0 +1,184 @@
+//! Stream capture through the C ABI: begin, bind workspaces and buffers (the graph keeps them),
+//! end or abandon. Ending locks stream, then capture, then workspaces (capi/mod.rs, rule 3).
+
+use super::core::{
+    capture_obj, closed, lock, lock_workspace, stream_obj, workspace_obj, CapState, CaptureObj, GraphsafeBuffer, GraphsafeCapture, GraphsafeGraph,
+    GraphsafeStream, GraphsafeWorkspace, GRAPHSAFE_CAPTURE_GLOBAL, GRAPHSAFE_CAPTURE_RELAXED, GRAPHSAFE_CAPTURE_THREAD_LOCAL,
+};
+use super::handles::{self, Tag};
+use super::{busy, guard, null, put, Fail};
+use crate::driver::DeviceBuffer;
+use crate::graph::{CaptureMode, DetachedCapture, Graph};
+use std::ffi::c_int;
+use std::sync::{Arc, Mutex};
+
+/// Begins capturing `stream` (mode: GRAPHSAFE_CAPTURE_*). The stream takes no eager graphsafe work
+/// until the capture ends or is destroyed. Same-thread rule for THREAD_LOCAL/GLOBAL (CUDA's).
+///
+/// # Safety
+/// `out` is null (refused) or points to a writable `GraphsafeCapture`. Thread-safe.
+#[no_mangle]
+pub unsafe extern "C" fn graphsafe_capture_begin(stream: GraphsafeStream, mode: c_int, out: *mut GraphsafeCapture) -> c_int {
+    guard(|| {
+        if out.is_null() {
+            return Err(null("out"));
+        }
+        let mode = match mode {
+            GRAPHSAFE_CAPTURE_GLOBAL => CaptureMode::Global,
+            GRAPHSAFE_CAPTURE_THREAD_LOCAL => CaptureMode::ThreadLocal,
+            GRAPHSAFE_CAPTURE_RELAXED => CaptureMode::Relaxed,
+            m => return Err(crate::Error::invalid("mode", "GRAPHSAFE_CAPTURE_GLOBAL, _THREAD_LOCAL or _RELAXED", m).into()),
+        };
+        let s = stream_obj(stream)?;
+        // Register the (not yet begun) capture first: no registry call may happen under the
+        // stream's lock (rule 1), and the stream must record the capture's id under that lock.
+        let obj = Arc::new(CaptureObj { stream: s.clone(), state: Mutex::new(None) });
+        let id = handles::insert(Tag::Capture, obj.clone())?;
+        let begun = (|| {
+            let mut st = lock(&s.state);
+            if st.closed {
+                return Err(closed("stream", stream.id));
+            }
+            if let Some(c) = st.capturing {
+                return Err(busy(format!("the stream is already capturing (capture {c:#x})")));
+            }
+            let cap = DetachedCapture::begin(s.stream.clone(), mode)?;
+            *lock(&obj.state) = Some(CapState { cap, bound: Vec::new() });
+            st.capturing = Some(id);
+            Ok(())
+        })();
+        if let Err(e) = begun {
+            let _ = handles::remove::<CaptureObj>(Tag::Capture, id);
+            return Err(e);
+        }
+        // SAFETY: non-null; the caller's contract.
+        unsafe { put(out, "out", GraphsafeCapture { id }) }
+    })
+}
+
+/// Binds a workspace to the capture: until the capture ends it cannot grow or be destroyed, and
+/// the graph keeps its current buffer alive. Outputs (nullable): its address and capacity, fixed
+/// for the capture. A workspace may be bound to one capture at a time.
+///
+/// # Safety
+/// Each output is null or points to a writable `uint64_t`. Thread-safe.
+#[no_mangle]
+pub unsafe extern "C" fn graphsafe_capture_bind_workspace(capture: GraphsafeCapture, ws: GraphsafeWorkspace, device_ptr: *mut u64, capacity: *mut u64) -> c_int {
+    guard(|| {
+        let c = capture_obj(capture)?;
+        let w = workspace_obj(ws)?;
+        let (ptr, cap) = {
+            let mut cs = lock(&c.state);
+            let state = cs.as_mut().ok_or_else(|| closed("capture", capture.id))?;
+            let mut wst = lock_workspace(&w, ws.id)?;
+            match wst.bound_to {
+                Some(other) if other == capture.id => {}
+                Some(other) => return Err(busy(format!("the workspace is bound to another open capture {other:#x}"))),
+                None => {
+                    let view = state.cap.bind_workspace(&wst.ws)?;
+                    wst.bound_to = Some(capture.id);
+                    state.bound.push((ws.id, w.clone(), view));
+                }
+            }
+            (wst.ws.device_ptr(), wst.ws.capacity())
+        };
+        // SAFETY: each is written only when non-null; the caller's contract.
+        unsafe {
+            if !device_ptr.is_null() {
+                put(device_ptr, "device_ptr", ptr)?;
+            }
+            if !capacity.is_null() {
+                put(capacity, "capacity", cap)?;
+            }
+        }
+        Ok(())
+    })
+}
+
+/// Binds a graphsafe buffer: the graph keeps it alive. `device_ptr` (nullable) gets its address.
+/// (Ops that take a graphsafe buffer handle, such as the W4A16 weight, bind it themselves.)
+///
+/// # Safety
+/// `device_ptr` is null or points to a writable `uint64_t`. Thread-safe.
+#[no_mangle]
+pub unsafe extern "C" fn graphsafe_capture_bind_buffer(capture: GraphsafeCapture, buffer: GraphsafeBuffer, device_ptr: *mut u64) -> c_int {
+    guard(|| {
+        let c = capture_obj(capture)?;
+        let b = handles::get::<DeviceBuffer>(Tag::Buffer, buffer.id)?;
+        {
+            let mut cs = lock(&c.state);
+            let state = cs.as_mut().ok_or_else(|| closed("capture", capture.id))?;
+            state.cap.bind_buffer(&b)?;
+        }
+        if !device_ptr.is_null() {
+            // SAFETY: non-null; the caller's contract.
+            unsafe { put(device_ptr, "device_ptr", b.device_ptr())? };
+        }
+        Ok(())
+    })
+}
+
+/// Ends (`keep_graph`) or abandons the capture. Stream, then capture, then workspaces are locked
+/// (rule 3) and stay locked until the driver's capture is over, so no eager op can slip into it.
+/// A capture the driver still holds open after a failed end (e.g. a thread-local capture ended
+/// from another thread) is left exactly as it was.
+fn finish(capture: GraphsafeCapture, keep_graph: bool) -> Result<Option<Graph>, Fail> {
+    let c = capture_obj(capture)?;
+    let s = c.stream.clone();
+    let (outcome, _done) = {
+        let mut st = lock(&s.state);
+        let mut cs = lock(&c.state);
+        let state = cs.as_mut().ok_or_else(|| closed("capture", capture.id))?;
+        let ended = state.cap.end();
+        if state.cap.is_open() {
+            // The driver still captures: nothing changed, the handle stays valid.
+            return Err(ended.err().map(Fail::from).unwrap_or_else(|| busy("the capture is still open".into())));
+        }
+        let done = cs.take().expect("checked above");
+        for (_, w, _) in &done.bound {
+            lock(&w.state).bound_to = None;
+        }
+        if st.capturing == Some(capture.id) {
+            st.capturing = None;
+        }
+        // `done` (and what it still keeps alive) is dropped after the locks are released.
+        (ended, done)
+    };
+    // Unregister outside every lock (rule 1); dropping the graph (abandon) also happens here.
+    let _ = handles::remove::<CaptureObj>(Tag::Capture, capture.id);
+    match outcome {
+        Ok(g) if keep_graph => Ok(Some(g)),
+        Ok(_) => Ok(None),
+        Err(crate::Error::CaptureInvalidated { .. }) if !keep_graph => Ok(None),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Ends the capture; `out` receives the graph. On GRAPHSAFE_ERROR_CAPTURE_INVALIDATED no graph is
+/// made. Either way the capture handle is consumed, bound workspaces are released and the stream
+/// is usable again — except when the driver keeps the capture open (a THREAD_LOCAL/GLOBAL capture
+/// ended from another thread): then nothing changes and the handle stays valid.
+///
+/// # Safety
+/// `out` is null (refused) or points to a writable `GraphsafeGraph`. Thread-safe.
+#[no_mangle]
+pub unsafe extern "C" fn graphsafe_capture_end(capture: GraphsafeCapture, out: *mut GraphsafeGraph) -> c_int {
+    guard(|| {
+        if out.is_null() {
+            return Err(null("out"));
+        }
+        let g = finish(capture, true)?.ok_or_else(|| busy("no graph".into()))?;
+        let id = handles::insert(Tag::Graph, Arc::new(Mutex::new(g)))?;
+        // SAFETY: non-null; the caller's contract.
+        unsafe { put(out, "out", GraphsafeGraph { id }) }
+    })
+}
+
+/// Abandons a capture: ends it, discards the graph, releases bound workspaces.
+///
+/// # Safety
+/// None (any value is checked). Thread-safe.
+#[no_mangle]
+pub unsafe extern "C" fn graphsafe_capture_destroy(capture: GraphsafeCapture) -> c_int {
+    guard(|| finish(capture, false).map(drop))
+}

@@ -1,0 +1,134 @@
+//! Driver, devices and contexts through the C ABI.
+
+use super::core::{GraphsafeContext, GraphsafeDeviceInfo};
+use super::handles::{self, Tag};
+use super::{guard, null, put};
+use crate::driver::{self, Context};
+use std::ffi::{c_char, c_int, c_void};
+
+/// The driver's CUDA version.
+///
+/// # Safety
+/// `major` and `minor` are null (refused) or point to writable `int`s. Thread-safe.
+#[no_mangle]
+pub unsafe extern "C" fn graphsafe_driver_version(major: *mut c_int, minor: *mut c_int) -> c_int {
+    guard(|| {
+        if major.is_null() || minor.is_null() {
+            return Err(null("major/minor"));
+        }
+        let (a, b) = driver::driver_version()?;
+        // SAFETY: non-null; the caller's contract.
+        unsafe {
+            put(major, "major", a)?;
+            put(minor, "minor", b)
+        }
+    })
+}
+
+/// Number of CUDA devices. Fails with GRAPHSAFE_ERROR_DRIVER_NOT_FOUND without a driver.
+///
+/// # Safety
+/// `count` is null (refused) or points to a writable `int`. Thread-safe.
+#[no_mangle]
+pub unsafe extern "C" fn graphsafe_device_count(count: *mut c_int) -> c_int {
+    guard(|| {
+        if count.is_null() {
+            return Err(null("count"));
+        }
+        let n = driver::device_count()?;
+        // SAFETY: non-null; the caller's contract.
+        unsafe { put(count, "count", n as c_int) }
+    })
+}
+
+/// Name, compute capability, SMs and memory of device `ordinal`.
+///
+/// # Safety
+/// `out` is null (refused) or points to a writable `GraphsafeDeviceInfo`. Thread-safe.
+#[no_mangle]
+pub unsafe extern "C" fn graphsafe_device_info(ordinal: c_int, out: *mut GraphsafeDeviceInfo) -> c_int {
+    guard(|| {
+        if out.is_null() {
+            return Err(null("out"));
+        }
+        if ordinal < 0 {
+            return Err(crate::Error::invalid("ordinal", "a device ordinal >= 0", ordinal).into());
+        }
+        let info = driver::Device::get(ordinal as usize)?.info()?;
+        let mut name = [0 as c_char; 256];
+        for (d, s) in name.iter_mut().zip(info.name.bytes().take(255)) {
+            *d = s as c_char;
+        }
+        let v = GraphsafeDeviceInfo {
+            name,
+            cc_major: info.compute_capability.0,
+            cc_minor: info.compute_capability.1,
+            sm_count: info.sm_count as c_int,
+            total_memory: info.total_memory,
+        };
+        // SAFETY: non-null; the caller's contract.
+        unsafe { put(out, "out", v) }
+    })
+}
+
+/// The GPU archs the kernels were built for, comma separated (static storage; never null).
+///
+/// # Safety
+/// None beyond C's: the returned text must not be written or freed. Thread-safe.
+#[no_mangle]
+pub unsafe extern "C" fn graphsafe_build_archs() -> *const c_char {
+    concat!(env!("GRAPHSAFE_BUILD_ARCHS"), "\0").as_ptr().cast()
+}
+
+/// Retains the primary context of device `ordinal`. Release with graphsafe_context_destroy (the
+/// context lives on while streams or workspaces made from it do). The calling thread's current
+/// context is left as it was (as by every graphsafe call).
+///
+/// # Safety
+/// `out` is null (refused) or points to a writable `GraphsafeContext`. Thread-safe.
+#[no_mangle]
+pub unsafe extern "C" fn graphsafe_context_create(ordinal: c_int, out: *mut GraphsafeContext) -> c_int {
+    guard(|| {
+        if out.is_null() {
+            return Err(null("out"));
+        }
+        if ordinal < 0 {
+            return Err(crate::Error::invalid("ordinal", "a device ordinal >= 0", ordinal).into());
+        }
+        let ctx = Context::new(ordinal as usize)?;
+        let id = handles::insert(Tag::Context, ctx)?;
+        // SAFETY: non-null; the caller's contract.
+        unsafe { put(out, "out", GraphsafeContext { id }) }
+    })
+}
+
+/// Wraps the caller's existing `CUcontext` (engines usually have one); graphsafe never destroys it.
+///
+/// # Safety
+/// `cu_context` is a valid `CUcontext` that outlives the handle and everything made from it;
+/// `out` is null (refused) or points to a writable `GraphsafeContext`. Thread-safe.
+#[no_mangle]
+pub unsafe extern "C" fn graphsafe_context_adopt(cu_context: *mut c_void, out: *mut GraphsafeContext) -> c_int {
+    guard(|| {
+        if out.is_null() {
+            return Err(null("out"));
+        }
+        if cu_context.is_null() {
+            return Err(null("cu_context"));
+        }
+        // SAFETY: the caller's contract (above).
+        let ctx = unsafe { Context::adopt(cu_context.cast()) }?;
+        let id = handles::insert(Tag::Context, ctx)?;
+        // SAFETY: non-null; the caller's contract.
+        unsafe { put(out, "out", GraphsafeContext { id }) }
+    })
+}
+
+/// Releases a context handle; a second call gives GRAPHSAFE_ERROR_INVALID_HANDLE.
+///
+/// # Safety
+/// None (any value is checked). Thread-safe.
+#[no_mangle]
+pub unsafe extern "C" fn graphsafe_context_destroy(ctx: GraphsafeContext) -> c_int {
+    guard(|| handles::remove::<Context>(Tag::Context, ctx.id).map(drop))
+}

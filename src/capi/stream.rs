@@ -1,0 +1,96 @@
+//! Streams through the C ABI: made, adopted, synchronized, destroyed (closed under the stream's
+//! lock first: capi/mod.rs, rule 5).
+
+use super::core::{closed, lock, lock_eager, new_stream_obj, stream_obj, GraphsafeContext, GraphsafeStream, StreamObj};
+use super::handles::{self, Tag};
+use super::{busy, guard, null, put};
+use crate::driver::{Context, Stream};
+use std::ffi::{c_int, c_void};
+
+/// A new non-blocking stream on `ctx`'s device.
+///
+/// # Safety
+/// `out` is null (refused) or points to a writable `GraphsafeStream`. Thread-safe.
+#[no_mangle]
+pub unsafe extern "C" fn graphsafe_stream_create(ctx: GraphsafeContext, out: *mut GraphsafeStream) -> c_int {
+    guard(|| {
+        if out.is_null() {
+            return Err(null("out"));
+        }
+        let c = handles::get::<Context>(Tag::Context, ctx.id)?;
+        let id = handles::insert(Tag::Stream, new_stream_obj(Stream::new(&c)?))?;
+        // SAFETY: non-null; the caller's contract.
+        unsafe { put(out, "out", GraphsafeStream { id }) }
+    })
+}
+
+/// Wraps the caller's existing `CUstream` of `ctx` (not destroyed by graphsafe). The legacy and
+/// per-thread default streams are refused.
+///
+/// # Safety
+/// `cu_stream` is a valid stream of `ctx` that outlives the handle; while a graphsafe capture on
+/// it is open the caller issues no work to it, and the caller never begins a capture on it itself
+/// while graphsafe uses it; `out` is null (refused) or points to a writable `GraphsafeStream`.
+/// Thread-safe.
+#[no_mangle]
+pub unsafe extern "C" fn graphsafe_stream_adopt(ctx: GraphsafeContext, cu_stream: *mut c_void, out: *mut GraphsafeStream) -> c_int {
+    guard(|| {
+        if out.is_null() {
+            return Err(null("out"));
+        }
+        let c = handles::get::<Context>(Tag::Context, ctx.id)?;
+        // SAFETY: the caller's contract (above); null/legacy handles are refused inside.
+        let s = unsafe { Stream::adopt(&c, cu_stream.cast()) }?;
+        let id = handles::insert(Tag::Stream, new_stream_obj(s))?;
+        // SAFETY: non-null; the caller's contract.
+        unsafe { put(out, "out", GraphsafeStream { id }) }
+    })
+}
+
+/// The raw `CUstream` (for the caller's own launches).
+///
+/// # Safety
+/// `out` is null (refused) or points to writable storage for a pointer. Thread-safe.
+#[no_mangle]
+pub unsafe extern "C" fn graphsafe_stream_raw(stream: GraphsafeStream, out: *mut *mut c_void) -> c_int {
+    guard(|| {
+        let s = stream_obj(stream)?;
+        // SAFETY: the caller's contract (null is refused inside).
+        unsafe { put(out, "out", s.stream.raw().cast()) }
+    })
+}
+
+/// Waits for all work on the stream. Refused (BUSY) while the stream is capturing.
+///
+/// # Safety
+/// None (any value is checked). Thread-safe.
+#[no_mangle]
+pub unsafe extern "C" fn graphsafe_stream_synchronize(stream: GraphsafeStream) -> c_int {
+    guard(|| {
+        let s = stream_obj(stream)?;
+        let _st = lock_eager(&s, stream.id)?;
+        Ok(s.stream.synchronize()?)
+    })
+}
+
+/// Destroys a stream handle (and the stream, unless adopted). BUSY while it is capturing.
+///
+/// # Safety
+/// None (any value is checked). Thread-safe.
+#[no_mangle]
+pub unsafe extern "C" fn graphsafe_stream_destroy(stream: GraphsafeStream) -> c_int {
+    guard(|| {
+        let s = stream_obj(stream)?;
+        {
+            let mut st = lock(&s.state);
+            if st.closed {
+                return Err(closed("stream", stream.id));
+            }
+            if st.capturing.is_some() {
+                return Err(busy("the stream is capturing: end or destroy the capture first".into()));
+            }
+            st.closed = true;
+        }
+        handles::remove::<StreamObj>(Tag::Stream, stream.id).map(drop)
+    })
+}

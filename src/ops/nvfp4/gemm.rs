@@ -1,0 +1,56 @@
+//! The Blackwell block-scaled GEMM (`cuda-src/nvfp4/gemm.cuh`, `sm100/`, `sm120/`):
+//! `D = alpha · A · Bᵀ`, A and B NVFP4, CUTLASS's kernel with the tile chosen by M.
+
+use super::plan::{out_dtype, plan};
+use super::{check_matrix, scalar, Nvfp4Arch, Nvfp4Matrix, Nvfp4Plan};
+use crate::driver::{DeviceBuffer, Stream};
+use crate::error::{Error, Result};
+use crate::graph::target::Target;
+use crate::graph::{Capture, Captured, CapturedBuffer};
+use crate::ops::tensor::{DType, DeviceMemory, Tensor};
+use crate::sys::glue::nvfp4 as glue;
+use crate::workspace::Workspace;
+
+/// Validate, size, launch: the one Blackwell GEMM path (Rust eager, Rust captured, C ABI).
+pub(crate) fn gemm_on<M: DeviceMemory>(a: &Nvfp4Matrix<M>, b: &Nvfp4Matrix<M>, alpha: &M, d: &Tensor<M>, mut target: Target<'_>) -> Result<Nvfp4Plan> {
+    let ctx = target.context().clone();
+    let arch = Nvfp4Arch::for_compute_capability(ctx.compute_capability())?;
+    if arch == Nvfp4Arch::Sm90 {
+        return Err(Error::ArchUnsupported { op: "nvfp4 gemm", need: "sm_100 or sm_120 (Hopper: nvfp4::w4a16_gemm)".into(), have: "sm_90".into() });
+    }
+    a.validate("a", ctx.raw())?;
+    b.validate("b", ctx.raw())?;
+    if a.k != b.k {
+        return Err(Error::invalid("b.k", format!("{}, a's k", a.k), b.k));
+    }
+    let (dm, dn) = check_matrix("d", d, &[DType::Bf16, DType::Fp16], ctx.raw())?;
+    if dm != a.rows || dn != b.rows || d.strides[0] != dn {
+        return Err(Error::invalid("d", format!("a contiguous [{}, {}]", a.rows, b.rows), format!("{:?} strides {:?}", d.shape, d.strides)));
+    }
+    scalar("alpha", alpha, ctx.raw())?;
+    let plan = plan(arch, a.rows as i64, b.rows as i64, a.k as i64, d.dtype, ctx.sm_count() as i64)?;
+    let g = glue::Gemm {
+        arch: arch.number(),
+        a: a.admit("a", &mut target)?,
+        b: b.admit("b", &mut target)?,
+        alpha: target.admit("alpha", alpha)?,
+        d: target.admit("d", &d.mem)?.skip("d", d.offset as u64)?,
+        out: out_dtype(d.dtype)?,
+        sm_count: ctx.sm_count() as i32,
+    };
+    let ws = target.workspace(plan.workspace_bytes)?;
+    target.commit();
+    let _current = ctx.enter()?;
+    glue::gemm(&g, ws, target.raw_stream())?;
+    Ok(plan)
+}
+
+/// Blackwell: D[m, n] (bf16/fp16, contiguous) = alpha · A[m, k] · B[n, k]ᵀ, A and B NVFP4; eager.
+pub fn gemm(a: &Nvfp4Matrix<&DeviceBuffer>, b: &Nvfp4Matrix<&DeviceBuffer>, alpha: &DeviceBuffer, d: &Tensor<&DeviceBuffer>, ws: &mut Workspace, stream: &Stream) -> Result<Nvfp4Plan> {
+    gemm_on(a, b, &alpha, d, Target::eager(stream, Some(ws))?)
+}
+
+/// Blackwell, captured: never grows the workspace; every view must belong to `cap`.
+pub fn gemm_captured<'id>(a: &Nvfp4Matrix<CapturedBuffer<'id>>, b: &Nvfp4Matrix<CapturedBuffer<'id>>, alpha: &CapturedBuffer<'id>, d: &Tensor<CapturedBuffer<'id>>, ws: &Captured<'id>, cap: &Capture<'_, 'id>) -> Result<Nvfp4Plan> {
+    gemm_on(a, b, alpha, d, Target::captured(cap.site(), Some(ws.view()))?)
+}

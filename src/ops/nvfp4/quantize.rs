@@ -1,0 +1,74 @@
+//! Quantize, dequantize and the global scale (`cuda-src/nvfp4/quantize.cu`): every arch, bit-exact
+//! with [`super::reference`].
+
+use super::{check_matrix, half_dtype, scalar, Nvfp4Matrix};
+use crate::driver::{DeviceBuffer, Stream};
+use crate::error::{Error, Result};
+use crate::graph::target::Target;
+use crate::graph::{Capture, CapturedBuffer};
+use crate::ops::tensor::{Check, DType, DeviceMemory, Tensor};
+use crate::sys::glue::nvfp4 as glue;
+
+/// Validate, then launch: the one quantize path (Rust eager, Rust captured, C ABI).
+pub(crate) fn quantize_on<M: DeviceMemory>(x: &Tensor<M>, gs: &M, out: &Nvfp4Matrix<M>, mut target: Target<'_>) -> Result<()> {
+    let ctx = target.context().clone();
+    let (m, kk) = check_matrix("x", x, &[DType::Bf16, DType::Fp16], ctx.raw())?;
+    if out.rows != m || out.k != kk {
+        return Err(Error::invalid("out", format!("an NVFP4 matrix of [{m}, {kk}]"), format!("[{}, {}]", out.rows, out.k)));
+    }
+    out.validate("out", ctx.raw())?;
+    scalar("global_scale", gs, ctx.raw())?;
+    let ld = x.stride_i64(0)?;
+    let xs = target.admit("x", &x.mem)?.skip("x", x.offset as u64)?;
+    let g = target.admit("global_scale", gs)?;
+    let dst = out.admit("out", &mut target)?;
+    target.commit();
+    let _current = ctx.enter()?;
+    glue::quantize(xs, half_dtype(x.dtype), ld, g, &dst, target.raw_stream())
+}
+
+/// Quantizes x [m, k] (bf16/fp16) with the device global scale `gs` into `out`, on `stream`.
+pub fn quantize(x: &Tensor<&DeviceBuffer>, gs: &DeviceBuffer, out: &Nvfp4Matrix<&DeviceBuffer>, stream: &Stream) -> Result<()> {
+    quantize_on(x, &gs, out, Target::eager(stream, None)?)
+}
+
+/// Captures a quantize (every buffer bound to `cap`).
+pub fn quantize_captured<'id>(x: &Tensor<CapturedBuffer<'id>>, gs: &CapturedBuffer<'id>, out: &Nvfp4Matrix<CapturedBuffer<'id>>, cap: &Capture<'_, 'id>) -> Result<()> {
+    quantize_on(x, gs, out, Target::captured(cap.site(), None)?)
+}
+
+/// The inverse: `out` [m, k] (bf16/fp16) from an NVFP4 matrix, on `stream`.
+pub fn dequantize(src: &Nvfp4Matrix<&DeviceBuffer>, out: &Tensor<&DeviceBuffer>, stream: &Stream) -> Result<()> {
+    let mut target = Target::eager(stream, None)?;
+    let ctx = target.context().clone();
+    src.validate("src", ctx.raw())?;
+    let (m, kk) = check_matrix("out", out, &[DType::Bf16, DType::Fp16], ctx.raw())?;
+    if src.rows != m || src.k != kk {
+        return Err(Error::invalid("out.shape", format!("[{}, {}]", src.rows, src.k), format!("[{m}, {kk}]")));
+    }
+    let ld = out.stride_i64(0)?;
+    let s = src.admit("src", &mut target)?;
+    let o = target.admit("out", &out.mem)?.skip("out", out.offset as u64)?;
+    target.commit();
+    let _current = ctx.enter()?;
+    glue::dequantize(&s, half_dtype(out.dtype), o, ld, target.raw_stream())
+}
+
+/// `out[0] = 448·6 / amax(|x|)` over a contiguous bf16/fp16 tensor (1 when amax is 0 or not finite).
+pub fn global_scale(x: &Tensor<&DeviceBuffer>, out: &DeviceBuffer, stream: &Stream) -> Result<()> {
+    let mut target = Target::eager(stream, None)?;
+    let ctx = target.context().clone();
+    let ch = Check { name: "x", t: x };
+    ch.dtype(&[DType::Bf16, DType::Fp16])?.contiguous()?.aligned(16)?.in_bounds()?.device(ctx.raw())?;
+    scalar("out", &out, ctx.raw())?;
+    let n = x.shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d)).ok_or_else(|| Error::invalid("x.shape", "a tensor that fits in memory", format!("{:?}", x.shape)))?;
+    if n == 0 {
+        return Err(Error::invalid("x.shape", "at least one element", format!("{:?}", x.shape)));
+    }
+    let n = i64::try_from(n).map_err(|_| Error::invalid("x.shape", "fewer than 2^63 elements", n))?;
+    let xs = target.admit("x", &x.mem)?.skip("x", x.offset as u64)?;
+    let g = target.admit("out", &out)?;
+    target.commit();
+    let _current = ctx.enter()?;
+    glue::global_scale(xs, half_dtype(x.dtype), n, g, target.raw_stream())
+}

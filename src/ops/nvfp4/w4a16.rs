@@ -1,0 +1,130 @@
+//! The Hopper weight-only GEMM (`cuda-src/nvfp4/sm90/`): `D = alpha · A(bf16) · Wᵀ(NVFP4)` over a
+//! weight repacked once, outside capture, by [`prepare_weight`].
+
+use super::plan::{check_nk, plan};
+use super::{check_matrix, scalar, Nvfp4Arch, Nvfp4Matrix, Nvfp4Plan};
+use crate::driver::{DeviceBuffer, Stream};
+use crate::error::{Error, Result};
+use crate::graph::target::Target;
+use crate::graph::{Capture, Captured, CapturedBuffer};
+use crate::ops::tensor::{DType, DeviceMemory, Tensor};
+use crate::sys::glue::nvfp4 as glue;
+use crate::workspace::Workspace;
+
+/// A Hopper weight repacked for the W4A16 kernel (made by [`prepare_weight`], outside capture).
+#[derive(Clone, Debug)]
+pub struct PreparedWeight {
+    buf: DeviceBuffer,
+    n: usize,
+    k: usize,
+}
+
+impl PreparedWeight {
+    /// The weight's [n, k].
+    pub fn shape(&self) -> (usize, usize) {
+        (self.n, self.k)
+    }
+    /// Binds it to a capture (the graph keeps it alive).
+    pub fn bind<'id>(&self, cap: &mut Capture<'_, 'id>) -> Result<CapturedWeight<'id>> {
+        Ok(CapturedWeight { buf: cap.bind_buffer(&self.buf)?, n: self.n, k: self.k })
+    }
+}
+
+/// A prepared weight bound to a capture.
+#[derive(Clone, Debug)]
+pub struct CapturedWeight<'id> {
+    buf: CapturedBuffer<'id>,
+    n: usize,
+    k: usize,
+}
+
+/// Repacks an [n, k] NVFP4 weight for the Hopper W4A16 kernel (allocates; eager only).
+pub fn prepare_weight(w: &Nvfp4Matrix<&DeviceBuffer>, stream: &Stream) -> Result<PreparedWeight> {
+    let buf = prepare_weight_on(w, Target::eager(stream, None)?)?;
+    Ok(PreparedWeight { buf, n: w.rows, k: w.k })
+}
+
+/// [`prepare_weight`] over any memory on an eager target, returning the prepared buffer (the C
+/// ABI's path too).
+pub(crate) fn prepare_weight_on<M: DeviceMemory>(w: &Nvfp4Matrix<M>, mut target: Target<'_>) -> Result<DeviceBuffer> {
+    if target.is_captured() {
+        return Err(Error::invalid("stream", "an eager stream (prepare_weight allocates: do it before capture)", "a capture"));
+    }
+    let ctx = target.context().clone();
+    if Nvfp4Arch::for_compute_capability(ctx.compute_capability())? != Nvfp4Arch::Sm90 {
+        return Err(Error::ArchUnsupported { op: "nvfp4 prepare_weight", need: "sm_90 (the weight-only kernel)".into(), have: format!("{:?}", ctx.compute_capability()) });
+    }
+    w.validate("w", ctx.raw())?;
+    let (n, kk) = check_nk(w.rows as i64, w.k as i64)?;
+    let bytes = glue::w4a16_prepared_bytes(n, kk)?;
+    let len = usize::try_from(bytes).map_err(|_| Error::invalid("weight", "a prepared size that fits in memory", bytes))?;
+    let buf = DeviceBuffer::alloc_zeroed(target.stream(), len)?;
+    let src = w.admit("w", &mut target)?;
+    let dst = target.admit("prepared", &&buf)?;
+    target.commit();
+    let _current = ctx.enter()?;
+    glue::w4a16_prepare(&src, dst, target.raw_stream())?;
+    Ok(buf)
+}
+
+/// The W4A16 weight as the GEMM reads it: the prepared buffer (any memory kind) and its [n, k].
+pub(crate) struct WeightArg<'w, W> {
+    pub mem: &'w W,
+    pub n: usize,
+    pub k: usize,
+}
+
+/// Validate, size, launch: the one W4A16 path (Rust eager, Rust captured, C ABI).
+pub(crate) fn w4a16_on<M: DeviceMemory, W: DeviceMemory>(a: &Tensor<M>, w: WeightArg<'_, W>, alpha: &M, d: &Tensor<M>, mut target: Target<'_>) -> Result<Nvfp4Plan> {
+    let ctx = target.context().clone();
+    let arch = Nvfp4Arch::for_compute_capability(ctx.compute_capability())?;
+    if arch != Nvfp4Arch::Sm90 {
+        return Err(Error::ArchUnsupported { op: "nvfp4 w4a16_gemm", need: "sm_90 (Blackwell: nvfp4::gemm)".into(), have: format!("{arch:?}") });
+    }
+    let (m, ka) = check_matrix("a", a, &[DType::Bf16], ctx.raw())?;
+    let (dm, dn) = check_matrix("d", d, &[DType::Bf16], ctx.raw())?;
+    if w.mem.context_raw() != ctx.raw() {
+        return Err(Error::invalid("w.device", "a weight prepared on the stream's device", "one of another device"));
+    }
+    if ka != w.k {
+        return Err(Error::invalid("a.shape[1] (k)", format!("{}, the weight's k", w.k), ka));
+    }
+    if dm != m || dn != w.n {
+        return Err(Error::invalid("d.shape", format!("[{m}, {}]", w.n), format!("[{dm}, {dn}]")));
+    }
+    scalar("alpha", alpha, ctx.raw())?;
+    let plan = plan(arch, m as i64, w.n as i64, w.k as i64, DType::Bf16, ctx.sm_count() as i64)?;
+    let need = plan.prepared_weight_bytes.unwrap_or(0);
+    if (w.mem.len() as u64) < need {
+        return Err(Error::invalid("weight", format!("a weight prepared for [{}, {}] ({need} bytes)", w.n, w.k), format!("{} bytes", w.mem.len())));
+    }
+    let g = glue::W4a16 {
+        lda: a.stride_i64(0)?,
+        ldd: d.stride_i64(0)?,
+        a: target.admit("a", &a.mem)?.skip("a", a.offset as u64)?,
+        weight: target.admit("weight", w.mem)?,
+        alpha: target.admit("alpha", alpha)?,
+        d: target.admit("d", &d.mem)?.skip("d", d.offset as u64)?,
+        m: plan.m as i32,
+        n: plan.n as i32,
+        k: plan.k as i32,
+        sm_count: ctx.sm_count() as i32,
+    };
+    let ws = target.workspace(plan.workspace_bytes)?;
+    target.commit();
+    let _current = ctx.enter()?;
+    glue::w4a16_gemm(&g, ws, target.raw_stream())?;
+    Ok(plan)
+}
+
+/// Hopper: D[m, n] (bf16) = alpha · A[m, k] (bf16) · Wᵀ, eager (may grow `ws`).
+pub fn w4a16_gemm(a: &Tensor<&DeviceBuffer>, w: &PreparedWeight, alpha: &DeviceBuffer, d: &Tensor<&DeviceBuffer>, ws: &mut Workspace, stream: &Stream) -> Result<Nvfp4Plan> {
+    let wa = WeightArg { mem: &&w.buf, n: w.n, k: w.k };
+    w4a16_on(a, wa, &alpha, d, Target::eager(stream, Some(ws))?)
+}
+
+/// Hopper, captured: never grows the workspace; every view must belong to `cap`.
+pub fn w4a16_gemm_captured<'id>(a: &Tensor<CapturedBuffer<'id>>, w: &CapturedWeight<'id>, alpha: &CapturedBuffer<'id>, d: &Tensor<CapturedBuffer<'id>>, ws: &Captured<'id>, cap: &Capture<'_, 'id>) -> Result<Nvfp4Plan> {
+    let wa = WeightArg { mem: &w.buf, n: w.n, k: w.k };
+    w4a16_on(a, wa, alpha, d, Target::captured(cap.site(), Some(ws.view()))?)
+}

@@ -1,0 +1,111 @@
+//! The wrappers' own checks, on the CPU: each refusal below happens before the glue is called, so
+//! the fake addresses are never dereferenced. (On a GPU machine a check that stopped refusing
+//! would launch on them and fault the test.)
+
+use super::mla::{self, Backend, Decode, Rows};
+use super::nvfp4::{self, Fp4Matrix, W4a16};
+use super::{DeviceSpan, GlueDtype};
+use crate::error::Error;
+
+const BIG: u64 = 1 << 40;
+
+fn span(ptr: u64, len: u64) -> DeviceSpan {
+    DeviceSpan::vouched(ptr, len)
+}
+
+fn matrix(rows: i32, k: i32) -> Fp4Matrix {
+    Fp4Matrix { packed: span(0x10_0000, BIG), scales: span(0x20_0000, BIG), global_scale: span(0x30_0000, 4), rows, k }
+}
+
+fn null_stream() -> super::RawStream {
+    std::ptr::null_mut()
+}
+
+#[test]
+fn quantize_refuses_an_input_one_row_short() {
+    let dst = matrix(4, 64);
+    // [4, 64] bf16 with a row stride of 64 is 512 bytes; give it 511.
+    let e = nvfp4::quantize(span(0x40_0000, 511), GlueDtype::Bf16, 64, span(0x50_0000, 4), &dst, null_stream()).unwrap_err();
+    assert!(matches!(&e, Error::InvalidArgument { what, .. } if what == "x"), "{e}");
+    let short_scales = Fp4Matrix { scales: span(0x20_0000, nvfp4::scale_bytes(4, 64).unwrap() - 1), ..dst };
+    let e = nvfp4::quantize(span(0x40_0000, BIG), GlueDtype::Bf16, 64, span(0x50_0000, 4), &short_scales, null_stream()).unwrap_err();
+    assert!(matches!(&e, Error::InvalidArgument { what, .. } if what == "out.scales"), "{e}");
+    let e = nvfp4::quantize(span(0x40_0000, BIG), GlueDtype::Fp8E4m3, 64, span(0x50_0000, 4), &dst, null_stream()).unwrap_err();
+    assert!(matches!(&e, Error::InvalidArgument { what, .. } if what == "dtype"), "{e}");
+}
+
+#[test]
+fn a_stream_k_w4a16_names_the_planners_workspace_and_the_capacity() {
+    // m = 1 over 4 x 32 weight chunks on 1 SM: the stream-K schedule, with partial tiles.
+    let (m, n, k, sm) = (1, 512, 2048, 1);
+    let needed = nvfp4::w4a16_workspace_bytes(m, n, k, sm).unwrap();
+    assert!(needed > 0);
+    let g = W4a16 {
+        a: span(0x10_0000, BIG),
+        lda: k as i64,
+        weight: span(0x20_0000, BIG),
+        alpha: span(0x30_0000, 4),
+        d: span(0x40_0000, BIG),
+        ldd: n as i64,
+        m,
+        n,
+        k,
+        sm_count: sm,
+    };
+    let small = span(0x50_0000, needed - 1);
+    assert_eq!(nvfp4::w4a16_gemm(&g, small, null_stream()), Err(Error::WorkspaceTooSmall { needed, capacity: needed - 1 }));
+    let short_weight = W4a16 { weight: span(0x20_0000, nvfp4::w4a16_prepared_bytes(n, k).unwrap() - 1), ..g };
+    let e = nvfp4::w4a16_gemm(&short_weight, span(0x50_0000, needed), null_stream()).unwrap_err();
+    assert!(matches!(&e, Error::InvalidArgument { what, .. } if what == "weight"), "{e}");
+}
+
+fn decode(batch: i32, max_seq_len: i32, page_size: i32) -> Decode {
+    let rows = |ptr| Rows { span: span(ptr, BIG), stride_batch: 128 * 512, stride_head: 512 };
+    Decode {
+        dtype: GlueDtype::Bf16,
+        batch,
+        num_heads: 128,
+        max_seq_len,
+        num_splits: 1,
+        sm_count: 132,
+        device: 0,
+        q_nope: rows(0x10_0000),
+        q_pe: Rows { span: span(0x20_0000, BIG), stride_batch: 128 * 64, stride_head: 64 },
+        kv_cache: span(0x30_0000, BIG),
+        num_pages: 64,
+        page_size,
+        seq_lens: span(0x40_0000, 4 * batch as u64),
+        page_table: span(0x50_0000, BIG),
+        page_table_stride: (max_seq_len + page_size - 1) / page_size,
+        out: rows(0x60_0000),
+        lse: None,
+        sm_scale: 0.1,
+    }
+}
+
+#[test]
+fn decode_refuses_a_page_table_one_column_short_and_a_short_workspace() {
+    let d = decode(3, 1000, 64);
+    // 3 rows of 16 columns: (2 * 16 + 16) * 4 bytes.
+    let table = Decode { page_table: span(0x50_0000, (2 * 16 + 16) * 4 - 1), ..d };
+    let e = mla::decode(Backend::Sm90, &table, span(0x70_0000, BIG), null_stream()).unwrap_err();
+    assert!(matches!(&e, Error::InvalidArgument { what, .. } if what == "page_table"), "{e}");
+    let e = mla::decode(Backend::Sm90, &Decode { seq_lens: span(0x40_0000, 11), ..d }, span(0x70_0000, BIG), null_stream()).unwrap_err();
+    assert!(matches!(&e, Error::InvalidArgument { what, .. } if what == "seq_lens"), "{e}");
+    let e = mla::decode(Backend::Sm90, &Decode { out: Rows { stride_head: -1, ..d.out }, ..d }, span(0x70_0000, BIG), null_stream()).unwrap_err();
+    assert!(matches!(&e, Error::InvalidArgument { .. }), "{e}");
+    // sm100: the workspace always holds the sanitize region; the error names the planner's size.
+    let needed = mla::sm100_workspace_bytes(GlueDtype::Bf16, 3, 1000, 64, 132, 1).unwrap();
+    let e = mla::decode(Backend::Sm100, &d, span(0x70_0000, needed - 1), null_stream());
+    assert_eq!(e, Err(Error::WorkspaceTooSmall { needed, capacity: needed - 1 }));
+}
+
+#[test]
+fn sanitize_passes_check_their_regions() {
+    let layout = mla::sanitize_layout(2, 300, 64, 1).unwrap();
+    let e = mla::sanitize(span(0x10_0000, 8), span(0x20_0000, BIG), 5, (2, 300, 64, 10, 1), span(0x30_0000, layout.bytes - 1), null_stream());
+    assert_eq!(e.err(), Some(Error::WorkspaceTooSmall { needed: layout.bytes, capacity: layout.bytes - 1 }));
+    let out = Rows { span: span(0x40_0000, 2 * (128 * 512 * 2) - 2), stride_batch: 128 * 512, stride_head: 512 };
+    let e = mla::sanitize_finish(span(0x50_0000, 8), 2, out, None, null_stream()).unwrap_err();
+    assert!(matches!(&e, Error::InvalidArgument { what, .. } if what == "out"), "{e}");
+}

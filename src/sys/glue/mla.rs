@@ -1,0 +1,230 @@
+//! MLA glue (`include/graphsafe_kernels/mla.h`): the split rules and workspace sizes of both
+//! back-ends, the sm100 sanitize passes and the two decodes. See the module docs of [`super`] for
+//! what every launch checks and trusts.
+
+use super::{check, out, require_workspace, DeviceSpan, GlueDtype, RawStream};
+use crate::error::{Error, Result};
+use crate::sys::kernels as k;
+use crate::sys::span::{extent_of, unsigned};
+
+/// KV splits of the CUTLASS sm100 kernel (`requested` 0: the default rule).
+pub(crate) fn sm100_num_splits(batch: i32, max_seq_len: i32, sm_count: i32, requested: i32) -> Result<i32> {
+    // SAFETY: host function; the out-pointer is a live local.
+    out("gs_mla_sm100_num_splits", |o| unsafe { k::gs_mla_sm100_num_splits(batch, max_seq_len, sm_count, requested, o) })
+}
+
+/// The most splits the sm100 safety rule allows.
+pub(crate) fn sm100_max_safe_splits(batch: i32, max_seq_len: i32, sm_count: i32) -> Result<i32> {
+    // SAFETY: host function; the out-pointer is a live local.
+    out("gs_mla_sm100_max_safe_splits", |o| unsafe { k::gs_mla_sm100_max_safe_splits(batch, max_seq_len, sm_count, o) })
+}
+
+/// Whether the sm100 decode runs the persistent scheduler for `num_splits`.
+pub(crate) fn sm100_persistent(num_splits: i32) -> Result<bool> {
+    // SAFETY: host function; the out-pointer is a live local.
+    let s: i32 = out("gs_mla_sm100_scheduler", |o| unsafe { k::gs_mla_sm100_scheduler(num_splits, o) })?;
+    Ok(s as u32 == k::GsMlaScheduler::GS_MLA_SCHED_PERSISTENT.0)
+}
+
+/// The sm100 decode's sanitize region for these arguments.
+pub(crate) fn sanitize_layout(batch: i32, max_seq_len: i32, page_size: i32, num_splits: i32) -> Result<k::GsMlaSanitizeLayout> {
+    // SAFETY: host function; the out-pointer is a live local.
+    out("gs_mla_sanitize_layout", |o| unsafe { k::gs_mla_sanitize_layout(batch, max_seq_len, page_size, num_splits, o) })
+}
+
+/// Workspace bytes of the sm100 decode (CUTLASS's part, then the sanitize region).
+pub(crate) fn sm100_workspace_bytes(dtype: GlueDtype, batch: i32, max_seq_len: i32, page_size: i32, sm_count: i32, num_splits: i32) -> Result<u64> {
+    // SAFETY: host function; the out-pointer is a live local.
+    out("gs_mla_sm100_workspace_bytes", |o| unsafe { k::gs_mla_sm100_workspace_bytes(dtype.code(), batch, max_seq_len, page_size, sm_count, num_splits, o) })
+}
+
+/// KV splits of the sm90 kernel (`requested` 0: the default rule).
+pub(crate) fn sm90_num_splits(batch: i32, num_heads: i32, max_seq_len: i32, sm_count: i32, requested: i32) -> Result<i32> {
+    // SAFETY: host function; the out-pointer is a live local.
+    out("gs_mla_sm90_num_splits", |o| unsafe { k::gs_mla_sm90_num_splits(batch, num_heads, max_seq_len, sm_count, requested, o) })
+}
+
+/// Workspace bytes of the sm90 decode (0 for one split).
+pub(crate) fn sm90_workspace_bytes(batch: i32, num_heads: i32, num_splits: i32) -> Result<u64> {
+    // SAFETY: host function; the out-pointer is a live local.
+    out("gs_mla_sm90_workspace_bytes", |o| unsafe { k::gs_mla_sm90_workspace_bytes(batch, num_heads, num_splits, o) })
+}
+
+fn count(what: &str, v: i32) -> Result<u64> {
+    u64::try_from(v).ok().filter(|&v| v > 0).ok_or_else(|| Error::invalid(what, "a positive count", v))
+}
+
+/// A `[batch, heads, dim]` operand with its batch and head strides (elements; innermost 1).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Rows {
+    pub span: DeviceSpan,
+    pub stride_batch: i64,
+    pub stride_head: i64,
+}
+
+impl Rows {
+    /// The address, after checking that `[batch, heads, dim]` elements of `elem` bytes lie in the
+    /// span and that it is `align`-byte aligned.
+    fn address(&self, what: &str, elem: u64, (b, h, dim): (u64, u64, u64), align: u64) -> Result<u64> {
+        let (sb, sh) = (unsigned(&format!("{what}.stride_batch"), self.stride_batch)?, unsigned(&format!("{what}.stride_head"), self.stride_head)?);
+        self.span.require(what, extent_of(what, elem, &[(b, sb), (h, sh), (dim, 1)])?, align)
+    }
+}
+
+/// The two decode back-ends.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Backend {
+    /// graphsafe's Hopper kernel.
+    Sm90,
+    /// CUTLASS 4.2's Blackwell kernel, between the sanitize passes.
+    Sm100,
+}
+
+/// One decode step (`GsMlaDecodeArgs`), its device memory as spans.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Decode {
+    pub dtype: GlueDtype,
+    pub batch: i32,
+    pub num_heads: i32,
+    pub max_seq_len: i32,
+    pub num_splits: i32,
+    pub sm_count: i32,
+    pub device: i32,
+    /// `[batch, heads, 512]`.
+    pub q_nope: Rows,
+    /// `[batch, heads, 64]`.
+    pub q_pe: Rows,
+    /// `[num_pages, page_size, 576]`, contiguous.
+    pub kv_cache: DeviceSpan,
+    pub num_pages: i32,
+    pub page_size: i32,
+    /// `[batch]` i32.
+    pub seq_lens: DeviceSpan,
+    /// `[batch, page_table_stride]` i32, of which the first `ceil(max_seq_len / page_size)`
+    /// columns of each row are read.
+    pub page_table: DeviceSpan,
+    pub page_table_stride: i32,
+    /// `[batch, heads, 512]`, 16-bit.
+    pub out: Rows,
+    /// `[batch, heads]` f32.
+    pub lse: Option<DeviceSpan>,
+    pub sm_scale: f32,
+}
+
+/// Launches the decode on `backend` (when this build has it) with workspace `ws`.
+pub(crate) fn decode(backend: Backend, d: &Decode, ws: DeviceSpan, stream: RawStream) -> Result<()> {
+    let (b, h) = (count("batch", d.batch)?, count("num_heads", d.num_heads)?);
+    let (pages, page) = (count("num_pages", d.num_pages)?, count("page_size", d.page_size)?);
+    let e = d.dtype.bytes();
+    let q_nope = d.q_nope.address("q_nope", e, (b, h, 512), 16)?;
+    let q_pe = d.q_pe.address("q_pe", e, (b, h, 64), 16)?;
+    let kv = d.kv_cache.require("kv_cache", extent_of("kv_cache", e, &[(pages, page * 576), (page * 576, 1)])?, 16)?;
+    let lens = d.seq_lens.require("seq_lens", 4 * b, 4)?;
+    let columns = count("max_seq_len", d.max_seq_len)?.div_ceil(page);
+    let stride = unsigned("page_table_stride", d.page_table_stride as i64)?;
+    let table = d.page_table.require("page_table", extent_of("page_table", 4, &[(b, stride), (columns, 1)])?, 4)?;
+    let outp = d.out.address("out", 2, (b, h, 512), 16)?;
+    let lse = match d.lse {
+        Some(l) => l.require("lse", 4 * b * h, 4)?,
+        None => 0,
+    };
+    let needed = match backend {
+        Backend::Sm90 => sm90_workspace_bytes(d.batch, d.num_heads, d.num_splits)?,
+        Backend::Sm100 => sm100_workspace_bytes(d.dtype, d.batch, d.max_seq_len, d.page_size, d.sm_count, d.num_splits)?,
+    };
+    let sizes = require_workspace(&ws, needed, 16)?;
+    let args = k::GsMlaDecodeArgs {
+        dtype: d.dtype.code(),
+        batch: d.batch,
+        num_heads: d.num_heads,
+        max_seq_len: d.max_seq_len,
+        num_splits: d.num_splits,
+        sm_count: d.sm_count,
+        device: d.device,
+        q_nope: q_nope as *const _,
+        q_nope_stride_batch: d.q_nope.stride_batch,
+        q_nope_stride_head: d.q_nope.stride_head,
+        q_pe: q_pe as *const _,
+        q_pe_stride_batch: d.q_pe.stride_batch,
+        q_pe_stride_head: d.q_pe.stride_head,
+        kv_cache: kv as *const _,
+        num_pages: d.num_pages,
+        page_size: d.page_size,
+        seq_lens: lens as *const i32,
+        page_table: table as *const i32,
+        page_table_stride: d.page_table_stride,
+        out: outp as *mut _,
+        out_stride_batch: d.out.stride_batch,
+        out_stride_head: d.out.stride_head,
+        lse: lse as *mut f32,
+        sm_scale: d.sm_scale,
+    };
+    let (wsp, wsb, s) = (ws.ptr() as *mut std::ffi::c_void, ws.len(), stream.cast::<std::ffi::c_void>());
+    let launched: Result<(i32, &'static str)> = match backend {
+        #[cfg(graphsafe_arch = "sm_90a")]
+        // SAFETY: every operand's extent for these sizes lies in its span, and the workspace holds
+        // the glue's own planner's bytes (checked above); device lengths and page indices are
+        // clamped by the kernel.
+        Backend::Sm90 => Ok((unsafe { k::gs_mla_sm90_decode(&args, wsp, wsb, s) }, "gs_mla_sm90_decode")),
+        #[cfg(graphsafe_arch = "sm_100a")]
+        // SAFETY: as above; the sanitize pre-pass clamps the device data before CUTLASS reads it.
+        Backend::Sm100 => Ok((unsafe { k::gs_mla_sm100_decode(&args, wsp, wsb, s) }, "gs_mla_sm100_decode")),
+        #[allow(unreachable_patterns)]
+        other => {
+            let _ = (args, wsp, wsb, s); // a build without the arch launches nothing
+            let arch = if other == Backend::Sm90 { "sm_90a" } else { "sm_100a" };
+            Err(Error::ArchUnsupported { op: "mla decode", need: arch.into(), have: "a build without it".into() })
+        }
+    };
+    let (status, op) = launched?;
+    check(status, op, Some(sizes))
+}
+
+/// The sanitize pre-pass alone: reads `seq_lens` and the first `ceil(max_seq_len / page_size)`
+/// columns of each `page_table` row, writes `region` (laid out by [`sanitize_layout`]).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn sanitize(
+    seq_lens: DeviceSpan,
+    page_table: DeviceSpan,
+    page_table_stride: i32,
+    (batch, max_seq_len, page_size, num_pages, num_splits): (i32, i32, i32, i32, i32),
+    region: DeviceSpan,
+    stream: RawStream,
+) -> Result<k::GsMlaSanitizeLayout> {
+    let layout = sanitize_layout(batch, max_seq_len, page_size, num_splits)?;
+    let b = count("batch", batch)?;
+    let columns = count("max_seq_len", max_seq_len)?.div_ceil(count("page_size", page_size)?);
+    let stride = unsigned("page_table_stride", page_table_stride as i64)?;
+    let lens = seq_lens.require("seq_lens", 4 * b, 4)?;
+    let table = page_table.require("page_table", extent_of("page_table", 4, &[(b, stride), (columns, 1)])?, 4)?;
+    let sizes = require_workspace(&region, layout.bytes, 4)?;
+    check(
+        // SAFETY: seq_lens, the page-table columns the pass reads and the region it writes lie in
+        // their spans (checked above).
+        unsafe {
+            k::gs_mla_sanitize(lens as *const i32, table as *const i32, page_table_stride, batch, max_seq_len, page_size, num_pages, num_splits, region.ptr() as *mut _, region.len(), stream.cast())
+        },
+        "gs_mla_sanitize",
+        Some(sizes),
+    )?;
+    Ok(layout)
+}
+
+/// The post-pass alone: for each request whose length in `lens` (`[batch]` i32) is 0, zeros in
+/// `out` (`[batch, 128, 512]`, 16-bit) and `-inf` in `lse` (`[batch, 128]` f32).
+pub(crate) fn sanitize_finish(lens: DeviceSpan, batch: i32, out: Rows, lse: Option<DeviceSpan>, stream: RawStream) -> Result<()> {
+    let b = count("batch", batch)?;
+    let heads = k::GS_MLA_NUM_HEADS as u64;
+    let lp = lens.require("lens", 4 * b, 4)?;
+    let op = out.address("out", 2, (b, heads, k::GS_MLA_LATENT_DIM as u64), 2)?;
+    let lse = match lse {
+        Some(l) => l.require("lse", 4 * heads * b, 4)?,
+        None => 0,
+    };
+    check(
+        // SAFETY: lens, the rows of out and lse the pass may write lie in their spans (above).
+        unsafe { k::gs_mla_sanitize_finish(lp as *const i32, batch, op as *mut _, out.stride_batch, out.stride_head, lse as *mut f32, stream.cast()) },
+        "gs_mla_sanitize_finish",
+        None,
+    )
+}
