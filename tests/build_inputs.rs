@@ -1,6 +1,9 @@
 //! The build script's environment checks (build/inputs.rs, included as-is): every bad value is a
 //! one-line error naming the variable and the accepted values.
 
+#[path = "../src/arch_table.rs"]
+#[allow(dead_code)]
+mod arch_table;
 #[path = "../build/inputs.rs"]
 #[allow(dead_code)]
 mod inputs;
@@ -13,20 +16,28 @@ fn one_line_naming(e: &str, var: &str, accepted: &str) {
 
 #[test]
 fn cuda_archs_select_a_non_empty_set_or_fail_in_one_line() {
-    assert_eq!(inputs::archs(None).unwrap(), ["sm_90a", "sm_100a", "sm_120a"]);
+    let all = "sm_90a,sm_100f,sm_120f";
+    assert_eq!(inputs::archs(None).unwrap(), ["sm_90a", "sm_100f", "sm_120f"]);
+    assert_eq!(inputs::archs(None).unwrap().join(","), arch_table::all_target_names());
     assert_eq!(inputs::archs(Some("")).unwrap().len(), 3);
     assert_eq!(inputs::archs(Some("  ")).unwrap().len(), 3);
-    assert_eq!(inputs::archs(Some("sm_120a, sm_90a,sm_90a")).unwrap(), ["sm_90a", "sm_120a"]);
-    assert_eq!(inputs::archs(Some("sm_100a,")).unwrap(), ["sm_100a"]);
+    assert_eq!(inputs::archs(Some("sm_120f, sm_90a,sm_90a")).unwrap(), ["sm_90a", "sm_120f"]);
+    assert_eq!(inputs::archs(Some("sm_100f,")).unwrap(), ["sm_100f"]);
+    // A GPU's compute capability names the row that runs there (the family rows cover B300 and
+    // DGX Spark), and the arch-specific names of before the family rows still select them.
+    assert_eq!(inputs::archs(Some("sm_90")).unwrap(), ["sm_90a"]);
+    assert_eq!(inputs::archs(Some("sm_103")).unwrap(), ["sm_100f"]);
+    assert_eq!(inputs::archs(Some("sm_121,sm_120a")).unwrap(), ["sm_120f"]);
+    assert_eq!(inputs::archs(Some("sm_100a,sm_90a,sm_120a")).unwrap(), ["sm_90a", "sm_100f", "sm_120f"]);
     for bad in [",", " , ,", ",,,"] {
         let e = inputs::archs(Some(bad)).unwrap_err();
-        one_line_naming(&e, "GRAPHSAFE_CUDA_ARCHS", "sm_90a,sm_100a,sm_120a");
+        one_line_naming(&e, "GRAPHSAFE_CUDA_ARCHS", all);
         assert!(e.contains("selects no arch"), "{e}");
     }
-    for bad in ["sm_90", "sm_90a,sm_89", "all"] {
+    for bad in ["sm_89", "sm_90a,sm_89", "all", "sm_110", "compute_100f"] {
         let e = inputs::archs(Some(bad)).unwrap_err();
-        one_line_naming(&e, "GRAPHSAFE_CUDA_ARCHS", "sm_90a,sm_100a,sm_120a");
-        assert!(e.contains("unknown arch"), "{e}");
+        one_line_naming(&e, "GRAPHSAFE_CUDA_ARCHS", all);
+        assert!(e.contains("unknown arch") && e.contains("sm_100f (sm_100/sm_103)"), "{e}");
     }
 }
 

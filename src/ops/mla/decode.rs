@@ -18,42 +18,12 @@ use crate::ops::tensor::{Check, DType, DeviceMemory, Tensor};
 use crate::sys::{check_glue, cuda as c, kernels as k};
 use crate::workspace::Workspace;
 
-/// The two back-ends.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum MlaArch {
-    /// Hopper: graphsafe's split-KV kernel + combine (bf16/fp16, pages of 64 or 128).
-    Sm90,
-    /// Blackwell B200/GB200: CUTLASS 4.2's kernel (bf16/fp16/fp8, 128 heads, pages ≤ 128, power of two).
-    Sm100,
-}
+pub use crate::arch::MlaArch;
 
 impl MlaArch {
     /// The back-end for a compute capability, if this build has one for it.
     pub fn for_compute_capability(cc: (i32, i32)) -> Result<MlaArch> {
-        let have = format!("sm_{}{}", cc.0, cc.1);
-        let arch = match cc {
-            (9, 0) => MlaArch::Sm90,
-            (10, 0) => MlaArch::Sm100,
-            _ => {
-                return Err(Error::ArchUnsupported { op: "mla decode", need: "sm_90 (H100/H200) or sm_100 (B200/GB200)".into(), have })
-            }
-        };
-        if !crate::build_info::has_arch(arch.built_arch()) {
-            return Err(Error::ArchUnsupported {
-                op: "mla decode",
-                need: format!("a build with {} (GRAPHSAFE_CUDA_ARCHS)", arch.built_arch()),
-                have: format!("{have}, built for {}", crate::build_info::archs().join(",")),
-            });
-        }
-        Ok(arch)
-    }
-
-    fn built_arch(self) -> &'static str {
-        match self {
-            MlaArch::Sm90 => "sm_90a",
-            MlaArch::Sm100 => "sm_100a",
-        }
+        crate::arch::mla(cc)
     }
 }
 
@@ -283,16 +253,16 @@ impl<M: DeviceMemory> MlaDecodeArgs<M> {
 /// Launches a validated plan through the glue.
 fn launch(arch: MlaArch, args: &k::GsMlaDecodeArgs, ws: u64, ws_bytes: u64, stream: c::CUstream) -> Result<()> {
     let status: i32 = match arch {
-        #[cfg(graphsafe_arch = "sm_90a")]
+        #[cfg(graphsafe_mla = "sm90")]
         // SAFETY: every pointer in args was validated (dtype, shape, bounds, device) and is kept
         // alive by the caller's borrow (eager) or the capture (captured); ws holds ws_bytes.
         MlaArch::Sm90 => unsafe { k::gs_mla_sm90_decode(args, ws as *mut _, ws_bytes, stream.cast()) },
-        #[cfg(graphsafe_arch = "sm_100a")]
+        #[cfg(graphsafe_mla = "sm100")]
         // SAFETY: as above.
         MlaArch::Sm100 => unsafe { k::gs_mla_sm100_decode(args, ws as *mut _, ws_bytes, stream.cast()) },
         #[allow(unreachable_patterns)]
         other => {
-            return Err(Error::ArchUnsupported { op: "mla decode", need: other.built_arch().into(), have: "a build without it".into() })
+            return Err(Error::ArchUnsupported { op: "mla decode", need: other.targets(), have: "a build without it".into() })
         }
     };
     let op = match arch {

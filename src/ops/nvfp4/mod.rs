@@ -3,8 +3,8 @@
 //!
 //! * [`quantize`] / [`dequantize`] / [`global_scale`]: every arch (bit-identical to
 //!   [`reference`](mod@reference), the host algorithm);
-//! * [`gemm`]: Blackwell, CUTLASS block-scaled GEMM `D = alpha · A · Bᵀ`, A and B NVFP4 (sm_100a:
-//!   B200/GB200, sm_120a: RTX 50 / RTX PRO), tile chosen by M as production engines do;
+//! * [`gemm`]: Blackwell, CUTLASS block-scaled GEMM `D = alpha · A · Bᵀ`, A and B NVFP4 (sm_100f:
+//!   B200/GB200/B300, sm_120f: RTX 50 / RTX PRO / DGX Spark), tile chosen by M as production engines do;
 //! * [`w4a16_gemm`]: Hopper, graphsafe's weight-only kernel `D = alpha · A(bf16) · Wᵀ(NVFP4)`, over
 //!   a weight repacked once by [`prepare_weight`] (outside capture).
 //!
@@ -21,37 +21,12 @@ use crate::ops::tensor::{Check, DType, DeviceMemory, Tensor};
 use crate::sys::{check_glue, cuda as c, kernels as k};
 use crate::workspace::Workspace;
 
-/// Which NVFP4 back-end a GPU gets.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Nvfp4Arch {
-    /// Hopper: weight-only FP4 GEMM (bf16 activations).
-    Sm90,
-    /// B200/GB200: CUTLASS block-scaled GEMM.
-    Sm100,
-    /// RTX 50 / RTX PRO Blackwell: CUTLASS block-scaled GEMM (GeForce path).
-    Sm120,
-}
+pub use crate::arch::Nvfp4Arch;
 
 impl Nvfp4Arch {
     /// The back-end for a compute capability, if this build has it.
     pub fn for_compute_capability(cc: (i32, i32)) -> Result<Nvfp4Arch> {
-        let (arch, built) = match cc {
-            (9, 0) => (Nvfp4Arch::Sm90, "sm_90a"),
-            (10, 0) => (Nvfp4Arch::Sm100, "sm_100a"),
-            (12, 0) => (Nvfp4Arch::Sm120, "sm_120a"),
-            _ => {
-                return Err(Error::ArchUnsupported {
-                    op: "nvfp4 gemm",
-                    need: "sm_90 (H100/H200), sm_100 (B200/GB200) or sm_120 (RTX 50/RTX PRO)".into(),
-                    have: format!("sm_{}{}", cc.0, cc.1),
-                })
-            }
-        };
-        if !crate::build_info::has_arch(built) {
-            return Err(Error::ArchUnsupported { op: "nvfp4 gemm", need: format!("a build with {built}"), have: crate::build_info::archs().join(",") });
-        }
-        Ok(arch)
+        crate::arch::nvfp4(cc)
     }
 
     fn number(self) -> i32 {
@@ -59,18 +34,6 @@ impl Nvfp4Arch {
             Nvfp4Arch::Sm90 => 90,
             Nvfp4Arch::Sm100 => 100,
             Nvfp4Arch::Sm120 => 120,
-        }
-    }
-}
-
-impl std::str::FromStr for Nvfp4Arch {
-    type Err = Error;
-    fn from_str(s: &str) -> Result<Self> {
-        match s {
-            "sm_90" | "sm90" | "sm_90a" => Ok(Nvfp4Arch::Sm90),
-            "sm_100" | "sm100" | "sm_100a" => Ok(Nvfp4Arch::Sm100),
-            "sm_120" | "sm120" | "sm_120a" => Ok(Nvfp4Arch::Sm120),
-            _ => Err(Error::invalid("arch", "sm_90, sm_100 or sm_120", s)),
         }
     }
 }
@@ -425,7 +388,7 @@ pub(crate) fn prepare_weight_raw<M: DeviceMemory>(w: &Nvfp4Matrix<M>, stream: &S
     let len = usize::try_from(bytes).map_err(|_| Error::invalid("weight", "a prepared size that fits in memory", bytes))?;
     let buf = DeviceBuffer::alloc_zeroed(stream, len)?;
     let _current = ctx.enter()?;
-    #[cfg(graphsafe_arch = "sm_90a")]
+    #[cfg(graphsafe_nvfp4 = "sm90")]
     check_glue(
         // SAFETY: checked above; buf holds `bytes`.
         unsafe {
@@ -484,7 +447,7 @@ pub(crate) fn w4a16_on<M: DeviceMemory, W: DeviceMemory>(a: &Tensor<M>, w: Weigh
     let (wsp, wcap) = target.workspace(plan.workspace_bytes)?;
     target.commit();
     let _current = ctx.enter()?;
-    #[cfg(graphsafe_arch = "sm_90a")]
+    #[cfg(graphsafe_nvfp4 = "sm90")]
     check_glue(
         // SAFETY: every pointer checked above; the workspace holds `wcap` >= the plan's bytes.
         unsafe {
@@ -506,7 +469,7 @@ pub(crate) fn w4a16_on<M: DeviceMemory, W: DeviceMemory>(a: &Tensor<M>, w: Weigh
         },
         "gs_nvfp4_w4a16_gemm",
     )?;
-    #[cfg(not(graphsafe_arch = "sm_90a"))]
+    #[cfg(not(graphsafe_nvfp4 = "sm90"))]
     let _ = (al, wsp, wcap, lda, ldd);
     Ok(plan)
 }
@@ -560,14 +523,14 @@ pub(crate) fn gemm_on<M: DeviceMemory>(a: &Nvfp4Matrix<M>, b: &Nvfp4Matrix<M>, a
         out,
         (plan.m as i32, plan.n as i32, plan.k as i32, ctx.sm_count() as i32),
     );
-    #[allow(unused_variables, unreachable_code)] // builds without sm_100a/sm_120a have no arm that launches
+    #[allow(unused_variables, unreachable_code)] // builds without the sm100/sm120 back-ends have no arm that launches
     let status: i32 = match arch {
-        #[cfg(graphsafe_arch = "sm_100a")]
+        #[cfg(graphsafe_nvfp4 = "sm100")]
         // SAFETY: every pointer checked above; the workspace holds `wcap` >= the plan's bytes.
         Nvfp4Arch::Sm100 => unsafe {
             k::gs_nvfp4_gemm_sm100(args.0, args.1, args.2, args.3, args.4, args.5, args.6, args.7 .0, args.7 .1, args.7 .2, args.7 .3, wsp as *mut _, wcap, stream.cast())
         },
-        #[cfg(graphsafe_arch = "sm_120a")]
+        #[cfg(graphsafe_nvfp4 = "sm120")]
         // SAFETY: as above.
         Nvfp4Arch::Sm120 => unsafe {
             k::gs_nvfp4_gemm_sm120(args.0, args.1, args.2, args.3, args.4, args.5, args.6, args.7 .0, args.7 .1, args.7 .2, args.7 .3, wsp as *mut _, wcap, stream.cast())
