@@ -168,17 +168,33 @@ pub fn require_fp4_tensor_cores(op: &'static str, cc: (i32, i32)) -> Result<()> 
     Err(Error::ArchUnsupported { op, need: format!("a Blackwell GPU (FP4 tensor cores): {}", rows.join(" or ")), have: cc_name(cc) })
 }
 
+/// The rows `pick` selects, as `(names "sm_100f", GPUs "sm_100/sm_103 (B200, …)")`.
+fn rows_where(pick: impl Fn(&Target) -> bool) -> (String, String) {
+    let rows: Vec<&Target> = TARGETS.iter().filter(|t| pick(t)).collect();
+    (rows.iter().map(|t| t.name).collect::<Vec<_>>().join(","), rows.iter().map(|t| t.describe()).collect::<Vec<_>>().join(" or "))
+}
+
 impl MlaArch {
     /// The rows this back-end runs on, comma separated (`"sm_100f"`): what a build needs for it.
     pub fn targets(self) -> String {
-        TARGETS.iter().filter(|t| t.mla == Some(self)).map(|t| t.name).collect::<Vec<_>>().join(",")
+        rows_where(|t| t.mla == Some(self)).0
+    }
+
+    /// The GPUs it runs on: `"sm_100/sm_103 (B200, GB200, B300, GB300)"`.
+    pub fn gpus(self) -> String {
+        rows_where(|t| t.mla == Some(self)).1
     }
 }
 
 impl Nvfp4Arch {
     /// The rows this back-end runs on, comma separated: what a build needs for it.
     pub fn targets(self) -> String {
-        TARGETS.iter().filter(|t| t.nvfp4 == Some(self)).map(|t| t.name).collect::<Vec<_>>().join(",")
+        rows_where(|t| t.nvfp4 == Some(self)).0
+    }
+
+    /// The GPUs it runs on: `"sm_120/sm_121 (RTX 50, RTX PRO Blackwell, DGX Spark)"`.
+    pub fn gpus(self) -> String {
+        rows_where(|t| t.nvfp4 == Some(self)).1
     }
 }
 
