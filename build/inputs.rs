@@ -7,7 +7,7 @@
 //! dependency-free), so `tests/build_inputs.rs` includes both files and tests them without
 //! running a build.
 
-use crate::arch_table::{all_target_names, parse_target, TARGETS};
+use crate::arch_table::{all_target_names, parse_target, target_named, MlaArch, Nvfp4Arch, TARGETS};
 
 /// The archs `GRAPHSAFE_CUDA_ARCHS` selects: every row of the arch table (`src/arch_table.rs`)
 /// when unset or blank, else the listed ones (deduplicated, in table order, so the same set
@@ -35,6 +35,55 @@ pub fn archs(value: Option<&str>) -> Result<Vec<String>, String> {
     }
     out.sort_by_key(|a| TARGETS.iter().position(|t| t.name == a));
     Ok(out)
+}
+
+/// A `// graphsafe-build: archs=` value (build/kernels.rs documents it), resolved to (the rows it selects in table order, its `op:back-end` selectors).
+pub fn directive_archs(value: &str) -> Result<(Vec<String>, Vec<String>), String> {
+    let mut rows: Vec<&str> = Vec::new();
+    let mut backends = Vec::new();
+    for sel in value.split(',').filter(|s| !s.is_empty()) {
+        let picked: Vec<&str> = match sel.split_once(':') {
+            None if sel == "all" => TARGETS.iter().map(|t| t.name).collect(),
+            None => vec![target_named(sel).map(|t| t.name).ok_or_else(|| {
+                format!("unknown arch {sel:?} in archs= (the arch table, src/arch_table.rs, has {}; or all, mla:<back-end>, nvfp4:<back-end>)", all_target_names())
+            })?],
+            Some(("mla", b)) => {
+                let b = MlaArch::ALL.into_iter().find(|x| x.name() == b).ok_or_else(|| {
+                    format!("unknown MLA back-end {b:?} in archs= (expected one of {})", MlaArch::ALL.map(MlaArch::name).join(", "))
+                })?;
+                backends.push(sel.to_string());
+                TARGETS.iter().filter(|t| t.mla == Some(b)).map(|t| t.name).collect()
+            }
+            Some(("nvfp4", b)) => {
+                let b = Nvfp4Arch::ALL.into_iter().find(|x| x.name() == b).ok_or_else(|| {
+                    format!("unknown NVFP4 back-end {b:?} in archs= (expected one of {})", Nvfp4Arch::ALL.map(Nvfp4Arch::name).join(", "))
+                })?;
+                backends.push(sel.to_string());
+                TARGETS.iter().filter(|t| t.nvfp4 == Some(b)).map(|t| t.name).collect()
+            }
+            Some((op, _)) => return Err(format!("unknown op {op:?} in archs={sel} (expected mla or nvfp4)")),
+        };
+        rows.extend(picked);
+    }
+    if rows.is_empty() {
+        return Err(format!("archs={value:?} selects no row of the arch table"));
+    }
+    let ordered = TARGETS.iter().map(|t| t.name).filter(|n| rows.contains(n)).map(str::to_string).collect();
+    Ok((ordered, backends))
+}
+
+/// The first back-end a selected row names that no unit implements (`implemented`: every
+/// `op:back-end` selector of the directives), as the build's one-line error.
+pub fn missing_backend(selected: &[String], implemented: &[String]) -> Option<String> {
+    for t in TARGETS.iter().filter(|t| selected.iter().any(|s| s == t.name)) {
+        let wanted = t.mla.map(|b| format!("mla:{}", b.name())).into_iter().chain(t.nvfp4.map(|b| format!("nvfp4:{}", b.name())));
+        for w in wanted {
+            if !implemented.contains(&w) {
+                return Some(format!("graphsafe: src/arch_table.rs gives {} the back-end {w}, but no cuda-src unit says archs={w}", t.name));
+            }
+        }
+    }
+    None
 }
 
 /// `GRAPHSAFE_OFFLINE`: `1` forbids downloads; unset, empty or `0` allows them. Anything else

@@ -112,7 +112,7 @@ pub fn scan(src_root: &Path, selected: &[String]) -> Result<Vec<Unit>, String> {
                 .ok_or_else(|| format!("{}: bad graphsafe-build field {field:?}", source.display()))?;
             match k {
                 "archs" if v == "host" => host_only = true,
-                "archs" => archs = Some(select(v).map_err(|e| format!("{}: {e}", source.display()))?),
+                "archs" => archs = Some(crate::inputs::directive_archs(v).map_err(|e| format!("{}: {e}", source.display()))?),
                 "kind" => {
                     kind = match v {
                         "object" => Kind::Object,
@@ -142,54 +142,15 @@ pub fn scan(src_root: &Path, selected: &[String]) -> Result<Vec<Unit>, String> {
     Ok(units)
 }
 
-/// Resolves an `archs=` value to (the rows it selects in table order, its `op:back-end` selectors).
-fn select(value: &str) -> Result<(Vec<String>, Vec<String>), String> {
-    let mut rows: Vec<&str> = Vec::new();
-    let mut backends = Vec::new();
-    for sel in value.split(',').filter(|s| !s.is_empty()) {
-        let picked: Vec<&str> = match sel.split_once(':') {
-            None if sel == "all" => TARGETS.iter().map(|t| t.name).collect(),
-            None => vec![target_named(sel).map(|t| t.name).ok_or_else(|| {
-                format!("unknown arch {sel:?} in archs= (the arch table, src/arch_table.rs, has {}; or all, mla:<back-end>, nvfp4:<back-end>)", crate::arch_table::all_target_names())
-            })?],
-            Some(("mla", b)) => {
-                let b = MlaArch::ALL.into_iter().find(|x| x.name() == b).ok_or_else(|| {
-                    format!("unknown MLA back-end {b:?} in archs= (expected one of {})", MlaArch::ALL.map(MlaArch::name).join(", "))
-                })?;
-                backends.push(sel.to_string());
-                TARGETS.iter().filter(|t| t.mla == Some(b)).map(|t| t.name).collect()
-            }
-            Some(("nvfp4", b)) => {
-                let b = Nvfp4Arch::ALL.into_iter().find(|x| x.name() == b).ok_or_else(|| {
-                    format!("unknown NVFP4 back-end {b:?} in archs= (expected one of {})", Nvfp4Arch::ALL.map(Nvfp4Arch::name).join(", "))
-                })?;
-                backends.push(sel.to_string());
-                TARGETS.iter().filter(|t| t.nvfp4 == Some(b)).map(|t| t.name).collect()
-            }
-            Some((op, _)) => return Err(format!("unknown op {op:?} in archs={sel} (expected mla or nvfp4)")),
-        };
-        rows.extend(picked);
-    }
-    if rows.is_empty() {
-        return Err(format!("archs={value:?} selects no row of the arch table"));
-    }
-    let ordered = TARGETS.iter().map(|t| t.name).filter(|n| rows.contains(n)).map(str::to_string).collect();
-    Ok((ordered, backends))
-}
-
 /// Every back-end a selected row names must have a unit that implements it (`archs=mla:sm100`):
 /// else dispatch would offer a kernel the build never compiled, and linking would fail on its
 /// glue symbol far from the cause.
 fn check_backends(units: &[Unit], selected: &[String]) -> Result<(), String> {
-    for t in TARGETS.iter().filter(|t| selected.iter().any(|s| s == t.name)) {
-        let wanted = t.mla.map(|b| format!("mla:{}", b.name())).into_iter().chain(t.nvfp4.map(|b| format!("nvfp4:{}", b.name())));
-        for w in wanted {
-            if !units.iter().any(|u| u.backends.contains(&w)) {
-                return Err(format!("graphsafe: src/arch_table.rs gives {} the back-end {w}, but no cuda-src unit says archs={w}", t.name));
-            }
-        }
+    let implemented: Vec<String> = units.iter().flat_map(|u| u.backends.iter().cloned()).collect();
+    match crate::inputs::missing_backend(selected, &implemented) {
+        Some(e) => Err(e),
+        None => Ok(()),
     }
-    Ok(())
 }
 
 fn walk(dir: &Path, out: &mut Vec<PathBuf>) {

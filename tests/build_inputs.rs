@@ -54,3 +54,42 @@ fn offline_and_bindings_take_only_their_documented_values() {
     }
     one_line_naming(&inputs::bindings_write(Some("overwrite")).unwrap_err(), "GRAPHSAFE_BINDINGS", "write, check or unset");
 }
+
+#[test]
+fn directives_select_table_rows_by_back_end_or_fail_in_one_line() {
+    let rows = |v: &str| inputs::directive_archs(v).unwrap();
+    let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+    assert_eq!(rows("all").0, s(&["sm_90a", "sm_100f", "sm_120f"]));
+    // A back-end selects every row that runs it: a new row with an existing back-end needs no
+    // directive change.
+    assert_eq!(rows("mla:sm100"), (s(&["sm_100f"]), s(&["mla:sm100"])));
+    assert_eq!(rows("nvfp4:sm120"), (s(&["sm_120f"]), s(&["nvfp4:sm120"])));
+    assert_eq!(rows("mla:sm90").0, s(&["sm_90a"]));
+    // Row names, in table order whatever order they are listed in.
+    assert_eq!(rows("sm_120f,sm_90a"), (s(&["sm_90a", "sm_120f"]), vec![]));
+    for (bad, says) in [
+        ("sm_100a", "unknown arch \"sm_100a\""),
+        ("sm_90a,sm_103", "unknown arch \"sm_103\""),
+        ("mla:sm120", "unknown MLA back-end \"sm120\""),
+        ("nvfp4:sm89", "unknown NVFP4 back-end"),
+        ("gemm:sm100", "unknown op \"gemm\""),
+        (",", "selects no row"),
+    ] {
+        let e = inputs::directive_archs(bad).unwrap_err();
+        assert!(e.contains(says), "{bad}: {e}");
+        assert!(!e.contains('\n'), "more than one line: {e}");
+    }
+    let e = inputs::directive_archs("sm_100a").unwrap_err();
+    assert!(e.contains("sm_90a,sm_100f,sm_120f"), "names the table's rows: {e}");
+}
+
+#[test]
+fn a_selected_row_whose_back_end_no_unit_implements_is_refused() {
+    let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+    let all = s(&["mla:sm90", "mla:sm100", "nvfp4:sm90", "nvfp4:sm100", "nvfp4:sm120"]);
+    assert_eq!(inputs::missing_backend(&inputs::archs(None).unwrap(), &all), None);
+    let e = inputs::missing_backend(&s(&["sm_90a", "sm_100f"]), &s(&["mla:sm90", "nvfp4:sm90", "nvfp4:sm100"])).unwrap();
+    assert!(e.contains("sm_100f") && e.contains("mla:sm100") && !e.contains('\n'), "{e}");
+    // Rows not selected need nothing.
+    assert_eq!(inputs::missing_backend(&s(&["sm_90a"]), &s(&["mla:sm90", "nvfp4:sm90"])), None);
+}
