@@ -3,6 +3,10 @@
 //! driver layer loads, and (feature `bindgen`) checks the checked-in bindings for drift.
 //! The pieces live in `build/`; README.md lists the environment variables, docs/ARCHITECTURE.md the design.
 
+// The arch table the crate dispatches from (`graphsafe::arch`): one file, read by both.
+#[path = "src/arch_table.rs"]
+#[allow(dead_code)] // the crate uses the lookups the build does not
+mod arch_table;
 #[cfg(feature = "bindgen")]
 #[path = "build/bindings.rs"]
 mod bindings;
@@ -57,13 +61,18 @@ fn cache_dir() -> PathBuf {
 fn run() -> Result<(), String> {
     let manifest_dir = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").unwrap());
     let out_dir = PathBuf::from(std::env::var("OUT_DIR").unwrap());
-    for p in ["build.rs", "build", "cuda-src", "include/graphsafe_kernels.h", "include/graphsafe_kernels", "cbindgen.toml"] {
+    for p in ["build.rs", "build", "src/arch_table.rs", "cuda-src", "include/graphsafe_kernels.h", "include/graphsafe_kernels", "cbindgen.toml"] {
         println!("cargo:rerun-if-changed={p}");
     }
     for v in ENV_INPUTS {
         println!("cargo:rerun-if-env-changed={v}");
     }
-    println!("cargo::rustc-check-cfg=cfg(graphsafe_arch, values(\"sm_90a\", \"sm_100a\", \"sm_120a\"))");
+    // One cfg per selected row, and one per back-end those rows run: code that launches a
+    // back-end's glue is `#[cfg(graphsafe_mla = "sm100")]`, which stays right when rows change.
+    let quoted = |names: Vec<&str>| names.iter().map(|n| format!("\"{n}\"")).collect::<Vec<_>>().join(", ");
+    println!("cargo::rustc-check-cfg=cfg(graphsafe_arch, values({}))", quoted(arch_table::TARGETS.iter().map(|t| t.name).collect()));
+    println!("cargo::rustc-check-cfg=cfg(graphsafe_mla, values({}))", quoted(arch_table::MlaArch::ALL.map(|b| b.name()).to_vec()));
+    println!("cargo::rustc-check-cfg=cfg(graphsafe_nvfp4, values({}))", quoted(arch_table::Nvfp4Arch::ALL.map(|b| b.name()).to_vec()));
     println!("cargo::rustc-check-cfg=cfg(graphsafe_no_kernels)");
 
     inputs::check_environment()?;
@@ -73,7 +82,8 @@ fn run() -> Result<(), String> {
     }
     let cache = cache_dir();
     let offline = inputs::offline(std::env::var("GRAPHSAFE_OFFLINE").ok().as_deref())?;
-    let found = toolchain::find_cuda(&cache).and_then(|cuda| Ok((cuda, toolchain::find_cutlass(&cache)?)));
+    let selected = kernels::selected_archs()?;
+    let found = toolchain::find_cuda(&cache, &selected).and_then(|cuda| Ok((cuda, toolchain::find_cutlass(&cache)?)));
     let (cuda, cutlass) = match found {
         Ok(v) => v,
         // Offline with no toolkit: what can be built is the documentation (`cargo doc`). Say
@@ -84,17 +94,25 @@ fn run() -> Result<(), String> {
         }
         Err(e) => return Err(e),
     };
-    let selected = kernels::selected_archs()?;
 
     let units = kernels::scan(&manifest_dir.join("cuda-src"), &selected)?;
     let ctx = kernels::Ctx { cuda: &cuda, cutlass: &cutlass, manifest_dir: &manifest_dir, cache: &cache, out_dir: &out_dir };
     let built = kernels::build_all(&ctx, &units)?;
     kernels::archive(&out_dir, &built.objects)?;
     kernels::write_modules_rs(&out_dir, &built, &units)?;
+    kernels::write_manifest(&out_dir, &selected, &units, &built)?;
 
     link(&out_dir, &cuda.lib);
-    for a in &selected {
-        println!("cargo:rustc-cfg=graphsafe_arch=\"{a}\"");
+    let mut backends: Vec<String> = Vec::new();
+    for t in arch_table::TARGETS.iter().filter(|t| selected.iter().any(|a| a == t.name)) {
+        println!("cargo:rustc-cfg=graphsafe_arch=\"{}\"", t.name);
+        backends.extend(t.mla.map(|b| format!("graphsafe_mla=\"{}\"", b.name())));
+        backends.extend(t.nvfp4.map(|b| format!("graphsafe_nvfp4=\"{}\"", b.name())));
+    }
+    backends.sort();
+    backends.dedup();
+    for b in backends {
+        println!("cargo:rustc-cfg={b}");
     }
     // What `graphsafe doctor` reports about this build.
     let env = |k: &str, v: &str| println!("cargo:rustc-env={k}={v}");
@@ -131,7 +149,7 @@ fn run() -> Result<(), String> {
 /// reported, nothing is compiled or linked, and the crate docs say so (`graphsafe_no_kernels`).
 fn docs_only(manifest_dir: &Path, out_dir: &Path, why: &str) -> Result<(), String> {
     let units = kernels::scan(&manifest_dir.join("cuda-src"), &[])?;
-    let built = kernels::Built { objects: Vec::new(), fatbins: Vec::new(), skipped: Vec::new(), compiled: 0, cached: 0 };
+    let built = kernels::Built { objects: Vec::new(), units: Vec::new(), fatbins: Vec::new(), skipped: Vec::new(), compiled: 0, cached: 0 };
     kernels::write_modules_rs(out_dir, &built, &units)?;
     println!("cargo:rustc-cfg=graphsafe_no_kernels");
     let env = |k: &str, v: &str| println!("cargo:rustc-env={k}={v}");

@@ -3,34 +3,87 @@
 //! (`GRAPHSAFE_CUDA_ARCHS=","` used to select no arch, compile not even the host-only planning
 //! units, and fail at link time as a wall of undefined `gs_*` symbols).
 //!
-//! Plain functions of the values, with no dependencies, so `tests/build_inputs.rs` includes this
-//! file and tests them without running a build.
+//! Plain functions of the values, depending only on the arch table (`src/arch_table.rs`, itself
+//! dependency-free), so `tests/build_inputs.rs` includes both files and tests them without
+//! running a build.
 
-/// Every arch the kernels are built for, in canonical order.
-pub const ALL_ARCHS: &[&str] = &["sm_90a", "sm_100a", "sm_120a"];
+use crate::arch_table::{all_target_names, parse_target, target_named, MlaArch, Nvfp4Arch, TARGETS};
 
-/// The archs `GRAPHSAFE_CUDA_ARCHS` selects: all of them when unset or blank, else the listed
-/// ones (deduplicated, canonical order, so the same set always hashes the same).
+/// The archs `GRAPHSAFE_CUDA_ARCHS` selects: every row of the arch table (`src/arch_table.rs`)
+/// when unset or blank, else the listed ones (deduplicated, in table order, so the same set
+/// always hashes the same). A row is named as the table names it (`sm_100f`) or by a compute
+/// capability it runs on (`sm_103`, `sm_100a`): the GPU a person has in front of them.
 pub fn archs(value: Option<&str>) -> Result<Vec<String>, String> {
-    let accepted = format!("a comma-separated subset of {} (or unset for all three)", ALL_ARCHS.join(","));
+    let all = all_target_names();
+    let rows: Vec<String> = TARGETS.iter().map(|t| format!("{} ({})", t.name, t.runs_on_names())).collect();
+    let accepted = format!("a comma-separated subset of {all} (or unset for all; a GPU's compute capability names its row: {})", rows.join(", "));
     let v = match value {
         Some(v) if !v.trim().is_empty() => v,
-        _ => return Ok(ALL_ARCHS.iter().map(|s| s.to_string()).collect()),
+        _ => return Ok(TARGETS.iter().map(|t| t.name.to_string()).collect()),
     };
     let mut out: Vec<String> = Vec::new();
     for a in v.split(',').map(str::trim).filter(|a| !a.is_empty()) {
-        if !ALL_ARCHS.contains(&a) {
+        let Some(t) = parse_target(a) else {
             return Err(format!("graphsafe: GRAPHSAFE_CUDA_ARCHS={v:?} names unknown arch {a:?}; expected {accepted}"));
-        }
-        if !out.iter().any(|x| x == a) {
-            out.push(a.to_string());
+        };
+        if !out.iter().any(|x| x == t.name) {
+            out.push(t.name.to_string());
         }
     }
     if out.is_empty() {
         return Err(format!("graphsafe: GRAPHSAFE_CUDA_ARCHS={v:?} selects no arch; expected {accepted}"));
     }
-    out.sort_by_key(|a| ALL_ARCHS.iter().position(|x| x == a));
+    out.sort_by_key(|a| TARGETS.iter().position(|t| t.name == a));
     Ok(out)
+}
+
+/// A `// graphsafe-build: archs=` value (build/kernels.rs documents it), resolved to (the rows it selects in table order, its `op:back-end` selectors).
+pub fn directive_archs(value: &str) -> Result<(Vec<String>, Vec<String>), String> {
+    let mut rows: Vec<&str> = Vec::new();
+    let mut backends = Vec::new();
+    for sel in value.split(',').filter(|s| !s.is_empty()) {
+        let picked: Vec<&str> = match sel.split_once(':') {
+            None if sel == "all" => TARGETS.iter().map(|t| t.name).collect(),
+            None => vec![target_named(sel).map(|t| t.name).ok_or_else(|| {
+                format!("unknown arch {sel:?} in archs= (the arch table, src/arch_table.rs, has {}; or all, mla:<back-end>, nvfp4:<back-end>)", all_target_names())
+            })?],
+            Some(("mla", b)) => {
+                let b = MlaArch::ALL.into_iter().find(|x| x.name() == b).ok_or_else(|| {
+                    format!("unknown MLA back-end {b:?} in archs= (expected one of {})", MlaArch::ALL.map(MlaArch::name).join(", "))
+                })?;
+                backends.push(sel.to_string());
+                TARGETS.iter().filter(|t| t.mla == Some(b)).map(|t| t.name).collect()
+            }
+            Some(("nvfp4", b)) => {
+                let b = Nvfp4Arch::ALL.into_iter().find(|x| x.name() == b).ok_or_else(|| {
+                    format!("unknown NVFP4 back-end {b:?} in archs= (expected one of {})", Nvfp4Arch::ALL.map(Nvfp4Arch::name).join(", "))
+                })?;
+                backends.push(sel.to_string());
+                TARGETS.iter().filter(|t| t.nvfp4 == Some(b)).map(|t| t.name).collect()
+            }
+            Some((op, _)) => return Err(format!("unknown op {op:?} in archs={sel} (expected mla or nvfp4)")),
+        };
+        rows.extend(picked);
+    }
+    if rows.is_empty() {
+        return Err(format!("archs={value:?} selects no row of the arch table"));
+    }
+    let ordered = TARGETS.iter().map(|t| t.name).filter(|n| rows.contains(n)).map(str::to_string).collect();
+    Ok((ordered, backends))
+}
+
+/// The first back-end a selected row names that no unit implements (`implemented`: every
+/// `op:back-end` selector of the directives), as the build's one-line error.
+pub fn missing_backend(selected: &[String], implemented: &[String]) -> Option<String> {
+    for t in TARGETS.iter().filter(|t| selected.iter().any(|s| s == t.name)) {
+        let wanted = t.mla.map(|b| format!("mla:{}", b.name())).into_iter().chain(t.nvfp4.map(|b| format!("nvfp4:{}", b.name())));
+        for w in wanted {
+            if !implemented.contains(&w) {
+                return Some(format!("graphsafe: src/arch_table.rs gives {} the back-end {w}, but no cuda-src unit says archs={w}", t.name));
+            }
+        }
+    }
+    None
 }
 
 /// `GRAPHSAFE_OFFLINE`: `1` forbids downloads; unset, empty or `0` allows them. Anything else

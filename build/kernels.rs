@@ -1,7 +1,7 @@
 //! Compiling `cuda-src/**/*.cu` with nvcc: one object (or fatbin) per (file, arch set), cached by
 //! content, compiled in parallel under a memory budget.
 //!
-//! Why not the `cc` crate: it has no content-addressed object cache (a CUTLASS sm_100a MLA
+//! Why not the `cc` crate: it has no content-addressed object cache (a CUTLASS sm_100f MLA
 //! instantiation takes ~1 min and ~3.6 GB, so recompiling an unchanged file is not acceptable), it
 //! cannot bound parallel jobs by memory, and it has no notion of per-file arch sets or of fatbins
 //! that the driver loads at run time. We still use `cc` to find the archiver.
@@ -9,12 +9,16 @@
 //! Every `.cu` declares how it is built in a line near its top:
 //!
 //! ```text
-//! // graphsafe-build: archs=sm_90a,sm_100a,sm_120a kind=object mem_mib=1000 cutlass_example=77_blackwell_fmha
+//! // graphsafe-build: archs=mla:sm100 kind=object mem_mib=5500 cutlass_example=77_blackwell_fmha
 //! ```
 //!
-//! * `archs`: the archs the file supports. `host` means the file holds host code only (queries
-//!   such as workspace sizes) and is compiled whatever GRAPHSAFE_CUDA_ARCHS says, so those queries
-//!   exist on every build; it gets the lowest selected arch but instantiates no kernel.
+//! * `archs`: the rows of the arch table (`src/arch_table.rs`) the file is built for, as a
+//!   comma-separated list of selectors: `all` (every row: arch-neutral kernels), `mla:<back-end>`
+//!   or `nvfp4:<back-end>` (every row whose back-end for that op it is: the file implements that
+//!   back-end, so a new row with an existing back-end needs no directive change), or a row's name
+//!   (`sm_90a`). Anything else is a one-line error. `host` means the file holds host code only
+//!   (queries such as workspace sizes) and is compiled whatever GRAPHSAFE_CUDA_ARCHS says, so those
+//!   queries exist on every build; it gets the lowest selected arch but instantiates no kernel.
 //! * `kind`: `object` (linked into the crate as C functions) or `fatbin` (embedded in the crate and
 //!   loaded by the driver layer with `cuModuleLoadData`).
 //! * `mem_mib`: the peak memory of one compile, measured; used to bound parallel jobs.
@@ -32,6 +36,7 @@
 //! shares every object; the toolchain and CUTLASS are named by their absolute paths, which are
 //! the shared cache's own.
 
+use crate::arch_table::{target_named, MlaArch, Nvfp4Arch, TARGETS};
 use crate::provision::hex;
 use crate::toolchain::{Cuda, Cutlass};
 use sha2::{Digest, Sha256};
@@ -40,8 +45,6 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::{Arc, Condvar, Mutex};
-
-pub use crate::inputs::ALL_ARCHS;
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub enum Kind {
@@ -57,6 +60,10 @@ pub struct Unit {
     pub kind: Kind,
     /// Archs to build for, after narrowing by GRAPHSAFE_CUDA_ARCHS. Empty: skip the file.
     pub archs: Vec<String>,
+    /// Every row the directive selects, before narrowing (what a skipped unit would have had).
+    pub supported: Vec<String>,
+    /// The `op:back-end` selectors of the directive (`mla:sm100`): the back-ends it implements.
+    pub backends: Vec<String>,
     pub host_only: bool,
     pub mem_mib: u64,
     pub cutlass_example: Option<String>,
@@ -65,6 +72,8 @@ pub struct Unit {
 /// What the build produced.
 pub struct Built {
     pub objects: Vec<PathBuf>,
+    /// (stem, kind, archs, object or fatbin path) of every unit built: the build manifest.
+    pub units: Vec<(String, Kind, Vec<String>, PathBuf)>,
     /// (stem, archs, fatbin path)
     pub fatbins: Vec<(String, Vec<String>, PathBuf)>,
     /// (stem, supported archs) of units skipped because none of their archs was selected.
@@ -93,7 +102,7 @@ pub fn scan(src_root: &Path, selected: &[String]) -> Result<Vec<Unit>, String> {
                 format!("{}: missing a `// graphsafe-build: archs=… kind=…` line near the top", source.display())
             })?;
         let mut kind = Kind::Object;
-        let mut archs: Option<Vec<String>> = None;
+        let mut archs: Option<(Vec<String>, Vec<String>)> = None;
         let mut host_only = false;
         let mut mem_mib = 1000;
         let mut cutlass_example = None;
@@ -103,13 +112,7 @@ pub fn scan(src_root: &Path, selected: &[String]) -> Result<Vec<Unit>, String> {
                 .ok_or_else(|| format!("{}: bad graphsafe-build field {field:?}", source.display()))?;
             match k {
                 "archs" if v == "host" => host_only = true,
-                "archs" => {
-                    let list: Vec<String> = v.split(',').map(str::to_string).collect();
-                    if let Some(bad) = list.iter().find(|a| !ALL_ARCHS.contains(&a.as_str())) {
-                        return Err(format!("{}: unknown arch {bad}", source.display()));
-                    }
-                    archs = Some(list);
-                }
+                "archs" => archs = Some(crate::inputs::directive_archs(v).map_err(|e| format!("{}: {e}", source.display()))?),
                 "kind" => {
                     kind = match v {
                         "object" => Kind::Object,
@@ -122,20 +125,32 @@ pub fn scan(src_root: &Path, selected: &[String]) -> Result<Vec<Unit>, String> {
                 _ => return Err(format!("{}: unknown graphsafe-build field {k}", source.display())),
             }
         }
-        let chosen: Vec<String> = if host_only {
+        let (chosen, supported, backends) = if host_only {
             if kind == Kind::Fatbin {
                 return Err(format!("{}: a host-only file cannot be a fatbin", source.display()));
             }
-            selected.iter().take(1).cloned().collect()
+            (selected.iter().take(1).cloned().collect(), Vec::new(), Vec::new())
         } else {
-            let supported = archs.ok_or_else(|| format!("{}: graphsafe-build needs archs=", source.display()))?;
-            selected.iter().filter(|a| supported.contains(a)).cloned().collect()
+            let (supported, backends) = archs.ok_or_else(|| format!("{}: graphsafe-build needs archs=", source.display()))?;
+            (selected.iter().filter(|a| supported.contains(a)).cloned().collect(), supported, backends)
         };
         let rel = source.strip_prefix(src_root).unwrap_or(&source);
         let stem = rel.with_extension("").to_string_lossy().replace(['/', '\\', '-', '.'], "_");
-        units.push(Unit { source, stem, kind, archs: chosen, host_only, mem_mib, cutlass_example });
+        units.push(Unit { source, stem, kind, archs: chosen, supported, backends, host_only, mem_mib, cutlass_example });
     }
+    check_backends(&units, selected)?;
     Ok(units)
+}
+
+/// Every back-end a selected row names must have a unit that implements it (`archs=mla:sm100`):
+/// else dispatch would offer a kernel the build never compiled, and linking would fail on its
+/// glue symbol far from the cause.
+fn check_backends(units: &[Unit], selected: &[String]) -> Result<(), String> {
+    let implemented: Vec<String> = units.iter().flat_map(|u| u.backends.iter().cloned()).collect();
+    match crate::inputs::missing_backend(selected, &implemented) {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
 }
 
 fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
@@ -180,8 +195,10 @@ fn flags(ctx: &Ctx, unit: &Unit) -> Vec<String> {
         f.push(format!("-I{}", ctx.cutlass.root.join("examples/common").display()));
     }
     for a in &unit.archs {
-        let compute = a.replacen("sm_", "compute_", 1);
-        f.push(format!("-gencode=arch={compute},code={a}"));
+        // Every arch in a unit came from the table (`select`, `inputs::archs`).
+        for g in target_named(a).map(|t| t.gencode).unwrap_or_default() {
+            f.push(format!("-gencode={g}"));
+        }
     }
     if unit.host_only {
         f.push("-DGRAPHSAFE_HOST_ONLY=1".into());
@@ -368,11 +385,11 @@ pub fn build_all(ctx: &Ctx, units: &[Unit]) -> Result<Built, String> {
     });
 
     let mut results = results.into_inner().unwrap();
-    let mut built = Built { objects: vec![], fatbins: vec![], skipped: vec![], compiled: 0, cached: 0 };
+    let mut built = Built { objects: vec![], units: vec![], fatbins: vec![], skipped: vec![], compiled: 0, cached: 0 };
     let mut errors = Vec::new();
     for (i, unit) in units.iter().enumerate() {
         if unit.archs.is_empty() {
-            built.skipped.push((unit.stem.clone(), supported_of(unit)));
+            built.skipped.push((unit.stem.clone(), unit.supported.clone()));
             continue;
         }
         match results.remove(&i) {
@@ -387,6 +404,7 @@ pub fn build_all(ctx: &Ctx, units: &[Unit]) -> Result<Built, String> {
                         p
                     }
                 };
+                built.units.push((unit.stem.clone(), unit.kind, unit.archs.clone(), path.clone()));
                 match unit.kind {
                     Kind::Object => built.objects.push(path),
                     Kind::Fatbin => {
@@ -404,16 +422,6 @@ pub fn build_all(ctx: &Ctx, units: &[Unit]) -> Result<Built, String> {
         return Err(errors.join("\n\n"));
     }
     Ok(built)
-}
-
-/// The archs a skipped unit would have supported (read again from the directive for the message).
-fn supported_of(unit: &Unit) -> Vec<String> {
-    let text = fs::read_to_string(&unit.source).unwrap_or_default();
-    text.lines()
-        .find_map(|l| l.trim().strip_prefix("// graphsafe-build:"))
-        .and_then(|d| d.split_whitespace().find_map(|f| f.strip_prefix("archs=")))
-        .map(|v| v.split(',').map(str::to_string).collect())
-        .unwrap_or_default()
 }
 
 /// Archives the objects into OUT_DIR/libgraphsafe_kernels.a.
@@ -448,4 +456,24 @@ pub fn write_modules_rs(out_dir: &Path, built: &Built, units: &[Unit]) -> Result
         }
     }
     fs::write(out_dir.join("modules.rs"), s).map_err(|e| e.to_string())
+}
+
+/// OUT_DIR/build-manifest.tsv: what `scripts/check-sass` checks, so it never parses Rust. One
+/// `target` line per table row (name, selected or not, MLA and NVFP4 back-ends, `-` for none), then
+/// one `unit` line per unit built (stem, kind, `host` or its archs, the object or fatbin).
+pub fn write_manifest(out_dir: &Path, selected: &[String], units: &[Unit], built: &Built) -> Result<(), String> {
+    let mut s = String::from("# Generated by build.rs (build/kernels.rs): the arch table and every unit built.\n");
+    for t in TARGETS {
+        let on = if selected.iter().any(|a| a == t.name) { "selected" } else { "not-selected" };
+        let mla = t.mla.map(MlaArch::name).unwrap_or("-");
+        let nvfp4 = t.nvfp4.map(Nvfp4Arch::name).unwrap_or("-");
+        s.push_str(&format!("target\t{}\t{on}\tmla={mla}\tnvfp4={nvfp4}\n", t.name));
+    }
+    for (stem, kind, archs, path) in &built.units {
+        let host = units.iter().any(|u| &u.stem == stem && u.host_only);
+        let kind = if *kind == Kind::Fatbin { "fatbin" } else { "object" };
+        let archs = if host { "host".to_string() } else { archs.join(",") };
+        s.push_str(&format!("unit\t{stem}\t{kind}\t{archs}\t{}\n", path.display()));
+    }
+    fs::write(out_dir.join("build-manifest.tsv"), s).map_err(|e| e.to_string())
 }

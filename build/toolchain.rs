@@ -4,7 +4,7 @@ use crate::provision;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-/// A CUDA toolkit that can compile for sm_90a, sm_100a and sm_120a.
+/// A CUDA toolkit that can compile for the selected rows of the arch table.
 pub struct Cuda {
     pub home: PathBuf,
     pub nvcc: PathBuf,
@@ -30,7 +30,8 @@ pub struct Cutlass {
 
 /// Search order (docs/ARCHITECTURE.md): GRAPHSAFE_CUDA_HOME, CUDA_HOME, CUDA_PATH, nvcc on PATH,
 /// /usr/local/cuda; else the pinned wheels in the cache.
-pub fn find_cuda(cache: &Path) -> Result<Cuda, String> {
+/// `selected`: the arch table rows being built; the toolkit must be new enough for each.
+pub fn find_cuda(cache: &Path, selected: &[String]) -> Result<Cuda, String> {
     let mut candidates: Vec<(PathBuf, String)> = Vec::new();
     for var in ["GRAPHSAFE_CUDA_HOME", "CUDA_HOME", "CUDA_PATH"] {
         if let Some(v) = std::env::var_os(var).filter(|v| !v.is_empty()) {
@@ -51,7 +52,7 @@ pub fn find_cuda(cache: &Path) -> Result<Cuda, String> {
 
     for (home, source) in candidates {
         if home.join("bin/nvcc").is_file() {
-            return from_home(&home, source);
+            return from_home(&home, source, selected);
         }
         if source.starts_with('$') {
             // An explicit variable that points at nothing is a mistake worth stopping for.
@@ -62,10 +63,13 @@ pub fn find_cuda(cache: &Path) -> Result<Cuda, String> {
     let pins: Vec<&provision::Pin> = provision::CUDA_PINS.iter().collect();
     let dir = provision::pin_dir_name("cuda-13.0.88", &pins);
     let root = provision::ensure(cache, &dir, &pins, "CUDA 13.0.88 compiler")?;
-    from_home(&root.join("nvidia/cu13"), format!("provisioned wheels in {}", root.display()))
+    from_home(&root.join("nvidia/cu13"), format!("provisioned wheels in {}", root.display()), selected)
 }
 
-fn from_home(home: &Path, source: String) -> Result<Cuda, String> {
+/// The oldest toolkit graphsafe is built with whatever the archs (CUTLASS 4.2's Blackwell headers).
+const MIN_CUDA: (u32, u32) = (12, 8);
+
+fn from_home(home: &Path, source: String, selected: &[String]) -> Result<Cuda, String> {
     let nvcc = home.join("bin/nvcc");
     let out = Command::new(&nvcc)
         .arg("--version")
@@ -78,12 +82,19 @@ fn from_home(home: &Path, source: String) -> Result<Cuda, String> {
         .unwrap_or("unknown")
         .trim_end_matches(',')
         .to_string();
-    let (major, minor) = parse_major_minor(&version);
-    if (major, minor) < (12, 8) {
+    let have = parse_major_minor(&version);
+    let (need, why) = crate::arch_table::TARGETS
+        .iter()
+        .filter(|t| selected.iter().any(|a| a == t.name))
+        .map(|t| (t.min_cuda, t.name.to_string()))
+        .fold((MIN_CUDA, "graphsafe".to_string()), |a, b| if b.0 > a.0 { b } else { a });
+    if have < need {
         return Err(format!(
-            "graphsafe: {} is CUDA {version}; sm_100a and sm_120a need CUDA >= 12.8. Unset the variable \
+            "graphsafe: {} is CUDA {version}; {why} needs CUDA >= {}.{}. Unset the variable \
              (the pinned 13.0 compiler is then provisioned) or point it at a newer toolkit.",
-            nvcc.display()
+            nvcc.display(),
+            need.0,
+            need.1
         ));
     }
     let arch_dir = format!("targets/{}-linux", std::env::consts::ARCH);

@@ -8,7 +8,8 @@
 # into this project's build tree, and exposes it as the imported target graphsafe::graphsafe with
 # include/graphsafe.h on its include path. Options:
 #   GRAPHSAFE_CARGO_PROFILE   release (default) or debug
-#   GRAPHSAFE_CUDA_ARCHS      e.g. "sm_90a" to build fewer GPU archs (default: all three)
+#   GRAPHSAFE_CUDA_ARCHS      rows of the arch table (src/arch_table.rs) to build, e.g. "sm_90a", or a
+#                             GPU's compute capability, e.g. "sm_103" (default: every row)
 #   GRAPHSAFE_TARGET_DIR      cargo's target folder (default: graphsafe-cargo in the build tree)
 # To install graphsafe instead (pkg-config file and a find_package(graphsafe) package), see
 # cmake/install/CMakeLists.txt.
@@ -20,7 +21,7 @@ endif()
 find_program(GRAPHSAFE_CARGO cargo HINTS $ENV{HOME}/.cargo/bin REQUIRED)
 set(GRAPHSAFE_SOURCE_DIR "${CMAKE_CURRENT_LIST_DIR}/.." CACHE PATH "graphsafe checkout")
 set(GRAPHSAFE_CARGO_PROFILE "release" CACHE STRING "cargo profile for graphsafe (release or debug)")
-set(GRAPHSAFE_CUDA_ARCHS "" CACHE STRING "GPU archs to build (empty: sm_90a,sm_100a,sm_120a)")
+set(GRAPHSAFE_CUDA_ARCHS "" CACHE STRING "GPU archs to build: rows of src/arch_table.rs or compute capabilities (empty: every row)")
 set(GRAPHSAFE_TARGET_DIR "${CMAKE_BINARY_DIR}/graphsafe-cargo" CACHE PATH "cargo target folder for graphsafe")
 if(GRAPHSAFE_CARGO_PROFILE STREQUAL "release")
   set(_graphsafe_profile_flag "--release")

@@ -136,7 +136,10 @@
 #define GRAPHSAFE_DTYPE_FP8_E4M3 2
 
 /**
- * Back-end selector for planning: 90 (Hopper, graphsafe's kernel) or 100 (Blackwell, CUTLASS's).
+ * Planning target: the `arch` argument of the planners is a compute capability as
+ * `major * 10 + minor`, and the back-end is the one graphsafe's arch table gives that GPU: 90
+ * (Hopper: graphsafe's kernels), 100 or 103 (B200/GB200, B300/GB300: CUTLASS's), 120 or 121
+ * (RTX 50 / RTX PRO, DGX Spark: NVFP4 only). These constants name the first GPU of each back-end.
  */
 #define GRAPHSAFE_ARCH_SM90 90
 
@@ -146,7 +149,8 @@
 #define GRAPHSAFE_ARCH_SM100 100
 
 /**
- * Back-end selector for NVFP4 planning (GRAPHSAFE_ARCH_SM90 / SM100 as for MLA, or this).
+ * Planning target for NVFP4 (a compute capability x10 + minor, as GRAPHSAFE_ARCH_SM90 / SM100;
+ * 103 and 121 work too): the RTX 50 / RTX PRO / DGX Spark back-end.
  */
 #define GRAPHSAFE_ARCH_SM120 120
 
@@ -921,7 +925,8 @@ int graphsafe_cudnn_matmul_captured(GraphsafeContext ctx,
                                     GraphsafeWorkspace ws);
 
 /**
- * Splits and workspace for one decode shape on `arch` (GRAPHSAFE_ARCH_SM90/SM100). Host-only:
+ * Splits and workspace for one decode shape on `arch` (a compute capability x10 + minor with an
+ * MLA kernel: GRAPHSAFE_ARCH_SM90, GRAPHSAFE_ARCH_SM100, or 103). Host-only:
  * works without a GPU. `page_size`: tokens per KV-cache page (sm_100: a power of two up to 128,
  * which sizes the sanitized page table in the workspace; sm_90: 64 or 128). `requested_splits`
  * 0 = default rule. Limits: batch 1..=65535, max_seq_len 1..=2147483520, sm_count 1..=1024;

@@ -54,18 +54,22 @@
 //! * [`workspace`]: [`workspace::Workspace`] (retire, never resize; zero-filled) and the planner;
 //! * [`driver`]: the CUDA driver API, loaded at run time;
 //! * [`sys`]: raw FFI (kernel glue, driver entry points, embedded fatbins).
+//!
+//! [`arch`] is the table of GPU targets (shared with `build.rs`) that dispatch, planning and the
+//! build all read: which arch runs on which GPU, and which back-end each op uses there.
 
 #![cfg_attr(
     graphsafe_no_kernels,
     doc = "\n\n**This copy was built without kernels** (a documentation build: docs.rs, or no CUDA \
            toolkit with `GRAPHSAFE_OFFLINE=1`). The API documented here is complete; a normal build \
-           compiles the CUDA kernels for sm_90a, sm_100a and sm_120a (see README.md)."
+           compiles the CUDA kernels for every row of [`arch::TARGETS`] (see README.md)."
 )]
 #![warn(missing_docs)]
 // Every unsafe operation states its own justification, also inside `unsafe fn`s.
 #![deny(unsafe_op_in_unsafe_fn)]
 #![deny(clippy::undocumented_unsafe_blocks)]
 
+pub mod arch;
 pub mod capi;
 pub mod driver;
 pub mod error;
@@ -78,11 +82,12 @@ pub use error::{Error, Result};
 
 /// Facts about how this copy of the crate was built (what `graphsafe doctor` reports).
 pub mod build_info {
-    /// The GPU archs the kernels were compiled for (GRAPHSAFE_CUDA_ARCHS, default all three).
+    /// The GPU archs the kernels were compiled for: rows of [`crate::arch::TARGETS`]
+    /// (GRAPHSAFE_CUDA_ARCHS, default all of them).
     pub fn archs() -> Vec<&'static str> {
         env!("GRAPHSAFE_BUILD_ARCHS").split(',').filter(|s| !s.is_empty()).collect()
     }
-    /// Whether kernels for `arch` (e.g. "sm_100a") are in this build.
+    /// Whether kernels for `arch` (a row name, e.g. "sm_100f") are in this build.
     pub fn has_arch(arch: &str) -> bool {
         archs().contains(&arch)
     }

@@ -1,6 +1,9 @@
 //! The build script's environment checks (build/inputs.rs, included as-is): every bad value is a
 //! one-line error naming the variable and the accepted values.
 
+#[path = "../src/arch_table.rs"]
+#[allow(dead_code)]
+mod arch_table;
 #[path = "../build/inputs.rs"]
 #[allow(dead_code)]
 mod inputs;
@@ -13,20 +16,28 @@ fn one_line_naming(e: &str, var: &str, accepted: &str) {
 
 #[test]
 fn cuda_archs_select_a_non_empty_set_or_fail_in_one_line() {
-    assert_eq!(inputs::archs(None).unwrap(), ["sm_90a", "sm_100a", "sm_120a"]);
+    let all = "sm_90a,sm_100f,sm_120f";
+    assert_eq!(inputs::archs(None).unwrap(), ["sm_90a", "sm_100f", "sm_120f"]);
+    assert_eq!(inputs::archs(None).unwrap().join(","), arch_table::all_target_names());
     assert_eq!(inputs::archs(Some("")).unwrap().len(), 3);
     assert_eq!(inputs::archs(Some("  ")).unwrap().len(), 3);
-    assert_eq!(inputs::archs(Some("sm_120a, sm_90a,sm_90a")).unwrap(), ["sm_90a", "sm_120a"]);
-    assert_eq!(inputs::archs(Some("sm_100a,")).unwrap(), ["sm_100a"]);
+    assert_eq!(inputs::archs(Some("sm_120f, sm_90a,sm_90a")).unwrap(), ["sm_90a", "sm_120f"]);
+    assert_eq!(inputs::archs(Some("sm_100f,")).unwrap(), ["sm_100f"]);
+    // A GPU's compute capability names the row that runs there (the family rows cover B300 and
+    // DGX Spark), and the arch-specific names of before the family rows still select them.
+    assert_eq!(inputs::archs(Some("sm_90")).unwrap(), ["sm_90a"]);
+    assert_eq!(inputs::archs(Some("sm_103")).unwrap(), ["sm_100f"]);
+    assert_eq!(inputs::archs(Some("sm_121,sm_120a")).unwrap(), ["sm_120f"]);
+    assert_eq!(inputs::archs(Some("sm_100a,sm_90a,sm_120a")).unwrap(), ["sm_90a", "sm_100f", "sm_120f"]);
     for bad in [",", " , ,", ",,,"] {
         let e = inputs::archs(Some(bad)).unwrap_err();
-        one_line_naming(&e, "GRAPHSAFE_CUDA_ARCHS", "sm_90a,sm_100a,sm_120a");
+        one_line_naming(&e, "GRAPHSAFE_CUDA_ARCHS", all);
         assert!(e.contains("selects no arch"), "{e}");
     }
-    for bad in ["sm_90", "sm_90a,sm_89", "all"] {
+    for bad in ["sm_89", "sm_90a,sm_89", "all", "sm_110", "compute_100f"] {
         let e = inputs::archs(Some(bad)).unwrap_err();
-        one_line_naming(&e, "GRAPHSAFE_CUDA_ARCHS", "sm_90a,sm_100a,sm_120a");
-        assert!(e.contains("unknown arch"), "{e}");
+        one_line_naming(&e, "GRAPHSAFE_CUDA_ARCHS", all);
+        assert!(e.contains("unknown arch") && e.contains("sm_100f (sm_100/sm_103)"), "{e}");
     }
 }
 
@@ -42,4 +53,43 @@ fn offline_and_bindings_take_only_their_documented_values() {
         assert_eq!(inputs::bindings_write(v).unwrap(), want, "{v:?}");
     }
     one_line_naming(&inputs::bindings_write(Some("overwrite")).unwrap_err(), "GRAPHSAFE_BINDINGS", "write, check or unset");
+}
+
+#[test]
+fn directives_select_table_rows_by_back_end_or_fail_in_one_line() {
+    let rows = |v: &str| inputs::directive_archs(v).unwrap();
+    let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+    assert_eq!(rows("all").0, s(&["sm_90a", "sm_100f", "sm_120f"]));
+    // A back-end selects every row that runs it: a new row with an existing back-end needs no
+    // directive change.
+    assert_eq!(rows("mla:sm100"), (s(&["sm_100f"]), s(&["mla:sm100"])));
+    assert_eq!(rows("nvfp4:sm120"), (s(&["sm_120f"]), s(&["nvfp4:sm120"])));
+    assert_eq!(rows("mla:sm90").0, s(&["sm_90a"]));
+    // Row names, in table order whatever order they are listed in.
+    assert_eq!(rows("sm_120f,sm_90a"), (s(&["sm_90a", "sm_120f"]), vec![]));
+    for (bad, says) in [
+        ("sm_100a", "unknown arch \"sm_100a\""),
+        ("sm_90a,sm_103", "unknown arch \"sm_103\""),
+        ("mla:sm120", "unknown MLA back-end \"sm120\""),
+        ("nvfp4:sm89", "unknown NVFP4 back-end"),
+        ("gemm:sm100", "unknown op \"gemm\""),
+        (",", "selects no row"),
+    ] {
+        let e = inputs::directive_archs(bad).unwrap_err();
+        assert!(e.contains(says), "{bad}: {e}");
+        assert!(!e.contains('\n'), "more than one line: {e}");
+    }
+    let e = inputs::directive_archs("sm_100a").unwrap_err();
+    assert!(e.contains("sm_90a,sm_100f,sm_120f"), "names the table's rows: {e}");
+}
+
+#[test]
+fn a_selected_row_whose_back_end_no_unit_implements_is_refused() {
+    let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+    let all = s(&["mla:sm90", "mla:sm100", "nvfp4:sm90", "nvfp4:sm100", "nvfp4:sm120"]);
+    assert_eq!(inputs::missing_backend(&inputs::archs(None).unwrap(), &all), None);
+    let e = inputs::missing_backend(&s(&["sm_90a", "sm_100f"]), &s(&["mla:sm90", "nvfp4:sm90", "nvfp4:sm100"])).unwrap();
+    assert!(e.contains("sm_100f") && e.contains("mla:sm100") && !e.contains('\n'), "{e}");
+    // Rows not selected need nothing.
+    assert_eq!(inputs::missing_backend(&s(&["sm_90a"]), &s(&["mla:sm90", "nvfp4:sm90"])), None);
 }

@@ -108,6 +108,16 @@ fn plan_nvfp4_prints_the_tile_per_m() {
     assert_eq!(tiles, vec![(128, 128, 1), (256, 128, 2), (256, 256, 2)]);
     let text = String::from_utf8(graphsafe(&["plan", "nvfp4", "--m", "1,16", "--n", "8192", "--k", "8192", "--arch", "sm_90"]).stdout).unwrap();
     assert!(text.contains("weight-only kernel"), "{text}");
+    // The arch table's names: a family row, the GPUs it adds (B300, DGX Spark), the old spelling.
+    for (arch, back_end, sms) in [("sm_100f", "sm100", 148), ("sm_103", "sm100", 148), ("sm_100a", "sm100", 148), ("sm_121", "sm120", 170), ("sm_120f", "sm120", 170), ("sm_90a", "sm90", 132)] {
+        let out = graphsafe(&["plan", "nvfp4", "--m", "1", "--n", "8192", "--k", "8192", "--arch", arch, "--json"]);
+        assert_eq!(out.status.code(), Some(0), "{arch}: {}", String::from_utf8_lossy(&out.stderr));
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!((v["arch"].as_str(), v["sm_count"].as_u64()), (Some(back_end), Some(sms)), "{arch}");
+    }
+    let (b300, _) = rows_and_pre_grow(&["plan", "mla", "--arch", "sm_103", "--batch", "1,64", "--seq-len", "65536", "--sm-count", "148", "--json"]);
+    let (b200, _) = rows_and_pre_grow(&["plan", "mla", "--arch", "sm_100", "--batch", "1,64", "--seq-len", "65536", "--sm-count", "148", "--json"]);
+    assert_eq!(b300, b200, "B300 runs B200's CUTLASS kernel (sm_100f)");
 }
 
 #[test]
@@ -127,6 +137,8 @@ fn bad_arguments_exit_2_with_one_line() {
         &["plan", "nvfp4", "--m", "0", "--n", "8192", "--k", "64"],
         &["plan", "nvfp4", "--m", "1", "--n", "8192", "--k", "64", "--arch", "sm_80"],
         &["plan", "mla", "--arch", "sm_80", "--batch", "1", "--seq-len", "10", "--sm-count", "10"],
+        &["plan", "mla", "--arch", "sm_121", "--batch", "1", "--seq-len", "10", "--sm-count", "10"],
+        &["plan", "nvfp4", "--m", "1", "--n", "8192", "--k", "64", "--arch", "sm_110"],
         &["plan", "mla", "--arch", "sm_90", "--heads", "20", "--batch", "1", "--seq-len", "10", "--sm-count", "10"],
         &["plan", "mla", "--arch", "sm_100", "--heads", "64", "--batch", "1", "--seq-len", "10", "--sm-count", "10"],
         &["plan", "mla", "--batch", "1", "--seq-len", "10", "--sm-count", "10", "--page-size", "48"],

@@ -507,7 +507,7 @@ fn nvfp4_on_a_non_blackwell_gpu_is_arch_unsupported() {
     let args = Nvfp4MatmulArgs { problem: p, a: &a, a_scale: &sa, b: &b, b_scale: &sb, alpha: &alpha, c: Tensor::contiguous(&c, DType::Bf16, &[128, 256]) };
     let mut ws = Workspace::new(&stream, 0).unwrap();
     let r = cudnn::nvfp4_matmul(&dnn, &args, &mut ws, &stream);
-    if matches!(cc.0, 10 | 12) {
+    if graphsafe::arch::require_fp4_tensor_cores("cudnn nvfp4 matmul", cc).is_ok() {
         eprintln!("Blackwell sm_{}{}: nvfp4 matmul -> {r:?}", cc.0, cc.1);
         return;
     }

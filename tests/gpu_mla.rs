@@ -300,8 +300,9 @@ fn sm90_capture_with_too_small_a_workspace_is_refused() {
 fn sm100_decode_runs_on_blackwell_and_skips_elsewhere() {
     let Some((ctx, stream)) = gpu() else { return };
     let cc = ctx.device().compute_capability().unwrap();
-    if cc != (10, 0) || !graphsafe::build_info::has_arch("sm_100a") {
-        eprintln!("SKIP: the CUTLASS MLA kernel needs sm_100 (B200/GB200) and a build with sm_100a; this GPU is sm_{}{}", cc.0, cc.1);
+    let sm100 = graphsafe::arch::MlaArch::Sm100;
+    if graphsafe::arch::mla(cc).ok() != Some(sm100) {
+        eprintln!("SKIP: the CUTLASS MLA kernel needs {} and a build with {}; this GPU is sm_{}{}", sm100.gpus(), sm100.targets(), cc.0, cc.1);
         return;
     }
     let reference = GpuReference::load(&ctx).unwrap();
@@ -326,14 +327,9 @@ fn sm100_decode_runs_on_blackwell_and_skips_elsewhere() {
 /// The arch this build has kernels for on this GPU, or None (with a SKIP line).
 fn built_arch_for(ctx: &Arc<Context>) -> Option<&'static str> {
     let cc = ctx.device().compute_capability().unwrap();
-    let arch = match cc {
-        (9, 0) => "sm_90a",
-        (10, 0) => "sm_100a",
-        (12, 0) => "sm_120a",
-        _ => {
-            eprintln!("SKIP: the sanitize kernels are built for sm_90a, sm_100a and sm_120a; this GPU is sm_{}{}", cc.0, cc.1);
-            return None;
-        }
+    let Some(arch) = graphsafe::arch::target_for_cc(cc).map(|t| t.name) else {
+        eprintln!("SKIP: the sanitize kernels are built for every row of the arch table ({}); this GPU is sm_{}{}", graphsafe::arch::all_target_names(), cc.0, cc.1);
+        return None;
     };
     if !graphsafe::build_info::has_arch(arch) {
         eprintln!("SKIP: this build has no {arch} kernels (built for {})", graphsafe::build_info::archs().join(","));
@@ -564,8 +560,9 @@ fn sm90_device_data_follows_the_shared_contract() {
 fn sm100_device_data_follows_the_shared_contract_on_blackwell() {
     let Some((ctx, stream)) = gpu() else { return };
     let cc = ctx.device().compute_capability().unwrap();
-    if cc != (10, 0) || !graphsafe::build_info::has_arch("sm_100a") {
-        eprintln!("SKIP: the CUTLASS MLA kernel needs sm_100 (B200/GB200) and a build with sm_100a; this GPU is sm_{}{}", cc.0, cc.1);
+    let sm100 = graphsafe::arch::MlaArch::Sm100;
+    if graphsafe::arch::mla(cc).ok() != Some(sm100) {
+        eprintln!("SKIP: the CUTLASS MLA kernel needs {} and a build with {}; this GPU is sm_{}{}", sm100.gpus(), sm100.targets(), cc.0, cc.1);
         return;
     }
     for s in [

@@ -236,8 +236,9 @@ fn w4a16_captured_replay_equals_eager_and_reads_alpha_at_replay() {
 fn blackwell_gemm_runs_there_and_skips_elsewhere() {
     let Some((ctx, stream)) = gpu() else { return };
     let cc = ctx.compute_capability();
-    if cc != (10, 0) && cc != (12, 0) {
-        eprintln!("SKIP: the CUTLASS NVFP4 GEMM needs sm_100 (B200/GB200) or sm_120 (RTX 50/RTX PRO); this GPU is sm_{}{}", cc.0, cc.1);
+    if graphsafe::arch::require_fp4_tensor_cores("nvfp4 gemm", cc).is_err() {
+        let (sm100, sm120) = (graphsafe::arch::Nvfp4Arch::Sm100, graphsafe::arch::Nvfp4Arch::Sm120);
+        eprintln!("SKIP: the CUTLASS NVFP4 GEMM needs {} or {}; this GPU is sm_{}{}", sm100.gpus(), sm120.gpus(), cc.0, cc.1);
         // The Hopper path refuses it by name rather than launching the wrong kernel.
         let z = DeviceBuffer::alloc_zeroed(&stream, 1 << 16).unwrap();
         let m = Nvfp4Matrix { packed: &z, scales: &z, global_scale: &z, rows: 32, k: 64 };

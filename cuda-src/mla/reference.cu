@@ -1,4 +1,4 @@
-// graphsafe-build: archs=sm_90a,sm_100a,sm_120a kind=fatbin mem_mib=600
+// graphsafe-build: archs=all kind=fatbin mem_mib=600
 // A deliberately simple MLA decode reference for large shapes (the CPU reference in
 // src/ops/mla/reference.rs covers small ones): one CTA per (head, request), fp32 throughout,
 // scores kept in a global scratch [B, H, max_seq_len]. Slow and obviously correct.

@@ -1,4 +1,4 @@
-// graphsafe-build: archs=sm_90a,sm_100a,sm_120a kind=object mem_mib=300
+// graphsafe-build: archs=all kind=object mem_mib=300
 // The MLA sanitize pre-pass and post-pass (gs_mla_sanitize, gs_mla_sanitize_finish): device data
 // made safe for CUTLASS's sm100 MLA kernel, which trusts seq_lens and page indices (a zero length
 // with batch > 1 hangs CUTLASS 4.2's persistent scheduler; a page index is used as an address).

@@ -1,4 +1,4 @@
-// graphsafe-build: archs=sm_90a,sm_100a,sm_120a kind=object mem_mib=400
+// graphsafe-build: archs=all kind=object mem_mib=400
 // NVFP4 quantize / dequantize / global scale (gs_nvfp4_quantize, gs_nvfp4_dequantize,
 // gs_nvfp4_global_scale): bit-exact with the algorithm in include/graphsafe_kernels/nvfp4.h and
 // the Rust reference (src/ops/nvfp4/reference.rs). Plain CUDA, no arch-specific instructions

@@ -1,4 +1,4 @@
-// graphsafe-build: archs=sm_90a,sm_100a,sm_120a kind=fatbin mem_mib=600
+// graphsafe-build: archs=all kind=fatbin mem_mib=600
 // Kernels that exist to prove graph safety on real memory (loaded by the driver layer as a fatbin).
 //
 // gs_splitk_gemv is shaped like the kernels that hang or corrupt on a dirty or moved workspace:

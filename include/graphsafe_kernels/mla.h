@@ -183,7 +183,7 @@ typedef struct GsMlaDecodeArgs {
  * reduction) over the sanitized copies, gs_mla_sanitize_finish. Returns GS_ERR_WORKSPACE_TOO_SMALL,
  * launching nothing, when workspace_bytes is less than gs_mla_sm100_workspace_bytes for these
  * arguments (the workspace is never optional: it holds the sanitize region); any other refusal
- * also launches nothing. Only present when sm_100a was built.
+ * also launches nothing. Only present in builds with the sm100 MLA back-end (the sm_100f row).
  */
 int gs_mla_sm100_decode(const GsMlaDecodeArgs* args, void* workspace, uint64_t workspace_bytes, void* stream);
 

@@ -1,4 +1,4 @@
-/* graphsafe kernel glue: NVFP4 quantize/dequantize, CUTLASS block-scaled GEMM (sm_100a, sm_120a),
+/* graphsafe kernel glue: NVFP4 quantize/dequantize, CUTLASS block-scaled GEMM (sm_100f, sm_120f),
  * and graphsafe's weight-only FP4 GEMM for Hopper (sm_90a). See ../graphsafe_kernels.h for the rules. */
 #ifndef GRAPHSAFE_KERNELS_NVFP4_H
 #define GRAPHSAFE_KERNELS_NVFP4_H
@@ -139,12 +139,12 @@ int gs_nvfp4_gemm_workspace_bytes(int32_t arch, int32_t m, int32_t n, int32_t k,
 
 /**
  * Runs the GEMM on `stream`: a/b packed [m|n, k/2], a_scales/b_scales swizzled, alpha device fp32,
- * d [m, n] row-major bf16 or fp16 (out_dtype). Only present when sm_100a / sm_120a was built.
+ * d [m, n] row-major bf16 or fp16 (out_dtype). Only present in builds with the sm100 NVFP4 back-end (sm_100f).
  */
 int gs_nvfp4_gemm_sm100(const uint8_t* a, const uint8_t* a_scales, const uint8_t* b, const uint8_t* b_scales,
                         const float* alpha, void* d, int32_t out_dtype, int32_t m, int32_t n, int32_t k, int32_t sm_count,
                         void* workspace, uint64_t workspace_bytes, void* stream);
-/** As gs_nvfp4_gemm_sm100, for sm_120a (RTX 50 / RTX PRO Blackwell). */
+/** As gs_nvfp4_gemm_sm100, for the sm120 back-end (sm_120f: RTX 50, RTX PRO Blackwell, DGX Spark). */
 int gs_nvfp4_gemm_sm120(const uint8_t* a, const uint8_t* a_scales, const uint8_t* b, const uint8_t* b_scales,
                         const float* alpha, void* d, int32_t out_dtype, int32_t m, int32_t n, int32_t k, int32_t sm_count,
                         void* workspace, uint64_t workspace_bytes, void* stream);

@@ -4,7 +4,7 @@
 use super::core::{capture_obj, captured_op, eager_op, stream_obj, workspace_obj, GraphsafeCapture, GraphsafeStream, GraphsafeWorkspace};
 use super::{guard, null, put, read, Fail, Raw};
 use crate::ops::mla::decode::run;
-use crate::ops::mla::{sm100, sm90, KvDtype, MlaDecodeArgs};
+use crate::ops::mla::{sm100, sm90, KvDtype, MlaArch, MlaDecodeArgs};
 use crate::ops::tensor::{DType, Tensor};
 use crate::sys::cuda as c;
 use std::ffi::c_int;
@@ -16,7 +16,10 @@ pub const GRAPHSAFE_DTYPE_FP16: c_int = 1;
 /// fp8-e4m3 q/KV (bf16 output; sm_100 only).
 pub const GRAPHSAFE_DTYPE_FP8_E4M3: c_int = 2;
 
-/// Back-end selector for planning: 90 (Hopper, graphsafe's kernel) or 100 (Blackwell, CUTLASS's).
+/// Planning target: the `arch` argument of the planners is a compute capability as
+/// `major * 10 + minor`, and the back-end is the one graphsafe's arch table gives that GPU: 90
+/// (Hopper: graphsafe's kernels), 100 or 103 (B200/GB200, B300/GB300: CUTLASS's), 120 or 121
+/// (RTX 50 / RTX PRO, DGX Spark: NVFP4 only). These constants name the first GPU of each back-end.
 pub const GRAPHSAFE_ARCH_SM90: c_int = 90;
 /// See GRAPHSAFE_ARCH_SM90.
 pub const GRAPHSAFE_ARCH_SM100: c_int = 100;
@@ -122,7 +125,8 @@ fn to_args(a: &GraphsafeMlaDecodeArgs, ctx: c::CUcontext) -> Result<MlaDecodeArg
     })
 }
 
-/// Splits and workspace for one decode shape on `arch` (GRAPHSAFE_ARCH_SM90/SM100). Host-only:
+/// Splits and workspace for one decode shape on `arch` (a compute capability x10 + minor with an
+/// MLA kernel: GRAPHSAFE_ARCH_SM90, GRAPHSAFE_ARCH_SM100, or 103). Host-only:
 /// works without a GPU. `page_size`: tokens per KV-cache page (sm_100: a power of two up to 128,
 /// which sizes the sanitized page table in the workspace; sm_90: 64 or 128). `requested_splits`
 /// 0 = default rule. Limits: batch 1..=65535, max_seq_len 1..=2147483520, sm_count 1..=1024;
@@ -138,20 +142,19 @@ pub unsafe extern "C" fn graphsafe_mla_plan(arch: c_int, dtype: c_int, num_heads
         }
         let (kv, _, _) = dtype_of(dtype)?;
         let req = (requested_splits != 0).then_some(requested_splits as i64);
-        let (n, bytes) = match arch {
-            GRAPHSAFE_ARCH_SM100 => {
+        let (n, bytes) = match crate::arch::mla_for_abi(arch)? {
+            MlaArch::Sm100 => {
                 if num_heads != 128 {
                     return Err(crate::Error::invalid("num_heads", "128 on sm_100", num_heads).into());
                 }
                 let p = sm100::plan(kv, batch as i64, max_seq_len as i64, page_size as i64, sm_count as i64, req)?;
                 (p.num_splits, p.workspace_bytes)
             }
-            GRAPHSAFE_ARCH_SM90 => {
+            MlaArch::Sm90 => {
                 sm90_page_size(page_size)?;
                 let p = sm90::plan(kv, num_heads as i64, batch as i64, max_seq_len as i64, sm_count as i64, req)?;
                 (p.num_splits, p.workspace_bytes)
             }
-            other => return Err(crate::Error::invalid("arch", "GRAPHSAFE_ARCH_SM90 or GRAPHSAFE_ARCH_SM100", other).into()),
         };
         // SAFETY: the caller's contract (null is refused inside).
         unsafe { put(out, "out", GraphsafeMlaPlan { num_splits: n as c_int, workspace_bytes: bytes, worst_batch: batch, worst_seq_len: max_seq_len }) }
@@ -179,20 +182,19 @@ pub unsafe extern "C" fn graphsafe_mla_worst_case(arch: c_int, dtype: c_int, num
             return Err(null("out"));
         }
         let (kv, _, _) = dtype_of(dtype)?;
-        let p = match arch {
-            GRAPHSAFE_ARCH_SM100 => {
+        let p = match crate::arch::mla_for_abi(arch)? {
+            MlaArch::Sm100 => {
                 if num_heads != 128 {
                     return Err(crate::Error::invalid("num_heads", "128 on sm_100", num_heads).into());
                 }
                 let w = sm100::worst_case(kv, max_batch as i64, max_seq_len as i64, page_size as i64, sm_count as i64, None)?;
                 GraphsafeMlaPlan { num_splits: w.num_splits as c_int, workspace_bytes: w.workspace_bytes, worst_batch: w.batch as c_int, worst_seq_len: w.max_seq_len as c_int }
             }
-            GRAPHSAFE_ARCH_SM90 => {
+            MlaArch::Sm90 => {
                 sm90_page_size(page_size)?;
                 let w = sm90::worst_case(kv, num_heads as i64, max_batch as i64, max_seq_len as i64, sm_count as i64, None)?;
                 GraphsafeMlaPlan { num_splits: w.num_splits as c_int, workspace_bytes: w.workspace_bytes, worst_batch: w.batch as c_int, worst_seq_len: w.max_seq_len as c_int }
             }
-            other => return Err(crate::Error::invalid("arch", "GRAPHSAFE_ARCH_SM90 or GRAPHSAFE_ARCH_SM100", other).into()),
         };
         // SAFETY: the caller's contract (null is refused inside).
         unsafe { put(out, "out", p) }

@@ -14,7 +14,8 @@ use crate::ops::tensor::{DType, Tensor};
 use crate::sys::cuda as c;
 use std::ffi::c_int;
 
-/// Back-end selector for NVFP4 planning (GRAPHSAFE_ARCH_SM90 / SM100 as for MLA, or this).
+/// Planning target for NVFP4 (a compute capability x10 + minor, as GRAPHSAFE_ARCH_SM90 / SM100;
+/// 103 and 121 work too): the RTX 50 / RTX PRO / DGX Spark back-end.
 pub const GRAPHSAFE_ARCH_SM120: c_int = 120;
 
 /// An NVFP4 GEMM plan.
@@ -54,12 +55,7 @@ pub struct GraphsafeNvfp4Matrix {
 }
 
 fn arch_of(a: c_int) -> Result<Nvfp4Arch, Fail> {
-    match a {
-        90 => Ok(Nvfp4Arch::Sm90),
-        100 => Ok(Nvfp4Arch::Sm100),
-        120 => Ok(Nvfp4Arch::Sm120),
-        other => Err(crate::Error::invalid("arch", "GRAPHSAFE_ARCH_SM90, _SM100 or _SM120", other).into()),
-    }
+    Ok(crate::arch::nvfp4_for_abi(a)?)
 }
 
 fn half_dtype(d: c_int, what: &str) -> Result<DType, Fail> {

@@ -83,10 +83,11 @@ impl TestKernels {
     /// Loads the kernels for `ctx`'s device; `ArchUnsupported` when this build has none for it.
     pub fn load(ctx: &Arc<Context>) -> Result<TestKernels> {
         let (major, minor) = ctx.device().compute_capability()?;
+        crate::arch::target_for(crate::arch::Op::Kernels, (major, minor))?;
         let have = format!("sm_{major}{minor}");
         let unsupported = || Error::ArchUnsupported {
             op: "testing kernels",
-            need: "sm_90a, sm_100a or sm_120a (as built: GRAPHSAFE_CUDA_ARCHS)".into(),
+            need: crate::arch::need(crate::arch::Op::Kernels),
             have: have.clone(),
         };
         let image = crate::sys::modules::TESTING_GRAPH_SAFETY.ok_or_else(unsupported)?;

@@ -1,4 +1,4 @@
-// graphsafe-build: archs=sm_100a kind=object mem_mib=600
+// graphsafe-build: archs=mla:sm100 kind=object mem_mib=600
 // gs_mla_sm100_decode: validates the host-side arguments and dispatches by element type to the
 // per-dtype instantiations (mla_{bf16,fp16,fp8}.cu), which sanitize the device data, launch
 // CUTLASS and fix up empty requests (mla_launch.cuh). Built only with sm_100a.

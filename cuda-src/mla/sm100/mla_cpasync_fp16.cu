@@ -1,4 +1,4 @@
-// graphsafe-build: archs=sm_100a kind=object mem_mib=5500 cutlass_example=77_blackwell_fmha
+// graphsafe-build: archs=mla:sm100 kind=object mem_mib=5500 cutlass_example=77_blackwell_fmha
 // CUTLASS sm100 MLA decode kernels for fp16 inputs, cp.async loads (power-of-two pages up to 128),
 // persistent and individual schedulers. A file of its own so it compiles in parallel with the others.
 #include "mla/sm100/mla_launch.cuh"

@@ -1,4 +1,4 @@
-// graphsafe-build: archs=sm_100a kind=object mem_mib=5500 cutlass_example=77_blackwell_fmha
+// graphsafe-build: archs=mla:sm100 kind=object mem_mib=5500 cutlass_example=77_blackwell_fmha
 // CUTLASS sm100 MLA decode kernels for fp16 inputs, TMA loads (page size 128), persistent and individual
 // schedulers.
 // One file per element type so the ~1 min, ~3.6 GB instantiations compile in parallel.

@@ -1,4 +1,4 @@
-// graphsafe-build: archs=sm_90a kind=object mem_mib=250
+// graphsafe-build: archs=mla:sm90 kind=object mem_mib=250
 // graphsafe's own Hopper (sm_90a) split-KV MLA decode: gs_mla_sm90_decode.
 //
 // Design (kernels in kernels.cuh):

@@ -1,4 +1,4 @@
-// graphsafe-build: archs=sm_100a kind=object mem_mib=6500
+// graphsafe-build: archs=nvfp4:sm100 kind=object mem_mib=6500
 // CUTLASS NVFP4 GEMM on sm100 for 16 < m <= 256 (256x128x256, cluster 2x1x1), bf16 and fp16 output.
 // One file per tile so the ~45 s, ~4 GB instantiations compile in parallel.
 #include "nvfp4/gemm.cuh"

@@ -1,4 +1,4 @@
-// graphsafe-build: archs=sm_120a kind=object mem_mib=600
+// graphsafe-build: archs=nvfp4:sm120 kind=object mem_mib=600
 // gs_nvfp4_gemm_sm120: host-side checks, then the tile for m (gs_nvfp4_gemm_tile's rule).
 #include "graphsafe_kernels/nvfp4.h"
 

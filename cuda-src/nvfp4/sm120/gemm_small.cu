@@ -1,4 +1,4 @@
-// graphsafe-build: archs=sm_120a kind=object mem_mib=6500
+// graphsafe-build: archs=nvfp4:sm120 kind=object mem_mib=6500
 // CUTLASS NVFP4 GEMM on sm120 for m <= 256 (128x128x128, ping-pong), bf16 and fp16 output.
 // One file per tile so the ~45 s, ~4 GB instantiations compile in parallel.
 #include "nvfp4/gemm.cuh"

@@ -1,4 +1,4 @@
-// graphsafe-build: archs=sm_90a kind=object mem_mib=500
+// graphsafe-build: archs=nvfp4:sm90 kind=object mem_mib=500
 // graphsafe's Hopper (sm_90a) weight-only NVFP4 GEMM: gs_nvfp4_w4a16_prepare, gs_nvfp4_w4a16_gemm.
 //
 //   D[m, n] (bf16) = alpha[0] * A[m, k] (bf16) x W[n, k]^T,  W NVFP4 (e2m1 codes, fp8 scales per 16

@@ -24,12 +24,17 @@ const B200_SMS: i64 = 148;
 pub fn run() -> i32 {
     let gpu = driver::device_count().ok().filter(|&n| n > 0).and_then(|_| driver::Device::get(0).ok()?.info().ok());
     let (sm_count, target) = match &gpu {
-        Some(d) if d.compute_capability.0 == 10 => (d.sm_count as i64, format!("GPU 0: {}, {} SMs", d.name, d.sm_count)),
+        Some(d) if graphsafe::arch::target_for_cc(d.compute_capability).and_then(|t| t.mla) == Some(graphsafe::arch::MlaArch::Sm100) => {
+            (d.sm_count as i64, format!("GPU 0: {}, {} SMs", d.name, d.sm_count))
+        }
         Some(d) => (
             B200_SMS,
             format!(
-                "a B200 ({B200_SMS} SMs): GPU 0 is {} (sm_{}{}), and the CUTLASS MLA kernel is sm_100a-only",
-                d.name, d.compute_capability.0, d.compute_capability.1
+                "a B200 ({B200_SMS} SMs): GPU 0 is {} (sm_{}{}), and the CUTLASS MLA kernel runs on {}",
+                d.name,
+                d.compute_capability.0,
+                d.compute_capability.1,
+                graphsafe::arch::MlaArch::Sm100.targets()
             ),
         ),
         None => (B200_SMS, format!("a B200 ({B200_SMS} SMs): no GPU found here")),

@@ -19,6 +19,14 @@ pub fn run(json: bool) -> i32 {
         let v = serde_json::json!({
             "version": env!("CARGO_PKG_VERSION"),
             "kernel_archs": build_info::archs(),
+            "arch_table": graphsafe::arch::TARGETS.iter().map(|t| serde_json::json!({
+                "name": t.name,
+                "runs_on": t.runs_on.iter().map(|&cc| graphsafe::arch::cc_name(cc)).collect::<Vec<_>>(),
+                "gpus": t.gpus,
+                "mla": t.mla,
+                "nvfp4": t.nvfp4,
+                "built": graphsafe::arch::is_built(t),
+            })).collect::<Vec<_>>(),
             "skipped_units": build_info::skipped_units(),
             "cuda_toolkit": { "version": build_info::CUDA_VERSION, "source": build_info::CUDA_SOURCE },
             "cutlass": { "version": build_info::CUTLASS_VERSION, "source": build_info::CUTLASS_SOURCE },
@@ -54,17 +62,30 @@ pub fn run(json: bool) -> i32 {
         Ok(g) => {
             for d in g {
                 println!(
-                    "GPU {}: {}, sm_{}{}, {} SMs, {:.1} GiB",
+                    "GPU {}: {}, sm_{}{}, {} SMs, {:.1} GiB; {}",
                     d.ordinal,
                     d.name,
                     d.compute_capability.0,
                     d.compute_capability.1,
                     d.sm_count,
-                    d.total_memory as f64 / (1u64 << 30) as f64
+                    d.total_memory as f64 / (1u64 << 30) as f64,
+                    kernels_for(d.compute_capability)
                 );
             }
         }
         Err(e) => println!("GPUs: could not list ({e})"),
     }
     0
+}
+
+/// What this build runs on a GPU: its arch-table row and the back-end of each op, or why none.
+fn kernels_for(cc: (i32, i32)) -> String {
+    let Some(t) = graphsafe::arch::target_for_cc(cc) else {
+        return "no graphsafe kernels for this GPU".into();
+    };
+    if !graphsafe::arch::is_built(t) {
+        return format!("kernels: {} (not in this build: GRAPHSAFE_CUDA_ARCHS)", t.name);
+    }
+    let name = |b: Option<&'static str>| b.unwrap_or("none");
+    format!("kernels: {} (mla {}, nvfp4 {})", t.name, name(t.mla.map(|b| b.name())), name(t.nvfp4.map(|b| b.name())))
 }

@@ -1,14 +1,14 @@
 //! `graphsafe plan …`
 
 use clap::Subcommand;
-use graphsafe::ops::mla::{sm100, sm90, KvDtype};
+use graphsafe::ops::mla::{sm100, sm90, KvDtype, MlaArch};
 use graphsafe::ops::nvfp4::{self, Nvfp4Arch};
 use graphsafe::ops::tensor::DType;
 
 #[derive(Subcommand)]
 pub enum PlanOp {
-    /// NVFP4 GEMM D[M,N] = A[M,K]·W[N,K]ᵀ: tile and workspace per M (sm_100/sm_120: CUTLASS block-scaled;
-    /// sm_90: weight-only kernel, with the prepared weight's size).
+    /// NVFP4 GEMM D[M,N] = A[M,K]·W[N,K]ᵀ: tile and workspace per M (Blackwell: CUTLASS block-scaled;
+    /// Hopper: weight-only kernel, with the prepared weight's size).
     Nvfp4 {
         /// Rows of A, comma separated (e.g. 1,16,256,4096).
         #[arg(long, value_delimiter = ',', required = true, allow_negative_numbers = true)]
@@ -19,13 +19,14 @@ pub enum PlanOp {
         /// Reduction length, a multiple of 32.
         #[arg(long, allow_negative_numbers = true)]
         k: i64,
-        /// sm_90, sm_100 or sm_120.
+        /// A row of the arch table (sm_90a, sm_100f, sm_120f) or a GPU's compute capability
+        /// (sm_90, sm_100, sm_103, sm_120, sm_121).
         #[arg(long, default_value = "sm_100")]
         arch: String,
         /// Output dtype: bf16 or fp16 (sm_90: bf16).
         #[arg(long, default_value = "bf16")]
         out: String,
-        /// SMs of the target GPU (default: B200 148, H200 132, RTX 5090 170).
+        /// SMs of the target GPU (default: the arch's reference GPU: H100/H200 132, B200 148, RTX 5090 170).
         #[arg(long = "sm-count", allow_negative_numbers = true)]
         sm_count: Option<i64>,
         /// Machine-readable output.
@@ -34,7 +35,8 @@ pub enum PlanOp {
     },
     /// MLA decode: splits and workspace per batch, and the pre-grow maximum.
     Mla {
-        /// Target: sm_100 (B200/GB200, CUTLASS's kernel) or sm_90 (H100/H200, graphsafe's kernel).
+        /// Target: a row of the arch table or a GPU's compute capability with an MLA kernel:
+        /// sm_100/sm_103 (B200, GB200, B300, GB300: CUTLASS's kernel) or sm_90 (H100/H200: graphsafe's).
         #[arg(long, default_value = "sm_100")]
         arch: String,
         /// Query heads (sm_100: 128; sm_90: a multiple of 16 up to 128).
@@ -73,10 +75,10 @@ pub fn run(op: PlanOp) -> i32 {
         },
         PlanOp::Mla { arch, heads, batch, seq_len, sm_count, page_size, dtype, splits, json } => {
             let shape = MlaShape { batches: &batch, heads, seq_len, sm_count, page_size, splits };
-            let r = match arch.as_str() {
-                "sm_100" | "sm100" | "sm_100a" => mla(&shape, &dtype, json),
-                "sm_90" | "sm90" | "sm_90a" => mla_sm90(&shape, &dtype, json),
-                other => Err(graphsafe::Error::invalid("arch", "sm_90 or sm_100", other)),
+            let r = match graphsafe::arch::plan_mla(&arch) {
+                Ok(MlaArch::Sm100) => mla(&shape, &dtype, json),
+                Ok(MlaArch::Sm90) => mla_sm90(&shape, &dtype, json),
+                Err(e) => Err(e),
             };
             match r {
                 Ok(()) => 0,
@@ -148,17 +150,14 @@ fn mla_sm90(a: &MlaShape, dtype: &str, json: bool) -> graphsafe::Result<()> {
 }
 
 fn nvfp4_plan(ms: &[i64], n: i64, k: i64, arch: &str, out: &str, sm_count: Option<i64>, json: bool) -> graphsafe::Result<()> {
-    let arch: Nvfp4Arch = arch.parse()?;
+    let target = graphsafe::arch::parse_target(arch);
+    let arch: Nvfp4Arch = graphsafe::arch::plan_nvfp4(arch)?;
     let out = match out {
         "bf16" => DType::Bf16,
         "fp16" => DType::Fp16,
         other => return Err(graphsafe::Error::invalid("out", "bf16 or fp16", other)),
     };
-    let sms = sm_count.unwrap_or(match arch {
-        Nvfp4Arch::Sm90 => 132,
-        Nvfp4Arch::Sm100 => 148,
-        Nvfp4Arch::Sm120 => 170,
-    });
+    let sms = sm_count.unwrap_or(target.map_or(0, |t| t.sm_count as i64));
     let plans = ms.iter().map(|&m| nvfp4::plan(arch, m, n, k, out, sms)).collect::<graphsafe::Result<Vec<_>>>()?;
     if json {
         let v = serde_json::json!({ "op": "nvfp4", "arch": arch, "n": n, "k": k, "sm_count": sms, "plans": plans });

@@ -246,13 +246,7 @@ impl<M: DeviceMemory> Nvfp4MatmulArgs<M> {
 
 /// The GPU, then the cuDNN version: what NVFP4 needs, named in the error.
 pub fn check_support(cc: (i32, i32), version: Version) -> Result<()> {
-    if !matches!(cc.0, 10 | 12) {
-        return Err(Error::ArchUnsupported {
-            op: "cudnn nvfp4 matmul",
-            need: "a Blackwell GPU: sm_100/sm_103 (B200, GB200, B300) or sm_120/sm_121 (RTX 50, RTX PRO, DGX Spark)".into(),
-            have: format!("sm_{}{}", cc.0, cc.1),
-        });
-    }
+    crate::arch::require_fp4_tensor_cores("cudnn nvfp4 matmul", cc)?;
     if version < NVFP4_MIN_VERSION {
         return Err(Error::ArchUnsupported {
             op: "cudnn nvfp4 matmul",

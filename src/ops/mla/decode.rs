@@ -20,42 +20,12 @@ use crate::sys::glue::mla::{self as glue, Rows};
 use crate::sys::DeviceSpan;
 use crate::workspace::Workspace;
 
-/// The two back-ends.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum MlaArch {
-    /// Hopper: graphsafe's split-KV kernel + combine (bf16/fp16, pages of 64 or 128).
-    Sm90,
-    /// Blackwell B200/GB200: CUTLASS 4.2's kernel (bf16/fp16/fp8, 128 heads, pages ≤ 128, power of two).
-    Sm100,
-}
+pub use crate::arch::MlaArch;
 
 impl MlaArch {
-    /// The back-end for a compute capability, if this build has one for it.
+    /// The back-end for a compute capability, if this build has one for it (the arch table's row).
     pub fn for_compute_capability(cc: (i32, i32)) -> Result<MlaArch> {
-        let have = format!("sm_{}{}", cc.0, cc.1);
-        let arch = match cc {
-            (9, 0) => MlaArch::Sm90,
-            (10, 0) => MlaArch::Sm100,
-            _ => {
-                return Err(Error::ArchUnsupported { op: "mla decode", need: "sm_90 (H100/H200) or sm_100 (B200/GB200)".into(), have })
-            }
-        };
-        if !crate::build_info::has_arch(arch.built_arch()) {
-            return Err(Error::ArchUnsupported {
-                op: "mla decode",
-                need: format!("a build with {} (GRAPHSAFE_CUDA_ARCHS)", arch.built_arch()),
-                have: format!("{have}, built for {}", crate::build_info::archs().join(",")),
-            });
-        }
-        Ok(arch)
-    }
-
-    fn built_arch(self) -> &'static str {
-        match self {
-            MlaArch::Sm90 => "sm_90a",
-            MlaArch::Sm100 => "sm_100a",
-        }
+        crate::arch::mla(cc)
     }
 }
 

@@ -3,8 +3,8 @@
 //!
 //! * [`quantize()`] / [`dequantize`] / [`global_scale`]: every arch (bit-identical to
 //!   [`reference`](mod@reference), the host algorithm);
-//! * [`gemm()`]: Blackwell, CUTLASS block-scaled GEMM `D = alpha · A · Bᵀ`, A and B NVFP4 (sm_100a:
-//!   B200/GB200, sm_120a: RTX 50 / RTX PRO), tile chosen by M as production engines do;
+//! * [`gemm()`]: Blackwell, CUTLASS block-scaled GEMM `D = alpha · A · Bᵀ`, A and B NVFP4 (sm_100f:
+//!   B200/GB200/B300, sm_120f: RTX 50 / RTX PRO / DGX Spark), tile chosen by M as production engines do;
 //! * [`w4a16_gemm`]: Hopper, graphsafe's weight-only kernel `D = alpha · A(bf16) · Wᵀ(NVFP4)`, over
 //!   a weight repacked once by [`prepare_weight`] (outside capture).
 //!
@@ -36,37 +36,12 @@ use crate::ops::tensor::{Check, DType, DeviceMemory, Tensor};
 use crate::sys::cuda as c;
 use crate::sys::glue::{nvfp4::Fp4Matrix, GlueDtype};
 
-/// Which NVFP4 back-end a GPU gets.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Nvfp4Arch {
-    /// Hopper: weight-only FP4 GEMM (bf16 activations).
-    Sm90,
-    /// B200/GB200: CUTLASS block-scaled GEMM.
-    Sm100,
-    /// RTX 50 / RTX PRO Blackwell: CUTLASS block-scaled GEMM (GeForce path).
-    Sm120,
-}
+pub use crate::arch::Nvfp4Arch;
 
 impl Nvfp4Arch {
-    /// The back-end for a compute capability, if this build has it.
+    /// The back-end for a compute capability, if this build has it (the arch table's row).
     pub fn for_compute_capability(cc: (i32, i32)) -> Result<Nvfp4Arch> {
-        let (arch, built) = match cc {
-            (9, 0) => (Nvfp4Arch::Sm90, "sm_90a"),
-            (10, 0) => (Nvfp4Arch::Sm100, "sm_100a"),
-            (12, 0) => (Nvfp4Arch::Sm120, "sm_120a"),
-            _ => {
-                return Err(Error::ArchUnsupported {
-                    op: "nvfp4 gemm",
-                    need: "sm_90 (H100/H200), sm_100 (B200/GB200) or sm_120 (RTX 50/RTX PRO)".into(),
-                    have: format!("sm_{}{}", cc.0, cc.1),
-                })
-            }
-        };
-        if !crate::build_info::has_arch(built) {
-            return Err(Error::ArchUnsupported { op: "nvfp4 gemm", need: format!("a build with {built}"), have: crate::build_info::archs().join(",") });
-        }
-        Ok(arch)
+        crate::arch::nvfp4(cc)
     }
 
     /// The glue's arch number (90, 100, 120).
@@ -75,18 +50,6 @@ impl Nvfp4Arch {
             Nvfp4Arch::Sm90 => 90,
             Nvfp4Arch::Sm100 => 100,
             Nvfp4Arch::Sm120 => 120,
-        }
-    }
-}
-
-impl std::str::FromStr for Nvfp4Arch {
-    type Err = Error;
-    fn from_str(s: &str) -> Result<Self> {
-        match s {
-            "sm_90" | "sm90" | "sm_90a" => Ok(Nvfp4Arch::Sm90),
-            "sm_100" | "sm100" | "sm_100a" => Ok(Nvfp4Arch::Sm100),
-            "sm_120" | "sm120" | "sm_120a" => Ok(Nvfp4Arch::Sm120),
-            _ => Err(Error::invalid("arch", "sm_90, sm_100 or sm_120", s)),
         }
     }
 }

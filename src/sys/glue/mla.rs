@@ -71,14 +71,8 @@ impl Rows {
     }
 }
 
-/// The two decode back-ends.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Backend {
-    /// graphsafe's Hopper kernel.
-    Sm90,
-    /// CUTLASS 4.2's Blackwell kernel, between the sanitize passes.
-    Sm100,
-}
+/// The decode back-ends: the arch table's (`crate::arch` has no dependencies, so sys may use it).
+pub(crate) use crate::arch::MlaArch as Backend;
 
 /// One decode step (`GsMlaDecodeArgs`), its device memory as spans.
 #[derive(Clone, Copy, Debug)]
@@ -161,19 +155,18 @@ pub(crate) fn decode(backend: Backend, d: &Decode, ws: DeviceSpan, stream: RawSt
     };
     let (wsp, wsb, s) = (ws.ptr() as *mut std::ffi::c_void, ws.len(), stream.cast::<std::ffi::c_void>());
     let launched: Result<(i32, &'static str)> = match backend {
-        #[cfg(graphsafe_arch = "sm_90a")]
+        #[cfg(graphsafe_mla = "sm90")]
         // SAFETY: every operand's extent for these sizes lies in its span, and the workspace holds
         // the glue's own planner's bytes (checked above); device lengths and page indices are
         // clamped by the kernel.
         Backend::Sm90 => Ok((unsafe { k::gs_mla_sm90_decode(&args, wsp, wsb, s) }, "gs_mla_sm90_decode")),
-        #[cfg(graphsafe_arch = "sm_100a")]
+        #[cfg(graphsafe_mla = "sm100")]
         // SAFETY: as above; the sanitize pre-pass clamps the device data before CUTLASS reads it.
         Backend::Sm100 => Ok((unsafe { k::gs_mla_sm100_decode(&args, wsp, wsb, s) }, "gs_mla_sm100_decode")),
         #[allow(unreachable_patterns)]
         other => {
             let _ = (args, wsp, wsb, s); // a build without the arch launches nothing
-            let arch = if other == Backend::Sm90 { "sm_90a" } else { "sm_100a" };
-            Err(Error::ArchUnsupported { op: "mla decode", need: arch.into(), have: "a build without it".into() })
+            Err(Error::ArchUnsupported { op: "mla decode", need: format!("a build with {}", other.targets()), have: crate::build_info::archs().join(",") })
         }
     };
     let (status, op) = launched?;

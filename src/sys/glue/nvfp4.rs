@@ -132,7 +132,7 @@ pub(crate) fn w4a16_prepare(w: &Fp4Matrix, prepared: DeviceSpan, stream: RawStre
     let (packed, scales, gs) = w.addresses("w", 16)?;
     let bytes = w4a16_prepared_bytes(w.rows, w.k)?;
     let pp = prepared.require("prepared", bytes, 16)?;
-    #[cfg(graphsafe_arch = "sm_90a")]
+    #[cfg(graphsafe_nvfp4 = "sm90")]
     {
         check(
             // SAFETY: the weight's parts and `bytes` of `prepared` lie in their spans (above).
@@ -141,10 +141,10 @@ pub(crate) fn w4a16_prepare(w: &Fp4Matrix, prepared: DeviceSpan, stream: RawStre
             None,
         )
     }
-    #[cfg(not(graphsafe_arch = "sm_90a"))]
+    #[cfg(not(graphsafe_nvfp4 = "sm90"))]
     {
         let _ = (packed, scales, gs, pp, stream);
-        Err(not_built("nvfp4 prepare_weight", "sm_90a"))
+        Err(not_built("nvfp4 prepare_weight", &crate::arch::Nvfp4Arch::Sm90.targets()))
     }
 }
 
@@ -172,7 +172,7 @@ pub(crate) fn w4a16_gemm(g: &W4a16, ws: DeviceSpan, stream: RawStream) -> Result
     let wp = g.weight.require("weight", w4a16_prepared_bytes(g.n, g.k)?, 16)?;
     let al = g.alpha.require("alpha", 4, 4)?;
     let sizes = require_workspace(&ws, w4a16_workspace_bytes(g.m, g.n, g.k, g.sm_count)?, 16)?;
-    #[cfg(graphsafe_arch = "sm_90a")]
+    #[cfg(graphsafe_nvfp4 = "sm90")]
     {
         check(
             // SAFETY: a, d, the weight, alpha and the workspace hold what the GEMM touches for
@@ -184,10 +184,10 @@ pub(crate) fn w4a16_gemm(g: &W4a16, ws: DeviceSpan, stream: RawStream) -> Result
             Some(sizes),
         )
     }
-    #[cfg(not(graphsafe_arch = "sm_90a"))]
+    #[cfg(not(graphsafe_nvfp4 = "sm90"))]
     {
         let _ = (ap, dp, wp, al, sizes, stream);
-        Err(not_built("nvfp4 w4a16_gemm", "sm_90a"))
+        Err(not_built("nvfp4 w4a16_gemm", &crate::arch::Nvfp4Arch::Sm90.targets()))
     }
 }
 
@@ -220,16 +220,17 @@ pub(crate) fn gemm(g: &Gemm, ws: DeviceSpan, stream: RawStream) -> Result<()> {
     let sizes = require_workspace(&ws, gemm_workspace_bytes(g.arch, m, n, kk, out, g.sm_count)?, 16)?;
     let (wsp, wsb, s) = (ws.ptr() as *mut std::ffi::c_void, ws.len(), stream.cast::<std::ffi::c_void>());
     let status: Result<i32> = match g.arch {
-        #[cfg(graphsafe_arch = "sm_100a")]
+        #[cfg(graphsafe_nvfp4 = "sm100")]
         // SAFETY: A, B (packed and scales), alpha, d and the workspace hold what the GEMM touches
         // for (m, n, k) (checked above, the workspace against CUTLASS's own size).
         100 => Ok(unsafe { k::gs_nvfp4_gemm_sm100(ap as _, asf as _, bp as _, bsf as _, al as _, dp as _, out.code(), m, n, kk, g.sm_count, wsp, wsb, s) }),
-        #[cfg(graphsafe_arch = "sm_120a")]
+        #[cfg(graphsafe_nvfp4 = "sm120")]
         // SAFETY: as above.
         120 => Ok(unsafe { k::gs_nvfp4_gemm_sm120(ap as _, asf as _, bp as _, bsf as _, al as _, dp as _, out.code(), m, n, kk, g.sm_count, wsp, wsb, s) }),
         other => {
-            let _ = (ap, asf, bp, bsf, al, dp, wsp, wsb, s); // builds without sm_100a/sm_120a launch nothing
-            Err(not_built("nvfp4 gemm", if other == 120 { "sm_120a" } else { "sm_100a" }))
+            let _ = (ap, asf, bp, bsf, al, dp, wsp, wsb, s); // builds without a Blackwell back-end launch nothing
+            let backend = if other == 120 { crate::arch::Nvfp4Arch::Sm120 } else { crate::arch::Nvfp4Arch::Sm100 };
+            Err(not_built("nvfp4 gemm", &backend.targets()))
         }
     };
     check(status?, "gs_nvfp4_gemm", Some(sizes))

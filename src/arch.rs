@@ -1,0 +1,355 @@
+//! GPU targets and dispatch, from one table.
+//!
+//! The table ([`TARGETS`], `src/arch_table.rs`) is shared with `build.rs`, which compiles every
+//! `cuda-src` unit for the rows it selects; everything here answers from the same rows:
+//!
+//! * running an op ([`mla`], [`nvfp4`], [`target_for`]) looks for a row that runs on the device's
+//!   compute capability, has a back-end for the op, **and was built**; otherwise
+//!   [`Error::ArchUnsupported`] says which GPUs the op runs on, or which arch the build lacks;
+//! * planning ([`plan_mla`], [`plan_nvfp4`], [`mla_for_abi`], [`nvfp4_for_abi`]) is host-only and
+//!   works on every build, so it consults the whole table;
+//! * [`require_fp4_tensor_cores`] is what cuDNN's NVFP4 engines need, whatever was built.
+//!
+//! A compute capability is served by at most one row; a family row (`sm_100f`) serves several.
+
+#[path = "arch_table.rs"]
+mod table;
+
+pub use table::*;
+
+use crate::error::{Error, Result};
+
+/// What a kernel lookup is for: names the op in errors and picks the row's column.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Op {
+    /// MLA decode ([`Target::mla`]).
+    Mla,
+    /// NVFP4 GEMM ([`Target::nvfp4`]).
+    Nvfp4,
+    /// The arch-neutral kernels every row builds (MLA sanitizer and GPU reference, NVFP4
+    /// quantize, the graph-safety test kernels).
+    Kernels,
+}
+
+impl Op {
+    /// The name errors give it.
+    pub const fn label(self) -> &'static str {
+        match self {
+            Op::Mla => "mla decode",
+            Op::Nvfp4 => "nvfp4 gemm",
+            Op::Kernels => "graphsafe kernels",
+        }
+    }
+
+    /// Whether `t` has a kernel for this op.
+    pub fn runs_on(self, t: &Target) -> bool {
+        match self {
+            Op::Mla => t.mla.is_some(),
+            Op::Nvfp4 => t.nvfp4.is_some(),
+            Op::Kernels => true,
+        }
+    }
+}
+
+/// The rows this build compiled kernels for (`GRAPHSAFE_CUDA_ARCHS`), in table order.
+pub fn built() -> impl Iterator<Item = &'static Target> {
+    TARGETS.iter().filter(|t| crate::build_info::has_arch(t.name))
+}
+
+/// Whether this build has `t`'s kernels.
+pub fn is_built(t: &Target) -> bool {
+    crate::build_info::has_arch(t.name)
+}
+
+/// `"sm_90 (H100, H200, GH200) or sm_100/sm_103 (B200, …)"`: where `op` has a kernel.
+pub fn need(op: Op) -> String {
+    let rows: Vec<String> = TARGETS.iter().filter(|t| op.runs_on(t)).map(Target::describe).collect();
+    match rows.split_last() {
+        None => "a GPU graphsafe has kernels for".into(),
+        Some((last, [])) => last.clone(),
+        Some((last, rest)) => format!("{} or {last}", rest.join(", ")),
+    }
+}
+
+/// `"sm_120 (RTX 50, …)"`, or just `"sm_89"` for a GPU the table does not know.
+fn have(cc: (i32, i32)) -> String {
+    match target_for_cc(cc) {
+        Some(t) => format!("{} ({})", cc_name(cc), t.gpus),
+        None => cc_name(cc),
+    }
+}
+
+/// The row that runs `op` on compute capability `cc` in this build. `ArchUnsupported` names the
+/// GPUs the op runs on when the table has no kernel for it there, or the arch to build when the
+/// table has one but `GRAPHSAFE_CUDA_ARCHS` left it out.
+pub fn target_for(op: Op, cc: (i32, i32)) -> Result<&'static Target> {
+    let unsupported = || Error::ArchUnsupported { op: op.label(), need: need(op), have: have(cc) };
+    let t = target_for_cc(cc).filter(|t| op.runs_on(t)).ok_or_else(unsupported)?;
+    if !is_built(t) {
+        let built: Vec<&str> = built().map(|t| t.name).collect();
+        return Err(Error::ArchUnsupported {
+            op: op.label(),
+            need: format!("a build with {} (GRAPHSAFE_CUDA_ARCHS)", t.name),
+            have: format!("{}, built for {}", cc_name(cc), if built.is_empty() { "no arch".into() } else { built.join(",") }),
+        });
+    }
+    Ok(t)
+}
+
+/// The MLA back-end that runs on `cc` in this build ([`target_for`]'s errors).
+pub fn mla(cc: (i32, i32)) -> Result<MlaArch> {
+    let t = target_for(Op::Mla, cc)?;
+    t.mla.ok_or_else(|| Error::ArchUnsupported { op: Op::Mla.label(), need: need(Op::Mla), have: have(cc) })
+}
+
+/// The NVFP4 back-end that runs on `cc` in this build ([`target_for`]'s errors).
+pub fn nvfp4(cc: (i32, i32)) -> Result<Nvfp4Arch> {
+    let t = target_for(Op::Nvfp4, cc)?;
+    t.nvfp4.ok_or_else(|| Error::ArchUnsupported { op: Op::Nvfp4.label(), need: need(Op::Nvfp4), have: have(cc) })
+}
+
+/// `"sm_90 (…), sm_100 (…) or sm_120 (…)"`-style list of what planning accepts for `op`.
+fn plan_expected(op: Op) -> String {
+    let names: Vec<String> = TARGETS
+        .iter()
+        .filter(|t| op.runs_on(t))
+        .map(|t| format!("{} or {}", t.name, t.runs_on_names()))
+        .collect();
+    format!("a target with {} kernels: {}", op.label(), names.join("; "))
+}
+
+/// Planning: the MLA back-end of the row `name` names ([`parse_target`]: `sm_100f`, `sm_103`,
+/// `sm_100a`, …), whether or not this build has it. `InvalidArgument` (`arch`) otherwise.
+pub fn plan_mla(name: &str) -> Result<MlaArch> {
+    parse_target(name).and_then(|t| t.mla).ok_or_else(|| Error::invalid("arch", plan_expected(Op::Mla), name))
+}
+
+/// Planning: the NVFP4 back-end of the row `name` names, as [`plan_mla`].
+pub fn plan_nvfp4(name: &str) -> Result<Nvfp4Arch> {
+    parse_target(name).and_then(|t| t.nvfp4).ok_or_else(|| Error::invalid("arch", plan_expected(Op::Nvfp4), name))
+}
+
+/// The C ABI's `arch` argument: a compute capability as `major * 10 + minor` (90, 100, 103, 120,
+/// 121; the `GRAPHSAFE_ARCH_SM*` constants are such numbers).
+fn target_for_abi(arch: i32) -> Option<&'static Target> {
+    if !(10..=999).contains(&arch) {
+        return None;
+    }
+    target_for_cc((arch / 10, arch % 10))
+}
+
+/// Planning through the C ABI: the MLA back-end for `arch` (a compute capability × 10 + minor).
+pub fn mla_for_abi(arch: i32) -> Result<MlaArch> {
+    target_for_abi(arch).and_then(|t| t.mla).ok_or_else(|| Error::invalid("arch", abi_expected(Op::Mla), arch))
+}
+
+/// Planning through the C ABI: the NVFP4 back-end for `arch`, as [`mla_for_abi`].
+pub fn nvfp4_for_abi(arch: i32) -> Result<Nvfp4Arch> {
+    target_for_abi(arch).and_then(|t| t.nvfp4).ok_or_else(|| Error::invalid("arch", abi_expected(Op::Nvfp4), arch))
+}
+
+fn abi_expected(op: Op) -> String {
+    let ccs: Vec<String> = TARGETS
+        .iter()
+        .filter(|t| op.runs_on(t))
+        .flat_map(|t| t.runs_on.iter().map(|&(maj, min)| (maj * 10 + min).to_string()))
+        .collect();
+    format!("a compute capability x10 with {} kernels ({})", op.label(), ccs.join(", "))
+}
+
+/// The GPUs with FP4 tensor cores (what cuDNN's NVFP4 engines need), from the table whatever this
+/// build compiled: `ArchUnsupported` for `op` naming them otherwise.
+pub fn require_fp4_tensor_cores(op: &'static str, cc: (i32, i32)) -> Result<()> {
+    let fp4 = |t: &Target| t.nvfp4.is_some_and(Nvfp4Arch::fp4_tensor_cores);
+    if target_for_cc(cc).is_some_and(fp4) {
+        return Ok(());
+    }
+    let rows: Vec<String> = TARGETS.iter().filter(|t| fp4(t)).map(Target::describe).collect();
+    Err(Error::ArchUnsupported { op, need: format!("a Blackwell GPU (FP4 tensor cores): {}", rows.join(" or ")), have: cc_name(cc) })
+}
+
+/// The rows `pick` selects, as `(names "sm_100f", GPUs "sm_100/sm_103 (B200, …)")`.
+fn rows_where(pick: impl Fn(&Target) -> bool) -> (String, String) {
+    let rows: Vec<&Target> = TARGETS.iter().filter(|t| pick(t)).collect();
+    (rows.iter().map(|t| t.name).collect::<Vec<_>>().join(","), rows.iter().map(|t| t.describe()).collect::<Vec<_>>().join(" or "))
+}
+
+impl MlaArch {
+    /// The rows this back-end runs on, comma separated (`"sm_100f"`): what a build needs for it.
+    pub fn targets(self) -> String {
+        rows_where(|t| t.mla == Some(self)).0
+    }
+
+    /// The GPUs it runs on: `"sm_100/sm_103 (B200, GB200, B300, GB300)"`.
+    pub fn gpus(self) -> String {
+        rows_where(|t| t.mla == Some(self)).1
+    }
+}
+
+impl Nvfp4Arch {
+    /// The rows this back-end runs on, comma separated: what a build needs for it.
+    pub fn targets(self) -> String {
+        rows_where(|t| t.nvfp4 == Some(self)).0
+    }
+
+    /// The GPUs it runs on: `"sm_120/sm_121 (RTX 50, RTX PRO Blackwell, DGX Spark)"`.
+    pub fn gpus(self) -> String {
+        rows_where(|t| t.nvfp4 == Some(self)).1
+    }
+}
+
+/// Serialized as its [`MlaArch::name`] (`"sm100"`), as the derived form did before the table.
+impl serde::Serialize for MlaArch {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        s.serialize_unit_variant("MlaArch", *self as u32, self.name())
+    }
+}
+
+/// Serialized as its [`Nvfp4Arch::name`] (`"sm120"`).
+impl serde::Serialize for Nvfp4Arch {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        s.serialize_unit_variant("Nvfp4Arch", *self as u32, self.name())
+    }
+}
+
+/// Parses any name [`plan_nvfp4`] accepts (`sm_90`, `sm_100f`, `sm_103`, `sm_121`, …).
+impl std::str::FromStr for Nvfp4Arch {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        plan_nvfp4(s)
+    }
+}
+
+/// Parses any name [`plan_mla`] accepts (`sm_90`, `sm_100f`, `sm_103`, …).
+impl std::str::FromStr for MlaArch {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        plan_mla(s)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn no_compute_capability_is_in_two_rows_and_names_are_unique() {
+        let mut ccs: Vec<(i32, i32)> = TARGETS.iter().flat_map(|t| t.runs_on.iter().copied()).collect();
+        let n = ccs.len();
+        ccs.sort();
+        ccs.dedup();
+        assert_eq!(ccs.len(), n, "a compute capability in two rows");
+        for (i, t) in TARGETS.iter().enumerate() {
+            assert!(TARGETS[..i].iter().all(|u| u.name != t.name), "{} twice", t.name);
+            assert!(!t.runs_on.is_empty() && !t.gencode.is_empty(), "{}", t.name);
+            // The SASS nvcc writes is the row's name, so build_info, cfgs and cuobjdump agree.
+            assert!(t.gencode.iter().all(|g| g.ends_with(&format!("code={}", t.name))), "{}", t.name);
+            // Every compute capability it runs on parses back to it.
+            for &cc in t.runs_on {
+                assert_eq!(parse_target(&cc_name(cc)), Some(t));
+            }
+        }
+    }
+
+    #[test]
+    fn every_back_end_has_a_row() {
+        for b in MlaArch::ALL {
+            assert!(!b.targets().is_empty(), "{b:?}");
+        }
+        for b in Nvfp4Arch::ALL {
+            assert!(!b.targets().is_empty(), "{b:?}");
+        }
+    }
+
+    #[test]
+    fn names_people_type_find_their_row() {
+        let name = |s: &str| parse_target(s).map(|t| t.name);
+        assert_eq!(name("sm_90a"), Some("sm_90a"));
+        assert_eq!(name("sm_90"), Some("sm_90a"));
+        assert_eq!(name("sm90"), Some("sm_90a"));
+        assert_eq!(name("90"), Some("sm_90a"));
+        // Arch-specific spellings of the family's GPUs (the names before the family rows).
+        assert_eq!(name("sm_100a"), Some("sm_100f"));
+        assert_eq!(name("sm_120a"), Some("sm_120f"));
+        // The GPUs the family targets add: B300 and DGX Spark.
+        assert_eq!(name("sm_103"), Some("sm_100f"));
+        assert_eq!(name("sm_103a"), Some("sm_100f"));
+        assert_eq!(name("sm_121"), Some("sm_120f"));
+        assert_eq!(name(" sm_100f "), Some("sm_100f"));
+        for bad in ["sm_89", "sm_80", "sm_110", "sm_101", "", "sm_", "sm_1000", "sm_10x", "all", "sm_9"] {
+            assert_eq!(name(bad), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn planning_takes_every_row_and_refuses_an_op_where_it_has_no_kernel() {
+        assert_eq!(plan_mla("sm_90").unwrap(), MlaArch::Sm90);
+        assert_eq!(plan_mla("sm_103").unwrap(), MlaArch::Sm100);
+        assert_eq!(plan_nvfp4("sm_121").unwrap(), Nvfp4Arch::Sm120);
+        assert_eq!("sm_100f".parse::<Nvfp4Arch>().unwrap(), Nvfp4Arch::Sm100);
+        // MLA has no sm_120 kernel: refused, naming every target it does have.
+        match plan_mla("sm_120") {
+            Err(Error::InvalidArgument { what, expected, got }) => {
+                assert_eq!((what.as_str(), got.as_str()), ("arch", "sm_120"));
+                assert!(expected.contains("sm_90a") && expected.contains("sm_100f") && !expected.contains("sm_120f"), "{expected}");
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(mla_for_abi(100).unwrap(), MlaArch::Sm100);
+        assert_eq!(mla_for_abi(103).unwrap(), MlaArch::Sm100);
+        assert_eq!(nvfp4_for_abi(121).unwrap(), Nvfp4Arch::Sm120);
+        for bad in [0, -1, 89, 120, 1000, i32::MIN, i32::MAX] {
+            assert!(matches!(mla_for_abi(bad), Err(Error::InvalidArgument { .. })), "{bad}");
+        }
+        assert!(matches!(nvfp4_for_abi(80), Err(Error::InvalidArgument { .. })));
+    }
+
+    #[test]
+    fn running_names_the_gpus_or_the_missing_build() {
+        match mla((12, 1)) {
+            Err(Error::ArchUnsupported { op, need, have }) => {
+                assert_eq!(op, "mla decode");
+                assert!(need.contains("sm_90") && need.contains("sm_100/sm_103"), "{need}");
+                assert!(have.starts_with("sm_121") && have.contains("DGX Spark"), "{have}");
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(nvfp4((8, 9)), Err(Error::ArchUnsupported { have, .. }) if have == "sm_89"));
+        for t in TARGETS {
+            for &cc in t.runs_on {
+                let r = target_for(Op::Kernels, cc);
+                if is_built(t) {
+                    assert_eq!(r.unwrap(), t);
+                } else {
+                    match r {
+                        Err(Error::ArchUnsupported { need, .. }) => assert!(need.contains(t.name), "{need}"),
+                        other => panic!("{other:?}"),
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn fp4_tensor_cores_are_the_blackwell_rows() {
+        for cc in [(10, 0), (10, 3), (12, 0), (12, 1)] {
+            assert!(require_fp4_tensor_cores("x", cc).is_ok(), "{cc:?}");
+        }
+        for cc in [(9, 0), (8, 9), (11, 0)] {
+            match require_fp4_tensor_cores("x", cc) {
+                Err(Error::ArchUnsupported { need, have, .. }) => {
+                    assert!(need.contains("Blackwell") && need.contains("sm_100/sm_103") && need.contains("sm_120/sm_121"), "{need}");
+                    assert_eq!(have, cc_name(cc));
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn back_ends_serialize_as_before() {
+        assert_eq!(serde_json::to_string(&MlaArch::Sm100).unwrap(), "\"sm100\"");
+        assert_eq!(serde_json::to_string(&Nvfp4Arch::Sm90).unwrap(), "\"sm90\"");
+        assert_eq!(serde_json::to_string(&Nvfp4Arch::Sm120).unwrap(), "\"sm120\"");
+    }
+}

@@ -1,0 +1,189 @@
+//! The one table of GPU targets: every arch graphsafe compiles kernels for, the compute
+//! capabilities its SASS runs on, and which back-end each op uses there (in the spirit of
+//! CUTLASS's `arch_mappings.h`).
+//!
+//! This file has no dependencies on purpose: `build.rs` includes it with `#[path]` to pick the
+//! nvcc targets, validate `GRAPHSAFE_CUDA_ARCHS` and the `// graphsafe-build: archs=` directives
+//! of `cuda-src/`, and emit the `graphsafe_arch` / `graphsafe_mla` / `graphsafe_nvfp4` cfgs; the
+//! crate re-exports it as [`crate::arch`], whose lookups drive run-time dispatch, the planners'
+//! arch arguments (CLI and C ABI) and `graphsafe doctor`. Both sides read the same rows, so the
+//! build and the dispatch cannot disagree about what runs where.
+//!
+//! Adding a GPU: a row here, plus kernels for a back-end that is new (an existing back-end needs
+//! none: units select rows by back-end, `archs=mla:sm100`), plus its SASS in `scripts/check-sass`
+//! if it brings a new back-end.
+
+/// MLA decode back-ends: a kernel family, not a GPU (every row naming one runs the same code).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum MlaArch {
+    /// Hopper: graphsafe's split-KV kernel + combine (bf16/fp16, pages of 64 or 128).
+    Sm90,
+    /// Blackwell datacenter: CUTLASS 4.2's kernel (bf16/fp16/fp8, 128 heads, pages ≤ 128, power of two).
+    Sm100,
+}
+
+impl MlaArch {
+    /// Every MLA back-end.
+    pub const ALL: [MlaArch; 2] = [MlaArch::Sm90, MlaArch::Sm100];
+
+    /// Its name in cfgs (`graphsafe_mla = "sm100"`), directives (`archs=mla:sm100`) and JSON.
+    pub const fn name(self) -> &'static str {
+        match self {
+            MlaArch::Sm90 => "sm90",
+            MlaArch::Sm100 => "sm100",
+        }
+    }
+}
+
+/// NVFP4 GEMM back-ends.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Nvfp4Arch {
+    /// Hopper: weight-only FP4 GEMM (bf16 activations).
+    Sm90,
+    /// Blackwell datacenter: CUTLASS block-scaled GEMM (tcgen05).
+    Sm100,
+    /// Blackwell GeForce / workstation / DGX Spark: CUTLASS block-scaled GEMM (warp-level MMA).
+    Sm120,
+}
+
+impl Nvfp4Arch {
+    /// Every NVFP4 back-end.
+    pub const ALL: [Nvfp4Arch; 3] = [Nvfp4Arch::Sm90, Nvfp4Arch::Sm100, Nvfp4Arch::Sm120];
+
+    /// Its name in cfgs (`graphsafe_nvfp4 = "sm120"`), directives (`archs=nvfp4:sm120`) and JSON.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Nvfp4Arch::Sm90 => "sm90",
+            Nvfp4Arch::Sm100 => "sm100",
+            Nvfp4Arch::Sm120 => "sm120",
+        }
+    }
+
+    /// Whether the GPUs it serves have FP4 tensor cores (block-scaled MMA), which is what cuDNN's
+    /// NVFP4 engines need too.
+    pub const fn fp4_tensor_cores(self) -> bool {
+        !matches!(self, Nvfp4Arch::Sm90)
+    }
+}
+
+/// One compile target: a row of [`TARGETS`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Target {
+    /// nvcc's name for the SASS (`code=`): the value of `GRAPHSAFE_CUDA_ARCHS`, of the
+    /// `// graphsafe-build: archs=` directives and of the `graphsafe_arch` cfg, and what
+    /// `build_info::archs()` and `cuobjdump` (`arch = …`) report.
+    pub name: &'static str,
+    /// nvcc `-gencode=` values (each becomes one `-gencode=<value>` flag).
+    pub gencode: &'static [&'static str],
+    /// The compute capabilities this SASS runs on: several for a family target (`sm_100f`: any
+    /// GPU of the sm_100 family). No compute capability is in two rows.
+    pub runs_on: &'static [(i32, i32)],
+    /// The GPUs, for messages; the first is the reference GPU of [`Target::sm_count`].
+    pub gpus: &'static str,
+    /// The MLA decode back-end here, `None` where MLA has no kernel.
+    pub mla: Option<MlaArch>,
+    /// The NVFP4 GEMM back-end here, `None` where NVFP4 has no kernel.
+    pub nvfp4: Option<Nvfp4Arch>,
+    /// The oldest CUDA toolkit whose nvcc compiles this target (family targets came in 12.9);
+    /// `build/toolchain.rs` refuses an older one for a build that selects the row.
+    pub min_cuda: (u32, u32),
+    /// SMs of the reference GPU: what planners assume when asked to plan for the row without
+    /// an SM count (`graphsafe plan nvfp4 --arch …`).
+    pub sm_count: u32,
+}
+
+/// Every target, in canonical order (the default build builds all of them; `GRAPHSAFE_CUDA_ARCHS`
+/// narrows it). Every row also builds the arch-neutral kernels (`archs=all`: MLA sanitizer and
+/// GPU reference, NVFP4 quantize, the graph-safety test kernels).
+///
+/// The Blackwell rows are family targets (CUDA 12.9+): `sm_100f` SASS runs on B200/GB200
+/// (sm_100) and B300/GB300 (sm_103), `sm_120f` on RTX 50 / RTX PRO (sm_120) and DGX Spark
+/// (sm_121). CUTLASS 4.2 enables its tcgen05 and block-scaled paths for them
+/// (`CUTLASS_ARCH_MMA_SM100F_ENABLED` / `SM120F_ENABLED`), and the kernels compile to the same
+/// instructions as for `sm_100a` / `sm_120a` (docs/ARCHITECTURE.md, "Kernels per arch").
+pub const TARGETS: &[Target] = &[
+    Target {
+        name: "sm_90a",
+        gencode: &["arch=compute_90a,code=sm_90a"],
+        runs_on: &[(9, 0)],
+        gpus: "H100, H200, GH200",
+        mla: Some(MlaArch::Sm90),
+        nvfp4: Some(Nvfp4Arch::Sm90),
+        min_cuda: (12, 0),
+        sm_count: 132,
+    },
+    Target {
+        name: "sm_100f",
+        gencode: &["arch=compute_100f,code=sm_100f"],
+        runs_on: &[(10, 0), (10, 3)],
+        gpus: "B200, GB200, B300, GB300",
+        mla: Some(MlaArch::Sm100),
+        nvfp4: Some(Nvfp4Arch::Sm100),
+        min_cuda: (12, 9),
+        sm_count: 148,
+    },
+    Target {
+        name: "sm_120f",
+        gencode: &["arch=compute_120f,code=sm_120f"],
+        runs_on: &[(12, 0), (12, 1)],
+        gpus: "RTX 50, RTX PRO Blackwell, DGX Spark",
+        mla: None,
+        nvfp4: Some(Nvfp4Arch::Sm120),
+        min_cuda: (12, 9),
+        sm_count: 170,
+    },
+];
+
+/// The row whose SASS runs on compute capability `cc`.
+pub fn target_for_cc(cc: (i32, i32)) -> Option<&'static Target> {
+    TARGETS.iter().find(|t| t.runs_on.contains(&cc))
+}
+
+/// The row named `name` exactly (`"sm_100f"`).
+pub fn target_named(name: &str) -> Option<&'static Target> {
+    TARGETS.iter().find(|t| t.name == name)
+}
+
+/// A row by any name a person would type: its own (`sm_100f`), a compute capability (`sm_103`,
+/// `sm103`, `103`), or a compute capability's arch-specific or family spelling (`sm_100a`,
+/// `sm_121f`): the row whose SASS runs there.
+pub fn parse_target(s: &str) -> Option<&'static Target> {
+    let s = s.trim();
+    if let Some(t) = target_named(s) {
+        return Some(t);
+    }
+    target_for_cc(parse_cc(s)?)
+}
+
+/// `sm_103`, `sm103`, `103`, `sm_100a`, `sm_121f` → the compute capability (major, minor).
+pub fn parse_cc(s: &str) -> Option<(i32, i32)> {
+    let digits = s.strip_prefix("sm_").or_else(|| s.strip_prefix("sm")).unwrap_or(s);
+    let digits = digits.strip_suffix(['a', 'f']).unwrap_or(digits);
+    if digits.len() < 2 || digits.len() > 3 || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let n: i32 = digits.parse().ok()?;
+    Some((n / 10, n % 10))
+}
+
+/// `(10, 3)` → `"sm_103"`: how messages name a compute capability.
+pub fn cc_name(cc: (i32, i32)) -> String {
+    format!("sm_{}{}", cc.0, cc.1)
+}
+
+impl Target {
+    /// `"sm_100/sm_103"`: the compute capabilities, as messages name them.
+    pub fn runs_on_names(&self) -> String {
+        self.runs_on.iter().map(|&cc| cc_name(cc)).collect::<Vec<_>>().join("/")
+    }
+
+    /// `"sm_100/sm_103 (B200, GB200, B300, GB300)"`.
+    pub fn describe(&self) -> String {
+        format!("{} ({})", self.runs_on_names(), self.gpus)
+    }
+}
+
+/// The canonical names of every row, comma separated (messages, the default arch set).
+pub fn all_target_names() -> String {
+    TARGETS.iter().map(|t| t.name).collect::<Vec<_>>().join(",")
+}
