@@ -48,3 +48,9 @@ fn a_graph_keeps_its_kernels_module_loaded() {
     let Some((ctx, mut stream)) = gpu() else { return };
     soundness::a_graph_keeps_its_kernels_module_loaded(&ctx, &mut stream);
 }
+
+#[test]
+fn a_context_synchronize_during_a_capture_is_refused() {
+    let Some((ctx, mut stream)) = gpu() else { return };
+    soundness::a_context_synchronize_during_a_capture_is_refused(&ctx, &mut stream);
+}

@@ -74,3 +74,14 @@ fn memory_of_another_device_is_refused() {
     soundness::memory_of_another_device_is_refused(&ctx0, &ctx1);
     no_violations(s);
 }
+
+#[test]
+fn a_context_synchronize_during_a_capture_is_refused() {
+    let (_g, s) = exclusive();
+    let ctx = Context::new(0).expect("the stand-in's device 0");
+    let mut stream = Stream::new(&ctx).unwrap();
+    let before = s.calls("cuCtxSynchronize");
+    soundness::a_context_synchronize_during_a_capture_is_refused(&ctx, &mut stream);
+    assert_eq!(s.calls("cuCtxSynchronize"), before + 1, "only the synchronize after the capture reached the driver");
+    no_violations(s);
+}

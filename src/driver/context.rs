@@ -191,11 +191,25 @@ impl Context {
     }
 
     /// Waits for all work in the context.
+    ///
+    /// Refused with [`Error::StreamCapturing`] while a graphsafe capture of this context is open,
+    /// on any thread: a context-wide synchronize is illegal in a capture on the calling thread and,
+    /// on the H200, invalidated captures other threads had open. No capture can begin while it
+    /// waits (it holds the context's free gate). A capture leaked with `mem::forget` stays open,
+    /// so it keeps this refused; wait for streams with [`Stream::synchronize`](crate::driver::Stream::synchronize).
     pub fn synchronize(&self) -> Result<()> {
+        let gate = self.free_gate();
+        if gate.open_captures > 0 {
+            return Err(crate::Error::StreamCapturing {
+                detail: format!("{} graphsafe capture(s) open in this context; a context synchronize would invalidate them", gate.open_captures),
+            });
+        }
         let _current = self.enter()?;
         let f = init()?.cuCtxSynchronize()?;
         // SAFETY: no arguments.
-        check(unsafe { (f.f)() }, f.name)
+        let r = check(unsafe { (f.f)() }, f.name);
+        drop(gate);
+        r
     }
 }
 

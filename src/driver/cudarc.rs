@@ -30,8 +30,8 @@
 //! unchanged, and every graph and executable that captured it keeps the slice alive: the engine
 //! may drop every cudarc handle it had, and replays still read and write the same memory. The
 //! slice is dropped (cudarc then frees it: `cuMemFreeAsync` on its stream, or a synchronous free)
-//! when the last graphsafe holder goes, after the context synchronize that precedes every free
-//! graphsafe does, so no work of graphsafe's can still be using it.
+//! when the last graphsafe holder goes, after the wait for graphsafe's streams that precedes every
+//! free graphsafe does, so no work of graphsafe's can still be using it.
 //!
 //! A region of a slice (what a `CudaView` names) is a [`crate::ops::tensor::Tensor`] with an
 //! offset over the adopted slice: a view borrows its slice, so it cannot be handed over for a
@@ -49,7 +49,7 @@
 //!    graphsafe holds its share, cudarc can only read it, and a read issued on the stream graphsafe
 //!    used (a [`Stream::from_cudarc`] stream is the same `CUstream`) is ordered after graphsafe's
 //!    work by stream order;
-//! 3. the free happens after a context synchronize (graphsafe dropping the last share), or later,
+//! 3. the free happens after graphsafe's streams drained (graphsafe dropping the last share), or later,
 //!    by cudarc, if the engine still holds one: either way after all of graphsafe's work.
 //!
 //! What stays the engine's job is what it is for graphsafe's own buffers: to read a buffer on
@@ -173,9 +173,10 @@ impl DeviceBuffer {
     ///
     /// Waits for the context first, so every pending cudarc use of the slice (its allocation, its
     /// copies and kernels on any stream) is finished before graphsafe can touch it. Call it when
-    /// setting up, not per step, and not while a capture is open. See the module docs for why
-    /// cudarc's event tracking needs nothing more. Refused: an empty slice, a slice of another
-    /// context, a size that overflows `usize`, a slice whose stream is being captured.
+    /// setting up, not per step. See the module docs for why cudarc's event tracking needs nothing
+    /// more. Refused: an empty slice, a slice of another context, a size that overflows `usize`, a
+    /// slice whose stream is being captured, and (`StreamCapturing`) any graphsafe capture open in
+    /// the context, whose capture the context-wide wait would invalidate.
     pub fn from_cudarc<T: 'static>(ctx: &Arc<Context>, slice: impl Into<Arc<CudaSlice<T>>>) -> Result<DeviceBuffer> {
         one_driver()?;
         let slice: Arc<CudaSlice<T>> = slice.into();
@@ -191,7 +192,7 @@ impl DeviceBuffer {
             return Err(Error::invalid("slice", "at least 1 byte", 0));
         }
         // Reading the address makes cudarc wait for and record events on the slice's stream: that
-        // must not land in a capture, and a context synchronize is refused during one anyway.
+        // must not land in a capture, and `Context::synchronize` is refused while any is open.
         refuse_capturing(ctx, slice.stream())?;
         ctx.synchronize()?;
         // cudarc hands the address out only with its event bookkeeping: on the slice's own stream

@@ -290,7 +290,7 @@ impl DeviceBuffer {
 
     /// A buffer over memory another library allocated, kept alive by `owner` (the library's handle)
     /// for as long as this buffer, its clones and every graph that captured it live; `owner` is
-    /// dropped, in place of the free, after the context synchronize that precedes every free.
+    /// dropped, in place of the free, after the wait for graphsafe's streams that precedes every free.
     ///
     /// # Safety
     /// `[ptr, ptr + bytes)` (`bytes` > 0) must be device memory of `ctx` that stays allocated while

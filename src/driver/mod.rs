@@ -39,7 +39,7 @@ pub type DevicePtr = c::CUdeviceptr;
 /// A value outside graphsafe that owns a driver object graphsafe uses (with the `cudarc` feature:
 /// cudarc's context, stream or slice). graphsafe never looks inside it; it only holds it, so the
 /// object outlives graphsafe's use of its handle, and drops it when graphsafe is done (for memory:
-/// after the context synchronize that precedes every free, in place of `cuMemFree`).
+/// after the wait for graphsafe's streams that precedes every free, in place of `cuMemFree`).
 #[derive(Clone)]
 #[cfg_attr(not(feature = "cudarc"), allow(dead_code))]
 pub(crate) struct ForeignOwner(

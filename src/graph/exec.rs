@@ -194,7 +194,7 @@ impl Drop for GraphExec {
             let _current = self.ctx.enter()?;
             let f = init()?.cuGraphExecDestroy()?;
             // SAFETY: we instantiated it; an in-flight launch is freed by the driver on completion,
-            // and the buffers it uses are freed after this, each after a context synchronize.
+            // and the buffers it uses are freed after this, each once graphsafe's streams have drained.
             check(unsafe { (f.f)(self.raw) }, f.name)
         })();
         log_drop_error("cuGraphExecDestroy", r);

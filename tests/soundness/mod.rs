@@ -130,6 +130,22 @@ pub fn a_leaked_capture_makes_eager_apis_refuse_the_stream(ctx: &Arc<Context>, o
     unsafe { (api.cuGraphDestroy().unwrap().f)(g) };
 }
 
+/// A context-wide synchronize while a capture of the context is open (on this thread or another)
+/// is refused, and the capture is not disturbed: it still ends with the work recorded before.
+pub fn a_context_synchronize_during_a_capture_is_refused(ctx: &Arc<Context>, stream: &mut Stream) {
+    let k = TestKernels::load(ctx).unwrap();
+    let cap = stream.begin_capture(CaptureMode::ThreadLocal).unwrap();
+    k.empty_captured(&cap).unwrap();
+    expect_capturing(ctx.synchronize(), "Context::synchronize on the capturing thread");
+    let other = ctx.clone();
+    let from_another_thread = std::thread::spawn(move || other.synchronize()).join().unwrap();
+    expect_capturing(from_another_thread, "Context::synchronize on another thread");
+    let graph = cap.end().expect("the capture survived both refusals");
+    assert_eq!(graph.node_kinds().unwrap(), [NodeKind::Kernel], "the capture holds exactly the launch recorded before");
+    drop(graph);
+    ctx.synchronize().expect("allowed again once the capture is over");
+}
+
 fn current() -> c::CUcontext {
     let api = graphsafe::sys::driver::api().unwrap();
     let mut cur = std::ptr::null_mut();
