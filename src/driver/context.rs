@@ -192,7 +192,7 @@ impl Context {
 
     /// Waits for all work in the context.
     ///
-    /// Refused with [`Error::StreamCapturing`] while a graphsafe capture of this context is open,
+    /// Refused with [`Error::StreamCapturing`](crate::Error::StreamCapturing) while a graphsafe capture of this context is open,
     /// on any thread: a context-wide synchronize is illegal in a capture on the calling thread and,
     /// on the H200, invalidated captures other threads had open. No capture can begin while it
     /// waits (it holds the context's free gate). A capture leaked with `mem::forget` stays open,
