@@ -85,3 +85,85 @@ fn a_context_synchronize_during_a_capture_is_refused() {
     assert_eq!(s.calls("cuCtxSynchronize"), before + 1, "only the synchronize after the capture reached the driver");
     no_violations(s);
 }
+
+/// A stream handle graphsafe already wraps cannot be wrapped again, through the Rust API or the C
+/// ABI: two wrappers would have two capture markers (and two C ABI stream locks), so a replay or
+/// an eager op through one could land in a capture open through the other.
+#[test]
+fn a_stream_graphsafe_already_wraps_cannot_be_adopted_again() {
+    let (_g, s) = exclusive();
+    let ctx = Context::new(0).expect("the stand-in's device 0");
+    let stream = Stream::new(&ctx).unwrap();
+    // SAFETY: a live stream of ctx that outlives the attempt.
+    let twice = unsafe { Stream::adopt(&ctx, stream.raw()) };
+    assert!(matches!(twice, Err(graphsafe::Error::InvalidArgument { .. })), "adopted a wrapped stream: {twice:?}");
+    // Once the first wrapper is gone, the handle may be wrapped again (here: an engine's stream).
+    let api = graphsafe::sys::driver::api().unwrap();
+    let mut raw: graphsafe::sys::cuda::CUstream = std::ptr::null_mut();
+    {
+        let _cur = ctx.enter().unwrap();
+        // SAFETY: out-pointer to a local.
+        unsafe { (api.cuStreamCreate().unwrap().f)(&mut raw, 1) };
+    }
+    // SAFETY: raw is a live stream of ctx, destroyed below after every wrapper is gone.
+    let first = unsafe { Stream::adopt(&ctx, raw) }.unwrap();
+    // SAFETY: as above.
+    assert!(unsafe { Stream::adopt(&ctx, raw) }.is_err(), "a second wrapper of an adopted stream");
+    drop(first);
+    // SAFETY: as above.
+    drop(unsafe { Stream::adopt(&ctx, raw) }.expect("wrapping again after the first wrapper dropped"));
+
+    // The C ABI: a handle's raw stream adopted as a second handle is refused.
+    use graphsafe::capi::*;
+    // SAFETY: out-pointers to locals; handles made here.
+    unsafe {
+        let mut c = std::mem::zeroed::<GraphsafeContext>();
+        assert_eq!(graphsafe_context_create(0, &mut c), GRAPHSAFE_OK);
+        let mut h = std::mem::zeroed::<GraphsafeStream>();
+        assert_eq!(graphsafe_stream_create(c, &mut h), GRAPHSAFE_OK);
+        let mut cu: *mut std::ffi::c_void = std::ptr::null_mut();
+        assert_eq!(graphsafe_stream_raw(h, &mut cu), GRAPHSAFE_OK);
+        let mut second = std::mem::zeroed::<GraphsafeStream>();
+        assert_eq!(graphsafe_stream_adopt(c, cu, &mut second), GRAPHSAFE_ERROR_INVALID_ARGUMENT);
+        assert_eq!(graphsafe_stream_destroy(h), GRAPHSAFE_OK);
+        assert_eq!(graphsafe_context_destroy(c), GRAPHSAFE_OK);
+    }
+    {
+        let _cur = ctx.enter().unwrap();
+        // SAFETY: made above; no wrapper of it is left.
+        unsafe { (api.cuStreamDestroy().unwrap().f)(raw) };
+    }
+    no_violations(s);
+}
+
+/// Frees wait only for the streams graphsafe lists, so dropping a stream (created or adopted)
+/// first waits for the work graphsafe queued on it: a free right after the drop can then not
+/// return memory a kernel queued there still uses.
+#[test]
+fn dropping_a_stream_waits_for_its_work_before_it_leaves_the_free_gate() {
+    let (_g, s) = exclusive();
+    let ctx = Context::new(0).expect("the stand-in's device 0");
+    let stream = Stream::new(&ctx).unwrap();
+    let before = s.calls("cuStreamSynchronize");
+    drop(stream);
+    assert_eq!(s.calls("cuStreamSynchronize"), before + 1, "a created stream was dropped without waiting for it");
+    // An engine's own stream, adopted.
+    let api = graphsafe::sys::driver::api().unwrap();
+    let mut raw: graphsafe::sys::cuda::CUstream = std::ptr::null_mut();
+    {
+        let _cur = ctx.enter().unwrap();
+        // SAFETY: out-pointer to a local.
+        unsafe { (api.cuStreamCreate().unwrap().f)(&mut raw, 1) };
+    }
+    // SAFETY: raw is a live stream of ctx, destroyed below.
+    let adopted = unsafe { Stream::adopt(&ctx, raw) }.unwrap();
+    let before = s.calls("cuStreamSynchronize");
+    drop(adopted);
+    assert_eq!(s.calls("cuStreamSynchronize"), before + 1, "an adopted stream was dropped without waiting for it");
+    {
+        let _cur = ctx.enter().unwrap();
+        // SAFETY: made above; its wrapper is gone.
+        unsafe { (api.cuStreamDestroy().unwrap().f)(raw) };
+    }
+    no_violations(s);
+}

@@ -160,16 +160,22 @@ impl Context {
         self.gate.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    pub(crate) fn register_stream(&self, raw: c::CUstream) {
-        self.free_gate().streams.push(raw as usize);
+    /// Lists `raw` among graphsafe's streams of this context; `false` (nothing changed) when a
+    /// graphsafe `Stream` already wraps it. One wrapper per handle is what makes the stream's
+    /// capture marker, and the C ABI's stream lock, the only ones for that handle.
+    pub(crate) fn register_stream(&self, raw: c::CUstream) -> bool {
+        let mut g = self.free_gate();
+        if g.streams.contains(&(raw as usize)) {
+            return false;
+        }
+        g.streams.push(raw as usize);
+        true
     }
 
     /// Forgets `raw` and runs `destroy` (its `cuStreamDestroy`) under the gate, so that no free is
     /// synchronizing the stream while it goes.
     pub(crate) fn unregister_stream(&self, raw: c::CUstream, destroy: impl FnOnce()) {
         let mut g = self.free_gate();
-        // One entry per `Stream` value: an adopted second wrapper of the same handle leaves its
-        // own entry only.
         if let Some(i) = g.streams.iter().position(|&s| s == raw as usize) {
             g.streams.swap_remove(i);
         }

@@ -136,7 +136,7 @@ fn release(block: Block, ctx: &Arc<Context>) {
 
 /// Waits for each stream (relaxed capture mode, `ctx` current). `Ok(false)`, having waited for
 /// none, when the driver reports one of them capturing (a capture begun outside graphsafe).
-fn synchronize_streams(ctx: &Context, streams: &[usize]) -> Result<bool> {
+pub(crate) fn synchronize_streams(ctx: &Context, streams: &[usize]) -> Result<bool> {
     let _current = ctx.enter()?;
     let _relaxed = RelaxedCaptureMode::enter()?;
     let a = init()?;

@@ -17,6 +17,8 @@ pub struct Stream {
     raw: c::CUstream,
     ctx: Arc<Context>,
     owned: bool,
+    // Listed in the context's free gate (every value but `unlisted`'s).
+    registered: bool,
     // The id of the graphsafe capture open on this stream; 0 when none.
     capture: AtomicU64,
     // What keeps an adopted stream alive (cudarc's `Arc<CudaStream>`).
@@ -37,8 +39,10 @@ impl Stream {
         let mut raw = std::ptr::null_mut();
         // SAFETY: out-pointer to a local.
         check(unsafe { (f.f)(&mut raw, c::CUstream_flags::CU_STREAM_NON_BLOCKING.0) }, f.name)?;
-        ctx.register_stream(raw);
-        Ok(Stream { raw, ctx: ctx.clone(), owned: true, capture: AtomicU64::new(0), _owner: None })
+        // A handle the driver just made is wrapped by nobody else.
+        let fresh = ctx.register_stream(raw);
+        debug_assert!(fresh, "cuStreamCreate returned a handle graphsafe still wraps");
+        Ok(Stream { raw, ctx: ctx.clone(), owned: true, registered: true, capture: AtomicU64::new(0), _owner: None })
     }
 
     /// Wraps a stream the caller owns (an engine's existing `CUstream`); it is not destroyed on drop.
@@ -49,6 +53,11 @@ impl Stream {
     /// capture on it while graphsafe replays a graph on it ([`crate::graph::GraphExec::launch`]
     /// only checks graphsafe's own captures, to stay as cheap as a raw `cuGraphLaunch`; every other
     /// eager call also asks the driver).
+    ///
+    /// Refused (`InvalidArgument`): the legacy and per-thread default streams, and a handle another
+    /// graphsafe `Stream` (created or adopted, C ABI handles included) already wraps: two wrappers
+    /// would each have their own capture marker, so one could replay or enqueue into the other's
+    /// open capture. Drop the first wrapper, or share it.
     pub unsafe fn adopt(ctx: &Arc<Context>, raw: c::CUstream) -> Result<Stream> {
         // SAFETY: the caller's promise, passed on.
         unsafe { Stream::adopt_owned(ctx, raw, None) }
@@ -66,8 +75,20 @@ impl Stream {
                 format!("{raw:?}"),
             ));
         }
-        ctx.register_stream(raw);
-        Ok(Stream { raw, ctx: ctx.clone(), owned: false, capture: AtomicU64::new(0), _owner: owner })
+        if !ctx.register_stream(raw) {
+            return Err(Error::invalid("stream", "a stream no other graphsafe Stream wraps", format!("{raw:?}, already wrapped")));
+        }
+        Ok(Stream { raw, ctx: ctx.clone(), owned: false, registered: true, capture: AtomicU64::new(0), _owner: owner })
+    }
+
+    /// A wrapper of `raw` that graphsafe does not list among its streams and that does nothing on
+    /// drop: for the deliberately unguarded test path (`TestKernels::split_k_gemv_raw`), which
+    /// launches on a handle a registered `Stream` may already wrap.
+    ///
+    /// # Safety
+    /// As [`Stream::adopt`]; the value must not outlive the call it was made for.
+    pub(crate) unsafe fn unlisted(ctx: &Arc<Context>, raw: c::CUstream) -> Stream {
+        Stream { raw, ctx: ctx.clone(), owned: false, registered: false, capture: AtomicU64::new(0), _owner: None }
     }
 
     /// The raw handle.
@@ -137,7 +158,16 @@ impl Stream {
 
 impl Drop for Stream {
     fn drop(&mut self) {
+        if !self.registered {
+            return;
+        }
         let (raw, owned) = (self.raw, self.owned);
+        // Frees wait only for listed streams, so the work graphsafe enqueued here (eager ops, graph
+        // replays) must be over before the stream leaves the list: otherwise a free right after
+        // this drop could return memory a queued kernel still uses (cuStreamDestroy does not wait).
+        // Not while it is capturing (a leaked capture: then every free of the context is deferred
+        // anyway, or one begun outside graphsafe, against `adopt`'s contract).
+        log_drop_error("waiting for the stream before it is dropped", super::memory::synchronize_streams(&self.ctx, &[raw as usize]).map(drop));
         self.ctx.unregister_stream(raw, || {
             if !owned {
                 return;
