@@ -5,3 +5,12 @@ fn captured_workspaces_cannot_grow() {
     let t = trybuild::TestCases::new();
     t.compile_fail("tests/compile_fail/*.rs");
 }
+
+/// With the `cudarc` feature: adopting a cudarc stream is `unsafe` (the engine can still reach it
+/// through cudarc's safe API while graphsafe captures).
+#[cfg(feature = "cudarc")]
+#[test]
+fn cudarc_streams_are_adopted_with_unsafe() {
+    let t = trybuild::TestCases::new();
+    t.compile_fail("tests/compile_fail_cudarc/*.rs");
+}

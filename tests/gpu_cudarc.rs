@@ -102,7 +102,8 @@ fn both_crates_share_one_driver_one_context_and_the_memory() {
 
     // Memory crosses both ways on one stream: cudarc writes, graphsafe reads; graphsafe writes,
     // cudarc reads (after graphsafe's work, by stream order).
-    let stream = Stream::from_cudarc(&ctx, &cs).unwrap();
+    // SAFETY: this test issues no cudarc work to `cs` while a graphsafe capture is open on it.
+    let stream = unsafe { Stream::from_cudarc(&ctx, &cs) }.unwrap();
     assert_eq!(stream.raw() as usize, cs.cu_stream() as usize);
     let data: Vec<u32> = (0..4096u32).map(|i| i.wrapping_mul(2654435761)).collect();
     let slice = Arc::new(cs.clone_htod(&data).unwrap());
@@ -113,11 +114,13 @@ fn both_crates_share_one_driver_one_context_and_the_memory() {
     assert_eq!(cs.clone_dtoh(&*slice).unwrap(), vec![0x0102_0304u32; 4096]);
 
     // Refusals: cudarc's legacy stream, and objects of another context.
-    expect_invalid(Stream::from_cudarc(&ctx, &cctx.default_stream()), "legacy");
+    // SAFETY: refused before anything is adopted.
+    expect_invalid(unsafe { Stream::from_cudarc(&ctx, &cctx.default_stream()) }, "legacy");
     let other = CudaContext::new_non_primary(0, 0).unwrap();
     let other_stream = other.new_stream().unwrap();
     let foreign = other_stream.alloc_zeros::<u8>(64).unwrap();
-    expect_invalid(Stream::from_cudarc(&ctx, &other_stream), "another context");
+    // SAFETY: refused before anything is adopted.
+    expect_invalid(unsafe { Stream::from_cudarc(&ctx, &other_stream) }, "another context");
     expect_invalid(DeviceBuffer::from_cudarc(&ctx, foreign), "another context");
     cctx.bind_to_thread().unwrap();
 }
@@ -290,7 +293,8 @@ fn a_captured_mla_decode_and_w4a16_over_cudarc_memory_replay_after_the_engine_dr
     if !hopper(&ctx) {
         return;
     }
-    let mut stream = Stream::from_cudarc(&ctx, &cs).unwrap();
+    // SAFETY: this test issues no cudarc work to `cs` while a graphsafe capture is open on it.
+    let mut stream = unsafe { Stream::from_cudarc(&ctx, &cs) }.unwrap();
     let s = step(16, 64, vec![1000, 1, 333, 2048], 1024, 7);
     let (m, n) = (s.batch * s.heads, s.n);
 
@@ -480,7 +484,8 @@ fn cudarcs_own_graphs_keep_only_the_stream_alive_graphsafes_keep_the_slices() {
 
     // graphsafe, same allocator and sizes: capture a memset of a slice handed over, drop every
     // handle; the executable holds the slice, so no allocation can get its address.
-    let mut stream = Stream::from_cudarc(&ctx, &cs).unwrap();
+    // SAFETY: this test issues no cudarc work to `cs` while a graphsafe capture is open on it.
+    let mut stream = unsafe { Stream::from_cudarc(&ctx, &cs) }.unwrap();
     let z = cs.alloc_zeros::<u32>(N).unwrap();
     let z_addr = addr(&z, &cs);
     let zb = DeviceBuffer::from_cudarc(&ctx, z).unwrap();

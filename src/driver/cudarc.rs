@@ -9,8 +9,10 @@
 //!                    ──DeviceBuffer::from_cudarc─▶ DeviceBuffer   holds the slice; the engine may drop its handles
 //! ```
 //!
-//! Nothing here is `unsafe` to call: each graphsafe value holds the cudarc `Arc` it was made from,
-//! so the handle it wraps stays valid for as long as graphsafe uses it.
+//! Each graphsafe value holds the cudarc `Arc` it was made from, so the handle it wraps stays valid
+//! for as long as graphsafe uses it. [`Stream::from_cudarc`] alone is `unsafe`: the engine keeps
+//! its own handle of the stream and cudarc's safe API can issue work to it while a graphsafe capture
+//! is open, and that work (with memory no graph keeps alive) would be recorded into the graph.
 //!
 //! # One driver
 //!
@@ -148,9 +150,13 @@ impl Stream {
     /// engine's cudarc work on it by stream order. cudarc's default (legacy) and per-thread streams
     /// are refused: they cannot be captured safely.
     ///
-    /// While a graphsafe capture is open on it, the engine must not issue cudarc work to `stream`
-    /// (see the module docs: graphsafe cannot see cudarc's calls).
-    pub fn from_cudarc(ctx: &Arc<Context>, stream: &Arc<CudaStream>) -> Result<Stream> {
+    /// # Safety
+    ///
+    /// While a graphsafe capture is open on the returned stream, the engine must not issue work to
+    /// `stream` through cudarc (or any other handle of the same `CUstream`): graphsafe cannot see
+    /// those calls, the capture would record them, and the graph would keep none of their memory
+    /// alive. Outside captures, cudarc work on `stream` is fine and ordered with graphsafe's.
+    pub unsafe fn from_cudarc(ctx: &Arc<Context>, stream: &Arc<CudaStream>) -> Result<Stream> {
         one_driver()?;
         let stream_ctx: c::CUcontext = stream.context().cu_ctx().cast();
         if stream_ctx != ctx.raw() {
@@ -159,8 +165,8 @@ impl Stream {
         let raw: c::CUstream = stream.cu_stream().cast();
         // SAFETY: `raw` is a live stream of `ctx` (checked above) that the returned value keeps
         // alive by holding `stream`; adopt_owned refuses the legacy and per-thread handles. The
-        // rest of Stream::adopt's contract (no foreign work during a graphsafe capture) is the rule
-        // this function's docs give the engine, as cudarc's own captures need it too.
+        // rest of Stream::adopt's contract (no foreign work during a graphsafe capture) is this
+        // function's own `# Safety` contract, which the caller accepted.
         unsafe { Stream::adopt_owned(ctx, raw, Some(ForeignOwner(stream.clone(), None))) }
     }
 }
