@@ -101,7 +101,10 @@
 #define GRAPHSAFE_ERROR_PANIC -15
 
 /**
- * Capture modes (CUDA's `CUstreamCaptureMode`).
+ * Capture modes (after CUDA's `CUstreamCaptureMode`). GLOBAL: graphsafe refuses its own
+ * allocations on every thread while the capture is open; the driver's capture is begun
+ * thread-local, because driver 580 crashes when two threads capture in its global mode (see
+ * `graphsafe::graph::CaptureMode::Global`).
  */
 #define GRAPHSAFE_CAPTURE_GLOBAL 0
 

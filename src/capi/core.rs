@@ -79,7 +79,10 @@ pub struct GraphsafeDeviceInfo {
     pub total_memory: u64,
 }
 
-/// Capture modes (CUDA's `CUstreamCaptureMode`).
+/// Capture modes (after CUDA's `CUstreamCaptureMode`). GLOBAL: graphsafe refuses its own
+/// allocations on every thread while the capture is open; the driver's capture is begun
+/// thread-local, because driver 580 crashes when two threads capture in its global mode (see
+/// `graphsafe::graph::CaptureMode::Global`).
 pub const GRAPHSAFE_CAPTURE_GLOBAL: c_int = 0;
 /// Potentially unsafe calls refused on the capturing thread only (the usual choice).
 pub const GRAPHSAFE_CAPTURE_THREAD_LOCAL: c_int = 1;

@@ -65,8 +65,8 @@ fn begin_capture(stream: &Stream, mode: CaptureMode) -> Result<CaptureId> {
     let begin = || {
         let _current = stream.context().enter()?;
         let f = init()?.cuStreamBeginCapture()?;
-        // SAFETY: live stream; mode is a valid enum value.
-        check(unsafe { (f.f)(stream.raw(), mode.raw()) }, f.name)
+        // SAFETY: live stream; the mode is a valid enum value.
+        check(unsafe { (f.f)(stream.raw(), mode.driver_mode()) }, f.name)
     };
     // A global capture forbids allocations on every thread: none may be in flight as it begins.
     let begun = if mode == CaptureMode::Global { crate::driver::memory::begin_global_capture(begin) } else { begin() };

@@ -48,11 +48,19 @@ pub(crate) struct KeepList {
     pub modules: Vec<Arc<Module>>,
 }
 
-/// Which other threads' calls a capture forbids (the driver's `CUstreamCaptureMode`).
+/// Which other threads' calls a capture forbids (after the driver's `CUstreamCaptureMode`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum CaptureMode {
-    /// Potentially unsafe calls (e.g. `cuMemAlloc`) are refused on every thread while this
-    /// capture is open.
+    /// graphsafe refuses its own potentially unsafe calls (allocations: `StreamCapturing`) on
+    /// every thread while this capture is open, as well as the capturing thread's.
+    ///
+    /// The driver capture itself is begun thread-local: NVIDIA's driver 580 (CUDA 13.0, seen on
+    /// an H200) crashes inside libcuda (SIGSEGV in `cuGraphExecDestroy`, `cuGraphInstantiate`,
+    /// `cuMemAlloc`, `cuStreamSynchronize`) when two threads each capture in the driver's global
+    /// mode and instantiate or destroy graphs; `tests/capi/driver_global_capture.cpp` is the
+    /// driver-only program that shows it. So the driver does not refuse calls made outside
+    /// graphsafe on other threads during this capture; none of them can make a graphsafe graph
+    /// touch memory it does not keep.
     Global,
     /// Refused on this thread only: the default, what engines capturing per thread want.
     #[default]
@@ -62,10 +70,10 @@ pub enum CaptureMode {
 }
 
 impl CaptureMode {
-    fn raw(self) -> c::CUstreamCaptureMode {
+    /// The mode the driver's capture is begun in (see [`CaptureMode::Global`]).
+    fn driver_mode(self) -> c::CUstreamCaptureMode {
         match self {
-            CaptureMode::Global => c::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_GLOBAL,
-            CaptureMode::ThreadLocal => c::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL,
+            CaptureMode::Global | CaptureMode::ThreadLocal => c::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL,
             CaptureMode::Relaxed => c::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED,
         }
     }

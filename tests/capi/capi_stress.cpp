@@ -51,17 +51,33 @@ void capture_session(int t, Rng& rng) {
   std::unique_lock<std::mutex> l(one_at_a_time, std::defer_lock);
   if (serial) l.lock();
   GraphsafeStream stream{pick(g.streams, rng).load()};
+  // CAPI_STRESS_OWN_CAPTURE_STREAM=1: each thread captures only a stream of its own (made at its
+  // first capture, destroyed at the teardown), never one the other threads use eagerly.
+  static const bool own = std::getenv("CAPI_STRESS_OWN_CAPTURE_STREAM") != nullptr;
+  if (own) {
+    if (g.own_streams[t] == 0) {
+      GraphsafeStream s{};
+      if (graphsafe_stream_create(g.ctx, &s) != OK) return fail(std::string("stream_create: ") + graphsafe_last_error());
+      g.own_streams[t] = s.id;
+    }
+    stream = GraphsafeStream{g.own_streams[t]};
+  }
+  // CAPI_STRESS_EMPTY_CAPTURES=1: begin and end only, nothing bound or captured in between.
+  static const bool empty = std::getenv("CAPI_STRESS_EMPTY_CAPTURES") != nullptr;
   const int modes[] = {GRAPHSAFE_CAPTURE_THREAD_LOCAL, GRAPHSAFE_CAPTURE_THREAD_LOCAL, GRAPHSAFE_CAPTURE_THREAD_LOCAL,
                        GRAPHSAFE_CAPTURE_RELAXED,      GRAPHSAFE_CAPTURE_RELAXED,      GRAPHSAFE_CAPTURE_GLOBAL};
   // CAPI_STRESS_NO_GLOBAL=1 leaves GLOBAL-mode captures out (to tell their effect apart).
   static const bool no_global = std::getenv("CAPI_STRESS_NO_GLOBAL") != nullptr;
   int mode = modes[rng.below(no_global ? 5 : 6)];
+  // CAPI_STRESS_MODE=<GRAPHSAFE_CAPTURE_*>: every capture in that one mode.
+  static const char* one_mode = std::getenv("CAPI_STRESS_MODE");
+  if (one_mode != nullptr) mode = std::atoi(one_mode);
   GraphsafeCapture cap{};
   if (call(t, CaptureBegin, [&] { return graphsafe_capture_begin(stream, mode, &cap); }) != OK) return;
   int captured_ops = 0;
   GraphsafeWorkspace bound{};
   std::string log;
-  for (uint64_t i = 0, n = rng.below(4); i < n; ++i) {
+  for (uint64_t i = 0, n = empty ? 0 : rng.below(4); i < n; ++i) {
     switch (rng.below(g.no_glue ? 3 : 5)) {
       case 0:
       case 1: {
@@ -117,12 +133,32 @@ void capture_session(int t, Rng& rng) {
   call(t, GraphDestroy, [&] { return graphsafe_graph_destroy(GraphsafeGraph{old}); });
 }
 
+// The worker's kinds of step, by the upper bound of their share of `op` (0..100), with the names
+// CAPI_STRESS_SKIP takes (a comma-separated list: those steps are left out, to tell apart which
+// calls a crash on a real driver needs).
+constexpr struct { uint64_t below; const char* name; } kSteps[] = {
+    {1, "context"},   {4, "stream_create"}, {6, "stream_destroy"}, {9, "sync"},       {14, "buffer_create"},
+    {16, "buffer_destroy"}, {20, "buffer_rw"}, {25, "canary"},     {29, "workspace_create"}, {35, "grow"},
+    {37, "workspace_info"}, {41, "workspace_destroy"}, {61, "glue"}, {65, "instantiate"}, {67, "graph_destroy"},
+    {75, "launch"},   {77, "exec_destroy"}, {100, "capture"}};
+
+bool skipped(uint64_t op) {
+  static const std::string skip = [] {
+    const char* s = std::getenv("CAPI_STRESS_SKIP");
+    return std::string(",") + (s ? s : "") + ",";
+  }();
+  for (const auto& k : kSteps)
+    if (op < k.below) return skip.find(std::string(",") + k.name + ",") != std::string::npos;
+  return false;
+}
+
 void worker(int t) {
   Rng rng(0x9E3779B97F4A7C15ull ^ (uint64_t(t + 1) << 32));
   while (!g.stop.load(std::memory_order_relaxed) && g.calls.load(std::memory_order_relaxed) < g.total) {
     GraphsafeStream stream{pick(g.streams, rng).load()};
     GraphsafeWorkspace ws{pick(g.workspaces, rng).load()};
     uint64_t op = rng.below(100);
+    if (skipped(op)) continue;
     if (op < 1) {
       GraphsafeContext c{};
       if (call(t, ContextCreate, [&] { return graphsafe_context_create(0, &c); }) == OK) {
@@ -334,7 +370,8 @@ int main(int argc, char** argv) {
     if (real) std::printf("capi_stress: a real libcuda.so.1 is present: MLA and W4A16 calls left out\n");
   }
   // Knobs to tell causes apart on a real driver: CAPI_STRESS_NO_GLUE=1 leaves the MLA/W4A16 calls
-  // (the kernel glue, through the CUDA runtime) out, CAPI_STRESS_NO_CAPTURE=1 every capture.
+  // (the kernel glue, through the CUDA runtime) out, CAPI_STRESS_NO_CAPTURE=1 every capture,
+  // CAPI_STRESS_SKIP=name,... the worker's steps of those names (kSteps).
   if (std::getenv("CAPI_STRESS_NO_GLUE") != nullptr) g.no_glue = true;
   if (!setup(threads)) {
     std::printf("capi_stress: 0 passed, 1 failed\n");
@@ -393,6 +430,8 @@ int main(int argc, char** argv) {
     int r = e == StreamDestroy ? graphsafe_stream_destroy(GraphsafeStream{id}) : graphsafe_workspace_destroy(GraphsafeWorkspace{id});
     if (r != OK && r != IH) fail("teardown of a handle once BUSY: status " + std::to_string(r) + ": " + graphsafe_last_error());
   }
+  for (auto id : g.own_streams)
+    if (id != 0 && graphsafe_stream_destroy(GraphsafeStream{id}) != OK) fail(std::string("teardown: own stream: ") + graphsafe_last_error());
   for (auto b : g.tensors)
     if (graphsafe_buffer_destroy(b) != OK) fail(std::string("teardown: buffer_destroy: ") + graphsafe_last_error());
   if (graphsafe_context_destroy(g.ctx) != OK) fail(std::string("teardown: context_destroy: ") + graphsafe_last_error());

@@ -144,6 +144,7 @@ struct Shared {
   std::atomic<uint64_t> execs[kSlots]{};
   std::vector<GraphsafeBuffer> tensors;  // never destroyed during the run (raw pointers stay valid)
   std::vector<GraphsafeBuffer> canaries; // one per thread, also in tensors
+  uint64_t own_streams[kMaxThreads]{};   // CAPI_STRESS_OWN_CAPTURE_STREAM: each thread's capture stream
   GraphsafeMlaDecodeArgs mla{};
   GraphsafeW4a16Args w4a16{};
   std::atomic<uint64_t> calls{0};
