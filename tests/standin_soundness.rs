@@ -167,3 +167,34 @@ fn dropping_a_stream_waits_for_its_work_before_it_leaves_the_free_gate() {
     }
     no_violations(s);
 }
+
+/// An executable is dropped on one thread while its source graph is instantiated again on
+/// another. The real driver (580, H200) crashes in cuGraphExecDestroy when these overlap
+/// (tests/capi/capi_stress.cpp found it; graph objects are not thread-safe, and an executable
+/// shares state with the graph it came from), so graphsafe serializes each graph's family: the
+/// stand-in, whose cuGraphExecDestroy and cuGraphInstantiateWithFlags are slowed down here, reports
+/// any overlap as a violation. Also checks the same for dropping the graph itself.
+#[test]
+fn an_executable_is_never_destroyed_while_its_graph_is_instantiated_on_another_thread() {
+    let (_g, s) = exclusive();
+    let ctx = Context::new(0).expect("the stand-in's device 0");
+    let mut stream = Stream::new(&ctx).unwrap();
+    let (graph, ()) = stream.capture(graphsafe::graph::CaptureMode::ThreadLocal, |_| Ok(())).unwrap();
+    s.delay("cuGraphExecDestroy", 2000);
+    s.delay("cuGraphInstantiateWithFlags", 2000);
+    let execs: Vec<_> = (0..20).map(|_| graph.instantiate().unwrap()).collect();
+    std::thread::scope(|scope| {
+        scope.spawn(move || drop(execs));
+        for _ in 0..20 {
+            drop(graph.instantiate().unwrap());
+        }
+    });
+    let late: Vec<_> = (0..10).map(|_| graph.instantiate().unwrap()).collect();
+    std::thread::scope(|scope| {
+        scope.spawn(move || drop(late));
+        drop(graph);
+    });
+    s.delay("cuGraphExecDestroy", 0);
+    s.delay("cuGraphInstantiateWithFlags", 0);
+    no_violations(s);
+}

@@ -5,7 +5,7 @@ use crate::driver::memory::Allocation;
 use crate::driver::{check, init, log_drop_error, Context, Module, Stream};
 use crate::error::{Error, Result};
 use crate::sys::cuda as c;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard};
 
 /// Kinds of graph nodes (the driver's `CUgraphNodeType`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -18,6 +18,24 @@ pub enum NodeKind {
     Memset,
     /// Anything else, with the driver's number.
     Other(u32),
+}
+
+/// The lock of a graph's family: the graph and every executable instantiated from it.
+///
+/// The driver does not treat an executable as independent of its source graph: on the H200
+/// (driver 580) `cuGraphExecDestroy` crashes inside libcuda when it overlaps `cuGraphInstantiate`
+/// of the source graph or another executable's destroy of the same family (a driver-only program,
+/// graphs instantiated and destroyed on 8 threads: SIGSEGV within a second; the same with these
+/// calls under one lock: 210,000 operations clean). So instantiating, uploading and destroying
+/// hold it; `GraphExec::launch` does not (the replay hot path; concurrent launches were part of
+/// that clean run).
+#[derive(Clone, Default)]
+pub(crate) struct Family(Arc<Mutex<()>>);
+
+impl Family {
+    fn lock(&self) -> MutexGuard<'_, ()> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
 }
 
 pub(super) fn destroy_graph(g: c::CUgraph) {
@@ -39,9 +57,11 @@ pub struct Graph {
     keep: Arc<[Arc<Allocation>]>,
     modules: Arc<[Arc<Module>]>,
     ctx: Arc<Context>,
+    family: Family,
 }
 
-// SAFETY: the handle may move between threads; `!Sync` keeps calls on it from overlapping.
+// SAFETY: the handle may move between threads; `!Sync` keeps calls on it from overlapping, and
+// the family lock keeps them from overlapping its executables' destroys on other threads.
 unsafe impl Send for Graph {}
 
 impl Graph {
@@ -50,11 +70,12 @@ impl Graph {
         let mut keep = kept.allocations;
         keep.sort_by_key(|a| Arc::as_ptr(a) as usize);
         keep.dedup_by(|a, b| Arc::ptr_eq(a, b));
-        Graph { raw, keep: Arc::from(keep), modules: Arc::from(kept.modules), ctx }
+        Graph { raw, keep: Arc::from(keep), modules: Arc::from(kept.modules), ctx, family: Family::default() }
     }
 
     /// The kinds of the graph's nodes, in the driver's order.
     pub fn node_kinds(&self) -> Result<Vec<NodeKind>> {
+        let _family = self.family.lock();
         let _current = self.ctx.enter()?;
         let a = init()?;
         let get = a.cuGraphGetNodes()?;
@@ -104,9 +125,21 @@ impl Graph {
         let launch = init()?.cuGraphLaunch()?;
         let f = init()?.cuGraphInstantiateWithFlags()?;
         let mut exec: c::CUgraphExec = std::ptr::null_mut();
-        // SAFETY: live graph, used by this thread only (`!Sync`); out-pointer to a local.
-        check(unsafe { (f.f)(&mut exec, self.raw, 0) }, f.name)?;
-        Ok(GraphExec { raw: exec, keep: self.keep.clone(), modules: self.modules.clone(), ctx: self.ctx.clone(), launch: launch.f, launch_name: launch.name })
+        {
+            let _family = self.family.lock();
+            // SAFETY: live graph, used by this thread only (`!Sync`) and by no destroy of its
+            // family (the lock); out-pointer to a local.
+            check(unsafe { (f.f)(&mut exec, self.raw, 0) }, f.name)?;
+        }
+        Ok(GraphExec {
+            raw: exec,
+            keep: self.keep.clone(),
+            modules: self.modules.clone(),
+            ctx: self.ctx.clone(),
+            family: self.family.clone(),
+            launch: launch.f,
+            launch_name: launch.name,
+        })
     }
 
     /// The raw handle.
@@ -117,6 +150,7 @@ impl Graph {
 
 impl Drop for Graph {
     fn drop(&mut self) {
+        let _family = self.family.lock();
         match self.ctx.enter() {
             Ok(_current) => destroy_graph(self.raw),
             Err(e) => {
@@ -137,6 +171,7 @@ pub struct GraphExec {
     // Dropped after the executable (field order): its kernels' code stays loaded while it lives.
     modules: Arc<[Arc<Module>]>,
     ctx: Arc<Context>,
+    family: Family,
     // Resolved once: replay is the hot path of a decode loop (benches/overhead.rs measures it).
     launch: <c::PFN_cuGraphLaunch_v10000 as crate::sys::driver::OptionInner>::Inner,
     launch_name: &'static str,
@@ -166,6 +201,7 @@ impl GraphExec {
             return Err(Error::invalid("stream", "a stream of the graph's device", "a stream of another context"));
         }
         stream.ensure_eager()?;
+        let _family = self.family.lock();
         let _current = stream.context().enter()?;
         let f = init()?.cuGraphUpload()?;
         // SAFETY: live handles.
@@ -191,6 +227,7 @@ impl GraphExec {
 impl Drop for GraphExec {
     fn drop(&mut self) {
         let r = (|| {
+            let _family = self.family.lock();
             let _current = self.ctx.enter()?;
             let f = init()?.cuGraphExecDestroy()?;
             // SAFETY: we instantiated it; an in-flight launch is freed by the driver on completion,

@@ -287,14 +287,26 @@ struct CUgraphNode_st {
   struct CUgraph_st* child;
 };
 
+/* A graph and every executable instantiated from it form a family: the real driver (580, seen
+ * on an H200) crashes in cuGraphExecDestroy when it runs concurrently with cuGraphInstantiate of
+ * the source graph or another destroy of the family, so the stand-in treats the family as one
+ * object that must not be used by two threads at once (busy_enter on `family_key`). */
 struct CUgraph_st {
   struct CUgraphNode_st** nodes;
   size_t n, cap;
+  uint64_t family; /* 0 for copies inside executables and child nodes */
 };
 
 struct CUgraphExec_st {
   struct CUgraph_st* g;
+  uint64_t family; /* the source graph's */
 };
+
+/* The busy key of a family: odd, so it never equals an object's (aligned) address. */
+static inline const void* family_key(uint64_t family) { return family ? (const void*)(uintptr_t)(family * 2 + 1) : NULL; }
+extern uint64_t g_next_family; /* under the state lock */
+/* The family of a graph or executable handle (0 for an invalid handle); takes the state lock. */
+uint64_t graph_family(const void* graph_or_exec, int is_exec);
 
 /* Where work issued to `h` goes. */
 enum target { RUN_NOW, RECORD };
@@ -357,6 +369,9 @@ int unsafe_call_refused(const char* call);
 void capture_remove(capture_t* cap);
 CUresult resolve_stream(CUstream h, stream_ref* out, enum target* t);
 int busy_enter(const void* obj, const char* call);
+/* The same for a graph family (its key is never reused, so no destroy releases it early). */
+int busy_enter_family(uint64_t family, const char* call);
+void busy_exit_family(int slot);
 void busy_exit(int slot);
 void busy_release_before_free(void);
 

@@ -17,6 +17,7 @@ EXPORT CUresult cuStreamBeginCapture_v2(CUstream h, CUstreamCaptureMode mode) {
   c->mode = mode;
   c->thread = pthread_self();
   c->graph = graph_new();
+  c->graph->family = ++g_next_family;
   c->stream = h;
   c->next = g_captures;
   g_captures = c;
@@ -116,7 +117,8 @@ static CUresult cuGraphInstantiateWithFlags_impl(CUgraphExec* pe, CUgraph g, uns
   if (!pe) return unlock_ret(CUDA_ERROR_INVALID_VALUE);
   if (!obj_is(g, K_GRAPH)) return unlock_ret(CUDA_ERROR_INVALID_HANDLE);
   struct CUgraphExec_st* e = xcalloc(1, sizeof *e);
-  e->g = graph_copy(g); /* an executable does not depend on its graph */
+  e->g = graph_copy(g); /* an executable does not depend on its graph's nodes */
+  e->family = g->family;
   obj_add(e, K_EXEC);
   *pe = e;
   return unlock_ret(CUDA_SUCCESS);
@@ -171,16 +173,31 @@ EXPORT CUresult cuGraphGetNodes(CUgraph g, CUgraphNode* nodes, size_t* n) {
   return r;
 }
 
+uint64_t g_next_family;
+
+uint64_t graph_family(const void* h, int is_exec) {
+  lock();
+  uint64_t f = 0;
+  if (is_exec && obj_is(h, K_EXEC)) f = ((const struct CUgraphExec_st*)h)->family;
+  if (!is_exec && obj_is(h, K_GRAPH)) f = ((const struct CUgraph_st*)h)->family;
+  pthread_mutex_unlock(&g_mu);
+  return f;
+}
+
 EXPORT CUresult cuGraphDestroy(CUgraph g) {
   int slot = busy_enter(g, "cuGraphDestroy");
+  int fam = busy_enter_family(graph_family(g, 0), "cuGraphDestroy");
   CUresult r = cuGraphDestroy_impl(g);
+  busy_exit_family(fam);
   busy_exit(slot);
   return r;
 }
 
 EXPORT CUresult cuGraphInstantiateWithFlags(CUgraphExec* pe, CUgraph g, unsigned long long flags) {
   int slot = busy_enter(g, "cuGraphInstantiateWithFlags");
+  int fam = busy_enter_family(graph_family(g, 0), "cuGraphInstantiateWithFlags");
   CUresult r = cuGraphInstantiateWithFlags_impl(pe, g, flags);
+  busy_exit_family(fam);
   busy_exit(slot);
   return r;
 }
@@ -201,7 +218,9 @@ EXPORT CUresult cuGraphLaunch(CUgraphExec e, CUstream h) {
 
 EXPORT CUresult cuGraphExecDestroy(CUgraphExec e) {
   int slot = busy_enter(e, "cuGraphExecDestroy");
+  int fam = busy_enter_family(graph_family(e, 1), "cuGraphExecDestroy");
   CUresult r = cuGraphExecDestroy_impl(e);
+  busy_exit_family(fam);
   busy_exit(slot);
   return r;
 }

@@ -223,7 +223,7 @@ static struct {
  * reused for a new object that another thread may then use (not a race). */
 static __thread int t_busy_slot = -1;
 
-int busy_enter(const void* obj, const char* call) {
+static int busy_claim(const void* obj, const char* call) {
   const char* other = NULL;
   int slot = -1;
   pthread_mutex_lock(&g_busy_mu);
@@ -240,12 +240,30 @@ int busy_enter(const void* obj, const char* call) {
   pthread_mutex_unlock(&g_busy_mu);
   if (other) {
     lock();
-    violation("%s(%p) while another thread is in %s on the same graph object (CUDA graphs are not thread-safe)", call,
-              obj, other);
+    if ((uintptr_t)obj & 1)
+      violation("%s while another thread is in %s on the same graph family (a graph and the executables instantiated "
+                "from it: driver 580 crashes in cuGraphExecDestroy when they overlap)", call, other);
+    else
+      violation("%s(%p) while another thread is in %s on the same graph object (CUDA graphs are not thread-safe)", call,
+                obj, other);
     pthread_mutex_unlock(&g_mu);
   }
+  return slot;
+}
+
+int busy_enter(const void* obj, const char* call) {
+  int slot = busy_claim(obj, call);
   t_busy_slot = slot;
   return slot;
+}
+
+int busy_enter_family(uint64_t family, const char* call) { return busy_claim(family_key(family), call); }
+
+void busy_exit_family(int slot) {
+  if (slot < 0) return;
+  pthread_mutex_lock(&g_busy_mu);
+  g_busy[slot].obj = NULL;
+  pthread_mutex_unlock(&g_busy_mu);
 }
 
 /* Called by a destroy, with g_mu held, just before the object is freed. */
