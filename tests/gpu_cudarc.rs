@@ -384,10 +384,10 @@ fn a_captured_mla_decode_and_w4a16_over_cudarc_memory_replay_after_the_engine_dr
         })
         .unwrap();
     let exec = graph.instantiate().unwrap();
-    let ws_needed = mla_plan.workspace_bytes > 0 && gemm_plan.workspace_bytes > 0;
     // Each once: the 9 cudarc slices the step reads or writes (the NVFP4 weight's three went into
-    // the prepared weight), the 3 read-back buffers, the prepared weight and the workspace.
-    assert!(ws_needed, "both plans use the workspace");
+    // the prepared weight), the 3 read-back buffers, the prepared weight and the workspace (the
+    // split MLA decode's; the W4A16 plan of this shape may need none).
+    assert!(mla_plan.workspace_bytes > 0, "the MLA plan ({mla_plan:?}) uses the workspace");
     assert_eq!(exec.kept_alive(), 9 + 3 + 1 + 1, "the graph keeps {} allocations ({kept} bindings)", exec.kept_alive());
     drop(graph);
 
