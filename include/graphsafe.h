@@ -973,9 +973,10 @@ int graphsafe_mla_worst_case(int arch,
  *
  * # Safety
  * `args` is null (refused) or points to a valid `GraphsafeMlaDecodeArgs` whose device addresses
- * are allocations of `stream`'s device holding the documented shapes (only shapes, strides,
- * alignment and device are checked: sizes of caller memory are unknown) and stay valid until the
- * work finishes; `plan` is null or points to a writable `GraphsafeMlaPlan`.
+ * are allocations of `stream`'s device holding the documented shapes (checked: shapes, strides,
+ * alignment, each address's device, and that each tensor fits in the allocation the driver
+ * reports for its address, which for a sub-allocating caching allocator is its whole segment)
+ * and stay valid until the work finishes; `plan` is null or points to a writable `GraphsafeMlaPlan`.
  */
 int graphsafe_mla_decode(const GraphsafeMlaDecodeArgs *args,
                          GraphsafeWorkspace ws,

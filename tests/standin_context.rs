@@ -238,3 +238,91 @@ fn objects_of_another_device_are_refused() {
     }
     assert_eq!(s.violations(), 0, "{}", s.last_violation());
 }
+
+/// The C ABI's raw device pointers (engine-owned tensors) are asked about before an op uses them:
+/// memory of another device, an address the driver does not know, and a tensor that does not fit
+/// in the allocation it starts in are refused (INVALID_ARGUMENT naming the argument), and the
+/// well-formed call gets past validation (on the stand-in it then ends in the CUDA runtime's
+/// error: the kernel glue opens the real driver).
+#[test]
+fn raw_pointers_of_another_device_unknown_or_too_small_are_refused() {
+    let (_g, s) = exclusive();
+    let mut cx = [GraphsafeContext::default(); 2];
+    let mut st = [GraphsafeStream::default(); 2];
+    for d in 0..2 {
+        assert_eq!(unsafe { graphsafe_context_create(d as i32, &mut cx[d]) }, GRAPHSAFE_OK);
+        assert_eq!(unsafe { graphsafe_stream_create(cx[d], &mut st[d]) }, GRAPHSAFE_OK);
+    }
+    let mut made = Vec::new();
+    let mut buffer = |device: usize, bytes: u64| {
+        let mut b = GraphsafeBuffer::default();
+        assert_eq!(unsafe { graphsafe_buffer_create(st[device], bytes, 1, &mut b) }, GRAPHSAFE_OK);
+        let mut ptr = 0u64;
+        assert_eq!(unsafe { graphsafe_buffer_info(b, &mut ptr, std::ptr::null_mut()) }, GRAPHSAFE_OK);
+        made.push(b);
+        ptr
+    };
+    let (heads, page) = (16i64, 64i64);
+    let mut args = GraphsafeMlaDecodeArgs {
+        dtype: GRAPHSAFE_DTYPE_BF16,
+        batch: 1,
+        num_heads: heads as i32,
+        q_nope: buffer(0, (heads * 512 * 2) as u64),
+        q_nope_stride_batch: heads * 512,
+        q_nope_stride_head: 512,
+        q_pe: buffer(0, (heads * 64 * 2) as u64),
+        q_pe_stride_batch: heads * 64,
+        q_pe_stride_head: 64,
+        kv_cache: buffer(0, (page * 576 * 2) as u64),
+        num_pages: 1,
+        page_size: page as i32,
+        seq_lens: buffer(0, 4),
+        page_table: buffer(0, 4),
+        max_pages: 1,
+        out: buffer(0, (heads * 512 * 2) as u64),
+        out_stride_batch: heads * 512,
+        out_stride_head: 512,
+        lse: buffer(0, (heads * 4) as u64),
+        sm_scale: 0.0721,
+        max_seq_len: 64,
+        num_splits: 0,
+    };
+    let kv_of_device_1 = buffer(1, (page * 576 * 2) as u64);
+    let out_too_small = buffer(0, (heads * 512 * 2 - 2) as u64);
+    let mut ws = GraphsafeWorkspace::default();
+    assert_eq!(unsafe { graphsafe_workspace_create(st[0], 0, &mut ws) }, GRAPHSAFE_OK);
+    let decode = |a: &GraphsafeMlaDecodeArgs| {
+        let r = unsafe { graphsafe_mla_decode(a, ws, st[0], std::ptr::null_mut()) };
+        (r, unsafe { std::ffi::CStr::from_ptr(graphsafe_last_error()) }.to_string_lossy().into_owned())
+    };
+    let (r, text) = decode(&args);
+    assert_eq!(r, GRAPHSAFE_ERROR_CUDA_RUNTIME, "the well-formed decode was refused before the glue: {text}");
+    let good = args;
+    let refused = |a: GraphsafeMlaDecodeArgs, what: &str, says: &str| {
+        let (r, text) = decode(&a);
+        assert_eq!(r, GRAPHSAFE_ERROR_INVALID_ARGUMENT, "{what}: {text}");
+        assert!(text.contains(says), "{what}: the error does not say {says:?}: {text}");
+    };
+    args.kv_cache = kv_of_device_1;
+    refused(args, "device 1's KV cache on device 0's stream", "memory of device 1");
+    args = good;
+    args.out = 0x1000;
+    refused(args, "an address no allocation holds", "does not know as device memory");
+    args = good;
+    args.out = out_too_small;
+    refused(args, "an output 2 bytes smaller than [1, 16, 512] bf16", "within its buffer");
+    args = good;
+    args.lse = kv_of_device_1;
+    refused(args, "device 1's LSE", "lse");
+    unsafe {
+        graphsafe_workspace_destroy(ws);
+        for b in made {
+            graphsafe_buffer_destroy(b);
+        }
+        for d in 0..2 {
+            graphsafe_stream_destroy(st[d]);
+            graphsafe_context_destroy(cx[d]);
+        }
+    }
+    assert_eq!(s.violations(), 0, "{}", s.last_violation());
+}

@@ -3,7 +3,7 @@
 use super::core::{capture_obj, captured_op, eager_op, stream_obj, workspace_obj, GraphsafeCapture, GraphsafeContext, GraphsafeStream, GraphsafeWorkspace};
 use super::handles::{self, Tag};
 use super::mla::{GRAPHSAFE_DTYPE_BF16, GRAPHSAFE_DTYPE_FP16, GRAPHSAFE_DTYPE_FP8_E4M3};
-use super::{guard, null, put, read, Fail, Raw};
+use super::{guard, null, put, read, CallerMemory, Fail, Raw};
 use crate::driver::Context;
 use crate::ops::cudnn::{self, matmul::matmul_on, Cudnn, MatmulArgs};
 use crate::ops::tensor::{DType, Tensor};
@@ -64,16 +64,13 @@ fn us(v: i64, what: &str) -> Result<usize, Fail> {
     usize::try_from(v).map_err(|_| crate::Error::invalid(what, "a value >= 0", v).into())
 }
 
-fn to_args(a: &GraphsafeCudnnMatmulArgs, ctx: crate::sys::cuda::CUcontext) -> Result<MatmulArgs<Raw>, Fail> {
+fn to_args(a: &GraphsafeCudnnMatmulArgs, mem: CallerMemory<'_>) -> Result<MatmulArgs<Raw>, Fail> {
     let input = dt(a.input_dtype, "input_dtype", &[GRAPHSAFE_DTYPE_BF16, GRAPHSAFE_DTYPE_FP16, GRAPHSAFE_DTYPE_FP8_E4M3])?;
     let output = dt(a.output_dtype, "output_dtype", &[GRAPHSAFE_DTYPE_BF16, GRAPHSAFE_DTYPE_FP16, GRAPHSAFE_DTYPE_F32])?;
     let (m, n, k) = (us(a.m as i64, "m")?, us(a.n as i64, "n")?, us(a.k as i64, "k")?);
     let t = |ptr: u64, what: &str, dtype: DType, batch: i64, rows: usize, cols: usize, st: [i64; 3]| -> Result<Tensor<Raw>, Fail> {
-        if ptr == 0 {
-            return Err(null(what));
-        }
         let strides = [us(st[0], what)?, us(st[1], what)?, us(st[2], what)?];
-        Ok(Tensor::strided(Raw { ptr, ctx }, 0, dtype, &[us(batch, what)?, rows, cols], &strides))
+        Ok(Tensor::strided(mem.pointer(ptr, what)?, 0, dtype, &[us(batch, what)?, rows, cols], &strides))
     };
     Ok(MatmulArgs {
         a: t(a.a, "a", input, a.a_batch as i64, m, k, a.a_strides)?,
@@ -125,7 +122,7 @@ pub unsafe extern "C" fn graphsafe_cudnn_plan(ctx: GraphsafeContext, args: *cons
         // SAFETY: the caller's contract (null is refused inside).
         let a = unsafe { read(args, "args")? };
         let (c, dnn) = handle(ctx)?;
-        let p = to_args(&a, c.raw())?.problem(c.raw())?;
+        let p = to_args(&a, CallerMemory::planning(c.raw()))?.problem(c.raw())?;
         let bytes = cudnn::matmul::workspace_size(&dnn, &p)?;
         // SAFETY: non-null; the caller's contract.
         unsafe { put(workspace_bytes, "workspace_bytes", bytes) }
@@ -148,7 +145,7 @@ pub unsafe extern "C" fn graphsafe_cudnn_matmul(ctx: GraphsafeContext, args: *co
         let (_, dnn) = handle(ctx)?;
         let (s, w) = (stream_obj(stream)?, workspace_obj(ws)?);
         eager_op((&s, stream.id), Some((&w, ws.id)), |t| {
-            let m = to_args(&a, t.context().raw())?;
+            let m = to_args(&a, CallerMemory::on(t.context()))?;
             Ok(matmul_on(&dnn, &m, t)?)
         })
         .map(drop)
@@ -169,7 +166,7 @@ pub unsafe extern "C" fn graphsafe_cudnn_matmul_captured(ctx: GraphsafeContext, 
         let (_, dnn) = handle(ctx)?;
         let c = capture_obj(capture)?;
         captured_op((&c, capture.id), Some(ws.id), |t| {
-            let m = to_args(&a, t.context().raw())?;
+            let m = to_args(&a, CallerMemory::on(t.context()))?;
             Ok(matmul_on(&dnn, &m, t)?)
         })
         .map(drop)

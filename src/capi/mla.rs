@@ -2,11 +2,10 @@
 //! owns and keeps alive (shapes and strides are checked; bounds cannot be, without sizes).
 
 use super::core::{capture_obj, captured_op, eager_op, stream_obj, workspace_obj, GraphsafeCapture, GraphsafeStream, GraphsafeWorkspace};
-use super::{guard, null, put, read, Fail, Raw};
+use super::{guard, null, put, read, CallerMemory, Fail, Raw};
 use crate::ops::mla::decode::run;
 use crate::ops::mla::{sm100, sm90, KvDtype, MlaArch, MlaDecodeArgs};
 use crate::ops::tensor::{DType, Tensor};
-use crate::sys::cuda as c;
 use std::ffi::c_int;
 
 /// bf16 q/KV (bf16 output).
@@ -101,15 +100,10 @@ fn non_negative(what: &str, v: i64) -> Result<usize, Fail> {
     usize::try_from(v).map_err(|_| crate::Error::invalid(what, "a value >= 0", v).into())
 }
 
-fn to_args(a: &GraphsafeMlaDecodeArgs, ctx: c::CUcontext) -> Result<MlaDecodeArgs<Raw>, Fail> {
+fn to_args(a: &GraphsafeMlaDecodeArgs, mem: CallerMemory<'_>) -> Result<MlaDecodeArgs<Raw>, Fail> {
     let (_, dt, out_dt) = dtype_of(a.dtype)?;
     let (b, h) = (non_negative("batch", a.batch as i64)?, non_negative("num_heads", a.num_heads as i64)?);
-    let m = |ptr: u64, what: &str| -> Result<Raw, Fail> {
-        if ptr == 0 {
-            return Err(null(what));
-        }
-        Ok(Raw { ptr, ctx })
-    };
+    let m = |ptr: u64, what: &str| mem.pointer(ptr, what);
     let st = |v: i64, what: &str| non_negative(what, v);
     Ok(MlaDecodeArgs {
         q_nope: Tensor::strided(m(a.q_nope, "q_nope")?, 0, dt, &[b, h, 512], &[st(a.q_nope_stride_batch, "q_nope_stride_batch")?, st(a.q_nope_stride_head, "q_nope_stride_head")?, 1]),
@@ -118,7 +112,7 @@ fn to_args(a: &GraphsafeMlaDecodeArgs, ctx: c::CUcontext) -> Result<MlaDecodeArg
         seq_lens: Tensor::contiguous(m(a.seq_lens, "seq_lens")?, DType::I32, &[b]),
         page_table: Tensor::contiguous(m(a.page_table, "page_table")?, DType::I32, &[b, non_negative("max_pages", a.max_pages as i64)?]),
         out: Tensor::strided(m(a.out, "out")?, 0, out_dt, &[b, h, 512], &[st(a.out_stride_batch, "out_stride_batch")?, st(a.out_stride_head, "out_stride_head")?, 1]),
-        lse: if a.lse == 0 { None } else { Some(Tensor::contiguous(Raw { ptr: a.lse, ctx }, DType::F32, &[b, h])) },
+        lse: if a.lse == 0 { None } else { Some(Tensor::contiguous(m(a.lse, "lse")?, DType::F32, &[b, h])) },
         sm_scale: a.sm_scale,
         max_seq_len: non_negative("max_seq_len", a.max_seq_len as i64)? as u32,
         num_splits: if a.num_splits == 0 { None } else { Some(non_negative("num_splits", a.num_splits as i64)? as u32) },
@@ -211,9 +205,10 @@ fn plan_out(a: &GraphsafeMlaDecodeArgs, p: &crate::ops::mla::MlaDecodePlan) -> G
 ///
 /// # Safety
 /// `args` is null (refused) or points to a valid `GraphsafeMlaDecodeArgs` whose device addresses
-/// are allocations of `stream`'s device holding the documented shapes (only shapes, strides,
-/// alignment and device are checked: sizes of caller memory are unknown) and stay valid until the
-/// work finishes; `plan` is null or points to a writable `GraphsafeMlaPlan`.
+/// are allocations of `stream`'s device holding the documented shapes (checked: shapes, strides,
+/// alignment, each address's device, and that each tensor fits in the allocation the driver
+/// reports for its address, which for a sub-allocating caching allocator is its whole segment)
+/// and stay valid until the work finishes; `plan` is null or points to a writable `GraphsafeMlaPlan`.
 #[no_mangle]
 pub unsafe extern "C" fn graphsafe_mla_decode(args: *const GraphsafeMlaDecodeArgs, ws: GraphsafeWorkspace, stream: GraphsafeStream, plan: *mut GraphsafeMlaPlan) -> c_int {
     guard(|| {
@@ -221,7 +216,7 @@ pub unsafe extern "C" fn graphsafe_mla_decode(args: *const GraphsafeMlaDecodeArg
         let a = unsafe { read(args, "args")? };
         let (s, w) = (stream_obj(stream)?, workspace_obj(ws)?);
         let p = eager_op((&s, stream.id), Some((&w, ws.id)), |t| {
-            let raw = to_args(&a, t.context().raw())?;
+            let raw = to_args(&a, CallerMemory::on(t.context()))?;
             Ok(run(&raw, t)?)
         })?;
         if !plan.is_null() {
@@ -246,7 +241,7 @@ pub unsafe extern "C" fn graphsafe_mla_decode_captured(args: *const GraphsafeMla
         let a = unsafe { read(args, "args")? };
         let c = capture_obj(capture)?;
         let p = captured_op((&c, capture.id), Some(ws.id), |t| {
-            let raw = to_args(&a, t.context().raw())?;
+            let raw = to_args(&a, CallerMemory::on(t.context()))?;
             Ok(run(&raw, t)?)
         })?;
         if !plan.is_null() {

@@ -173,12 +173,14 @@ fn record(text: String) {
     });
 }
 
-/// Caller-owned device memory: its size is unknown, so only shape, stride and alignment are
-/// checked (and the device, by the context it is given).
+/// Caller-owned device memory. Its extent is what the driver reports of the allocation it lies in
+/// (a caching allocator's whole segment, so an upper bound), or unknown (`usize::MAX`) when the
+/// driver reports no range or the pointer was not checked (planning only).
 #[derive(Clone, Copy)]
 pub(crate) struct Raw {
     pub ptr: crate::driver::DevicePtr,
     pub ctx: crate::sys::cuda::CUcontext,
+    pub len: usize,
 }
 
 impl crate::ops::tensor::DeviceMemory for Raw {
@@ -186,10 +188,49 @@ impl crate::ops::tensor::DeviceMemory for Raw {
         self.ptr
     }
     fn len(&self) -> usize {
-        usize::MAX
+        self.len
     }
     fn context_raw(&self) -> crate::sys::cuda::CUcontext {
         self.ctx
+    }
+}
+
+/// Where the C ABI's raw device pointers are checked: against the context of the stream an op
+/// runs on (each pointer must be device memory of that device, and the tensor must fit in the
+/// allocation the driver reports), or not at all when a planner only reads shapes.
+#[derive(Clone, Copy)]
+pub(crate) struct CallerMemory<'a> {
+    ctx: crate::sys::cuda::CUcontext,
+    checked_against: Option<&'a crate::driver::Context>,
+}
+
+impl<'a> CallerMemory<'a> {
+    /// Pointers an op will use on `ctx`'s device.
+    pub(crate) fn on(ctx: &'a crate::driver::Context) -> CallerMemory<'a> {
+        CallerMemory { ctx: ctx.raw(), checked_against: Some(ctx) }
+    }
+
+    /// Pointers a planner never dereferences (shapes only).
+    pub(crate) fn planning(ctx: crate::sys::cuda::CUcontext) -> CallerMemory<'static> {
+        CallerMemory { ctx, checked_against: None }
+    }
+
+    /// `ptr` as an op's memory: NULL_POINTER for 0; INVALID_ARGUMENT naming `what` for an address
+    /// the driver does not know as device memory, or memory of another device.
+    pub(crate) fn pointer(&self, ptr: u64, what: &str) -> Result<Raw, Fail> {
+        if ptr == 0 {
+            return Err(null(what));
+        }
+        let Some(ctx) = self.checked_against else {
+            return Ok(Raw { ptr, ctx: self.ctx, len: usize::MAX });
+        };
+        let ordinal = ctx.device().ordinal();
+        let want = || format!("device memory of the stream's device {ordinal}");
+        match crate::driver::memory::query_pointer(ctx, ptr)? {
+            None => Err(crate::Error::invalid(what, want(), format!("{ptr:#x}, an address the driver does not know as device memory")).into()),
+            Some(p) if usize::try_from(p.device).ok() != Some(ordinal) => Err(crate::Error::invalid(what, want(), format!("{ptr:#x}, memory of device {}", p.device)).into()),
+            Some(p) => Ok(Raw { ptr, ctx: self.ctx, len: p.bytes_to_end.map_or(usize::MAX, |b| usize::try_from(b).unwrap_or(usize::MAX)) }),
+        }
     }
 }
 

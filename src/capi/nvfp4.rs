@@ -6,12 +6,11 @@
 use super::core::{capture_obj, captured_op, eager_op, stream_obj, workspace_obj, GraphsafeBuffer, GraphsafeCapture, GraphsafeStream, GraphsafeWorkspace};
 use super::handles::{self, Tag};
 use super::mla::{GRAPHSAFE_DTYPE_BF16, GRAPHSAFE_DTYPE_FP16};
-use super::{guard, null, put, read, Fail, Raw};
+use super::{guard, null, put, read, CallerMemory, Fail, Raw};
 use crate::driver::DeviceBuffer;
 use crate::graph::target::Target;
 use crate::ops::nvfp4::{self, gemm_on, quantize_on, w4a16_on, Nvfp4Arch, Nvfp4Matrix, WeightArg};
 use crate::ops::tensor::{DType, Tensor};
-use crate::sys::cuda as c;
 use std::ffi::c_int;
 
 /// Planning target for NVFP4 (a compute capability x10 + minor, as GRAPHSAFE_ARCH_SM90 / SM100;
@@ -70,20 +69,17 @@ fn n(v: c_int, what: &str) -> Result<usize, Fail> {
     usize::try_from(v).map_err(|_| crate::Error::invalid(what, "a value >= 0", v).into())
 }
 
-fn raw(ptr: u64, what: &str, ctx: c::CUcontext) -> Result<Raw, Fail> {
-    if ptr == 0 {
-        return Err(null(what));
-    }
-    Ok(Raw { ptr, ctx })
+fn raw(ptr: u64, what: &str, mem: CallerMemory<'_>) -> Result<Raw, Fail> {
+    mem.pointer(ptr, what)
 }
 
 /// Rows in caller memory, row-major with leading dimension `ld` (elements).
-fn matrix_2d(ptr: u64, what: &str, dtype: DType, rows: c_int, cols: c_int, ld: i64, ctx: c::CUcontext) -> Result<Tensor<Raw>, Fail> {
+fn matrix_2d(ptr: u64, what: &str, dtype: DType, rows: c_int, cols: c_int, ld: i64, ctx: CallerMemory<'_>) -> Result<Tensor<Raw>, Fail> {
     let ld = usize::try_from(ld).map_err(|_| crate::Error::invalid(what, "a leading dimension >= 0", ld))?;
     Ok(Tensor::strided(raw(ptr, what, ctx)?, 0, dtype, &[n(rows, what)?, n(cols, what)?], &[ld, 1]))
 }
 
-fn nvfp4_matrix(m: &GraphsafeNvfp4Matrix, what: &str, ctx: c::CUcontext) -> Result<Nvfp4Matrix<Raw>, Fail> {
+fn nvfp4_matrix(m: &GraphsafeNvfp4Matrix, what: &str, ctx: CallerMemory<'_>) -> Result<Nvfp4Matrix<Raw>, Fail> {
     Ok(Nvfp4Matrix {
         packed: raw(m.packed, what, ctx)?,
         scales: raw(m.scales, what, ctx)?,
@@ -157,7 +153,7 @@ pub unsafe extern "C" fn graphsafe_nvfp4_quantize(x: u64, dtype: c_int, m: c_int
 }
 
 fn quantize(o: &GraphsafeNvfp4Matrix, x: u64, dtype: c_int, m: c_int, k: c_int, ld_x: i64, t: Target<'_>) -> Result<(), Fail> {
-    let ctx = t.context().raw();
+    let ctx = CallerMemory::on(t.context());
     let q = nvfp4_matrix(o, "out", ctx)?;
     let xt = matrix_2d(x, "x", half_dtype(dtype, "dtype")?, m, k, ld_x, ctx)?;
     Ok(quantize_on(&xt, &q.global_scale, &q, t)?)
@@ -197,7 +193,7 @@ pub unsafe extern "C" fn graphsafe_nvfp4_prepare_weight(weight: *const Graphsafe
         let w = unsafe { read(weight, "weight")? };
         let s = stream_obj(stream)?;
         let prepared = eager_op((&s, stream.id), None, |t| {
-            let m = nvfp4_matrix(&w, "weight", t.context().raw())?;
+            let m = nvfp4_matrix(&w, "weight", CallerMemory::on(t.context()))?;
             Ok(nvfp4::prepare_weight_on(&m, t)?)
         })?;
         let id = handles::insert(Tag::Buffer, std::sync::Arc::new(prepared))?;
@@ -231,7 +227,7 @@ pub struct GraphsafeW4a16Args {
 }
 
 fn w4a16(a: &GraphsafeW4a16Args, weight: &DeviceBuffer, t: Target<'_>) -> Result<(), Fail> {
-    let ctx = t.context().raw();
+    let ctx = CallerMemory::on(t.context());
     let at = matrix_2d(a.a, "a", DType::Bf16, a.m, a.k, a.lda, ctx)?;
     let dt = matrix_2d(a.d, "d", DType::Bf16, a.m, a.n, a.ldd, ctx)?;
     let w = WeightArg { mem: &weight, n: n(a.n, "n")?, k: n(a.k, "k")? };
@@ -291,7 +287,7 @@ pub struct GraphsafeNvfp4GemmArgs {
 }
 
 fn gemm(a: &GraphsafeNvfp4GemmArgs, t: Target<'_>) -> Result<(), Fail> {
-    let ctx = t.context().raw();
+    let ctx = CallerMemory::on(t.context());
     let (am, bm) = (nvfp4_matrix(&a.a, "a", ctx)?, nvfp4_matrix(&a.b, "b", ctx)?);
     let dt = matrix_2d(a.d, "d", half_dtype(a.out_dtype, "out_dtype")?, a.a.rows, a.b.rows, a.b.rows as i64, ctx)?;
     gemm_on(&am, &bm, &raw(a.alpha, "alpha", ctx)?, &dt, t)?;

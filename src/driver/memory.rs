@@ -489,3 +489,34 @@ impl MemInfo {
         Ok(MemInfo { free: free as u64, total: total as u64 })
     }
 }
+
+/// What the driver reports about a device address graphsafe did not allocate (the C ABI's raw
+/// pointers): the ordinal of the device it lives on, and how many bytes of its allocation lie
+/// from it to the end (`None` when the driver reports no range for it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct ForeignPointer {
+    pub device: i32,
+    pub bytes_to_end: Option<u64>,
+}
+
+/// Asks the driver about `ptr` (`cuPointerGetAttribute`, `ctx` current). `Ok(None)` when the
+/// driver does not know it as memory a device can address (`CUDA_ERROR_INVALID_VALUE`).
+pub(crate) fn query_pointer(ctx: &Context, ptr: DevicePtr) -> Result<Option<ForeignPointer>> {
+    let _current = ctx.enter()?;
+    let f = init()?.cuPointerGetAttribute()?;
+    let mut device: i32 = -1;
+    // SAFETY: the device-ordinal attribute writes one int into the local; any address is allowed.
+    let r = unsafe { (f.f)((&mut device as *mut i32).cast(), c::CUpointer_attribute::CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, ptr) };
+    if r == c::CUresult::CUDA_ERROR_INVALID_VALUE {
+        return Ok(None);
+    }
+    check(r, f.name)?;
+    let (mut start, mut size): (c::CUdeviceptr, usize) = (0, 0);
+    // SAFETY: the range attributes write a CUdeviceptr and a size_t into the locals.
+    let ranged = unsafe {
+        (f.f)((&mut start as *mut c::CUdeviceptr).cast(), c::CUpointer_attribute::CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, ptr) == c::CUresult::CUDA_SUCCESS
+            && (f.f)((&mut size as *mut usize).cast(), c::CUpointer_attribute::CU_POINTER_ATTRIBUTE_RANGE_SIZE, ptr) == c::CUresult::CUDA_SUCCESS
+    };
+    let bytes_to_end = (ranged && start <= ptr).then(|| (start + size as u64).saturating_sub(ptr));
+    Ok(Some(ForeignPointer { device, bytes_to_end }))
+}
