@@ -198,3 +198,33 @@ fn an_executable_is_never_destroyed_while_its_graph_is_instantiated_on_another_t
     s.delay("cuGraphInstantiateWithFlags", 0);
     no_violations(s);
 }
+
+/// A capture whose begin the driver refuses is counted open for a moment (frees in its context
+/// are deferred meanwhile); when it was the last, the frees deferred in that moment go through at
+/// once instead of waiting for an unrelated later free.
+#[test]
+fn frees_deferred_during_a_failed_capture_begin_are_given_back_when_it_fails() {
+    use graphsafe::driver::DeviceBuffer;
+    use graphsafe::sys::cuda::CUresult;
+    let (_g, s) = exclusive();
+    let ctx = Context::new(0).expect("the stand-in's device 0");
+    let mut stream = Stream::new(&ctx).unwrap();
+    let other = Stream::new(&ctx).unwrap();
+    let buf = DeviceBuffer::alloc_zeroed(&other, 1 << 16).unwrap();
+    let live = s.live_allocations();
+    s.delay("cuStreamBeginCapture_v2", 200_000);
+    s.fail("cuStreamBeginCapture_v2", 0, CUresult::CUDA_ERROR_OUT_OF_MEMORY);
+    std::thread::scope(|scope| {
+        scope.spawn(|| {
+            // Inside the begin's window (it sleeps 200 ms in the driver): the free is deferred.
+            std::thread::sleep(std::time::Duration::from_millis(50));
+            drop(buf);
+        });
+        let r = stream.begin_capture(graphsafe::graph::CaptureMode::ThreadLocal).map(drop);
+        assert!(r.is_err(), "the injected begin failure was not reported");
+    });
+    s.delay("cuStreamBeginCapture_v2", 0);
+    // The spawned drop may finish after the begin failed (then it freed at once itself).
+    assert_eq!(s.live_allocations(), live - 1, "the buffer dropped during the failed begin is still held");
+    no_violations(s);
+}

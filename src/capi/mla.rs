@@ -12,7 +12,7 @@ use std::ffi::c_int;
 pub const GRAPHSAFE_DTYPE_BF16: c_int = 0;
 /// fp16 q/KV (fp16 output).
 pub const GRAPHSAFE_DTYPE_FP16: c_int = 1;
-/// fp8-e4m3 q/KV (bf16 output; sm_100 only).
+/// fp8-e4m3: MLA q/KV with bf16 output (sm_100 back-end only), and a cuDNN matmul input.
 pub const GRAPHSAFE_DTYPE_FP8_E4M3: c_int = 2;
 
 /// Planning target: the `arch` argument of the planners is a compute capability as

@@ -42,7 +42,8 @@ fn gate_of(raw: c::CUcontext) -> Arc<Mutex<FreeGate>> {
 /// replays run only on those), and how many graphsafe captures are open (synchronizing a
 /// capturing stream, or the whole context, would invalidate the capture). Frees hold the lock
 /// while they wait and free; beginning a capture and destroying a stream take it briefly, so
-/// neither can slip in between. A leaf lock: nothing else is locked while it is held.
+/// neither can slip in between. Under it only the deferred-free list's lock is taken (after it,
+/// never before), and driver calls are made; no other graphsafe lock.
 #[derive(Debug, Default)]
 pub(crate) struct FreeGate {
     open_captures: usize,

@@ -72,7 +72,10 @@ fn begin_capture(stream: &Stream, mode: CaptureMode) -> Result<CaptureId> {
     let begun = if mode == CaptureMode::Global { crate::driver::memory::begin_global_capture(begin) } else { begin() };
     if let Err(e) = begun {
         stream.clear_capturing(id.get());
-        stream.context().capture_closed();
+        if stream.context().capture_closed() == 0 {
+            // Frees deferred while this capture was counted open can go through now.
+            crate::driver::memory::retry_deferred_frees(stream.context());
+        }
         return Err(e);
     }
     Ok(id)
