@@ -134,7 +134,7 @@
 #define GRAPHSAFE_DTYPE_FP16 1
 
 /**
- * fp8-e4m3 q/KV (bf16 output; sm_100 only).
+ * fp8-e4m3: MLA q/KV with bf16 output (sm_100 back-end only), and a cuDNN matmul input.
  */
 #define GRAPHSAFE_DTYPE_FP8_E4M3 2
 
