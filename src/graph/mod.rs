@@ -28,11 +28,13 @@
 
 mod capture;
 mod exec;
+mod memory;
 pub(crate) mod target;
 
 pub use capture::{Capture, CaptureStream, Captured, CapturedBuffer};
 pub(crate) use capture::{DetachedCapture, WorkspaceView};
 pub use exec::{Graph, GraphExec, NodeKind};
+pub use memory::DeviceMemory;
 
 use crate::driver::memory::Allocation;
 use crate::driver::Module;

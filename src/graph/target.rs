@@ -12,7 +12,7 @@ use super::{CaptureId, KeepList};
 use crate::driver::memory::Allocation;
 use crate::driver::{Context, DevicePtr, KernelLaunch, Module, Stream};
 use crate::error::{Error, Result};
-use crate::ops::tensor::DeviceMemory;
+use super::DeviceMemory;
 use crate::sys::{cuda as c, DeviceSpan};
 use crate::workspace::Workspace;
 use std::cell::RefCell;

@@ -1,16 +1,13 @@
 //! Tensor arguments of the ops: device memory plus dtype, shape, strides and a byte offset, and the
 //! checks every op runs on them (dtype, shape, stride, alignment, bounds, device).
 //!
-//! `M` is the memory: `&DeviceBuffer` for eager calls, [`CapturedBuffer`] inside a capture (so a
+//! `M` is the memory: `&DeviceBuffer` for eager calls, [`CapturedBuffer`](crate::graph::CapturedBuffer) inside a capture (so a
 //! captured op can only be given buffers the graph keeps alive).
 
-use crate::driver::memory::Allocation;
-use crate::driver::{DeviceBuffer, DevicePtr};
+use crate::driver::DevicePtr;
 use crate::error::{Error, Result};
-use crate::graph::{CaptureId, CapturedBuffer};
 use crate::sys::cuda as c;
 use std::fmt;
-use std::sync::Arc;
 
 /// Element types of op arguments.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
@@ -54,62 +51,9 @@ impl fmt::Display for DType {
     }
 }
 
-/// Device memory an op argument can live in.
-pub trait DeviceMemory {
-    /// Base address.
-    fn device_ptr(&self) -> DevicePtr;
-    /// Size in bytes.
-    fn len(&self) -> usize;
-    /// Whether the size is zero.
-    fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-    /// The context the memory belongs to.
-    fn context_raw(&self) -> c::CUcontext;
-    /// The graphsafe allocation behind the memory, if graphsafe owns it: what a capture that
-    /// bakes in its address keeps alive. `None` for memory the caller owns (the C ABI's raw
-    /// pointers).
-    fn allocation(&self) -> Option<&Arc<Allocation>> {
-        None
-    }
-    /// The capture this memory was bound to, for views of a capture ([`CapturedBuffer`]).
-    fn capture_id(&self) -> Option<CaptureId> {
-        None
-    }
-}
-
-impl DeviceMemory for &DeviceBuffer {
-    fn device_ptr(&self) -> DevicePtr {
-        DeviceBuffer::device_ptr(self)
-    }
-    fn len(&self) -> usize {
-        DeviceBuffer::len(self)
-    }
-    fn context_raw(&self) -> c::CUcontext {
-        self.context().raw()
-    }
-    fn allocation(&self) -> Option<&Arc<Allocation>> {
-        Some(DeviceBuffer::allocation(self))
-    }
-}
-
-impl DeviceMemory for CapturedBuffer<'_> {
-    fn device_ptr(&self) -> DevicePtr {
-        CapturedBuffer::device_ptr(self)
-    }
-    fn len(&self) -> usize {
-        CapturedBuffer::len(self)
-    }
-    fn context_raw(&self) -> c::CUcontext {
-        CapturedBuffer::context_raw(self)
-    }
-    fn allocation(&self) -> Option<&Arc<Allocation>> {
-        Some(CapturedBuffer::allocation(self))
-    }
-    fn capture_id(&self) -> Option<CaptureId> {
-        Some(CapturedBuffer::capture_id(self))
-    }
-}
+/// Device memory an op argument can live in (defined by the graph layer, which records what a
+/// capture bakes in; re-exported here, where the ops take it).
+pub use crate::graph::DeviceMemory;
 
 /// A strided view of device memory. Strides are in elements.
 #[derive(Clone, Debug)]
