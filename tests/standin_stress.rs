@@ -15,7 +15,9 @@
 //!   stream synchronize it never asked for); a buffer written then read on one stream must read
 //!   back what was written;
 //! * any memory-safety violation the stand-in detects, and leaks: after the teardown every
-//!   allocation, stream, graph, executable and context reference is gone.
+//!   allocation, stream, graph, executable and context reference is gone;
+//! * a core entry point the mix exercises that never returned OK (MUST_SUCCEED): a run in which
+//!   every call failed with a documented status would pass every check above.
 //!
 //! A controller cycles the stand-in's delays (around cuStreamBeginCapture, the memsets, copies and
 //! graph launches, cuMemAlloc, the graph calls) so the race windows of capture_begin vs destroy,
@@ -117,7 +119,7 @@ struct Tensors {
 const SLOTS: usize = 4;
 
 /// What a worker does in one step (one or a few C ABI calls).
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Op {
     ContextChurn,
     StreamCreate,
@@ -161,6 +163,26 @@ const ALL_OPS: &[(Op, u32)] = &[
     (Op::ExecLaunch, 8),
     (Op::ExecDestroy, 2),
     (Op::Capture, 23),
+];
+
+/// Entry points a run must see return OK at least once (a stress in which every call fails would
+/// pass every other check), each with the ops of the mix that OK needs: the op that calls it and
+/// the ops that make the handles it is given (graphs come only from captures, executables only
+/// from instantiating them, workspaces only from WorkspaceCreate; the buffer and stream slots hold
+/// the canaries and setup's stream from the start).
+const MUST_SUCCEED: &[(E, &[Op])] = &[
+    (E::StreamCreate, &[Op::StreamCreate]),
+    (E::StreamSynchronize, &[Op::StreamSync]),
+    (E::BufferCreate, &[Op::BufferCreate]),
+    (E::BufferWrite, &[Op::Canary]),
+    (E::BufferRead, &[Op::Canary]),
+    (E::WorkspaceCreate, &[Op::WorkspaceCreate]),
+    (E::WorkspaceEnsureSize, &[Op::WorkspaceCreate, Op::WorkspaceGrow]),
+    (E::CaptureBegin, &[Op::Capture]),
+    (E::CaptureEnd, &[Op::Capture]),
+    (E::GraphNodeCount, &[Op::Capture]),
+    (E::GraphInstantiate, &[Op::Capture, Op::Instantiate]),
+    (E::ExecLaunch, &[Op::Capture, Op::Instantiate, Op::ExecLaunch]),
 ];
 
 struct Shared {
@@ -215,6 +237,17 @@ impl Shared {
             r -= w;
         }
         unreachable!("weights sum to {sum}")
+    }
+
+    /// The entries of MUST_SUCCEED this run's mix can make return OK.
+    fn must_succeed(&self) -> Vec<E> {
+        let has = |op: Op| self.mix.iter().any(|m| m.0 == op);
+        // Every step takes a stream from the slots: a mix that destroys streams and makes none
+        // can run out of them, and then nothing needs to succeed.
+        if has(Op::StreamDestroy) && !has(Op::StreamCreate) {
+            return Vec::new();
+        }
+        MUST_SUCCEED.iter().filter(|(_, needs)| needs.iter().all(|&op| has(op))).map(|&(e, _)| e).collect()
     }
 
     fn fail(&self, what: String) {
@@ -314,6 +347,22 @@ fn setup(total: u64, mix: &'static [(Op, u32)]) -> Arc<Shared> {
     let w4a16 = GraphsafeW4a16Args { a, lda: k as i64, weight, n, k, alpha, d, ldd: n as i64, m };
     let canaries = (0..THREADS).map(|_| buffer(256).0).collect();
     assert_eq!(unsafe { graphsafe_stream_synchronize(stream) }, OK);
+    // On a machine with a real driver the glue-backed ops are left out of the mix (and of the
+    // captures), and the run says so: it no longer covers what those ops race against.
+    let no_glue = standin::real_driver_present();
+    let glue_op = |op: &Op| matches!(op, Op::Mla | Op::W4a16);
+    if no_glue {
+        let mut dropped: Vec<String> = mix.iter().filter(|(op, _)| glue_op(op)).map(|(op, w)| format!("the {op:?} steps ({w}% of the mix)")).collect();
+        if mix.iter().any(|(op, _)| *op == Op::Capture) {
+            dropped.push("mla_decode_captured and nvfp4_w4a16_gemm_captured inside the captures".into());
+        }
+        if !dropped.is_empty() {
+            eprintln!(
+                "standin_stress: SKIP: left out of this run: {}. A real libcuda.so.1 is present: the kernel glue's CUDA runtime opens it by itself and would be handed the stand-in's handles",
+                dropped.join(", ")
+            );
+        }
+    }
     let shared = Shared {
         ctx,
         ctxs: Default::default(),
@@ -330,12 +379,9 @@ fn setup(total: u64, mix: &'static [(Op, u32)]) -> Arc<Shared> {
         stop: AtomicBool::new(false),
         busy: Mutex::new(Vec::new()),
         total,
-        no_glue: standin::real_driver_present(),
-        mix: mix.iter().copied().filter(|(op, _)| !(standin::real_driver_present() && matches!(op, Op::Mla | Op::W4a16))).collect(),
+        no_glue,
+        mix: mix.iter().copied().filter(|m| !(no_glue && glue_op(&m.0))).collect(),
     };
-    if shared.no_glue {
-        eprintln!("standin_stress: a real libcuda.so.1 is present: MLA and W4A16 calls left out (the kernel glue's CUDA runtime would give it the stand-in's handles)");
-    }
     shared.streams[0].store(stream.id, SeqCst);
     Arc::new(shared)
 }
@@ -428,6 +474,12 @@ fn run(total: u64, mix: &'static [(Op, u32)], phases: &'static [&'static [(&'sta
         .map(|(e, (ok, all))| format!("{} {}/{}", e.name.trim_start_matches("graphsafe_"), ok.load(SeqCst), all.load(SeqCst)))
         .collect();
     eprintln!("standin_stress: OK/calls per entry point: {}", summary.join(", "));
+    let required = sh.must_succeed();
+    let never_ok: Vec<&str> = required.iter().filter(|&&e| sh.ok[e as usize].0.load(SeqCst) == 0).map(|&e| ENTRIES[e as usize].name).collect();
+    eprintln!(
+        "standin_stress: required to return OK at least once in this mix: {}",
+        required.iter().map(|&e| ENTRIES[e as usize].name.trim_start_matches("graphsafe_")).collect::<Vec<_>>().join(", ")
+    );
 
     // Teardown: every handle, shared and persistent; then nothing may be left in the driver.
     let destroy_all = |v: &[AtomicU64], f: &dyn Fn(u64) -> i32| {
@@ -458,6 +510,7 @@ fn run(total: u64, mix: &'static [(Op, u32)], phases: &'static [&'static [(&'sta
     let failures = sh.failures.lock().unwrap().clone();
     assert!(failures.is_empty(), "{} failure(s), the first: {}", failures.len(), failures[0]);
     assert!(calls >= total, "only {calls} calls");
+    assert!(never_ok.is_empty(), "never returned OK in {calls} calls (every call of them failed): {}", never_ok.join(", "));
     assert_eq!(s.violations(), 0, "the stand-in saw a memory-safety violation: {}", s.last_violation());
     assert_eq!(s.stat("open_captures"), 0, "a capture was left open in the driver");
     // Frees the driver refused during a global capture leak by design (the memory may be in use).
