@@ -148,6 +148,9 @@ struct Shared {
   GraphsafeMlaDecodeArgs mla{};
   GraphsafeW4a16Args w4a16{};
   std::atomic<uint64_t> calls{0};
+  // Per entry point: the calls that returned OK, and all calls (call() counts both).
+  std::atomic<uint64_t> ok_calls[kEntries]{};
+  std::atomic<uint64_t> all_calls[kEntries]{};
   std::atomic<int> inflight[kMaxThreads]{};
   std::atomic<bool> stop{false};
   uint64_t total = 0;
@@ -175,6 +178,8 @@ int call(int t, E e, F f) {
   int s = f();
   g.inflight[t].store(0);
   g.calls.fetch_add(1, std::memory_order_relaxed);
+  g.all_calls[e].fetch_add(1, std::memory_order_relaxed);
+  if (s == OK) g.ok_calls[e].fetch_add(1, std::memory_order_relaxed);
   const auto& a = kEntry[e].allowed;
   if (std::find(a.begin(), a.end(), s) == a.end())
     fail(std::string(kEntry[e].name) + " returned " + std::to_string(s) + ", which it does not document here: " +
