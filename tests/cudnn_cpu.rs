@@ -45,8 +45,20 @@ fn the_process_wide_loader_answers_without_panicking() {
         }
         Err(e) => panic!("unexpected error {e}"),
     }
-    // The same answer twice (opened once).
-    assert_eq!(sys::api().is_ok(), sys::api().is_ok());
+    // Later calls answer from the first (opened once): the very same `Api`, or an equal error. And
+    // that answer is the one a fresh search of the documented candidates() gives.
+    let fresh = sys::open_from(&sys::candidates());
+    match (sys::api(), sys::api(), &fresh) {
+        (Ok(a), Ok(b), Ok(f)) => {
+            assert!(std::ptr::eq(a, b), "a second api() call opened cuDNN again");
+            assert_eq!((&a.location, a.version), (&f.location, f.version), "api() did not open what candidates() finds first");
+        }
+        (Err(a), Err(b), Err(f)) => {
+            assert_eq!(a, b, "a second api() call answered differently");
+            assert_eq!(&a, f, "api() did not search candidates(), in order");
+        }
+        (a, b, f) => panic!("api() twice and a fresh search disagree: {:?}, {:?}, {:?}", a.err(), b.err(), f.as_ref().err()),
+    }
 }
 
 #[test]
