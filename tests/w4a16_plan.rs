@@ -2,8 +2,9 @@
 //! where a 32-bit tile count used to overflow), the sizes the planner reports (prepared weight,
 //! stream-K workspace) equal an exact 128-bit model of the layouts in
 //! cuda-src/nvfp4/sm90/w4a16_plan.cuh, and shapes outside the kernel's limits are refused rather
-//! than sized.
+//! than sized; the C ABI's graphsafe_nvfp4_plan says the same wherever its `int` arguments reach.
 
+use graphsafe::capi::{graphsafe_nvfp4_plan, GraphsafeNvfp4Plan, GRAPHSAFE_ARCH_SM90, GRAPHSAFE_DTYPE_BF16, GRAPHSAFE_ERROR_INVALID_ARGUMENT, GRAPHSAFE_OK};
 use graphsafe::ops::nvfp4::{self, Nvfp4Arch};
 use graphsafe::ops::tensor::DType;
 use graphsafe::Error;
@@ -39,6 +40,17 @@ fn model(m: i64, n: i64, k: i64, sm: i64) -> Option<(u128, u128)> {
     Some((prepared, ws))
 }
 
+/// The C ABI's plan of the shape (its arguments are `int`s: None when one does not fit), or the
+/// status it returned.
+fn c_plan(m: i64, n: i64, k: i64, sm: i64) -> Option<Result<GraphsafeNvfp4Plan, i32>> {
+    let [m, n, k, sm] = [m, n, k, sm].map(|v| i32::try_from(v).ok());
+    let (m, n, k, sm) = (m?, n?, k?, sm?);
+    let mut out = GraphsafeNvfp4Plan::default();
+    // SAFETY: `out` is a writable GraphsafeNvfp4Plan.
+    let s = unsafe { graphsafe_nvfp4_plan(GRAPHSAFE_ARCH_SM90, m, n, k, GRAPHSAFE_DTYPE_BF16, sm, &mut out) };
+    Some(if s == GRAPHSAFE_OK { Ok(out) } else { Err(s) })
+}
+
 static WITH_WORKSPACE: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 
 fn check(m: i64, n: i64, k: i64, sm: i64) -> bool {
@@ -52,11 +64,23 @@ fn check(m: i64, n: i64, k: i64, sm: i64) -> bool {
             assert_eq!(u128::from(p.workspace_bytes), ws, "workspace of ({m}, {n}, {k}) on {sm} SMs");
             assert_eq!((p.m as i64, p.n as i64, p.k as i64), (m, n, k));
             assert!(p.tile.is_none());
-            // The plan is a function of its inputs (eager and captured calls must agree).
-            assert_eq!(nvfp4::plan(Nvfp4Arch::Sm90, m, n, k, DType::Bf16, sm).unwrap(), p);
+            // What C callers are told (int arguments, u64 sizes, a zero tile on Hopper) is the model too.
+            if let Some(c) = c_plan(m, n, k, sm) {
+                let c = c.unwrap_or_else(|s| panic!("graphsafe_nvfp4_plan({m}, {n}, {k}) on {sm} SMs returned {s}"));
+                assert_eq!(
+                    (u128::from(c.prepared_weight_bytes), u128::from(c.workspace_bytes), [c.tile_m, c.tile_n, c.tile_k, c.cluster_m, c.cluster_n]),
+                    (prepared, ws, [0; 5]),
+                    "graphsafe_nvfp4_plan({m}, {n}, {k}) on {sm} SMs"
+                );
+            }
             true
         }
-        (None, Err(Error::InvalidArgument { .. })) => false,
+        (None, Err(Error::InvalidArgument { .. })) => {
+            if let Some(c) = c_plan(m, n, k, sm) {
+                assert_eq!(c.err(), Some(GRAPHSAFE_ERROR_INVALID_ARGUMENT), "graphsafe_nvfp4_plan({m}, {n}, {k}) on {sm} SMs");
+            }
+            false
+        }
         (want, got) => panic!("({m}, {n}, {k}) on {sm} SMs: model {want:?}, planner {got:?}"),
     }
 }
