@@ -207,7 +207,9 @@ fn frees_deferred_during_a_failed_capture_begin_are_given_back_when_it_fails() {
     use graphsafe::driver::DeviceBuffer;
     use graphsafe::sys::cuda::CUresult;
     let (_g, s) = exclusive();
-    let ctx = Context::new(0).expect("the stand-in's device 0");
+    // Device 1: `a_leaked_capture_…` leaves a capture of device 0's context open for the rest of
+    // the process (by design every later free there is deferred), which would hide this one.
+    let ctx = Context::new(1).expect("the stand-in's device 1");
     let mut stream = Stream::new(&ctx).unwrap();
     let other = Stream::new(&ctx).unwrap();
     let buf = DeviceBuffer::alloc_zeroed(&other, 1 << 16).unwrap();

@@ -82,7 +82,7 @@
 //! `dynamic-loading`). With this feature the minimum Rust is 1.88 (cudarc's `libloading` 0.9);
 //! without it, the crate's `rust-version`.
 
-use super::{check, init, Context, DeviceBuffer, ForeignOwner, ForeignStream, Stream};
+use super::{Context, DeviceBuffer, ForeignOwner, ForeignStream, Stream};
 use crate::error::{Error, Result};
 use crate::sys::cuda as c;
 use ::cudarc::driver::{CudaContext, CudaSlice, CudaStream, DevicePtr as _};
@@ -119,13 +119,9 @@ fn one_driver() -> Result<()> {
 
 /// Refuses a cudarc stream that is being captured (by graphsafe, cudarc or anyone).
 fn refuse_capturing(ctx: &Context, stream: &CudaStream) -> Result<()> {
-    let _current = ctx.enter()?;
-    let f = init()?.cuStreamIsCapturing()?;
-    let mut status = c::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
     // SAFETY: a live stream of `ctx` (the caller checked the context; cudarc's Arc keeps it alive),
-    // possibly the legacy stream (null), which the call accepts; out-pointer to a local.
-    check(unsafe { (f.f)(stream.cu_stream().cast(), &mut status) }, f.name)?;
-    if status != c::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE {
+    // possibly the legacy stream (null), which the call accepts.
+    if unsafe { super::graph::stream_is_capturing(ctx, stream.cu_stream().cast()) }? {
         return Err(Error::StreamCapturing { detail: "the cudarc slice's stream is being captured".into() });
     }
     Ok(())

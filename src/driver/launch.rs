@@ -177,3 +177,18 @@ impl<'f> KernelLaunch<'f> {
         unsafe { self.f.launch(&self.cfg, stream, &mut ptrs[..self.count]) }
     }
 }
+
+impl crate::graph::Capture<'_, '_> {
+    /// Captures a kernel launch.
+    ///
+    /// # Safety
+    /// As [`Function::launch`](crate::driver::Function::launch); every device address in `params`
+    /// must come from a workspace or buffer bound to this capture (or otherwise outlive every
+    /// graph made from it).
+    pub unsafe fn launch(&self, f: &crate::driver::Function, cfg: &LaunchConfig, params: &mut [*mut std::ffi::c_void]) -> crate::Result<()> {
+        // The graph replays this kernel: its module must stay loaded as long as the graph lives.
+        self.site().keep_module(f.module());
+        // SAFETY: the caller's contract.
+        unsafe { f.launch(cfg, self.capturing_stream(), params) }
+    }
+}

@@ -109,9 +109,10 @@ fn defer(block: Block, ctx: &Arc<Context>) {
 /// and given back when the last capture ends, or at the next free that can wait. Frees are rare
 /// (growth, graph teardown); a decode loop does none.
 fn release(block: Block, ctx: &Arc<Context>) {
+    // Deferring happens under the gate: the capture whose end retries deferred frees closes under
+    // it too, so a block is either on the list before that retry looks, or sees no capture open.
     let gate = ctx.free_gate();
     let Some(streams) = gate.quiescent_streams() else {
-        drop(gate);
         return defer(block, ctx);
     };
     match synchronize_streams(ctx, streams) {
@@ -119,10 +120,7 @@ fn release(block: Block, ctx: &Arc<Context>) {
             give_back(block, ctx);
             free_deferred_after_synchronize(ctx);
         }
-        Ok(false) => {
-            drop(gate);
-            defer(block, ctx);
-        }
+        Ok(false) => defer(block, ctx),
         Err(e) => {
             // Work may still use the block: it is leaked, never freed early (for foreign memory
             // that means never dropping its owner, which would free it).
@@ -139,18 +137,14 @@ fn release(block: Block, ctx: &Arc<Context>) {
 pub(crate) fn synchronize_streams(ctx: &Context, streams: &[usize]) -> Result<bool> {
     let _current = ctx.enter()?;
     let _relaxed = RelaxedCaptureMode::enter()?;
-    let a = init()?;
-    let is_capturing = a.cuStreamIsCapturing()?;
     for &s in streams {
-        let mut status = c::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
-        // SAFETY: a live stream: streams leave the list (under the gate we hold) before they are
-        // destroyed; out-pointer to a local.
-        check(unsafe { (is_capturing.f)(s as c::CUstream, &mut status) }, is_capturing.name)?;
-        if status != c::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE {
+        // SAFETY: a live stream of `ctx`: streams leave the list (under the gate we hold) before
+        // they are destroyed.
+        if unsafe { super::graph::stream_is_capturing(ctx, s as c::CUstream) }? {
             return Ok(false);
         }
     }
-    let sync = a.cuStreamSynchronize()?;
+    let sync = init()?.cuStreamSynchronize()?;
     for &s in streams {
         // SAFETY: as above; none of them is capturing, and none can begin to while we hold the gate.
         check(unsafe { (sync.f)(s as c::CUstream) }, sync.name)?;

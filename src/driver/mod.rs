@@ -11,6 +11,7 @@ mod context;
 pub mod cudarc;
 mod device;
 mod event;
+pub(crate) mod graph;
 mod launch;
 /// Device memory: [`DeviceBuffer`] handles over shared [`memory::Allocation`]s.
 pub mod memory;
@@ -65,15 +66,8 @@ impl ForeignOwner {
     /// capturing, and the drop waits for a later attempt).
     pub(crate) fn stream_is_capturing(&self, ctx: &Context) -> bool {
         let Some(ForeignStream(s)) = self.1 else { return false };
-        let r = (|| {
-            let _current = ctx.enter()?;
-            let f = init()?.cuStreamIsCapturing()?;
-            let mut status = c::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
-            // SAFETY: the owner keeps the stream alive; out-pointer to a local.
-            check(unsafe { (f.f)(s, &mut status) }, f.name)?;
-            Ok::<_, Error>(status != c::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE)
-        })();
-        r.unwrap_or(true)
+        // SAFETY: the owner keeps the stream (of `ctx`) alive.
+        unsafe { graph::stream_is_capturing(ctx, s) }.unwrap_or(true)
     }
 }
 

@@ -114,12 +114,8 @@ impl Stream {
     /// Whether the driver reports the stream in the middle of a capture (graphsafe's, an invalidated
     /// one not yet ended, or one begun outside graphsafe).
     pub fn is_capturing(&self) -> Result<bool> {
-        let _current = self.ctx.enter()?;
-        let f = init()?.cuStreamIsCapturing()?;
-        let mut status = c::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
-        // SAFETY: live stream; out-pointer to a local.
-        check(unsafe { (f.f)(self.raw, &mut status) }, f.name)?;
-        Ok(status != c::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE)
+        // SAFETY: a live stream of its context (this value holds both).
+        unsafe { super::graph::stream_is_capturing(&self.ctx, self.raw) }
     }
 
     /// Refuses eager work while a graphsafe capture is open on the stream (an atomic load: the

@@ -1,16 +1,16 @@
 //! Captures: the branded Rust capture ([`Capture`]), its views ([`Captured`], [`CapturedBuffer`]),
 //! and the run-time-checked capture of the C ABI ([`DetachedCapture`]).
 
-use super::exec::{destroy_graph, Graph};
+use super::exec::Graph;
 use super::target::CaptureSite;
 use super::{Brand, CaptureId, CaptureMode, KeepList};
+use crate::driver::graph::DriverGraph;
 use crate::driver::memory::{copy_d2d_raw, memset_u8_raw, Allocation};
-use crate::driver::{check, driver_error, init, Context, DeviceBuffer, DevicePtr, Function, LaunchConfig, Stream};
+use crate::driver::{Context, DeviceBuffer, DevicePtr, Stream};
 use crate::error::{Error, Result};
 use crate::sys::cuda as c;
 use crate::workspace::Workspace;
 use std::cell::RefCell;
-use std::ffi::c_void;
 use std::marker::PhantomData;
 use std::sync::Arc;
 
@@ -62,12 +62,7 @@ fn begin_capture(stream: &Stream, mode: CaptureMode) -> Result<CaptureId> {
     stream.mark_capturing(id.get())?;
     // From here until the capture is over, frees in this context wait (see driver::FreeGate).
     stream.context().capture_opening();
-    let begin = || {
-        let _current = stream.context().enter()?;
-        let f = init()?.cuStreamBeginCapture()?;
-        // SAFETY: live stream; the mode is a valid enum value.
-        check(unsafe { (f.f)(stream.raw(), mode.driver_mode()) }, f.name)
-    };
+    let begin = || crate::driver::graph::begin_capture(stream, mode.driver_mode());
     // A global capture forbids allocations on every thread: none may be in flight as it begins.
     let begun = if mode == CaptureMode::Global { crate::driver::memory::begin_global_capture(begin) } else { begin() };
     if let Err(e) = begun {
@@ -81,32 +76,11 @@ fn begin_capture(stream: &Stream, mode: CaptureMode) -> Result<CaptureId> {
     Ok(id)
 }
 
-/// Ends the capture on `stream`; an invalidated capture becomes `CaptureInvalidated`.
-fn end_capture(stream: &Stream) -> Result<c::CUgraph> {
-    let _current = stream.context().enter()?;
-    let f = init()?.cuStreamEndCapture()?;
-    let mut g: c::CUgraph = std::ptr::null_mut();
-    // SAFETY: live stream in capture mode; out-pointer to a local.
-    let r = unsafe { (f.f)(stream.raw(), &mut g) };
-    if r == c::CUresult::CUDA_SUCCESS && !g.is_null() {
-        return Ok(g);
-    }
-    if !g.is_null() {
-        destroy_graph(g);
-    }
-    if r == c::CUresult::CUDA_ERROR_STREAM_CAPTURE_INVALIDATED || r == c::CUresult::CUDA_SUCCESS {
-        return Err(Error::CaptureInvalidated {
-            reason: "the driver invalidated the capture (an operation not permitted during capture was called)".into(),
-        });
-    }
-    Err(driver_error(r, f.name))
-}
-
 /// Ends graphsafe capture `id` on `stream`. Returns the driver's graph, and whether the capture is
 /// over: after a failed end the driver may still be capturing (e.g. a thread-local capture ended
 /// from another thread); then the stream stays marked, so eager work keeps being refused.
-fn finish(stream: &Stream, id: CaptureId, mode: CaptureMode) -> (Result<c::CUgraph>, bool) {
-    let r = end_capture(stream);
+fn finish(stream: &Stream, id: CaptureId, mode: CaptureMode) -> (Result<DriverGraph>, bool) {
+    let r = crate::driver::graph::end_capture(stream);
     let over = r.is_ok() || !stream.is_capturing().unwrap_or(true);
     if over {
         if mode == CaptureMode::Global {
@@ -124,14 +98,14 @@ fn finish(stream: &Stream, id: CaptureId, mode: CaptureMode) -> (Result<c::CUgra
 /// Ends an abandoned capture so the stream is usable again, throwing the graph away.
 fn abandon(stream: &Stream, id: CaptureId, mode: CaptureMode) {
     match finish(stream, id, mode).0 {
-        Ok(g) => destroy_graph(g),
+        Ok(graph) => drop(graph),
         Err(Error::CaptureInvalidated { .. }) => {}
         Err(e) => log::error!("graphsafe: ending an abandoned capture failed: {e}"),
     }
 }
 
-fn keep_list_into_graph(raw: c::CUgraph, keep: KeepList, ctx: &Arc<Context>) -> Graph {
-    Graph::new(raw, keep, ctx.clone())
+fn keep_list_into_graph(graph: DriverGraph, keep: KeepList, ctx: &Arc<Context>) -> Graph {
+    Graph::new(graph, keep, ctx.clone())
 }
 
 /// An open stream capture. End it with [`Capture::end`]; dropping it ends the capture and throws
@@ -182,18 +156,15 @@ pub(crate) struct WorkspaceView {
     pub ptr: DevicePtr,
     pub capacity: u64,
     pub capture: CaptureId,
-    pub ctx: c::CUcontext,
+    // The workspace's context, as an identity (compared, never used as a handle).
+    pub ctx: usize,
     pub alloc: Option<Arc<Allocation>>,
 }
 
-// SAFETY: the context handle is only compared, never dereferenced; the rest is Send + Sync.
-unsafe impl Send for WorkspaceView {}
-// SAFETY: as above.
-unsafe impl Sync for WorkspaceView {}
 
 impl WorkspaceView {
     fn of(ws: &Workspace, capture: CaptureId) -> WorkspaceView {
-        WorkspaceView { ptr: ws.device_ptr(), capacity: ws.capacity(), capture, ctx: ws.context().raw(), alloc: ws.allocation().cloned() }
+        WorkspaceView { ptr: ws.device_ptr(), capacity: ws.capacity(), capture, ctx: ws.context().raw() as usize, alloc: ws.allocation().cloned() }
     }
 }
 
@@ -333,16 +304,10 @@ impl<'s, 'id> Capture<'s, 'id> {
         copy_d2d_raw(dst.device_ptr(), src.device_ptr(), src.len(), self.stream)
     }
 
-    /// Captures a kernel launch.
-    ///
-    /// # Safety
-    /// As [`Function::launch`]; every device address in `params` must come from a workspace or
-    /// buffer bound to this capture (or otherwise outlive every graph made from it).
-    pub unsafe fn launch(&self, f: &Function, cfg: &LaunchConfig, params: &mut [*mut c_void]) -> Result<()> {
-        // The graph replays this kernel: its module must stay loaded as long as the graph lives.
-        self.site().keep_module(f.module());
-        // SAFETY: the caller's contract.
-        unsafe { f.launch(cfg, self.stream, params) }
+    /// The capturing stream, for captured launches (`driver::launch` defines `Capture::launch`,
+    /// whose raw-parameter kernel launch is `unsafe`: the graph layer has no `unsafe` of its own).
+    pub(crate) fn capturing_stream(&self) -> &Stream {
+        self.stream
     }
 
     /// How many allocations the capture keeps alive so far.

@@ -51,7 +51,7 @@ impl<'a> CaptureSite<'a> {
         if w.capture != self.id {
             return Err(Error::invalid("workspace", format!("a workspace bound to this capture ({})", self.id), format!("one bound to {}", w.capture)));
         }
-        if w.ctx != self.stream.context().raw() {
+        if w.ctx != self.stream.context().raw() as usize {
             return Err(Error::invalid("workspace.device", "a workspace of the capturing stream's device", "one of another device/context"));
         }
         Ok(())
