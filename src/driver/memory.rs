@@ -3,7 +3,8 @@ use crate::error::{Error, Result};
 use crate::sys::cuda as c;
 use std::sync::{Arc, Mutex};
 
-/// Device memory from `cuMemAlloc`, freed when the last reference goes away; or memory another
+/// Device memory from `cuMemAlloc`, freed when the last reference goes away (once graphsafe's
+/// streams of its context drained; deferred while a capture is open there); or memory another
 /// library allocated (a cudarc slice: `DeviceBuffer::from_cudarc`, feature `cudarc`), whose owner
 /// it holds and drops, in place of the free, at that same point.
 ///
