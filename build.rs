@@ -114,17 +114,17 @@ fn run() -> Result<(), String> {
     for b in backends {
         println!("cargo:rustc-cfg={b}");
     }
-    // What `graphsafe doctor` reports about this build.
-    let env = |k: &str, v: &str| println!("cargo:rustc-env={k}={v}");
-    env("GRAPHSAFE_BUILD_ARCHS", &selected.join(","));
-    env("GRAPHSAFE_BUILD_CUDA_VERSION", &cuda.version);
-    env("GRAPHSAFE_BUILD_CUDA_SOURCE", &cuda.source);
-    env("GRAPHSAFE_BUILD_CUTLASS_VERSION", &cutlass.version);
-    env("GRAPHSAFE_BUILD_CUTLASS_SOURCE", &cutlass.source);
     let skipped: Vec<String> =
         built.skipped.iter().map(|(s, a)| format!("{s}({})", a.join("|"))).collect();
-    env("GRAPHSAFE_BUILD_SKIPPED_UNITS", &skipped.join(","));
-    env("GRAPHSAFE_BUILD_CUDA_HOME", &cuda.home.to_string_lossy());
+    report_build(&[
+        ("ARCHS", &selected.join(",")),
+        ("CUDA_VERSION", &cuda.version),
+        ("CUDA_SOURCE", &cuda.source),
+        ("CUTLASS_VERSION", &cutlass.version),
+        ("CUTLASS_SOURCE", &cutlass.source),
+        ("SKIPPED_UNITS", &skipped.join(",")),
+        ("CUDA_HOME", &cuda.home.to_string_lossy()),
+    ]);
     if built.compiled > 0 {
         println!(
             "cargo:warning=graphsafe: compiled {} CUDA unit(s), {} from cache ({})",
@@ -152,15 +152,24 @@ fn docs_only(manifest_dir: &Path, out_dir: &Path, why: &str) -> Result<(), Strin
     let built = kernels::Built { objects: Vec::new(), units: Vec::new(), fatbins: Vec::new(), skipped: Vec::new(), compiled: 0, cached: 0 };
     kernels::write_modules_rs(out_dir, &built, &units)?;
     println!("cargo:rustc-cfg=graphsafe_no_kernels");
-    let env = |k: &str, v: &str| println!("cargo:rustc-env={k}={v}");
-    env("GRAPHSAFE_BUILD_ARCHS", "");
-    env("GRAPHSAFE_BUILD_CUDA_VERSION", "none");
-    env("GRAPHSAFE_BUILD_CUDA_SOURCE", &format!("none: {why}"));
-    env("GRAPHSAFE_BUILD_CUTLASS_VERSION", "none");
-    env("GRAPHSAFE_BUILD_CUTLASS_SOURCE", "none");
-    env("GRAPHSAFE_BUILD_SKIPPED_UNITS", "");
-    env("GRAPHSAFE_BUILD_CUDA_HOME", "");
+    report_build(&[
+        ("ARCHS", ""),
+        ("CUDA_VERSION", "none"),
+        ("CUDA_SOURCE", &format!("none: {why}")),
+        ("CUTLASS_VERSION", "none"),
+        ("CUTLASS_SOURCE", "none"),
+        ("SKIPPED_UNITS", ""),
+        ("CUDA_HOME", ""),
+    ]);
     Ok(())
+}
+
+/// What `graphsafe doctor` (`graphsafe::build_info`, src/lib.rs) reports about this build: one `GRAPHSAFE_BUILD_*`
+/// compile-time variable per field, the same set for a kernel build and a docs-only one.
+fn report_build(fields: &[(&str, &str)]) {
+    for (k, v) in fields {
+        println!("cargo:rustc-env=GRAPHSAFE_BUILD_{k}={v}");
+    }
 }
 
 fn link(out_dir: &Path, cuda_lib: &Path) {
