@@ -88,6 +88,9 @@ impl Context {
     ///
     /// # Safety
     /// `raw` must be a valid context that outlives the returned value and everything made from it.
+    /// Note that [`crate::ops::cudnn::Cudnn::new`] keeps its device's `Context` for the rest of the
+    /// process (cuDNN plans outlive the graphs that captured them): an adopted context used with
+    /// cuDNN must stay alive until the process exits.
     pub unsafe fn adopt(raw: c::CUcontext) -> Result<Arc<Context>> {
         // SAFETY: the caller's promise, passed on.
         unsafe { Context::adopt_owned(raw, None) }

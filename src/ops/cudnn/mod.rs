@@ -160,7 +160,8 @@ impl std::fmt::Debug for Cudnn {
 
 impl Cudnn {
     /// cuDNN for the device of `ctx`: opens the library (once), checks its version (≥ 9.0), and
-    /// creates the device's handle on first use; later calls return the same value.
+    /// creates the device's handle on first use; later calls return the same value. The value,
+    /// and with it `ctx`, lives until the process exits (an adopted context must too).
     pub fn new(ctx: &Arc<Context>) -> Result<Arc<Cudnn>> {
         let api = sys::api()?;
         let mut reg = REGISTRY.lock().unwrap_or_else(|e| e.into_inner());
