@@ -230,3 +230,35 @@ fn frees_deferred_during_a_failed_capture_begin_are_given_back_when_it_fails() {
     assert_eq!(s.live_allocations(), live - 1, "the buffer dropped during the failed begin is still held");
     no_violations(s);
 }
+
+/// One transient driver failure of `cuStreamEndCapture` must not leave the capture open for good:
+/// the failed `end` reports the error, the drop of the capture ends it, and afterwards the stream
+/// takes eager work, frees in its context go through, and (a GLOBAL capture) allocations on other
+/// threads are allowed again.
+#[test]
+fn a_failed_capture_end_does_not_leave_the_capture_open_for_good() {
+    use graphsafe::driver::DeviceBuffer;
+    use graphsafe::sys::cuda::CUresult;
+    let (_g, s) = exclusive();
+    // Device 1 (see `frees_deferred_during_a_failed_capture_begin_…`).
+    let ctx = Context::new(1).expect("the stand-in's device 1");
+    let mut stream = Stream::new(&ctx).unwrap();
+    let other = Stream::new(&ctx).unwrap();
+    let buf = DeviceBuffer::alloc_zeroed(&other, 4096).unwrap();
+    let live = s.live_allocations();
+    let cap = stream.begin_capture(graphsafe::graph::CaptureMode::Global).unwrap();
+    drop(buf); // deferred: a capture of the context is open
+    assert_eq!(s.live_allocations(), live, "a free went through while a capture was open");
+    s.fail("cuStreamEndCapture", 0, CUresult::CUDA_ERROR_UNKNOWN);
+    assert!(cap.end().is_err(), "the injected end failure was not reported");
+    assert!(!stream.is_capturing().unwrap(), "the stream is still capturing after the failed end was dropped");
+    stream.synchronize().expect("eager work on the stream after the failed end");
+    assert_eq!(s.live_allocations(), live - 1, "the free deferred during the capture never went through");
+    let elsewhere = std::thread::spawn(|| {
+        let ctx0 = Context::new(0).unwrap();
+        DeviceBuffer::alloc_zeroed(&Stream::new(&ctx0).unwrap(), 256).map(drop)
+    });
+    elsewhere.join().unwrap().expect("an allocation on another thread is still refused as if a GLOBAL capture were open");
+    ctx.synchronize().expect("Context::synchronize is still refused");
+    no_violations(s);
+}

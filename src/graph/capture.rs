@@ -317,10 +317,13 @@ impl<'s, 'id> Capture<'s, 'id> {
 
     /// Ends the capture. Returns the graph, or [`Error::CaptureInvalidated`] when the driver
     /// invalidated the capture (an illegal call inside it); either way the stream is usable again.
+    /// If ending fails and the driver still reports the stream capturing (a transient driver
+    /// error), the end is tried once more as the capture is dropped, so one failed call does not
+    /// leave the stream, and the context's frees, waiting on a capture nobody can end.
     pub fn end(mut self) -> Result<Graph> {
-        self.ended = true;
-        let raw = finish(self.stream, self.id, self.mode).0?;
-        Ok(keep_list_into_graph(raw, std::mem::take(self.keep.get_mut()), self.stream.context()))
+        let (r, over) = finish(self.stream, self.id, self.mode);
+        self.ended = over;
+        Ok(keep_list_into_graph(r?, std::mem::take(self.keep.get_mut()), self.stream.context()))
     }
 }
 
