@@ -661,10 +661,13 @@ int graphsafe_stream_create(GraphsafeContext ctx, GraphsafeStream *out);
 int graphsafe_stream_adopt(GraphsafeContext ctx, void *cu_stream, GraphsafeStream *out);
 
 /**
- * The raw `CUstream` (for the caller's own launches).
+ * The raw `CUstream` (for the caller's own launches). From then on every replay on the stream
+ * also asks the driver whether a capture graphsafe did not begin is open (and refuses, BUSY).
  *
  * # Safety
- * `out` is null (refused) or points to writable storage for a pointer. Thread-safe.
+ * `out` is null (refused) or points to writable storage for a pointer. Thread-safe. The caller
+ * issues no work to the handle while a graphsafe capture is open on the stream, and begins no
+ * capture on it during a graphsafe call on the stream on another thread.
  */
 int graphsafe_stream_raw(GraphsafeStream stream, void **out);
 

@@ -262,3 +262,92 @@ fn a_failed_capture_end_does_not_leave_the_capture_open_for_good() {
     ctx.synchronize().expect("Context::synchronize is still refused");
     no_violations(s);
 }
+
+/// A replay on a stream whose handle other code holds (adopted, or handed out by the C ABI) while
+/// that code has begun a capture of its own on it: graphsafe refuses it (StreamCapturing / BUSY)
+/// instead of letting the foreign graph record a child copy of the executable whose memory it does
+/// not keep. On the old code the replay went through, and the foreign graph's replay touched
+/// freed memory once the executable was dropped.
+#[test]
+fn a_replay_into_a_capture_graphsafe_did_not_begin_is_refused() {
+    use graphsafe::capi::*;
+    use graphsafe::driver::DeviceBuffer;
+    let (_g, s) = exclusive();
+    let ctx = Context::new(0).expect("the stand-in's device 0");
+    let mut own = Stream::new(&ctx).unwrap();
+    let buf = DeviceBuffer::alloc_zeroed(&own, 4096).unwrap();
+    let (graph, ()) = own
+        .capture(graphsafe::graph::CaptureMode::ThreadLocal, |cap| {
+            let b = cap.bind_buffer(&buf)?;
+            cap.memset_u8(&b, 7)
+        })
+        .unwrap();
+    let exec = graph.instantiate().unwrap();
+    drop((graph, buf));
+    let api = graphsafe::sys::driver::api().unwrap();
+    let foreign_capture = |raw: graphsafe::sys::cuda::CUstream, begin: bool| {
+        let _cur = ctx.enter().unwrap();
+        if begin {
+            // SAFETY: a live stream of ctx; a valid mode.
+            let r = unsafe { (api.cuStreamBeginCapture().unwrap().f)(raw, graphsafe::sys::cuda::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED) };
+            assert_eq!(r, graphsafe::sys::cuda::CUresult::CUDA_SUCCESS);
+        } else {
+            let mut g = std::ptr::null_mut();
+            // SAFETY: the stream is capturing (begun above); out-pointer to a local.
+            unsafe { (api.cuStreamEndCapture().unwrap().f)(raw, &mut g) };
+            // SAFETY: the graph the capture returned, destroyed once.
+            unsafe { (api.cuGraphDestroy().unwrap().f)(g) };
+        }
+    };
+    // The Rust API: an engine's stream, adopted.
+    let mut raw: graphsafe::sys::cuda::CUstream = std::ptr::null_mut();
+    {
+        let _cur = ctx.enter().unwrap();
+        // SAFETY: out-pointer to a local.
+        unsafe { (api.cuStreamCreate().unwrap().f)(&mut raw, 1) };
+    }
+    // SAFETY: raw is a live stream of ctx, destroyed below after its wrapper.
+    let adopted = unsafe { Stream::adopt(&ctx, raw) }.unwrap();
+    exec.launch(&adopted).expect("a replay on the adopted stream with no capture open");
+    foreign_capture(raw, true);
+    match exec.launch(&adopted) {
+        Err(graphsafe::Error::StreamCapturing { .. }) => {}
+        other => panic!("a replay into the engine's own capture was not refused: {other:?}"),
+    }
+    foreign_capture(raw, false);
+    exec.launch(&adopted).expect("a replay once the engine's capture ended");
+    drop(adopted);
+    {
+        let _cur = ctx.enter().unwrap();
+        // SAFETY: made above; its wrapper is gone.
+        unsafe { (api.cuStreamDestroy().unwrap().f)(raw) };
+    }
+    // The C ABI: a stream whose raw handle the caller asked for.
+    let mut cx = GraphsafeContext::default();
+    let mut st = GraphsafeStream::default();
+    // SAFETY: out-pointers to locals.
+    assert_eq!(unsafe { graphsafe_context_create(0, &mut cx) }, GRAPHSAFE_OK);
+    assert_eq!(unsafe { graphsafe_stream_create(cx, &mut st) }, GRAPHSAFE_OK);
+    let mut c_raw: *mut std::ffi::c_void = std::ptr::null_mut();
+    assert_eq!(unsafe { graphsafe_stream_raw(st, &mut c_raw) }, GRAPHSAFE_OK);
+    // A C caller's executable: the Rust one above, through a C ABI graph made the same way.
+    let mut cap = GraphsafeCapture::default();
+    assert_eq!(unsafe { graphsafe_capture_begin(st, GRAPHSAFE_CAPTURE_THREAD_LOCAL, &mut cap) }, GRAPHSAFE_OK);
+    let mut g = GraphsafeGraph::default();
+    assert_eq!(unsafe { graphsafe_capture_end(cap, &mut g) }, GRAPHSAFE_OK);
+    let mut e = GraphsafeGraphExec::default();
+    assert_eq!(unsafe { graphsafe_graph_instantiate(g, &mut e) }, GRAPHSAFE_OK);
+    assert_eq!(unsafe { graphsafe_graph_exec_launch(e, st) }, GRAPHSAFE_OK);
+    foreign_capture(c_raw.cast(), true);
+    assert_eq!(unsafe { graphsafe_graph_exec_launch(e, st) }, GRAPHSAFE_ERROR_BUSY, "a C replay into the caller's own capture");
+    foreign_capture(c_raw.cast(), false);
+    assert_eq!(unsafe { graphsafe_graph_exec_launch(e, st) }, GRAPHSAFE_OK);
+    unsafe {
+        graphsafe_graph_exec_destroy(e);
+        graphsafe_graph_destroy(g);
+        graphsafe_stream_destroy(st);
+        graphsafe_context_destroy(cx);
+    }
+    drop((exec, own));
+    no_violations(s);
+}

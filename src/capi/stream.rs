@@ -47,14 +47,18 @@ pub unsafe extern "C" fn graphsafe_stream_adopt(ctx: GraphsafeContext, cu_stream
     })
 }
 
-/// The raw `CUstream` (for the caller's own launches).
+/// The raw `CUstream` (for the caller's own launches). From then on every replay on the stream
+/// also asks the driver whether a capture graphsafe did not begin is open (and refuses, BUSY).
 ///
 /// # Safety
-/// `out` is null (refused) or points to writable storage for a pointer. Thread-safe.
+/// `out` is null (refused) or points to writable storage for a pointer. Thread-safe. The caller
+/// issues no work to the handle while a graphsafe capture is open on the stream, and begins no
+/// capture on it during a graphsafe call on the stream on another thread.
 #[no_mangle]
 pub unsafe extern "C" fn graphsafe_stream_raw(stream: GraphsafeStream, out: *mut *mut c_void) -> c_int {
     guard(|| {
         let s = stream_obj(stream)?;
+        s.stream.mark_shared();
         // SAFETY: the caller's contract (null is refused inside).
         unsafe { put(out, "out", s.stream.raw().cast()) }
     })

@@ -72,7 +72,10 @@
 //! capture is open on a stream made by [`Stream::from_cudarc`], issue no cudarc work to that
 //! `CudaStream` (from this thread or another): it would be captured into graphsafe's graph without
 //! its memory, as into a cudarc graph. graphsafe's own calls on the stream are refused meanwhile
-//! ([`crate::Error::StreamCapturing`]), as on every stream.
+//! ([`crate::Error::StreamCapturing`]), as on every stream. The other way round, graphsafe refuses
+//! to replay (or enqueue anything) into a *cudarc* capture of the stream, which would give
+//! cudarc's graph graphsafe's memory without keeping it alive; only a cudarc capture that begins
+//! during a graphsafe call on another thread cannot be seen, so do not race the two.
 //!
 //! # Build
 //!
@@ -152,6 +155,9 @@ impl Stream {
     /// `stream` through cudarc (or any other handle of the same `CUstream`): graphsafe cannot see
     /// those calls, the capture would record them, and the graph would keep none of their memory
     /// alive. Outside captures, cudarc work on `stream` is fine and ordered with graphsafe's.
+    /// A cudarc capture of `stream` is refused by graphsafe's calls (replays included: one would
+    /// put a graphsafe graph's memory into cudarc's graph), but one must not *begin* during a
+    /// graphsafe call on the stream on another thread, which cannot see it.
     pub unsafe fn from_cudarc(ctx: &Arc<Context>, stream: &Arc<CudaStream>) -> Result<Stream> {
         one_driver()?;
         let stream_ctx: c::CUcontext = stream.context().cu_ctx().cast();

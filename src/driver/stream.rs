@@ -1,7 +1,7 @@
 use super::{check, init, log_drop_error, Context, ForeignOwner};
 use crate::error::{Error, Result};
 use crate::sys::cuda as c;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 /// A CUDA stream. Never the legacy (null) stream: every memset, copy and launch of the crate goes
@@ -21,6 +21,9 @@ pub struct Stream {
     registered: bool,
     // The id of the graphsafe capture open on this stream; 0 when none.
     capture: AtomicU64,
+    // Other code holds the raw handle (adopted, or handed out by the C ABI's graphsafe_stream_raw)
+    // and could begin a capture of its own on it: replays then ask the driver first.
+    shared: AtomicBool,
     // What keeps an adopted stream alive (cudarc's `Arc<CudaStream>`).
     _owner: Option<ForeignOwner>,
 }
@@ -42,7 +45,7 @@ impl Stream {
         // A handle the driver just made is wrapped by nobody else.
         let fresh = ctx.register_stream(raw);
         debug_assert!(fresh, "cuStreamCreate returned a handle graphsafe still wraps");
-        Ok(Stream { raw, ctx: ctx.clone(), owned: true, registered: true, capture: AtomicU64::new(0), _owner: None })
+        Ok(Stream { raw, ctx: ctx.clone(), owned: true, registered: true, capture: AtomicU64::new(0), shared: AtomicBool::new(false), _owner: None })
     }
 
     /// Wraps a stream the caller owns (an engine's existing `CUstream`); it is not destroyed on drop.
@@ -50,9 +53,9 @@ impl Stream {
     /// # Safety
     /// `raw` must be a valid stream of `ctx` that outlives the returned value; no other code may
     /// issue work to it while a graphsafe capture on it is open, and no other code may begin a
-    /// capture on it while graphsafe replays a graph on it ([`crate::graph::GraphExec::launch`]
-    /// only checks graphsafe's own captures, to stay as cheap as a raw `cuGraphLaunch`; every other
-    /// eager call also asks the driver).
+    /// capture on it *during* a graphsafe call on it on another thread (every graphsafe call on an
+    /// adopted stream, replays included, asks the driver first and refuses a capture it did not
+    /// begin, but cannot see one that starts between that question and its own enqueue).
     ///
     /// Refused (`InvalidArgument`): the legacy and per-thread default streams, and a handle another
     /// graphsafe `Stream` (created or adopted, C ABI handles included) already wraps: two wrappers
@@ -78,7 +81,7 @@ impl Stream {
         if !ctx.register_stream(raw) {
             return Err(Error::invalid("stream", "a stream no other graphsafe Stream wraps", format!("{raw:?}, already wrapped")));
         }
-        Ok(Stream { raw, ctx: ctx.clone(), owned: false, registered: true, capture: AtomicU64::new(0), _owner: owner })
+        Ok(Stream { raw, ctx: ctx.clone(), owned: false, registered: true, capture: AtomicU64::new(0), shared: AtomicBool::new(true), _owner: owner })
     }
 
     /// A wrapper of `raw` that graphsafe does not list among its streams and that does nothing on
@@ -88,7 +91,7 @@ impl Stream {
     /// # Safety
     /// As [`Stream::adopt`]; the value must not outlive the call it was made for.
     pub(crate) unsafe fn unlisted(ctx: &Arc<Context>, raw: c::CUstream) -> Stream {
-        Stream { raw, ctx: ctx.clone(), owned: false, registered: false, capture: AtomicU64::new(0), _owner: None }
+        Stream { raw, ctx: ctx.clone(), owned: false, registered: false, capture: AtomicU64::new(0), shared: AtomicBool::new(true), _owner: None }
     }
 
     /// The raw handle.
@@ -118,8 +121,25 @@ impl Stream {
         unsafe { super::graph::stream_is_capturing(&self.ctx, self.raw) }
     }
 
-    /// Refuses eager work while a graphsafe capture is open on the stream (an atomic load: the
-    /// check of the replay hot path).
+    /// Records that code outside graphsafe now holds the raw handle (the C ABI hands it out), so
+    /// replays on the stream also ask the driver whether a capture graphsafe did not begin is open.
+    pub(crate) fn mark_shared(&self) {
+        self.shared.store(true, Ordering::Release);
+    }
+
+    /// The check of the replay hot path: no graphsafe capture open on the stream (an atomic load),
+    /// and, on a stream whose handle other code holds (adopted, or handed out by the C ABI), no
+    /// capture the driver reports either (one `cuStreamIsCapturing`): a replay recorded into a
+    /// foreign capture would put the graph's memory into a graph that keeps none of it alive.
+    pub(crate) fn ensure_replayable(&self) -> Result<()> {
+        self.ensure_no_open_capture()?;
+        if self.shared.load(Ordering::Acquire) && self.is_capturing()? {
+            return Err(Error::StreamCapturing { detail: "the driver reports a capture graphsafe did not begin; a replay would be recorded into it".into() });
+        }
+        Ok(())
+    }
+
+    /// Refuses eager work while a graphsafe capture is open on the stream (an atomic load).
     pub(crate) fn ensure_no_open_capture(&self) -> Result<()> {
         match self.capture.load(Ordering::Acquire) {
             0 => Ok(()),

@@ -94,14 +94,17 @@ pub struct GraphExec {
 impl GraphExec {
     /// Launches (replays) the graph on `stream`.
     ///
-    /// No context switch and no driver query: the executable and the stream carry their context,
-    /// and a replay must cost what a raw `cuGraphLaunch` costs. The stream must belong to the
-    /// graph's context and must not have a graphsafe capture open ([`Error::StreamCapturing`]).
+    /// No context switch: the executable and the stream carry their context, and a replay must
+    /// cost what a raw `cuGraphLaunch` costs. The stream must belong to the graph's context and
+    /// must not be capturing ([`Error::StreamCapturing`]): a graphsafe capture is one atomic load;
+    /// on a stream other code holds the handle of (adopted, cudarc's, or handed out by the C ABI)
+    /// the driver is asked too, since a replay recorded into a foreign capture would give that
+    /// graph this one's memory without keeping any of it alive.
     pub fn launch(&self, stream: &Stream) -> Result<()> {
         if stream.context().raw() != self.ctx.raw() {
             return Err(Error::invalid("stream", "a stream of the graph's device", "a stream of another context"));
         }
-        stream.ensure_no_open_capture()?;
+        stream.ensure_replayable()?;
         self.exec.launch(stream)
     }
 
