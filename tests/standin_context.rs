@@ -314,6 +314,24 @@ fn raw_pointers_of_another_device_unknown_or_too_small_are_refused() {
     args = good;
     args.lse = kv_of_device_1;
     refused(args, "device 1's LSE", "lse");
+    // Memory of an engine's own context on device 0 (adopted beside the primary one).
+    let mut engine = GraphsafeContext::default();
+    let r = unsafe { graphsafe_context_adopt(s.engine_context(0).cast(), &mut engine) };
+    assert_eq!(r, GRAPHSAFE_OK, "{}", unsafe { std::ffi::CStr::from_ptr(graphsafe_last_error()) }.to_string_lossy());
+    let mut engine_stream = GraphsafeStream::default();
+    assert_eq!(unsafe { graphsafe_stream_create(engine, &mut engine_stream) }, GRAPHSAFE_OK);
+    let mut eb = GraphsafeBuffer::default();
+    assert_eq!(unsafe { graphsafe_buffer_create(engine_stream, (page * 576 * 2) as u64, 1, &mut eb) }, GRAPHSAFE_OK);
+    let mut engine_kv = 0u64;
+    assert_eq!(unsafe { graphsafe_buffer_info(eb, &mut engine_kv, std::ptr::null_mut()) }, GRAPHSAFE_OK);
+    args = good;
+    args.kv_cache = engine_kv;
+    refused(args, "a KV cache of another context of device 0", "another context");
+    unsafe {
+        graphsafe_buffer_destroy(eb);
+        graphsafe_stream_destroy(engine_stream);
+        graphsafe_context_destroy(engine);
+    }
     unsafe {
         graphsafe_workspace_destroy(ws);
         for b in made {

@@ -216,7 +216,8 @@ impl<'a> CallerMemory<'a> {
     }
 
     /// `ptr` as an op's memory: NULL_POINTER for 0; INVALID_ARGUMENT naming `what` for an address
-    /// the driver does not know as device memory, or memory of another device.
+    /// the driver does not know as device memory, memory of another device, or memory allocated
+    /// in another context of the same device.
     pub(crate) fn pointer(&self, ptr: u64, what: &str) -> Result<Raw, Fail> {
         if ptr == 0 {
             return Err(null(what));
@@ -229,6 +230,11 @@ impl<'a> CallerMemory<'a> {
         match crate::driver::memory::query_pointer(ctx, ptr)? {
             None => Err(crate::Error::invalid(what, want(), format!("{ptr:#x}, an address the driver does not know as device memory")).into()),
             Some(p) if usize::try_from(p.device).ok() != Some(ordinal) => Err(crate::Error::invalid(what, want(), format!("{ptr:#x}, memory of device {}", p.device)).into()),
+            // Another context of the same device (an engine's own beside the primary one): its
+            // allocations are not mapped in this one.
+            Some(p) if p.context != 0 && p.context != ctx.raw() as usize => {
+                Err(crate::Error::invalid(what, format!("memory of the stream's context {:?}", ctx.raw()), format!("{ptr:#x}, memory of another context ({:#x}) of device {ordinal}", p.context)).into())
+            }
             Some(p) => Ok(Raw { ptr, ctx: self.ctx, len: p.bytes_to_end.map_or(usize::MAX, |b| usize::try_from(b).unwrap_or(usize::MAX)) }),
         }
     }

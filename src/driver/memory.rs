@@ -486,11 +486,13 @@ impl MemInfo {
 }
 
 /// What the driver reports about a device address graphsafe did not allocate (the C ABI's raw
-/// pointers): the ordinal of the device it lives on, and how many bytes of its allocation lie
-/// from it to the end (`None` when the driver reports no range for it).
+/// pointers): the ordinal of the device it lives on, the context it was allocated in (null for
+/// memory no single context owns: pools, virtual-memory mappings), and how many bytes of its
+/// allocation lie from it to the end (`None` when the driver reports no range for it).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct ForeignPointer {
     pub device: i32,
+    pub context: usize,
     pub bytes_to_end: Option<u64>,
 }
 
@@ -506,12 +508,17 @@ pub(crate) fn query_pointer(ctx: &Context, ptr: DevicePtr) -> Result<Option<Fore
         return Ok(None);
     }
     check(r, f.name)?;
+    let mut context: c::CUcontext = std::ptr::null_mut();
+    // SAFETY: the context attribute writes one CUcontext into the local. A failure (none to report)
+    // leaves it null, which means "no single context".
+    let _ = unsafe { (f.f)((&mut context as *mut c::CUcontext).cast(), c::CUpointer_attribute::CU_POINTER_ATTRIBUTE_CONTEXT, ptr) };
     let (mut start, mut size): (c::CUdeviceptr, usize) = (0, 0);
     // SAFETY: the range attributes write a CUdeviceptr and a size_t into the locals.
     let ranged = unsafe {
         (f.f)((&mut start as *mut c::CUdeviceptr).cast(), c::CUpointer_attribute::CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, ptr) == c::CUresult::CUDA_SUCCESS
             && (f.f)((&mut size as *mut usize).cast(), c::CUpointer_attribute::CU_POINTER_ATTRIBUTE_RANGE_SIZE, ptr) == c::CUresult::CUDA_SUCCESS
     };
-    let bytes_to_end = (ranged && start <= ptr).then(|| (start + size as u64).saturating_sub(ptr));
-    Ok(Some(ForeignPointer { device, bytes_to_end }))
+    // An end past the address space (a driver answer no allocation can have) counts as unknown.
+    let bytes_to_end = (ranged && start <= ptr).then(|| start.checked_add(size as u64).map(|end| end.saturating_sub(ptr))).flatten();
+    Ok(Some(ForeignPointer { device, context: context as usize, bytes_to_end }))
 }

@@ -144,6 +144,7 @@ int g_inited;
 int g_ndev = 1;
 int g_cc[MAX_DEVICES][2];
 struct CUctx_st g_ctx[MAX_DEVICES];
+struct CUctx_st g_engine_ctx[MAX_DEVICES];
 unsigned long long g_used[MAX_DEVICES];
 
 alloc_t* g_allocs;

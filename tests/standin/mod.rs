@@ -41,6 +41,7 @@ type CallsFn = unsafe extern "C" fn(*const c_char) -> c_long;
 type CountFn = unsafe extern "C" fn() -> c_long;
 type LastViolationFn = unsafe extern "C" fn(*mut c_char, c_int) -> c_int;
 type ResetFn = unsafe extern "C" fn();
+type EngineContextFn = unsafe extern "C" fn(c_int) -> *mut std::ffi::c_void;
 
 /// The loaded stand-in and its control API.
 pub struct Standin {
@@ -58,6 +59,7 @@ pub struct Standin {
     last_invalidation: LastViolationFn,
     last_recorded: LastViolationFn,
     reset: ResetFn,
+    engine_context: EngineContextFn,
 }
 
 fn cstr(s: &str) -> CString {
@@ -141,6 +143,15 @@ impl Standin {
         let n = unsafe { (self.stat)(e.as_ptr()) };
         assert!(n >= 0, "standin_stat: unknown counter {name:?}");
         n as i64
+    }
+
+    /// A context of `device` that is not its primary one, as an engine's own (for
+    /// `Context::adopt`); valid for the life of the process once the driver is initialised.
+    pub fn engine_context(&self, device: i32) -> graphsafe::sys::cuda::CUcontext {
+        // SAFETY: an int argument; the function returns a pointer or null.
+        let c = unsafe { (self.engine_context)(device) };
+        assert!(!c.is_null(), "standin_engine_context({device}): no such device, or before cuInit");
+        c.cast()
     }
 
     /// Cancels every knob and zeroes the counters (live objects stay).
@@ -231,6 +242,7 @@ pub fn standin() -> &'static Standin {
             last_invalidation: sym!("standin_last_invalidation", LastViolationFn),
             last_recorded: sym!("standin_last_recorded", LastViolationFn),
             reset: sym!("standin_reset", ResetFn),
+            engine_context: sym!("standin_engine_context", EngineContextFn),
             path,
             _lib: lib,
         }

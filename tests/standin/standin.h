@@ -324,6 +324,9 @@ extern int g_inited;
 extern int g_ndev;
 extern int g_cc[MAX_DEVICES][2];
 extern struct CUctx_st g_ctx[MAX_DEVICES];
+/* One non-primary context per device, as an engine's own (standin_engine_context): never retained
+ * or released, valid from cuInit on. */
+extern struct CUctx_st g_engine_ctx[MAX_DEVICES];
 extern unsigned long long g_used[MAX_DEVICES];
 
 extern alloc_t* g_allocs; /* sorted by base */

@@ -120,6 +120,15 @@ EXPORT long standin_stat(const char* name) {
   return r;
 }
 
+/* A context of `device` that is not its primary one (an engine's own, for Context::adopt), or
+ * NULL for a device that does not exist or before cuInit. */
+EXPORT void* standin_engine_context(int device) {
+  lock();
+  void* c = g_inited && device >= 0 && device < g_ndev ? &g_engine_ctx[device] : NULL;
+  pthread_mutex_unlock(&g_mu);
+  return c;
+}
+
 EXPORT void standin_reset(void) {
   pthread_mutex_lock(&g_knob_mu);
   memset(g_knobs, 0, sizeof g_knobs);

@@ -28,6 +28,8 @@ EXPORT CUresult cuInit(unsigned int flags) {
       g_cc[i][0] = major;
       g_cc[i][1] = minor;
       g_ctx[i].device = i;
+      g_engine_ctx[i].device = i;
+      g_engine_ctx[i].refs = 1; /* always active: nobody retains or releases it */
     }
     g_inited = 1;
   }

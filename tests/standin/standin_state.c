@@ -133,7 +133,9 @@ void quarantine_push(void* p, size_t size) {
 
 /* ---- contexts and captures ---- */
 
-int ctx_valid(struct CUctx_st* c) { return c >= &g_ctx[0] && c < &g_ctx[g_ndev]; }
+int ctx_valid(struct CUctx_st* c) {
+  return (c >= &g_ctx[0] && c < &g_ctx[g_ndev]) || (c >= &g_engine_ctx[0] && c < &g_engine_ctx[g_ndev]);
+}
 
 /* The current context if it is usable, else NULL. */
 struct CUctx_st* current_ctx(void) {
