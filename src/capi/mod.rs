@@ -173,14 +173,18 @@ fn record(text: String) {
     });
 }
 
-/// Caller-owned device memory. Its extent is what the driver reports of the allocation it lies in
-/// (a caching allocator's whole segment, so an upper bound), or unknown (`usize::MAX`) when the
-/// driver reports no range or the pointer was not checked (planning only).
-#[derive(Clone, Copy)]
+/// Device memory the C caller names by address. Its extent is what the driver reports of the
+/// allocation it lies in (a caching allocator's whole segment, so an upper bound), or unknown
+/// (`usize::MAX`) when the driver reports no range or the pointer was not checked (planning
+/// only). An address inside a graphsafe allocation (a buffer's or workspace's, read with
+/// `graphsafe_buffer_info`) carries that allocation: an op holds it for the call, and a capture
+/// keeps it alive with its graphs, exactly as a bound buffer.
+#[derive(Clone)]
 pub(crate) struct Raw {
     pub ptr: crate::driver::DevicePtr,
     pub ctx: crate::sys::cuda::CUcontext,
     pub len: usize,
+    pub alloc: Option<std::sync::Arc<crate::driver::memory::Allocation>>,
 }
 
 impl crate::ops::tensor::DeviceMemory for Raw {
@@ -192,6 +196,9 @@ impl crate::ops::tensor::DeviceMemory for Raw {
     }
     fn context_raw(&self) -> crate::sys::cuda::CUcontext {
         self.ctx
+    }
+    fn allocation(&self) -> Option<&std::sync::Arc<crate::driver::memory::Allocation>> {
+        self.alloc.as_ref()
     }
 }
 
@@ -223,7 +230,7 @@ impl<'a> CallerMemory<'a> {
             return Err(null(what));
         }
         let Some(ctx) = self.checked_against else {
-            return Ok(Raw { ptr, ctx: self.ctx, len: usize::MAX });
+            return Ok(Raw { ptr, ctx: self.ctx, len: usize::MAX, alloc: None });
         };
         let ordinal = ctx.device().ordinal();
         let want = || format!("device memory of the stream's device {ordinal}");
@@ -235,7 +242,14 @@ impl<'a> CallerMemory<'a> {
             Some(p) if p.context != 0 && p.context != ctx.raw() as usize => {
                 Err(crate::Error::invalid(what, format!("memory of the stream's context {:?}", ctx.raw()), format!("{ptr:#x}, memory of another context ({:#x}) of device {ordinal}", p.context)).into())
             }
-            Some(p) => Ok(Raw { ptr, ctx: self.ctx, len: p.bytes_to_end.map_or(usize::MAX, |b| usize::try_from(b).unwrap_or(usize::MAX)) }),
+            Some(p) => {
+                let len = p.bytes_to_end.map_or(usize::MAX, |b| usize::try_from(b).unwrap_or(usize::MAX));
+                match crate::driver::memory::allocation_containing(ctx, ptr) {
+                    // graphsafe's own memory: bounded by, and keeping, its allocation.
+                    Some(a) => Ok(Raw { ptr, ctx: self.ctx, len: len.min(a.len() - (ptr - a.ptr()) as usize), alloc: Some(a) }),
+                    None => Ok(Raw { ptr, ctx: self.ctx, len, alloc: None }),
+                }
+            }
         }
     }
 }

@@ -1,7 +1,8 @@
 use super::{check, init, log_drop_error, Context, DevicePtr, ForeignOwner, Stream};
 use crate::error::{Error, Result};
 use crate::sys::cuda as c;
-use std::sync::{Arc, Mutex};
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, Weak};
 
 /// Device memory from `cuMemAlloc`, freed when the last reference goes away (once graphsafe's
 /// streams of its context drained; deferred while a capture is open there); or memory another
@@ -39,8 +40,40 @@ impl Allocation {
     }
 }
 
+// Every live graphsafe allocation by its first address (several for one foreign block adopted
+// twice), so that the C ABI can find the allocation behind a raw pointer into graphsafe memory (an
+// address a caller read with graphsafe_buffer_info) and keep it like a bound buffer. Weak: the
+// registry owns nothing. A leaf lock.
+static LIVE: Mutex<BTreeMap<DevicePtr, Vec<Weak<Allocation>>>> = Mutex::new(BTreeMap::new());
+
+impl Allocation {
+    fn new_registered(a: Allocation) -> Arc<Allocation> {
+        let a = Arc::new(a);
+        LIVE.lock().unwrap_or_else(|p| p.into_inner()).entry(a.ptr).or_default().push(Arc::downgrade(&a));
+        a
+    }
+}
+
+/// The live graphsafe allocation of `ctx`'s context that holds `ptr`, if any.
+pub(crate) fn allocation_containing(ctx: &Context, ptr: DevicePtr) -> Option<Arc<Allocation>> {
+    let live = LIVE.lock().unwrap_or_else(|p| p.into_inner());
+    // Allocations never overlap, so only the one starting last at or below `ptr` can hold it.
+    let (_, v) = live.range(..=ptr).next_back()?;
+    v.iter().filter_map(Weak::upgrade).find(|a| ptr - a.ptr < a.bytes as u64 && a.ctx.raw() == ctx.raw())
+}
+
 impl Drop for Allocation {
     fn drop(&mut self) {
+        {
+            // Unlisted before the memory can be given back (and its address reused).
+            let mut live = LIVE.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some(v) = live.get_mut(&self.ptr) {
+                v.retain(|w| w.strong_count() > 0);
+                if v.is_empty() {
+                    live.remove(&self.ptr);
+                }
+            }
+        }
         let block = match self.owner.take() {
             Some(owner) => Block::Foreign(owner),
             None => Block::Ours(self.ptr),
@@ -280,7 +313,7 @@ impl DeviceBuffer {
             // SAFETY: out-pointer to a local.
             check(unsafe { (f.f)(&mut ptr, bytes) }, f.name)
         })?;
-        Ok(DeviceBuffer { alloc: Arc::new(Allocation { ptr, bytes, ctx: ctx.clone(), owner: None }) })
+        Ok(DeviceBuffer { alloc: Allocation::new_registered(Allocation { ptr, bytes, ctx: ctx.clone(), owner: None }) })
     }
 
     /// A buffer over memory another library allocated, kept alive by `owner` (the library's handle)
@@ -292,7 +325,7 @@ impl DeviceBuffer {
     /// `owner` lives and that nothing but dropping `owner` frees.
     #[cfg_attr(not(feature = "cudarc"), allow(dead_code))]
     pub(crate) unsafe fn from_foreign(ctx: &Arc<Context>, ptr: DevicePtr, bytes: usize, owner: ForeignOwner) -> DeviceBuffer {
-        DeviceBuffer { alloc: Arc::new(Allocation { ptr, bytes, ctx: ctx.clone(), owner: Some(owner) }) }
+        DeviceBuffer { alloc: Allocation::new_registered(Allocation { ptr, bytes, ctx: ctx.clone(), owner: Some(owner) }) }
     }
 
     /// Allocates `bytes` and zero-fills them on `stream` (ordered before anything issued after).

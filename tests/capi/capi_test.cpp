@@ -308,6 +308,43 @@ static void gpu(int device_count) {
   OK(graphsafe_graph_destroy(graph));
   CHECK_STATUS(graphsafe_graph_destroy(graph), GRAPHSAFE_ERROR_INVALID_HANDLE);  // double destroy
 
+  // An output given only by its raw address (read with graphsafe_buffer_info), never bound: the
+  // address lies in a graphsafe buffer, so the capture keeps that buffer alive like a bound one.
+  // The caller then destroys its handle; no new buffer may get that memory while the executable
+  // lives, and the replay writes into it, not into whoever would have been given it.
+  {
+    GraphsafeBuffer bout2{};
+    OK(graphsafe_buffer_create(stream, eager.size() * 2, 1, &bout2));
+    uint64_t pout2 = 0, n2 = 0;
+    OK(graphsafe_buffer_info(bout2, &pout2, &n2));
+    GraphsafeMlaDecodeArgs a2 = a;
+    a2.out = pout2;
+    GraphsafeCapture c2{};
+    OK(graphsafe_capture_begin(stream, GRAPHSAFE_CAPTURE_THREAD_LOCAL, &c2));
+    OK(graphsafe_capture_bind_workspace(c2, ws, nullptr, nullptr));
+    OK(graphsafe_mla_decode_captured(&a2, c2, ws, nullptr));
+    GraphsafeGraph g2{};
+    OK(graphsafe_capture_end(c2, &g2));
+    GraphsafeGraphExec e2{};
+    OK(graphsafe_graph_instantiate(g2, &e2));
+    OK(graphsafe_graph_destroy(g2));
+    OK(graphsafe_buffer_destroy(bout2));
+    std::vector<GraphsafeBuffer> fresh(8);
+    int overlapping = 0;
+    for (auto& f : fresh) {
+      OK(graphsafe_buffer_create(stream, n2, 0, &f));
+      uint64_t p = 0;
+      OK(graphsafe_buffer_info(f, &p, nullptr));
+      overlapping += p < pout2 + n2 && pout2 < p + n2;
+    }
+    CHECK(overlapping == 0);
+    OK(graphsafe_graph_exec_launch(e2, stream));
+    OK(graphsafe_stream_synchronize(stream));
+    for (auto f : fresh) OK(graphsafe_buffer_destroy(f));
+    OK(graphsafe_graph_exec_destroy(e2));
+    std::printf("an unbound raw output address inside a graphsafe buffer: kept by the executable (%d of 8 new buffers overlap it)\n", overlapping);
+  }
+
   // Grow (retire) the workspace and drop graphsafe's handles to the inputs: the executable keeps
   // both alive. Then replay.
   int grew = 0;
