@@ -344,3 +344,38 @@ fn raw_pointers_of_another_device_unknown_or_too_small_are_refused() {
     }
     assert_eq!(s.violations(), 0, "{}", s.last_violation());
 }
+
+/// `Stream::adopt` (and `graphsafe_stream_adopt`) of a stream that belongs to another context is
+/// refused: listed under the wrong context's free gate, its work would not be waited for before
+/// that context's frees, and a second wrapper under its own context would not be refused.
+#[test]
+fn a_stream_of_another_context_cannot_be_adopted() {
+    let (_g, s) = exclusive();
+    let (ctx0, ctx1) = (Context::new(0).unwrap(), Context::new(1).unwrap());
+    let api = graphsafe::sys::driver::api().unwrap();
+    let mut raw: c::CUstream = std::ptr::null_mut();
+    {
+        let _cur = ctx1.enter().unwrap();
+        // SAFETY: out-pointer to a local.
+        assert_eq!(unsafe { (api.cuStreamCreate().unwrap().f)(&mut raw, 1) }, c::CUresult::CUDA_SUCCESS);
+    }
+    // SAFETY: raw is a live stream (of ctx1), destroyed below; refused before anything is wrapped.
+    match unsafe { Stream::adopt(&ctx0, raw) } {
+        Err(Error::InvalidArgument { .. }) => {}
+        other => panic!("device 1's stream adopted into device 0's context: {:?}", other.map(|s| s.raw())),
+    }
+    // SAFETY: as above; the right context this time.
+    let ok = unsafe { Stream::adopt(&ctx1, raw) }.expect("the stream adopted into its own context");
+    drop(ok);
+    let mut cx = GraphsafeContext::default();
+    assert_eq!(unsafe { graphsafe_context_create(0, &mut cx) }, GRAPHSAFE_OK);
+    let mut st = GraphsafeStream::default();
+    assert_eq!(unsafe { graphsafe_stream_adopt(cx, raw.cast(), &mut st) }, GRAPHSAFE_ERROR_INVALID_ARGUMENT);
+    unsafe { graphsafe_context_destroy(cx) };
+    {
+        let _cur = ctx1.enter().unwrap();
+        // SAFETY: made above; no wrapper of it is left.
+        unsafe { (api.cuStreamDestroy().unwrap().f)(raw) };
+    }
+    assert_eq!(s.violations(), 0, "{}", s.last_violation());
+}

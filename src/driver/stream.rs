@@ -78,6 +78,20 @@ impl Stream {
                 format!("{raw:?}"),
             ));
         }
+        // A stream of another context would be listed under the wrong free gate: its work would
+        // not be waited for before that context's frees, and a second wrapper under its own
+        // context's gate would not be refused.
+        let of = {
+            let _current = ctx.enter()?;
+            let f = init()?.cuStreamGetCtx()?;
+            let mut of: c::CUcontext = std::ptr::null_mut();
+            // SAFETY: a live stream (the caller's contract); out-pointer to a local.
+            check(unsafe { (f.f)(raw, &mut of) }, f.name)?;
+            of
+        };
+        if of != ctx.raw() {
+            return Err(Error::invalid("stream", format!("a stream of the context {:?}", ctx.raw()), format!("{raw:?}, a stream of context {of:?}")));
+        }
         if !ctx.register_stream(raw) {
             return Err(Error::invalid("stream", "a stream no other graphsafe Stream wraps", format!("{raw:?}, already wrapped")));
         }

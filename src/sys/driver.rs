@@ -174,6 +174,8 @@ driver_api! {
     cuStreamEndCapture: PFN_cuStreamEndCapture_v10000 = ["cuStreamEndCapture"];
     /// cuStreamIsCapturing
     cuStreamIsCapturing: PFN_cuStreamIsCapturing_v10000 = ["cuStreamIsCapturing"];
+    /// cuStreamGetCtx (the context an adopted stream belongs to)
+    cuStreamGetCtx: PFN_cuStreamGetCtx_v9020 = ["cuStreamGetCtx"];
     /// cuThreadExchangeStreamCaptureMode
     cuThreadExchangeStreamCaptureMode: PFN_cuThreadExchangeStreamCaptureMode_v10010 = ["cuThreadExchangeStreamCaptureMode"];
     /// cuGraphInstantiateWithFlags

@@ -171,7 +171,7 @@ typedef struct CUlaunchConfig_st {
   X(cuStreamBeginCapture) X(cuStreamEndCapture) X(cuStreamIsCapturing)                             \
   X(cuThreadExchangeStreamCaptureMode) X(cuGraphInstantiateWithFlags) X(cuGraphLaunch)             \
   X(cuGraphUpload) X(cuGraphDestroy) X(cuGraphExecDestroy) X(cuGraphGetNodes)                      \
-  X(cuGraphNodeGetType) X(cuPointerGetAttribute)
+  X(cuGraphNodeGetType) X(cuPointerGetAttribute) X(cuStreamGetCtx)
 
 #define AS_ENUM(n) E_##n,
 enum entry { ENTRIES(AS_ENUM) E_COUNT };

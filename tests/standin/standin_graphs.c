@@ -51,6 +51,22 @@ EXPORT CUresult cuStreamEndCapture(CUstream h, CUgraph* pg) {
   return unlock_ret(CUDA_SUCCESS);
 }
 
+EXPORT CUresult cuStreamGetCtx(CUstream h, CUcontext* pctx) {
+  ENTER(cuStreamGetCtx);
+  lock();
+  NEED_INIT();
+  if (!pctx) return unlock_ret(CUDA_ERROR_INVALID_VALUE);
+  if (h == NULL || h == CU_STREAM_LEGACY || h == CU_STREAM_PER_THREAD) {
+    struct CUctx_st* c = current_ctx();
+    if (!c) return unlock_ret(CUDA_ERROR_INVALID_CONTEXT);
+    *pctx = c;
+    return unlock_ret(CUDA_SUCCESS);
+  }
+  if (!obj_is(h, K_STREAM)) return unlock_ret(CUDA_ERROR_INVALID_HANDLE);
+  *pctx = h->ctx;
+  return unlock_ret(CUDA_SUCCESS);
+}
+
 EXPORT CUresult cuStreamIsCapturing(CUstream h, CUstreamCaptureStatus* status) {
   ENTER(cuStreamIsCapturing);
   lock();
