@@ -110,12 +110,32 @@ impl<M: DeviceMemory> Tensor<M> {
         last.checked_add(1)?.checked_mul(self.dtype.size())
     }
 
+    /// Byte range `[start, end)` its elements span (`None` for an empty tensor, or one whose
+    /// extent does not fit in the address space, which the bounds check refuses).
+    pub(crate) fn byte_range(&self) -> Option<(u64, u64)> {
+        let bytes = self.extent_bytes().filter(|&b| b > 0)?;
+        let start = self.device_ptr();
+        Some((start, start.checked_add(bytes as u64)?))
+    }
+
     /// Stride `i` in elements as the kernels take it (`i64`); the bounds check already proved it
     /// fits (an extent that fits in the address space bounds every used stride).
     pub(crate) fn stride_i64(&self, i: usize) -> Result<i64> {
         let s = self.strides.get(i).copied().unwrap_or(0);
         i64::try_from(s).map_err(|_| Error::invalid(format!("strides[{i}]"), "a stride below 2^63 elements", s))
     }
+}
+
+/// Refuses a tensor a kernel writes (`written`) overlapping memory it trusts or another output
+/// (`other`): `InvalidArgument` naming `written`. Ranges are `[start, end)` byte ranges (`None`:
+/// empty, nothing to overlap).
+pub(crate) fn refuse_overlap(written: (&str, Option<(u64, u64)>), other: (&str, Option<(u64, u64)>)) -> Result<()> {
+    if let ((name, Some((w0, w1))), (what, Some((o0, o1)))) = (written, other) {
+        if w0 < o1 && o0 < w1 {
+            return Err(Error::invalid(name, format!("memory that does not overlap {what}"), format!("[{w0:#x}, {w1:#x}) overlapping [{o0:#x}, {o1:#x})")));
+        }
+    }
+    Ok(())
 }
 
 /// Argument checks shared by the ops. Each returns `InvalidArgument` naming the argument.

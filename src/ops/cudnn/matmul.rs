@@ -260,19 +260,6 @@ fn dims3<M>(name: &str, t: &Tensor<M>) -> Result<(usize, usize, usize, [usize; 3
     })
 }
 
-/// Byte range [start, end) a tensor's elements span.
-fn byte_range<M: DeviceMemory>(t: &Tensor<M>) -> Option<(u64, u64)> {
-    let mut last = 0u64;
-    for (d, s) in t.shape.iter().zip(&t.strides) {
-        if *d == 0 {
-            return None;
-        }
-        last = last.checked_add(((d - 1) as u64).checked_mul(*s as u64)?)?;
-    }
-    let start = t.device_ptr();
-    Some((start, start.checked_add((last + 1).checked_mul(t.dtype.size() as u64)?)?))
-}
-
 impl<M: DeviceMemory> MatmulArgs<M> {
     /// Validates everything that can be checked on the host (shapes, dtypes, strides, alignment,
     /// bounds, overlap, and the device when `ctx` is not null) and returns the problem.
@@ -314,13 +301,8 @@ impl<M: DeviceMemory> MatmulArgs<M> {
                 ch.device(ctx)?;
             }
         }
-        let rc = byte_range(&self.c);
         for (name, t) in [("a", &self.a), ("b", &self.b)] {
-            if let (Some((c0, c1)), Some((x0, x1))) = (rc, byte_range(t)) {
-                if c0 < x1 && x0 < c1 {
-                    return Err(Error::invalid("c", format!("memory that does not overlap {name}"), format!("[{c0:#x}, {c1:#x}) overlapping [{x0:#x}, {x1:#x})")));
-                }
-            }
+            crate::ops::tensor::refuse_overlap(("c", self.c.byte_range()), (name, t.byte_range()))?;
         }
         Ok(p)
     }

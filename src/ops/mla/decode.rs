@@ -14,7 +14,7 @@ use crate::driver::{DeviceBuffer, Stream};
 use crate::error::{Error, Result};
 use crate::graph::target::Target;
 use crate::graph::{Capture, Captured, CapturedBuffer};
-use crate::ops::tensor::{Check, DType, DeviceMemory, Tensor};
+use crate::ops::tensor::{refuse_overlap, Check, DType, DeviceMemory, Tensor};
 use crate::sys::cuda as c;
 use crate::sys::glue::mla::{self as glue, Rows};
 use crate::sys::DeviceSpan;
@@ -180,6 +180,16 @@ impl<M: DeviceMemory> MlaDecodeArgs<M> {
             }
         }
 
+        // The outputs may not overlap what the kernels trust (the lengths and page indices they
+        // index the cache with: overwritten while other CTAs still read them, they could send a
+        // kernel out of bounds or hang it) or each other.
+        let written = [("out", self.out.byte_range()), ("lse", self.lse.as_ref().and_then(Tensor::byte_range))];
+        for w in written {
+            refuse_overlap(w, ("seq_lens", self.seq_lens.byte_range()))?;
+            refuse_overlap(w, ("page_table", self.page_table.byte_range()))?;
+        }
+        refuse_overlap(written[1], written[0])?;
+
         let dtype = kv_dtype(dt).expect("checked above");
         let requested = self.num_splits.map(|n| n as i64);
         let (num_splits, workspace_bytes) = match arch {
@@ -250,6 +260,14 @@ pub(crate) fn run<M: DeviceMemory>(args: &MlaDecodeArgs<M>, mut target: Target<'
     let plan = args.plan(arch, sms, ctx.raw())?;
     let decode = args.to_glue(&plan, sms, ctx.device().ordinal(), &mut target)?;
     let ws = target.workspace(plan.workspace_bytes)?;
+    // Nor the workspace (on sm100 it holds the sanitized copy of the lengths and page table that
+    // CUTLASS trusts). A buffer the workspace just grew into is fresh, so only an unchanged one
+    // can overlap, and then nothing was enqueued yet.
+    if !ws.is_empty() {
+        let w = Some((ws.ptr(), ws.ptr().saturating_add(ws.len())));
+        refuse_overlap(("out", args.out.byte_range()), ("the workspace", w))?;
+        refuse_overlap(("lse", args.lse.as_ref().and_then(Tensor::byte_range)), ("the workspace", w))?;
+    }
     target.commit();
     let _current = ctx.enter()?;
     let backend = match arch {
