@@ -275,3 +275,38 @@ fn lengths_past_the_kernels_int32_limit_are_refused_by_the_planners() {
         rejects(&a, arch, "max_seq_len");
     }
 }
+
+/// The outputs may not overlap the lengths or page indices the kernels index the cache with
+/// (overwritten while other CTAs still read them, they could send a kernel out of bounds or hang
+/// it), nor each other; inputs overlapping an output only change numbers and stay allowed.
+#[test]
+fn outputs_overlapping_what_the_kernels_trust_are_refused() {
+    for arch in [MlaArch::Sm90, MlaArch::Sm100] {
+        let (heads, page, dt) = if arch == MlaArch::Sm90 { (16, 64, DType::Bf16) } else { (128, 128, DType::Bf16) };
+        let base = || good(arch, heads, page, dt);
+        // `out` over the lengths: the same memory, at offset 0.
+        let mut a = base();
+        a.out = Tensor::contiguous(Fake { ptr: a.seq_lens.mem.ptr, len: 1 << 30, ctx: CTX }, a.out.dtype, &[B, heads, 512]);
+        rejects(&a, arch, "out");
+        // `lse` ending inside the page table.
+        let mut a = base();
+        let pt = a.page_table.mem.ptr;
+        a.lse = Some(Tensor::contiguous(Fake { ptr: pt - 64, len: 1 << 20, ctx: CTX }, DType::F32, &[B, heads]));
+        rejects(&a, arch, "lse");
+        // `lse` inside `out`.
+        let mut a = base();
+        let o = a.out.mem.ptr;
+        a.lse = Some(Tensor::contiguous(Fake { ptr: o + 256, len: 1 << 20, ctx: CTX }, DType::F32, &[B, heads]));
+        rejects(&a, arch, "lse");
+        // Right after the lengths (touching, not overlapping): fine.
+        let mut a = base();
+        let end = a.seq_lens.mem.ptr + (B * 4) as u64;
+        let aligned = end.div_ceil(16) * 16;
+        a.out = Tensor::contiguous(Fake { ptr: aligned, len: 1 << 30, ctx: CTX }, a.out.dtype, &[B, heads, 512]);
+        plan(&a, arch).expect("an output right after the lengths");
+        // An input overlapping an output: numbers only, allowed.
+        let mut a = base();
+        a.q_pe = Tensor::contiguous(Fake { ptr: a.out.mem.ptr, len: 1 << 30, ctx: CTX }, dt, &[B, heads, 64]);
+        plan(&a, arch).expect("q_pe over out");
+    }
+}

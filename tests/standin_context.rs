@@ -314,6 +314,19 @@ fn raw_pointers_of_another_device_unknown_or_too_small_are_refused() {
     args = good;
     args.lse = kv_of_device_1;
     refused(args, "device 1's LSE", "lse");
+    // The output inside the call's own workspace (its address read with workspace_info): the
+    // workspace holds what the kernels trust (on sm100 the sanitized lengths and page table).
+    let mut big_ws = GraphsafeWorkspace::default();
+    assert_eq!(unsafe { graphsafe_workspace_create(st[0], 1 << 20, &mut big_ws) }, GRAPHSAFE_OK);
+    let (mut wptr, mut wcap) = (0u64, 0u64);
+    assert_eq!(unsafe { graphsafe_workspace_info(big_ws, &mut wcap, &mut wptr) }, GRAPHSAFE_OK);
+    args = good;
+    args.out = wptr;
+    let r = unsafe { graphsafe_mla_decode(&args, big_ws, st[0], std::ptr::null_mut()) };
+    let text = unsafe { std::ffi::CStr::from_ptr(graphsafe_last_error()) }.to_string_lossy().into_owned();
+    assert_eq!(r, GRAPHSAFE_ERROR_INVALID_ARGUMENT, "an output inside the call's workspace: {text}");
+    assert!(text.contains("workspace"), "the error does not name the workspace: {text}");
+    unsafe { graphsafe_workspace_destroy(big_ws) };
     // Memory of an engine's own context on device 0 (adopted beside the primary one).
     let mut engine = GraphsafeContext::default();
     let r = unsafe { graphsafe_context_adopt(s.engine_context(0).cast(), &mut engine) };
