@@ -13,8 +13,19 @@ struct SplitRange {
   int tile0;
   int n;
 };
+// Request b's length as one value for the whole CTA: thread 0 reads it once, every thread takes
+// that copy. seq_lens is caller memory another stream may be writing meanwhile; read by each
+// thread on its own, the producer and the math warps could disagree on the tile count and wait
+// forever on barriers the other side never completes. Every thread of the CTA calls this once,
+// before any role split.
+__device__ __forceinline__ int cta_seq_len(const Params& p, int b) {
+  __shared__ int s_seq;
+  if (threadIdx.x == 0) s_seq = *reinterpret_cast<const volatile int32_t*>(p.seq_lens + b);
+  __syncthreads();
+  return s_seq;
+}
 __device__ __forceinline__ SplitRange split_range(const Params& p, int b, int split) {
-  int seq = p.seq_lens[b];
+  int seq = cta_seq_len(p, b);
   seq = max(0, min(seq, p.max_seq_len));
   const int tiles = (seq + kTileS - 1) / kTileS;
   const int per = (tiles + p.num_splits - 1) / p.num_splits;
