@@ -31,6 +31,11 @@ use std::sync::Arc;
 pub const WORKSPACE_ALIGN: u64 = 256;
 
 /// A growable, zero-initialised GPU scratch buffer shared by the kernels of one stream.
+///
+/// One stream at a time: graphsafe does not order uses of one workspace on two streams (eager
+/// calls, or replays of graphs that captured it). The caller must (one workspace per stream, or
+/// events): unordered, two kernels share scratch memory, and on sm100 the MLA decode's sanitized
+/// lengths and page table, which CUTLASS indexes the cache with, live there.
 #[derive(Debug)]
 pub struct Workspace {
     ctx: Arc<Context>,
