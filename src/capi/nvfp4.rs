@@ -69,21 +69,17 @@ fn n(v: c_int, what: &str) -> Result<usize, Fail> {
     usize::try_from(v).map_err(|_| crate::Error::invalid(what, "a value >= 0", v).into())
 }
 
-fn raw(ptr: u64, what: &str, mem: CallerMemory<'_>) -> Result<Raw, Fail> {
-    mem.pointer(ptr, what)
-}
-
 /// Rows in caller memory, row-major with leading dimension `ld` (elements).
 fn matrix_2d(ptr: u64, what: &str, dtype: DType, rows: c_int, cols: c_int, ld: i64, ctx: CallerMemory<'_>) -> Result<Tensor<Raw>, Fail> {
     let ld = usize::try_from(ld).map_err(|_| crate::Error::invalid(what, "a leading dimension >= 0", ld))?;
-    Ok(Tensor::strided(raw(ptr, what, ctx)?, 0, dtype, &[n(rows, what)?, n(cols, what)?], &[ld, 1]))
+    Ok(Tensor::strided(ctx.pointer(ptr, what)?, 0, dtype, &[n(rows, what)?, n(cols, what)?], &[ld, 1]))
 }
 
 fn nvfp4_matrix(m: &GraphsafeNvfp4Matrix, what: &str, ctx: CallerMemory<'_>) -> Result<Nvfp4Matrix<Raw>, Fail> {
     Ok(Nvfp4Matrix {
-        packed: raw(m.packed, what, ctx)?,
-        scales: raw(m.scales, what, ctx)?,
-        global_scale: raw(m.global_scale, what, ctx)?,
+        packed: ctx.pointer(m.packed, what)?,
+        scales: ctx.pointer(m.scales, what)?,
+        global_scale: ctx.pointer(m.global_scale, what)?,
         rows: n(m.rows, what)?,
         k: n(m.k, what)?,
     })
@@ -231,7 +227,7 @@ fn w4a16(a: &GraphsafeW4a16Args, weight: &DeviceBuffer, t: Target<'_>) -> Result
     let at = matrix_2d(a.a, "a", DType::Bf16, a.m, a.k, a.lda, ctx)?;
     let dt = matrix_2d(a.d, "d", DType::Bf16, a.m, a.n, a.ldd, ctx)?;
     let w = WeightArg { mem: &weight, n: n(a.n, "n")?, k: n(a.k, "k")? };
-    w4a16_on(&at, w, &raw(a.alpha, "alpha", ctx)?, &dt, t)?;
+    w4a16_on(&at, w, &ctx.pointer(a.alpha, "alpha")?, &dt, t)?;
     Ok(())
 }
 
@@ -290,7 +286,7 @@ fn gemm(a: &GraphsafeNvfp4GemmArgs, t: Target<'_>) -> Result<(), Fail> {
     let ctx = CallerMemory::on(t.context());
     let (am, bm) = (nvfp4_matrix(&a.a, "a", ctx)?, nvfp4_matrix(&a.b, "b", ctx)?);
     let dt = matrix_2d(a.d, "d", half_dtype(a.out_dtype, "out_dtype")?, a.a.rows, a.b.rows, a.b.rows as i64, ctx)?;
-    gemm_on(&am, &bm, &raw(a.alpha, "alpha", ctx)?, &dt, t)?;
+    gemm_on(&am, &bm, &ctx.pointer(a.alpha, "alpha")?, &dt, t)?;
     Ok(())
 }
 

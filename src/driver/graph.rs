@@ -178,6 +178,11 @@ impl DriverExec {
         check(unsafe { (f.f)(self.raw, stream.raw()) }, f.name)
     }
 
+    /// The context the executable runs in.
+    pub(crate) fn context(&self) -> &Arc<Context> {
+        &self.ctx
+    }
+
     /// The raw handle.
     pub(crate) fn raw(&self) -> c::CUgraphExec {
         self.raw

@@ -104,9 +104,6 @@ fn abandon(stream: &Stream, id: CaptureId, mode: CaptureMode) {
     }
 }
 
-fn keep_list_into_graph(graph: DriverGraph, keep: KeepList, ctx: &Arc<Context>) -> Graph {
-    Graph::new(graph, keep, ctx.clone())
-}
 
 /// An open stream capture. End it with [`Capture::end`]; dropping it ends the capture and throws
 /// the graph away, leaving the stream usable.
@@ -323,7 +320,7 @@ impl<'s, 'id> Capture<'s, 'id> {
     pub fn end(mut self) -> Result<Graph> {
         let (r, over) = finish(self.stream, self.id, self.mode);
         self.ended = over;
-        Ok(keep_list_into_graph(r?, std::mem::take(self.keep.get_mut()), self.stream.context()))
+        Ok(Graph::new(r?, std::mem::take(self.keep.get_mut())))
     }
 }
 
@@ -385,7 +382,7 @@ impl DetachedCapture {
         let (r, over) = finish(&self.stream, self.id, self.mode);
         self.ended = over;
         let raw = r?;
-        Ok(keep_list_into_graph(raw, std::mem::take(self.keep.get_mut()), self.stream.context()))
+        Ok(Graph::new(raw, std::mem::take(self.keep.get_mut())))
     }
 
     /// Whether the capture is still open (not ended, or a failed end left it open).

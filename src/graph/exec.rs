@@ -3,7 +3,7 @@
 use super::KeepList;
 use crate::driver::graph::{DriverExec, DriverGraph};
 use crate::driver::memory::Allocation;
-use crate::driver::{Context, Module, Stream};
+use crate::driver::{Module, Stream};
 use crate::error::{Error, Result};
 use crate::sys::cuda as c;
 use std::sync::Arc;
@@ -30,16 +30,15 @@ pub struct Graph {
     graph: DriverGraph,
     keep: Arc<[Arc<Allocation>]>,
     modules: Arc<[Arc<Module>]>,
-    ctx: Arc<Context>,
 }
 
 impl Graph {
-    pub(super) fn new(graph: DriverGraph, kept: KeepList, ctx: Arc<Context>) -> Graph {
+    pub(super) fn new(graph: DriverGraph, kept: KeepList) -> Graph {
         // Every captured op adds what it bakes in, so the list repeats allocations: keep each once.
         let mut keep = kept.allocations;
         keep.sort_by_key(|a| Arc::as_ptr(a) as usize);
         keep.dedup_by(|a, b| Arc::ptr_eq(a, b));
-        Graph { graph, keep: Arc::from(keep), modules: Arc::from(kept.modules), ctx }
+        Graph { graph, keep: Arc::from(keep), modules: Arc::from(kept.modules) }
     }
 
     /// The kinds of the graph's nodes, in the driver's order.
@@ -69,7 +68,7 @@ impl Graph {
 
     /// Instantiates an executable graph; it also keeps every captured buffer alive.
     pub fn instantiate(&self) -> Result<GraphExec> {
-        Ok(GraphExec { exec: self.graph.instantiate()?, keep: self.keep.clone(), modules: self.modules.clone(), ctx: self.ctx.clone() })
+        Ok(GraphExec { exec: self.graph.instantiate()?, keep: self.keep.clone(), modules: self.modules.clone() })
     }
 
     /// The raw handle.
@@ -88,7 +87,6 @@ pub struct GraphExec {
     exec: DriverExec,
     keep: Arc<[Arc<Allocation>]>,
     modules: Arc<[Arc<Module>]>,
-    ctx: Arc<Context>,
 }
 
 impl GraphExec {
@@ -101,7 +99,7 @@ impl GraphExec {
     /// the driver is asked too, since a replay recorded into a foreign capture would give that
     /// graph this one's memory without keeping any of it alive.
     pub fn launch(&self, stream: &Stream) -> Result<()> {
-        if stream.context().raw() != self.ctx.raw() {
+        if stream.context().raw() != self.exec.context().raw() {
             return Err(Error::invalid("stream", "a stream of the graph's device", "a stream of another context"));
         }
         stream.ensure_replayable()?;
@@ -110,7 +108,7 @@ impl GraphExec {
 
     /// Uploads the graph's work to the device ahead of the first launch (takes that cost off it).
     pub fn upload(&self, stream: &Stream) -> Result<()> {
-        if stream.context().raw() != self.ctx.raw() {
+        if stream.context().raw() != self.exec.context().raw() {
             return Err(Error::invalid("stream", "a stream of the graph's device", "a stream of another context"));
         }
         stream.ensure_eager()?;
