@@ -216,17 +216,20 @@ fn frees_deferred_during_a_failed_capture_begin_are_given_back_when_it_fails() {
     let live = s.live_allocations();
     s.delay("cuStreamBeginCapture_v2", 200_000);
     s.fail("cuStreamBeginCapture_v2", 0, CUresult::CUDA_ERROR_OUT_OF_MEMORY);
-    std::thread::scope(|scope| {
-        scope.spawn(|| {
+    let deferred = std::thread::scope(|scope| {
+        let dropper = scope.spawn(|| {
             // Inside the begin's window (it sleeps 200 ms in the driver): the free is deferred.
             std::thread::sleep(std::time::Duration::from_millis(50));
             drop(buf);
+            s.live_allocations() == live
         });
         let r = stream.begin_capture(graphsafe::graph::CaptureMode::ThreadLocal).map(drop);
         assert!(r.is_err(), "the injected begin failure was not reported");
+        dropper.join().unwrap()
     });
     s.delay("cuStreamBeginCapture_v2", 0);
-    // The spawned drop may finish after the begin failed (then it freed at once itself).
+    // Else the drop missed the window and this test proved nothing about the retry.
+    assert!(deferred, "the buffer was dropped outside the failed begin's window (not deferred)");
     assert_eq!(s.live_allocations(), live - 1, "the buffer dropped during the failed begin is still held");
     no_violations(s);
 }
