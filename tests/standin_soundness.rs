@@ -354,3 +354,33 @@ fn a_replay_into_a_capture_graphsafe_did_not_begin_is_refused() {
     drop((exec, own));
     no_violations(s);
 }
+
+/// A module kernel launched into a capture through `Function::launch` (raw parameters): the launch
+/// is recorded as a kernel node, the graph keeps the module loaded after every other handle is
+/// gone, and its replay runs it. The same call on a plain stream runs at once and records nothing.
+#[test]
+fn a_raw_kernel_launch_into_a_capture_is_recorded_and_keeps_its_module() {
+    use graphsafe::driver::LaunchConfig;
+    use graphsafe::graph::{CaptureMode, NodeKind};
+    use graphsafe::ops::testing::TestKernels;
+    let (_g, s) = exclusive();
+    let ctx = Context::new(0).expect("the stand-in's device 0");
+    let mut stream = Stream::new(&ctx).unwrap();
+    let k = TestKernels::load(&ctx).unwrap();
+    let cfg = LaunchConfig::linear(1, 32);
+    // SAFETY: the empty kernel takes no parameters.
+    unsafe { k.empty_function().launch(&cfg, &stream, &mut []) }.expect("an eager launch");
+    let (graph, ()) = stream
+        .capture(CaptureMode::ThreadLocal, |cap| {
+            // SAFETY: as above.
+            unsafe { k.empty_function().launch(&cfg, cap, &mut []) }
+        })
+        .unwrap();
+    assert_eq!(graph.node_kinds().unwrap(), vec![NodeKind::Kernel], "the captured launch is not the graph's one kernel node");
+    assert_eq!(graph.kept_modules(), 1, "the graph does not keep the kernel's module");
+    let exec = graph.instantiate().unwrap();
+    drop((graph, k));
+    exec.launch(&stream).expect("a replay after the module's last other handle went");
+    stream.synchronize().unwrap();
+    no_violations(s);
+}

@@ -48,15 +48,48 @@ impl LaunchConfig {
     }
 }
 
+/// Where [`Function::launch`] enqueues: a [`Stream`], or an open capture
+/// ([`crate::graph::Capture`]), which then also keeps the kernel's module loaded for as long as
+/// its graphs live. Sealed: the capturing stream is reached only through [`LaunchToken`], which
+/// only this module makes, so no eager API is ever handed a capturing stream.
+pub trait LaunchTarget: sealed::Sealed {
+    /// The stream the launch goes to (callable only with a token this module makes).
+    fn launch_stream(&self, token: LaunchToken) -> &Stream;
+    /// Called before the launch with the kernel's module (a capture keeps it).
+    fn keep_module(&self, module: &std::sync::Arc<super::Module>, token: LaunchToken) {
+        let _ = (module, token);
+    }
+}
+
+/// Proof that the call comes from [`Function::launch`]; nothing outside this module can make one.
+#[derive(Clone, Copy, Debug)]
+pub struct LaunchToken(());
+
+pub mod sealed {
+    /// Implemented by [`super::Stream`] and [`crate::graph::Capture`] only.
+    pub trait Sealed {}
+}
+
+impl sealed::Sealed for Stream {}
+impl LaunchTarget for Stream {
+    fn launch_stream(&self, _: LaunchToken) -> &Stream {
+        self
+    }
+}
+
 impl Function {
-    /// Launches the kernel on `stream` with `cuLaunchKernel`, or `cuLaunchKernelEx` when a
-    /// cluster shape is given.
+    /// Launches the kernel on `target` (a [`Stream`], or an open capture: the graph then keeps
+    /// the kernel's module loaded) with `cuLaunchKernel`, or `cuLaunchKernelEx` when a cluster
+    /// shape is given.
     ///
     /// # Safety
     /// `params` must point to one value per kernel parameter, of the kernel's parameter types, and
     /// every device address among them must be valid for what the kernel does with it until the
-    /// kernel has finished (or, in a capture, until every graph made from it is gone).
-    pub unsafe fn launch(&self, cfg: &LaunchConfig, stream: &Stream, params: &mut [*mut c_void]) -> Result<()> {
+    /// kernel has finished; in a capture, it must come from a workspace or buffer bound to the
+    /// capture (or otherwise outlive every graph made from it).
+    pub unsafe fn launch<T: LaunchTarget + ?Sized>(&self, cfg: &LaunchConfig, target: &T, params: &mut [*mut c_void]) -> Result<()> {
+        target.keep_module(self.module(), LaunchToken(()));
+        let stream = target.launch_stream(LaunchToken(()));
         if !cfg.grid.valid() || !cfg.block.valid() {
             return Err(Error::invalid("launch dimensions", "all of grid and block >= 1", format!("{cfg:?}")));
         }
@@ -175,20 +208,5 @@ impl<'f> KernelLaunch<'f> {
         // in `self` for the call; the constructor's contract covers the kernel's signature and
         // every device address.
         unsafe { self.f.launch(&self.cfg, stream, &mut ptrs[..self.count]) }
-    }
-}
-
-impl crate::graph::Capture<'_, '_> {
-    /// Captures a kernel launch.
-    ///
-    /// # Safety
-    /// As [`Function::launch`](crate::driver::Function::launch); every device address in `params`
-    /// must come from a workspace or buffer bound to this capture (or otherwise outlive every
-    /// graph made from it).
-    pub unsafe fn launch(&self, f: &crate::driver::Function, cfg: &LaunchConfig, params: &mut [*mut std::ffi::c_void]) -> crate::Result<()> {
-        // The graph replays this kernel: its module must stay loaded as long as the graph lives.
-        self.site().keep_module(f.module());
-        // SAFETY: the caller's contract.
-        unsafe { f.launch(cfg, self.capturing_stream(), params) }
     }
 }

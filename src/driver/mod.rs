@@ -12,7 +12,7 @@ pub mod cudarc;
 mod device;
 mod event;
 pub(crate) mod graph;
-mod launch;
+pub(crate) mod launch;
 /// Device memory: [`DeviceBuffer`] handles over shared [`memory::Allocation`]s.
 pub mod memory;
 mod module;
@@ -24,7 +24,7 @@ pub use context::Context;
 pub use device::{device_count, Device, DeviceInfo};
 pub use event::Event;
 pub(crate) use launch::{KernelLaunch, Param};
-pub use launch::{Dim3, LaunchConfig};
+pub use launch::{Dim3, LaunchConfig, LaunchTarget, LaunchToken};
 pub use memory::{DeviceBuffer, MemInfo};
 pub use module::{Function, Module};
 pub use stream::Stream;

@@ -301,11 +301,6 @@ impl<'s, 'id> Capture<'s, 'id> {
         copy_d2d_raw(dst.device_ptr(), src.device_ptr(), src.len(), self.stream)
     }
 
-    /// The capturing stream, for captured launches (`driver::launch` defines `Capture::launch`,
-    /// whose raw-parameter kernel launch is `unsafe`: the graph layer has no `unsafe` of its own).
-    pub(crate) fn capturing_stream(&self) -> &Stream {
-        self.stream
-    }
 
     /// How many allocations the capture keeps alive so far.
     pub fn kept_alive(&self) -> usize {
@@ -396,5 +391,19 @@ impl Drop for DetachedCapture {
         if !self.ended {
             abandon(&self.stream, self.id, self.mode);
         }
+    }
+}
+
+impl crate::driver::launch::sealed::Sealed for Capture<'_, '_> {}
+
+/// A capture as the target of [`Function::launch`](crate::driver::Function::launch) (raw kernel
+/// parameters, so the launch is `unsafe`): the kernel is recorded into the graph, and the graph
+/// keeps its module loaded.
+impl crate::driver::LaunchTarget for Capture<'_, '_> {
+    fn launch_stream(&self, _: crate::driver::LaunchToken) -> &Stream {
+        self.stream
+    }
+    fn keep_module(&self, module: &Arc<crate::driver::Module>, _: crate::driver::LaunchToken) {
+        self.site().keep_module(module);
     }
 }
