@@ -94,7 +94,7 @@ impl GraphExec {
     ///
     /// No context switch: the executable and the stream carry their context, and a replay must
     /// cost what a raw `cuGraphLaunch` costs. The stream must belong to the graph's context and
-    /// must not be capturing ([`Error::StreamCapturing`]): a graphsafe capture is one atomic load;
+    /// must not be capturing ([`Error::StreamCapturing`]): a graphsafe capture is an atomic load;
     /// on a stream other code holds the handle of (adopted, cudarc's, or handed out by the C ABI)
     /// the driver is asked too, since a replay recorded into a foreign capture would give that
     /// graph this one's memory without keeping any of it alive.
