@@ -62,6 +62,9 @@ fn main() {
             std::process::exit(if std::env::var("GRAPHSAFE_REQUIRE_GPU").as_deref() == Ok("1") { 1 } else { 0 });
         }
     };
+    // The raw driver calls below (cuLaunchKernel) need the context current on this thread, and
+    // graphsafe restores whatever the caller had current (invariant 12): make it current here.
+    let _current = ctx.enter().unwrap();
     let mut stream = Stream::new(&ctx).unwrap();
     let k = TestKernels::load(&ctx).unwrap();
     let a = api().unwrap();
