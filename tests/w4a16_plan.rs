@@ -29,7 +29,7 @@ fn model(m: i64, n: i64, k: i64, sm: i64) -> Option<(u128, u128)> {
     // CTAs; when C does not divide the tile count, two partial-tile slots per CTA of
     // BM / 8 x 256 float4. Otherwise the tile grid, whose split-K reduces in the cluster's shared
     // memory: no workspace.
-    let (bm, per_sm) = if m <= 8 { (8, 3) } else if m <= 16 { (16, 3) } else { (32, 2) };
+    let (bm, per_sm) = if m <= 8 { (8, 4) } else if m <= 16 { (16, 3) } else { (32, 2) };
     let slots = sm as u128 * per_sm;
     let ws = if m <= 32 && tiles * kblocks >= 40 * slots {
         let ctas = slots.min(1 << 16);

@@ -82,10 +82,18 @@ struct Config {
   int stages;       // pipeline depth (one chunk per stage)
   int ctas_per_sm;  // occupancy the kernel is built for (__launch_bounds__ min blocks)
 };
+// BM = 8 runs 4 CTAs per SM (9 stages each): 32 consumer warps hide more of the weight stream's
+// latency than 24 (H200, m = 1, 28672 x 8192: 48.3 -> 45.0 us). BM = 64 has two configurations:
+// at 2 CTAs per SM a 288-thread CTA gets 80 registers (wgmma kernels are given registers per whole
+// warpgroup: 65536 / (2 x 384)), too few for the double-buffered wgmma, which ptxas then serializes
+// (warning C7512); at 1 CTA per SM (config 6) it is not serialized, but 224 tiles then take two
+// waves. So config 3 only where the tiles fill the GPU with no split, config 6 (split-K over the
+// clusters) below that (H200, m = 64: 8192 x 8192 30.5 -> 24.4 us, 8192 x 28672 94 -> 76 us;
+// 28672 x 8192 stays on config 3: 80.5 us there, 87 on config 6).
 constexpr Config kConfigs[] = {
-    {8, 12, 3}, {16, 10, 3}, {32, 8, 2}, {64, 6, 2}, {128, 8, 1}, {256, 6, 1},
+    {8, 9, 4}, {16, 10, 3}, {32, 8, 2}, {64, 6, 2}, {128, 8, 1}, {256, 6, 1}, {64, 6, 1},
 };
-constexpr int kNumConfigs = 6;
+constexpr int kNumConfigs = 7;
 
 struct Plan {
   int config;          // index into kConfigs
@@ -115,7 +123,7 @@ constexpr Plan make_plan(int32_t m, int32_t n, int32_t k, int32_t sm_count) {
   if (m <= 8) c = 0;
   else if (m <= 16) c = 1;
   else if (m <= 32) c = 2;
-  else if (m <= 64) c = 3;
+  else if (m <= 64) c = (p.tiles_n >= sm) ? 3 : 6;  // tiles_m == 1
   else if (m <= 128) c = 4;
   else c = (cdiv(m, 256) * p.tiles_n >= sm) ? 5 : 4;  // 128-row tiles while 256 cannot fill the GPU
   p.config = c;

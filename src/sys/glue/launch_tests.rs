@@ -36,8 +36,9 @@ fn quantize_refuses_an_input_one_row_short() {
 
 #[test]
 fn a_stream_k_w4a16_names_the_planners_workspace_and_the_capacity() {
-    // m = 1 over 4 x 32 weight chunks on 1 SM: the stream-K schedule, with partial tiles.
-    let (m, n, k, sm) = (1, 512, 2048, 1);
+    // m = 1 over 5 x 64 weight chunks on 1 SM (4 CTA slots): the stream-K schedule, with partial
+    // tiles (4 CTAs do not divide 5 tiles).
+    let (m, n, k, sm) = (1, 640, 4096, 1);
     let needed = nvfp4::w4a16_workspace_bytes(m, n, k, sm).unwrap();
     assert!(needed > 0);
     let g = W4a16 {
