@@ -54,3 +54,9 @@ fn a_context_synchronize_during_a_capture_is_refused() {
     let Some((ctx, mut stream)) = gpu() else { return };
     soundness::a_context_synchronize_during_a_capture_is_refused(&ctx, &mut stream);
 }
+
+#[test]
+fn workspace_uses_on_two_streams_do_not_race() {
+    let Some((ctx, mut stream)) = gpu() else { return };
+    soundness::workspace_uses_on_two_streams_do_not_race(&ctx, &mut stream);
+}

@@ -384,3 +384,74 @@ fn a_raw_kernel_launch_into_a_capture_is_recorded_and_keeps_its_module() {
     stream.synchronize().unwrap();
     no_violations(s);
 }
+
+/// Uses of one workspace buffer on several streams are put in order: a change of stream (eager op,
+/// replay of a graph that captured the buffer, read-back) makes the new stream wait for the old
+/// one, exactly once per change and never while the stream stays the same; a previous stream that
+/// was dropped needs no wait; one that is capturing by then makes the use refused, launching
+/// nothing. Before, none of these waited (a kernel on B could share the scratch memory with one on
+/// A still running).
+#[test]
+fn workspace_uses_on_different_streams_are_put_in_order() {
+    use graphsafe::graph::CaptureMode;
+    use graphsafe::ops::testing::TestKernels;
+    use graphsafe::workspace::Workspace;
+    let (_g, s) = exclusive();
+    let ctx = Context::new(0).expect("the stand-in's device 0");
+    let mut a = Stream::new(&ctx).unwrap();
+    let b = Stream::new(&ctx).unwrap();
+    let k = TestKernels::load(&ctx).unwrap();
+    let p = soundness::problem(&a, 3);
+    let shape = soundness::SHAPE;
+    let mut ws = Workspace::new(&a, shape.workspace_bytes()).unwrap();
+    let waits = || s.calls("cuStreamWaitEvent");
+    let w0 = waits();
+    k.split_k_gemv(&p.a, &p.x, &p.y, shape, &mut ws, &a).unwrap();
+    k.split_k_gemv(&p.a, &p.x, &p.y, shape, &mut ws, &a).unwrap();
+    assert_eq!(waits(), w0, "uses on the stream that zero-filled the workspace waited");
+    k.split_k_gemv(&p.a, &p.x, &p.y, shape, &mut ws, &b).unwrap();
+    assert_eq!(waits(), w0 + 1, "a use on another stream did not wait for the previous one");
+    k.split_k_gemv(&p.a, &p.x, &p.y, shape, &mut ws, &b).unwrap();
+    assert_eq!(waits(), w0 + 1, "a second use on the same stream waited again");
+
+    // A graph that captured the buffer: its replays are uses too.
+    let exec = {
+        let mut cap = a.begin_capture(CaptureMode::ThreadLocal).unwrap();
+        let w = cap.bind_workspace(&mut ws).unwrap();
+        let (ca, cx, cy) = (cap.bind_buffer(&p.a).unwrap(), cap.bind_buffer(&p.x).unwrap(), cap.bind_buffer(&p.y).unwrap());
+        k.split_k_gemv_captured(&ca, &cx, &cy, shape, &w, &cap).unwrap();
+        cap.end().unwrap().instantiate().unwrap()
+    };
+    exec.launch(&b).unwrap();
+    assert_eq!(waits(), w0 + 1, "a replay on the stream of the last use waited");
+    exec.launch(&a).unwrap();
+    assert_eq!(waits(), w0 + 2, "a replay on another stream than the last use's did not wait");
+    k.split_k_gemv(&p.a, &p.x, &p.y, shape, &mut ws, &b).unwrap();
+    assert_eq!(waits(), w0 + 3, "an eager use after a replay on another stream did not wait");
+    ws.to_host_vec(&a).unwrap();
+    assert_eq!(waits(), w0 + 4, "a read-back on another stream did not wait");
+
+    // The previous stream dropped: its work is over (Stream::drop waits), nothing to wait for.
+    let c = Stream::new(&ctx).unwrap();
+    k.split_k_gemv(&p.a, &p.x, &p.y, shape, &mut ws, &c).unwrap();
+    assert_eq!(waits(), w0 + 5);
+    drop(c);
+    k.split_k_gemv(&p.a, &p.x, &p.y, shape, &mut ws, &b).unwrap();
+    assert_eq!(waits(), w0 + 5, "a use after the previous stream was dropped waited for a dead stream");
+
+    // The previous stream capturing now: its earlier use cannot be waited for; refused, nothing
+    // launched, and the order unchanged (the same use succeeds once the capture is over).
+    // (The last use was on b.)
+    let launches = s.calls("cuLaunchKernel");
+    let mut b_mut = b;
+    {
+        let _cap = b_mut.begin_capture(CaptureMode::ThreadLocal).unwrap();
+        let r = k.split_k_gemv(&p.a, &p.x, &p.y, shape, &mut ws, &a);
+        assert!(matches!(r, Err(graphsafe::Error::StreamCapturing { .. })), "a use after a use on a now-capturing stream: {r:?}");
+        assert_eq!(s.calls("cuLaunchKernel"), launches, "the refused use launched something");
+    }
+    k.split_k_gemv(&p.a, &p.x, &p.y, shape, &mut ws, &a).unwrap();
+    assert_eq!(waits(), w0 + 6, "the use after the capture ended did not wait for the previous stream");
+    a.synchronize().unwrap();
+    no_violations(s);
+}

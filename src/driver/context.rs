@@ -48,6 +48,8 @@ fn gate_of(raw: c::CUcontext) -> Arc<Mutex<FreeGate>> {
 pub(crate) struct FreeGate {
     open_captures: usize,
     streams: Vec<usize>,
+    // The uid of the `Stream` wrapping each of `streams` (same index).
+    uids: Vec<u64>,
 }
 
 impl FreeGate {
@@ -167,13 +169,24 @@ impl Context {
     /// Lists `raw` among graphsafe's streams of this context; `false` (nothing changed) when a
     /// graphsafe `Stream` already wraps it. One wrapper per handle is what makes the stream's
     /// capture marker, and the C ABI's stream lock, the only ones for that handle.
-    pub(crate) fn register_stream(&self, raw: c::CUstream) -> bool {
+    pub(crate) fn register_stream(&self, raw: c::CUstream, uid: u64) -> bool {
         let mut g = self.free_gate();
         if g.streams.contains(&(raw as usize)) {
             return false;
         }
         g.streams.push(raw as usize);
+        g.uids.push(uid);
         true
+    }
+
+    /// Runs `f` with whether the stream `raw` is still the live, listed stream of the `Stream`
+    /// `uid` (not dropped, its handle not reused), under the gate: a listed stream is destroyed
+    /// only under it ([`Context::unregister_stream`]), so for as long as `f` runs `raw` stays
+    /// valid when `f` was told it is.
+    pub(crate) fn with_live_stream<R>(&self, raw: usize, uid: u64, f: impl FnOnce(bool) -> R) -> R {
+        let g = self.free_gate();
+        let live = g.streams.iter().zip(&g.uids).any(|(&s, &u)| s == raw && u == uid);
+        f(live)
     }
 
     /// Forgets `raw` and runs `destroy` (its `cuStreamDestroy`) under the gate, so that no free is
@@ -182,6 +195,7 @@ impl Context {
         let mut g = self.free_gate();
         if let Some(i) = g.streams.iter().position(|&s| s == raw as usize) {
             g.streams.swap_remove(i);
+            g.uids.swap_remove(i);
         }
         destroy();
     }

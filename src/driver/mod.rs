@@ -16,6 +16,7 @@ pub(crate) mod launch;
 /// Device memory: [`DeviceBuffer`] handles over shared [`memory::Allocation`]s.
 pub mod memory;
 mod module;
+pub(crate) mod order;
 mod stream;
 /// graphsafe's test kernels: loading, signatures, typed launches (re-exported by `ops::testing`).
 pub(crate) mod testing;

@@ -24,8 +24,17 @@ pub struct Stream {
     // Other code holds the raw handle (adopted, or handed out by the C ABI's graphsafe_stream_raw)
     // and could begin a capture of its own on it: replays then ask the driver first.
     shared: AtomicBool,
+    // Unique for the process (raw handles are reused once a stream is destroyed): what a
+    // workspace's use order (`super::order`) compares to see a change of stream.
+    uid: u64,
     // What keeps an adopted stream alive (cudarc's `Arc<CudaStream>`).
     _owner: Option<ForeignOwner>,
+}
+
+static NEXT_STREAM_UID: AtomicU64 = AtomicU64::new(1);
+
+fn next_uid() -> u64 {
+    NEXT_STREAM_UID.fetch_add(1, Ordering::Relaxed)
 }
 
 // SAFETY: stream handles may be used from any thread.
@@ -43,9 +52,10 @@ impl Stream {
         // SAFETY: out-pointer to a local.
         check(unsafe { (f.f)(&mut raw, c::CUstream_flags::CU_STREAM_NON_BLOCKING.0) }, f.name)?;
         // A handle the driver just made is wrapped by nobody else.
-        let fresh = ctx.register_stream(raw);
+        let uid = next_uid();
+        let fresh = ctx.register_stream(raw, uid);
         debug_assert!(fresh, "cuStreamCreate returned a handle graphsafe still wraps");
-        Ok(Stream { raw, ctx: ctx.clone(), owned: true, registered: true, capture: AtomicU64::new(0), shared: AtomicBool::new(false), _owner: None })
+        Ok(Stream { raw, ctx: ctx.clone(), owned: true, registered: true, capture: AtomicU64::new(0), shared: AtomicBool::new(false), uid, _owner: None })
     }
 
     /// Wraps a stream the caller owns (an engine's existing `CUstream`); it is not destroyed on drop.
@@ -95,10 +105,11 @@ impl Stream {
         if of != ctx.raw() {
             return Err(Error::invalid("stream", format!("a stream of the context {:?}", ctx.raw()), format!("{raw:?}, a stream of context {of:?}")));
         }
-        if !ctx.register_stream(raw) {
+        let uid = next_uid();
+        if !ctx.register_stream(raw, uid) {
             return Err(Error::invalid("stream", "a stream no other graphsafe Stream wraps", format!("{raw:?}, already wrapped")));
         }
-        Ok(Stream { raw, ctx: ctx.clone(), owned: false, registered: true, capture: AtomicU64::new(0), shared: AtomicBool::new(true), _owner: owner })
+        Ok(Stream { raw, ctx: ctx.clone(), owned: false, registered: true, capture: AtomicU64::new(0), shared: AtomicBool::new(true), uid, _owner: owner })
     }
 
     /// A wrapper of `raw` that graphsafe does not list among its streams and that does nothing on
@@ -108,12 +119,17 @@ impl Stream {
     /// # Safety
     /// As [`Stream::adopt`]; the value must not outlive the call it was made for.
     pub(crate) unsafe fn unlisted(ctx: &Arc<Context>, raw: c::CUstream) -> Stream {
-        Stream { raw, ctx: ctx.clone(), owned: false, registered: false, capture: AtomicU64::new(0), shared: AtomicBool::new(true), _owner: None }
+        Stream { raw, ctx: ctx.clone(), owned: false, registered: false, capture: AtomicU64::new(0), shared: AtomicBool::new(true), uid: next_uid(), _owner: None }
     }
 
     /// The raw handle.
     pub fn raw(&self) -> c::CUstream {
         self.raw
+    }
+
+    /// This wrapper's identity for the process (never reused, unlike raw handles).
+    pub(crate) fn uid(&self) -> u64 {
+        self.uid
     }
 
     /// The context.

@@ -270,6 +270,9 @@ impl<'s, 'id> Capture<'s, 'id> {
         if let Some(a) = ws.allocation() {
             self.keep.get_mut().allocations.push(a.clone());
         }
+        if let Some(o) = ws.order() {
+            self.keep.get_mut().orders.push(o.clone());
+        }
         Ok(Captured { view: WorkspaceView::of(ws, self.id), _brand: PhantomData })
     }
 
@@ -361,6 +364,9 @@ impl DetachedCapture {
         self.same_context(ws.context().raw())?;
         if let Some(a) = ws.allocation() {
             self.keep.get_mut().allocations.push(a.clone());
+        }
+        if let Some(o) = ws.order() {
+            self.keep.get_mut().orders.push(o.clone());
         }
         Ok(WorkspaceView::of(ws, self.id))
     }

@@ -3,6 +3,7 @@
 use super::KeepList;
 use crate::driver::graph::{DriverExec, DriverGraph};
 use crate::driver::memory::Allocation;
+use crate::driver::order::{self, StreamOrder};
 use crate::driver::{Module, Stream};
 use crate::error::{Error, Result};
 use crate::sys::cuda as c;
@@ -30,6 +31,8 @@ pub struct Graph {
     graph: DriverGraph,
     keep: Arc<[Arc<Allocation>]>,
     modules: Arc<[Arc<Module>]>,
+    // The use orders of the workspace buffers the capture bound: sorted by address, no repeats.
+    orders: Arc<[Arc<StreamOrder>]>,
 }
 
 impl Graph {
@@ -38,7 +41,10 @@ impl Graph {
         let mut keep = kept.allocations;
         keep.sort_by_key(|a| Arc::as_ptr(a) as usize);
         keep.dedup_by(|a, b| Arc::ptr_eq(a, b));
-        Graph { graph, keep: Arc::from(keep), modules: Arc::from(kept.modules) }
+        let mut orders = kept.orders;
+        orders.sort_by_key(|o| Arc::as_ptr(o) as usize);
+        orders.dedup_by(|a, b| Arc::ptr_eq(a, b));
+        Graph { graph, keep: Arc::from(keep), modules: Arc::from(kept.modules), orders: Arc::from(orders) }
     }
 
     /// The kinds of the graph's nodes, in the driver's order.
@@ -68,7 +74,7 @@ impl Graph {
 
     /// Instantiates an executable graph; it also keeps every captured buffer alive.
     pub fn instantiate(&self) -> Result<GraphExec> {
-        Ok(GraphExec { exec: self.graph.instantiate()?, keep: self.keep.clone(), modules: self.modules.clone() })
+        Ok(GraphExec { exec: self.graph.instantiate()?, keep: self.keep.clone(), modules: self.modules.clone(), orders: self.orders.clone() })
     }
 
     /// The raw handle.
@@ -87,6 +93,7 @@ pub struct GraphExec {
     exec: DriverExec,
     keep: Arc<[Arc<Allocation>]>,
     modules: Arc<[Arc<Module>]>,
+    orders: Arc<[Arc<StreamOrder>]>,
 }
 
 impl GraphExec {
@@ -103,6 +110,9 @@ impl GraphExec {
             return Err(Error::invalid("stream", "a stream of the graph's device", "a stream of another context"));
         }
         stream.ensure_replayable()?;
+        // After the previous use of each workspace buffer it captured, on whatever stream; held
+        // until the replay is enqueued. Nothing to wait for while the stream does not change.
+        let _uses = order::hold_all(&self.orders, stream)?;
         self.exec.launch(stream)
     }
 

@@ -43,11 +43,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 /// What a capture, and then its graph and executables, keep alive: every allocation whose address
-/// it baked in, and every module whose kernels it launches (a replay runs their code).
+/// it baked in, and every module whose kernels it launches (a replay runs their code); and the
+/// use orders of the workspace buffers it bound (every replay is ordered after their previous use).
 #[derive(Default)]
 pub(crate) struct KeepList {
     pub allocations: Vec<Arc<Allocation>>,
     pub modules: Vec<Arc<Module>>,
+    pub orders: Vec<Arc<crate::driver::order::StreamOrder>>,
 }
 
 /// Which other threads' calls a capture forbids (after the driver's `CUstreamCaptureMode`).

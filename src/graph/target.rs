@@ -10,6 +10,7 @@
 use super::capture::{CapturedBuffer, WorkspaceView};
 use super::{CaptureId, KeepList};
 use crate::driver::memory::Allocation;
+use crate::driver::order::UseToken;
 use crate::driver::{Context, DevicePtr, KernelLaunch, Module, Stream};
 use crate::error::{Error, Result};
 use super::DeviceMemory;
@@ -71,8 +72,10 @@ impl<'a> CaptureSite<'a> {
 
 /// Where one op call's work goes. Made per call; see the module docs for the rules.
 pub(crate) enum Target<'a> {
-    /// On a stream, now; the workspace (if the op has one) grows when it must.
-    Eager { stream: &'a Stream, ws: Option<&'a mut Workspace> },
+    /// On a stream, now; the workspace (if the op has one) grows when it must. `using` holds the
+    /// workspace buffer's use order from [`Target::workspace`] until the target drops, after the
+    /// op enqueued its work.
+    Eager { stream: &'a Stream, ws: Option<&'a mut Workspace>, using: Option<UseToken> },
     /// Into a capture; the workspace is the view bound to it and never grows.
     Captured { site: CaptureSite<'a>, ws: Option<&'a WorkspaceView>, pending: Vec<Arc<Allocation>> },
 }
@@ -86,7 +89,7 @@ impl<'a> Target<'a> {
                 return Err(Error::invalid("workspace", "a workspace of the stream's device", "a workspace of another context"));
             }
         }
-        Ok(Target::Eager { stream, ws })
+        Ok(Target::Eager { stream, ws, using: None })
     }
 
     /// A captured target: the workspace view must belong to this capture and device.
@@ -147,7 +150,14 @@ impl<'a> Target<'a> {
     /// `WorkspaceTooSmall` naming both sizes. No workspace and `needed == 0`: the empty span.
     pub(crate) fn workspace(&mut self, needed: u64) -> Result<DeviceSpan> {
         let (ptr, capacity): (DevicePtr, u64) = match self {
-            Target::Eager { stream, ws: Some(ws) } => (ws.prepare(needed, stream)?, ws.capacity()),
+            Target::Eager { stream, ws: Some(ws), using } => {
+                let ptr = ws.prepare(needed, stream)?;
+                // Ordered after the buffer's previous use on another stream (a stream wait, no
+                // work). A second call of the same op lets its first hold go first.
+                *using = None;
+                *using = ws.begin_use(stream)?;
+                (ptr, ws.capacity())
+            }
             Target::Captured { ws: Some(w), pending, .. } => {
                 if needed > w.capacity {
                     return Err(Error::WorkspaceTooSmall { needed, capacity: w.capacity });

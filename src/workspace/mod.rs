@@ -16,12 +16,17 @@
 //!   refused with [`Error::StreamCapturing`]: its zero-fill would land in the graph.
 //! * **One owner** (invariant 6): the workspace is the only holder of its current pointer outside
 //!   captured graphs; ops read it at the moment they launch, never cache it.
+//! * **Uses in order across streams** (invariant 3): every use of a buffer (an eager op, a replay
+//!   of a graph that captured it, a read-back) runs after the previous one even when they are on
+//!   different streams: a change of stream makes the new stream wait for the previous one first
+//!   ([`crate::driver::order`]). Same stream: nothing added.
 
 mod planner;
 
 pub use planner::{Requirement, WorkspacePlanner};
 
 use crate::driver::memory::{memset_u8_raw, Allocation};
+use crate::driver::order::{StreamOrder, UseToken};
 use crate::driver::{Context, DeviceBuffer, DevicePtr, Stream};
 use crate::error::{Error, Result};
 use std::sync::Arc;
@@ -30,16 +35,19 @@ use std::sync::Arc;
 /// descriptors want 128 B, some CUTLASS kernels 256 B).
 pub const WORKSPACE_ALIGN: u64 = 256;
 
-/// A growable, zero-initialised GPU scratch buffer shared by the kernels of one stream.
+/// A growable, zero-initialised GPU scratch buffer for the kernels of one or more streams.
 ///
-/// One stream at a time: graphsafe does not order uses of one workspace on two streams (eager
-/// calls, or replays of graphs that captured it). The caller must (one workspace per stream, or
-/// events): unordered, two kernels share scratch memory, and on sm100 the MLA decode's sanitized
-/// lengths and page table, which CUTLASS indexes the cache with, live there.
+/// Uses on different streams are ordered by graphsafe: an op (or a replay of a graph that
+/// captured the buffer, or [`Workspace::to_host_vec`]) on a stream other than the previous use's
+/// first makes that stream wait for the previous one, so two kernels never share the scratch
+/// memory at once. A use is refused ([`Error::StreamCapturing`], nothing enqueued) when the
+/// previous use's stream is capturing by then. One workspace per stream still avoids the waits.
 #[derive(Debug)]
 pub struct Workspace {
     ctx: Arc<Context>,
     current: Option<DeviceBuffer>,
+    // The use order of `current` (made with it; graphs that capture the buffer share it).
+    order: Option<Arc<StreamOrder>>,
     capacity: u64,
     retired: u64,
 }
@@ -48,7 +56,7 @@ impl Workspace {
     /// A workspace of at least `bytes` (0 allowed: nothing is allocated until needed), zero-filled
     /// on `stream`.
     pub fn new(stream: &Stream, bytes: u64) -> Result<Workspace> {
-        let mut ws = Workspace { ctx: stream.context().clone(), current: None, capacity: 0, retired: 0 };
+        let mut ws = Workspace { ctx: stream.context().clone(), current: None, order: None, capacity: 0, retired: 0 };
         ws.ensure_size(bytes, stream)?;
         Ok(ws)
     }
@@ -72,6 +80,17 @@ impl Workspace {
     /// The current buffer's shared allocation, if any (what a capture keeps alive).
     pub(crate) fn allocation(&self) -> Option<&Arc<Allocation>> {
         self.current.as_ref().map(|b| b.allocation())
+    }
+
+    /// The use order of the current buffer, if any (what a capture gives its graphs).
+    pub(crate) fn order(&self) -> Option<&Arc<StreamOrder>> {
+        self.order.as_ref()
+    }
+
+    /// Begins a use of the current buffer on `stream` (see [`crate::driver::order`]); `None`
+    /// without a buffer. Enqueue the use before dropping the token.
+    pub(crate) fn begin_use(&self, stream: &Stream) -> Result<Option<UseToken>> {
+        self.order.as_ref().map(|o| o.begin(stream)).transpose()
     }
 
     /// The context the workspace lives in.
@@ -103,6 +122,9 @@ impl Workspace {
             return Err(Error::invalid("allocation alignment", format!("{WORKSPACE_ALIGN} bytes"), fresh.device_ptr()));
         }
         memset_u8_raw(fresh.device_ptr(), 0, len, stream)?;
+        // The zero-fill is the new buffer's first use; the old one keeps its order with the
+        // graphs that captured it.
+        self.order = Some(StreamOrder::new(stream));
         if self.current.replace(fresh).is_some() {
             self.retired += 1;
         }
@@ -114,12 +136,19 @@ impl Workspace {
     /// shows what a kernel would find in the workspace.
     pub fn to_host_vec(&self, stream: &Stream) -> Result<Vec<u8>> {
         match &self.current {
-            Some(b) => b.to_host_vec::<u8>(stream),
+            Some(b) => {
+                stream.ensure_eager()?;
+                let _use = self.begin_use(stream)?;
+                b.to_host_vec::<u8>(stream)
+            }
             None => Ok(Vec::new()),
         }
     }
 
-    /// The eager path for ops: grows to `needed` if necessary and returns the address to launch with.
+    /// The eager path for ops: grows to `needed` if necessary and returns the address to launch
+    /// with. Graphsafe's own ops go through [`crate::graph`]'s eager target, which also orders the
+    /// use after the previous one on another stream; a caller launching its own kernels on the
+    /// address orders them itself.
     pub fn prepare(&mut self, needed: u64, stream: &Stream) -> Result<DevicePtr> {
         self.ensure_size(needed, stream)?;
         Ok(self.device_ptr())

@@ -307,3 +307,43 @@ pub fn memory_of_another_device_is_refused(ctx0: &Arc<Context>, ctx1: &Arc<Conte
     // Eager: a device-1 workspace with a device-0 op.
     expect_invalid(k.split_k_gemv(&p.a, &p.x, &p.y, SHAPE, &mut ws1, &s0), "workspace");
 }
+
+/// One workspace, two streams, no host synchronization: 64 split-K GEMVs queued on A, then one on
+/// B with other inputs (its partial sums and row counters in the same scratch memory). Ordered by
+/// graphsafe, B's kernel starts after A's queue drained and both results are exact; unordered, it
+/// runs while A's kernels use the workspace. The same for a replay on B of a graph captured on A.
+pub fn workspace_uses_on_two_streams_do_not_race(ctx: &Arc<Context>, a: &mut Stream) {
+    let k = TestKernels::load(ctx).unwrap();
+    let b = Stream::new(ctx).unwrap();
+    let shape = SplitKShape { m: 4096, k: 4096, splits: 16 };
+    let pa = split_k_problem(a, shape, 21);
+    let pb = split_k_problem(a, shape, 22);
+    let mut ws = Workspace::new(a, shape.workspace_bytes()).unwrap();
+    a.synchronize().unwrap();
+    for _ in 0..64 {
+        k.split_k_gemv(&pa.a, &pa.x, &pa.y, shape, &mut ws, a).unwrap();
+    }
+    k.split_k_gemv(&pb.a, &pb.x, &pb.y, shape, &mut ws, &b).unwrap();
+    b.synchronize().unwrap();
+    a.synchronize().unwrap();
+    assert_eq!(pb.y.to_host_vec::<f32>(&b).unwrap(), pb.expected, "B's GEMV shared the workspace with A's");
+    assert_eq!(pa.y.to_host_vec::<f32>(a).unwrap(), pa.expected, "A's GEMVs shared the workspace with B's");
+
+    // A graph captured on A, replayed on B right after a queue of eager calls on A.
+    let exec = {
+        let mut cap = a.begin_capture(CaptureMode::ThreadLocal).unwrap();
+        let w = cap.bind_workspace(&mut ws).unwrap();
+        let (ca, cx, cy) = (cap.bind_buffer(&pb.a).unwrap(), cap.bind_buffer(&pb.x).unwrap(), cap.bind_buffer(&pb.y).unwrap());
+        k.split_k_gemv_captured(&ca, &cx, &cy, shape, &w, &cap).unwrap();
+        cap.end().unwrap().instantiate().unwrap()
+    };
+    pb.y.memset_u8(0, a).unwrap();
+    for _ in 0..64 {
+        k.split_k_gemv(&pa.a, &pa.x, &pa.y, shape, &mut ws, a).unwrap();
+    }
+    exec.launch(&b).unwrap();
+    b.synchronize().unwrap();
+    a.synchronize().unwrap();
+    assert_eq!(pb.y.to_host_vec::<f32>(&b).unwrap(), pb.expected, "the replay on B shared the workspace with A's GEMVs");
+    assert_eq!(pa.y.to_host_vec::<f32>(a).unwrap(), pa.expected);
+}
