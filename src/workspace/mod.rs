@@ -19,7 +19,7 @@
 //! * **Uses in order across streams** (invariant 3): every use of a buffer (an eager op, a replay
 //!   of a graph that captured it, a read-back) runs after the previous one even when they are on
 //!   different streams: a change of stream makes the new stream wait for the previous one first
-//!   ([`crate::driver::order`]). Same stream: nothing added.
+//!   (the buffer's use order, `src/driver/order.rs`). Same stream: nothing added.
 
 mod planner;
 
@@ -87,7 +87,7 @@ impl Workspace {
         self.order.as_ref()
     }
 
-    /// Begins a use of the current buffer on `stream` (see [`crate::driver::order`]); `None`
+    /// Begins a use of the current buffer on `stream` (see `src/driver/order.rs`); `None`
     /// without a buffer. Enqueue the use before dropping the token.
     pub(crate) fn begin_use(&self, stream: &Stream) -> Result<Option<UseToken>> {
         self.order.as_ref().map(|o| o.begin(stream)).transpose()
