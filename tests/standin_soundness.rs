@@ -203,7 +203,7 @@ fn an_executable_is_never_destroyed_while_its_graph_is_instantiated_on_another_t
 /// are deferred meanwhile); when it was the last, the frees deferred in that moment go through at
 /// once instead of waiting for an unrelated later free.
 #[test]
-fn frees_deferred_during_a_failed_capture_begin_are_given_back_when_it_fails() {
+fn a_free_during_a_failed_capture_begin_waits_for_it_and_goes_through() {
     use graphsafe::driver::DeviceBuffer;
     use graphsafe::sys::cuda::CUresult;
     let (_g, s) = exclusive();
@@ -216,20 +216,22 @@ fn frees_deferred_during_a_failed_capture_begin_are_given_back_when_it_fails() {
     let live = s.live_allocations();
     s.delay("cuStreamBeginCapture_v2", 200_000);
     s.fail("cuStreamBeginCapture_v2", 0, CUresult::CUDA_ERROR_OUT_OF_MEMORY);
-    let deferred = std::thread::scope(|scope| {
+    let (dropped_at, begun_at) = std::thread::scope(|scope| {
         let dropper = scope.spawn(|| {
-            // Inside the begin's window (it sleeps 200 ms in the driver): the free is deferred.
+            // Inside the begin's window (it sleeps 200 ms in the driver): the free waits for the
+            // begin (which runs under the context's free gate), then sees no capture open.
             std::thread::sleep(std::time::Duration::from_millis(50));
             drop(buf);
-            s.live_allocations() == live
+            std::time::Instant::now()
         });
         let r = stream.begin_capture(graphsafe::graph::CaptureMode::ThreadLocal).map(drop);
+        let begun_at = std::time::Instant::now();
         assert!(r.is_err(), "the injected begin failure was not reported");
-        dropper.join().unwrap()
+        (dropper.join().unwrap(), begun_at)
     });
     s.delay("cuStreamBeginCapture_v2", 0);
-    // Else the drop missed the window and this test proved nothing about the retry.
-    assert!(deferred, "the buffer was dropped outside the failed begin's window (not deferred)");
+    // The free returned after the begin did (a millisecond for the order of the two clock reads).
+    assert!(dropped_at + std::time::Duration::from_millis(1) >= begun_at, "a free overlapped a capture begin");
     assert_eq!(s.live_allocations(), live - 1, "the buffer dropped during the failed begin is still held");
     no_violations(s);
 }
@@ -243,7 +245,7 @@ fn a_failed_capture_end_does_not_leave_the_capture_open_for_good() {
     use graphsafe::driver::DeviceBuffer;
     use graphsafe::sys::cuda::CUresult;
     let (_g, s) = exclusive();
-    // Device 1 (see `frees_deferred_during_a_failed_capture_begin_…`).
+    // Device 1 (see `a_free_during_a_failed_capture_begin_…`).
     let ctx = Context::new(1).expect("the stand-in's device 1");
     let mut stream = Stream::new(&ctx).unwrap();
     let other = Stream::new(&ctx).unwrap();
@@ -453,5 +455,54 @@ fn workspace_uses_on_different_streams_are_put_in_order() {
     k.split_k_gemv(&p.a, &p.x, &p.y, shape, &mut ws, &a).unwrap();
     assert_eq!(waits(), w0 + 6, "the use after the capture ended did not wait for the previous stream");
     a.synchronize().unwrap();
+    no_violations(s);
+}
+
+/// A capture begun on the previous stream while a workspace use on another stream is ordering
+/// itself after it (between the question "is that stream capturing?" and the event record there)
+/// would take the record into its graph, and the wait on it would fork this stream into that
+/// capture: its end fails with CUDA_ERROR_STREAM_CAPTURE_UNJOINED (seen on the H200 with driver
+/// 580 under tests/capi/capi_stress.cpp). graphsafe's capture begins now run under the context's
+/// free gate, which the ordering holds from its question to its record: the use either comes
+/// before the capture or sees it and is refused (StreamCapturing, nothing enqueued), and the
+/// capture ends cleanly. The stand-in models the fork (tests/standin/standin_streams.c); its delay
+/// knobs put the use's question inside the begin and its record after it. Fails (UNJOINED) with
+/// the begin outside the gate.
+#[test]
+fn a_capture_begun_while_a_workspace_use_orders_itself_does_not_take_its_wait() {
+    use graphsafe::graph::CaptureMode;
+    use graphsafe::ops::testing::TestKernels;
+    use graphsafe::workspace::Workspace;
+    let (_g, s) = exclusive();
+    // Device 1: a capture left open on device 0 by `a_leaked_capture_…` would defer frees here.
+    let ctx = Context::new(1).expect("the stand-in's device 1");
+    let mut a = Stream::new(&ctx).unwrap();
+    let b = Stream::new(&ctx).unwrap();
+    let k = TestKernels::load(&ctx).unwrap();
+    let p = soundness::problem(&a, 9);
+    let shape = soundness::SHAPE;
+    let mut ws = Workspace::new(&a, shape.workspace_bytes()).unwrap(); // last use: a
+    let nodes_before = s.stat("nodes_recorded");
+    s.delay("cuStreamBeginCapture_v2", 100_000);
+    s.delay("cuEventRecord", 150_000);
+    let a_ref = &mut a;
+    let (used, ended) = std::thread::scope(|scope| {
+        let capturer = scope.spawn(move || {
+            let cap = a_ref.begin_capture(CaptureMode::ThreadLocal).unwrap();
+            std::thread::sleep(std::time::Duration::from_millis(200));
+            cap.end().map(|g| g.node_kinds().unwrap().len())
+        });
+        // While the begin is in the driver: the use asks about a, then records there.
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        let used = k.split_k_gemv(&p.a, &p.x, &p.y, shape, &mut ws, &b);
+        (used, capturer.join().unwrap())
+    });
+    s.delay("cuStreamBeginCapture_v2", 0);
+    s.delay("cuEventRecord", 0);
+    assert_eq!(ended.expect("the capture begun during the use's ordering did not end cleanly"), 0, "the capture recorded the other stream's work");
+    assert!(matches!(used, Ok(()) | Err(graphsafe::Error::StreamCapturing { .. })), "the use: {used:?}");
+    assert_eq!(s.stat("nodes_recorded"), nodes_before, "work of the eager use was recorded into a graph");
+    assert!(!b.is_capturing().unwrap(), "the eager use's stream was forked into the capture");
+    b.synchronize().unwrap();
     no_violations(s);
 }

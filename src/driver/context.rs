@@ -41,9 +41,12 @@ fn gate_of(raw: c::CUcontext) -> Arc<Mutex<FreeGate>> {
 /// capture: graphsafe's streams of this context (graphsafe enqueues work only on those, and graph
 /// replays run only on those), and how many graphsafe captures are open (synchronizing a
 /// capturing stream, or the whole context, would invalidate the capture). Frees hold the lock
-/// while they wait and free; beginning a capture and destroying a stream take it briefly, so
-/// neither can slip in between. Under it only the deferred-free list's lock is taken (after it,
-/// never before), and driver calls are made; no other graphsafe lock.
+/// while they wait and free; beginning a capture (the driver's begin included) and destroying a
+/// stream take it briefly, so neither can slip in between; a workspace's change of stream holds
+/// it while it asks whether the previous stream is capturing and records an event there. Under it
+/// only the deferred-free list's lock and, beginning a GLOBAL-mode capture, the global-capture
+/// count's write lock are taken (after it, never before), and driver calls are made; no other
+/// graphsafe lock.
 #[derive(Debug, Default)]
 pub(crate) struct FreeGate {
     open_captures: usize,
@@ -200,10 +203,22 @@ impl Context {
         destroy();
     }
 
-    /// A capture is about to begin in this context: from now until [`Context::capture_closed`]
-    /// frees wait (they are deferred, never lost).
-    pub(crate) fn capture_opening(&self) {
-        self.free_gate().open_captures += 1;
+    /// A capture begins in this context: it counts as open (from now until
+    /// [`Context::capture_closed`] frees wait: they are deferred, never lost), and `begin` (the
+    /// driver's cuStreamBeginCapture) runs under the gate, so that whoever holds the gate sees no
+    /// stream of the context start a graphsafe capture until it lets go (a workspace's use order
+    /// asks the driver whether a stream is capturing and records an event on it if not:
+    /// `super::order`). If `begin` fails the count is given back before the gate is (no free can
+    /// have seen it, so none was deferred for it); if it succeeds the capture's end closes it
+    /// ([`Context::capture_closed`]).
+    pub(crate) fn capture_opening<T>(&self, begin: impl FnOnce() -> crate::error::Result<T>) -> crate::error::Result<T> {
+        let mut g = self.free_gate();
+        g.open_captures += 1;
+        let r = begin();
+        if r.is_err() {
+            g.open_captures -= 1;
+        }
+        r
     }
 
     /// A capture of this context is over (ended, abandoned, or it never began). Returns how many

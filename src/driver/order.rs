@@ -20,6 +20,13 @@
 //! * A use holds the buffer's order from that check until its work is enqueued (a
 //!   [`UseToken`]), so a use on a third stream cannot record its event between them.
 //!
+//! The liveness check, the capture check and the record run under the context's free gate: a
+//! listed stream is destroyed, and a graphsafe capture begun (the driver's cuStreamBeginCapture),
+//! only under it, so neither can happen between the check and the record (on the H200, a capture
+//! begun in between took the record and this stream's wait into its graph, and its end failed
+//! with CUDA_ERROR_STREAM_CAPTURE_UNJOINED). A capture begun outside graphsafe on an adopted
+//! stream during the call is excluded by `Stream::adopt`'s contract.
+//!
 //! Lock order: a use token, then the context's free gate (inside [`Context::with_live_stream`]);
 //! never the reverse. A caller holds at most one token while waiting for another only in
 //! [`hold_all`], which takes them in address order.

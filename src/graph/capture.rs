@@ -60,17 +60,14 @@ fn begin_capture(stream: &Stream, mode: CaptureMode) -> Result<CaptureId> {
     stream.ensure_eager()?;
     let id = CaptureId::fresh();
     stream.mark_capturing(id.get())?;
-    // From here until the capture is over, frees in this context wait (see driver::FreeGate).
-    stream.context().capture_opening();
+    // From here until the capture is over, frees in this context wait (see driver::FreeGate); the
+    // driver's begin runs under the context's free gate.
     let begin = || crate::driver::graph::begin_capture(stream, mode.driver_mode());
     // A global capture forbids allocations on every thread: none may be in flight as it begins.
-    let begun = if mode == CaptureMode::Global { crate::driver::memory::begin_global_capture(begin) } else { begin() };
+    let begun = stream.context().capture_opening(|| if mode == CaptureMode::Global { crate::driver::memory::begin_global_capture(begin) } else { begin() });
     if let Err(e) = begun {
+        // The count was given back under the gate the begin held: no free saw it.
         stream.clear_capturing(id.get());
-        if stream.context().capture_closed() == 0 {
-            // Frees deferred while this capture was counted open can go through now.
-            crate::driver::memory::retry_deferred_frees(stream.context());
-        }
         return Err(e);
     }
     Ok(id)

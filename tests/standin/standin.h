@@ -221,12 +221,20 @@ typedef struct {
   int kind;
 } slot_t;
 
+#define MAX_JOINED 8
 typedef struct capture {
   CUstreamCaptureMode mode;
   pthread_t thread;
   int invalidated;
   struct CUgraph_st* graph;
-  struct CUstream_st* stream;
+  struct CUstream_st* stream; /* the origin stream */
+  uint64_t id;                /* unique (the graph's family number) */
+  /* Streams that joined the capture by waiting on an event recorded in it (CUDA's fork), and
+   * whether the origin has since waited on an event recorded on each (the join). Ending the
+   * capture with one not joined back fails with CUDA_ERROR_STREAM_CAPTURE_UNJOINED. */
+  struct CUstream_st* joined[MAX_JOINED];
+  int rejoined[MAX_JOINED];
+  int njoined;
   struct capture* next;
 } capture_t;
 
@@ -241,6 +249,8 @@ struct CUevent_st {
   unsigned flags;
   int recorded;
   unsigned long long t_ns;
+  uint64_t cap_id;                 /* the capture its last record was a node of; 0: recorded eagerly */
+  struct CUstream_st* rec_stream;  /* the stream of that record */
 };
 
 enum kernel_kind { KERNEL_OTHER = 0, KERNEL_SPLITK, KERNEL_EMPTY };
@@ -370,6 +380,9 @@ struct CUctx_st* current_ctx(void);
 void invalidate(capture_t* c, const char* why);
 int unsafe_call_refused(const char* call);
 void capture_remove(capture_t* cap);
+/* Streams joined to `cap` leave it (the capture is over); a joined stream going away leaves it. */
+void capture_release_joined(capture_t* cap);
+void capture_forget_joined(struct CUstream_st* s);
 CUresult resolve_stream(CUstream h, stream_ref* out, enum target* t);
 int busy_enter(const void* obj, const char* call);
 /* The same for a graph family (its key is never reused, so no destroy releases it early). */

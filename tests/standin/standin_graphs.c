@@ -18,6 +18,7 @@ EXPORT CUresult cuStreamBeginCapture_v2(CUstream h, CUstreamCaptureMode mode) {
   c->thread = pthread_self();
   c->graph = graph_new();
   c->graph->family = ++g_next_family;
+  c->id = c->graph->family;
   c->stream = h;
   c->next = g_captures;
   g_captures = c;
@@ -33,10 +34,23 @@ EXPORT CUresult cuStreamEndCapture(CUstream h, CUgraph* pg) {
   if (!obj_is(h, K_STREAM)) return unlock_ret(CUDA_ERROR_INVALID_HANDLE);
   capture_t* c = h->cap;
   if (!c) return unlock_ret(CUDA_ERROR_ILLEGAL_STATE);
+  if (c->stream != h) return unlock_ret(CUDA_ERROR_STREAM_CAPTURE_UNMATCHED); /* a joined stream */
   if (c->mode != CU_STREAM_CAPTURE_MODE_RELAXED && !pthread_equal(c->thread, pthread_self()))
     return unlock_ret(CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD);
+  int unjoined = 0;
+  for (int i = 0; i < c->njoined; ++i) unjoined += !c->rejoined[i];
   capture_remove(c);
+  capture_release_joined(c);
   h->cap = NULL;
+  if (unjoined) {
+    /* Work forked into the capture on another stream was never joined back: the capture is over
+     * and its graph lost (what driver 580 did on the H200). */
+    violation("a capture ended with %d stream(s) forked into it and never joined back", unjoined);
+    graph_free(c->graph, 0);
+    free(c);
+    *pg = NULL;
+    return unlock_ret(CUDA_ERROR_STREAM_CAPTURE_UNJOINED);
+  }
   if (c->invalidated) {
     graph_free(c->graph, 0);
     free(c);

@@ -169,6 +169,21 @@ int unsafe_call_refused(const char* call) {
   return refused;
 }
 
+void capture_release_joined(capture_t* cap) {
+  for (int i = 0; i < cap->njoined; ++i)
+    if (cap->joined[i] && cap->joined[i]->cap == cap) cap->joined[i]->cap = NULL;
+  cap->njoined = 0;
+}
+
+void capture_forget_joined(struct CUstream_st* s) {
+  for (capture_t* c = g_captures; c; c = c->next)
+    for (int i = 0; i < c->njoined; ++i)
+      if (c->joined[i] == s) {
+        c->joined[i] = NULL;
+        c->rejoined[i] = 1;
+      }
+}
+
 void capture_remove(capture_t* cap) {
   for (capture_t** pp = &g_captures; *pp; pp = &(*pp)->next) {
     if (*pp == cap) {

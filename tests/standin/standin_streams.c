@@ -28,12 +28,14 @@ EXPORT CUresult cuStreamDestroy_v2(CUstream h) {
   lock();
   NEED_INIT();
   if (!obj_is(h, K_STREAM)) return unlock_ret(CUDA_ERROR_INVALID_HANDLE);
-  if (h->cap) {
+  if (h->cap && h->cap->stream == h) {
     /* Destroying a capturing stream ends its capture; the graph is lost. */
     capture_remove(h->cap);
+    capture_release_joined(h->cap);
     graph_free(h->cap->graph, 0);
     free(h->cap);
   }
+  capture_forget_joined(h);
   obj_del(h);
   free(h);
   return unlock_ret(CUDA_SUCCESS);
@@ -64,6 +66,10 @@ EXPORT CUresult cuStreamQuery(CUstream h) {
   return sync_common(h, "cuStreamQuery of the capturing stream");
 }
 
+/* Waiting on an event whose last record was a node of an open capture is CUDA's fork: a stream
+ * that is not capturing joins that capture (its later work goes into the graph), and the capture
+ * cannot end until the origin stream waited on an event recorded on it (the join). A stream of
+ * another capture waiting on it merges two captures: refused and both invalidated. */
 EXPORT CUresult cuStreamWaitEvent(CUstream h, CUevent e, unsigned int flags) {
   ENTER(cuStreamWaitEvent);
   lock();
@@ -73,7 +79,31 @@ EXPORT CUresult cuStreamWaitEvent(CUstream h, CUevent e, unsigned int flags) {
   stream_ref s;
   enum target t;
   CUresult r = resolve_stream(h, &s, &t);
-  return unlock_ret(r);
+  if (r != CUDA_SUCCESS || !s.s) return unlock_ret(r);
+  capture_t* c = NULL;
+  if (e->cap_id)
+    for (capture_t* x = g_captures; x; x = x->next)
+      if (x->id == e->cap_id) c = x;
+  if (c) {
+    if (t == RUN_NOW) {
+      if (c->njoined == MAX_JOINED) {
+        invalidate(c, "too many streams forked into one capture");
+        return unlock_ret(CUDA_ERROR_STREAM_CAPTURE_INVALIDATED);
+      }
+      c->joined[c->njoined] = s.s;
+      c->rejoined[c->njoined] = 0;
+      ++c->njoined;
+      s.s->cap = c;
+    } else if (s.s->cap != c) {
+      invalidate(s.s->cap, "a wait on an event of another capture");
+      invalidate(c, "another capture waited on one of its events");
+      return unlock_ret(CUDA_ERROR_STREAM_CAPTURE_MERGE);
+    } else if (s.s == c->stream) {
+      for (int i = 0; i < c->njoined; ++i)
+        if (c->joined[i] == e->rec_stream) c->rejoined[i] = 1;
+    }
+  }
+  return unlock_ret(CUDA_SUCCESS);
 }
 
 EXPORT CUresult cuEventCreate(CUevent* pe, unsigned int flags) {
@@ -113,7 +143,12 @@ EXPORT CUresult cuEventRecord(CUevent e, CUstream h) {
   enum target t;
   CUresult r = resolve_stream(h, &s, &t);
   if (r != CUDA_SUCCESS) return unlock_ret(r);
-  if (t == RECORD) return unlock_ret(CUDA_SUCCESS); /* a capture-internal dependency, no node */
+  e->rec_stream = s.s;
+  if (t == RECORD) {
+    e->cap_id = s.s->cap->id; /* a capture-internal dependency, no node; a wait on it forks */
+    return unlock_ret(CUDA_SUCCESS);
+  }
+  e->cap_id = 0;
   e->recorded = 1;
   e->t_ns = now_ns();
   return unlock_ret(CUDA_SUCCESS);
