@@ -388,12 +388,12 @@ fn a_raw_kernel_launch_into_a_capture_is_recorded_and_keeps_its_module() {
     no_violations(s);
 }
 
-/// Uses of one workspace buffer on several streams are put in order: a change of stream (eager op,
-/// replay of a graph that captured the buffer, read-back) makes the new stream wait for the old
-/// one, exactly once per change and never while the stream stays the same; a previous stream that
-/// was dropped needs no wait; one that is capturing by then makes the use refused, launching
-/// nothing. Before, none of these waited (a kernel on B could share the scratch memory with one on
-/// A still running).
+/// Uses of one workspace buffer on several streams are put in order: every use (eager op, replay
+/// of a graph that captured the buffer, read-back) records the buffer's event on its stream after
+/// its work, and a use on another stream than the last one first waits for that event — exactly
+/// once per change, never while the stream stays the same. The previous stream is never touched,
+/// so it may be dropped or capturing by then. Before, none of these waited (a kernel on B could
+/// share the scratch memory with one on A still running).
 #[test]
 fn workspace_uses_on_different_streams_are_put_in_order() {
     use graphsafe::graph::CaptureMode;
@@ -408,10 +408,12 @@ fn workspace_uses_on_different_streams_are_put_in_order() {
     let shape = soundness::SHAPE;
     let mut ws = Workspace::new(&a, shape.workspace_bytes()).unwrap();
     let waits = || s.calls("cuStreamWaitEvent");
-    let w0 = waits();
+    let records = || s.calls("cuEventRecord");
+    let (w0, r0) = (waits(), records());
     k.split_k_gemv(&p.a, &p.x, &p.y, shape, &mut ws, &a).unwrap();
     k.split_k_gemv(&p.a, &p.x, &p.y, shape, &mut ws, &a).unwrap();
     assert_eq!(waits(), w0, "uses on the stream that zero-filled the workspace waited");
+    assert_eq!(records(), r0 + 2, "each use records the buffer's event after its work");
     k.split_k_gemv(&p.a, &p.x, &p.y, shape, &mut ws, &b).unwrap();
     assert_eq!(waits(), w0 + 1, "a use on another stream did not wait for the previous one");
     k.split_k_gemv(&p.a, &p.x, &p.y, shape, &mut ws, &b).unwrap();
@@ -434,41 +436,126 @@ fn workspace_uses_on_different_streams_are_put_in_order() {
     ws.to_host_vec(&a).unwrap();
     assert_eq!(waits(), w0 + 4, "a read-back on another stream did not wait");
 
-    // The previous stream dropped: its work is over (Stream::drop waits), nothing to wait for.
+    // The previous stream dropped: the wait is for an event recorded before; nothing touches it.
     let c = Stream::new(&ctx).unwrap();
     k.split_k_gemv(&p.a, &p.x, &p.y, shape, &mut ws, &c).unwrap();
-    assert_eq!(waits(), w0 + 5);
     drop(c);
     k.split_k_gemv(&p.a, &p.x, &p.y, shape, &mut ws, &b).unwrap();
-    assert_eq!(waits(), w0 + 5, "a use after the previous stream was dropped waited for a dead stream");
+    assert_eq!(waits(), w0 + 6);
 
-    // The previous stream capturing now: its earlier use cannot be waited for; refused, nothing
-    // launched, and the order unchanged (the same use succeeds once the capture is over).
-    // (The last use was on b.)
-    let launches = s.calls("cuLaunchKernel");
+    // The previous stream capturing now (b): the use on a waits for the event b recorded before
+    // its capture, records nothing on b, and b's capture stays its own (ends with no node).
     let mut b_mut = b;
+    let nodes_before = s.stat("nodes_recorded");
     {
-        let _cap = b_mut.begin_capture(CaptureMode::ThreadLocal).unwrap();
-        let r = k.split_k_gemv(&p.a, &p.x, &p.y, shape, &mut ws, &a);
-        assert!(matches!(r, Err(graphsafe::Error::StreamCapturing { .. })), "a use after a use on a now-capturing stream: {r:?}");
-        assert_eq!(s.calls("cuLaunchKernel"), launches, "the refused use launched something");
+        let cap = b_mut.begin_capture(CaptureMode::ThreadLocal).unwrap();
+        k.split_k_gemv(&p.a, &p.x, &p.y, shape, &mut ws, &a).unwrap();
+        assert_eq!(cap.end().unwrap().node_kinds().unwrap().len(), 0, "the use on a reached b's capture");
     }
-    k.split_k_gemv(&p.a, &p.x, &p.y, shape, &mut ws, &a).unwrap();
-    assert_eq!(waits(), w0 + 6, "the use after the capture ended did not wait for the previous stream");
+    assert_eq!(s.stat("nodes_recorded"), nodes_before);
+    assert_eq!(waits(), w0 + 7, "the use after the capture-time use did not wait");
     a.synchronize().unwrap();
     no_violations(s);
 }
 
-/// A capture begun on the previous stream while a workspace use on another stream is ordering
-/// itself after it (between the question "is that stream capturing?" and the event record there)
-/// would take the record into its graph, and the wait on it would fork this stream into that
-/// capture: its end fails with CUDA_ERROR_STREAM_CAPTURE_UNJOINED (seen on the H200 with driver
-/// 580 under tests/capi/capi_stress.cpp). graphsafe's capture begins now run under the context's
-/// free gate, which the ordering holds from its question to its record: the use either comes
-/// before the capture or sees it and is refused (StreamCapturing, nothing enqueued), and the
-/// capture ends cleanly. The stand-in models the fork (tests/standin/standin_streams.c); its delay
-/// knobs put the use's question inside the begin and its record after it. Fails (UNJOINED) with
-/// the begin outside the gate.
+/// An engine begins its own capture on its adopted stream while graphsafe orders a workspace use
+/// on another stream after the last use on the engine's stream (the engine makes no graphsafe call
+/// on its stream meanwhile, so `Stream::adopt`'s contract allows it). graphsafe never touches the
+/// previous stream, so the engine's capture records nothing of graphsafe's and ends cleanly, and
+/// the use runs eagerly. (With a record on the previous stream at the change, the capture took
+/// the record and the wait forked the other stream into it: UNJOINED. Found in review.)
+#[test]
+fn an_engine_capture_on_the_previous_stream_is_never_touched() {
+    use graphsafe::ops::testing::TestKernels;
+    use graphsafe::sys::cuda as c;
+    use graphsafe::workspace::Workspace;
+    let (_g, s) = exclusive();
+    let ctx = Context::new(1).expect("the stand-in's device 1");
+    let api = graphsafe::sys::driver::api().unwrap();
+    let mut raw: c::CUstream = std::ptr::null_mut();
+    {
+        let _cur = ctx.enter().unwrap();
+        // SAFETY: out-pointer to a local.
+        unsafe { (api.cuStreamCreate().unwrap().f)(&mut raw, 1) };
+    }
+    // SAFETY: raw is a live stream of ctx, destroyed below after its wrapper.
+    let a = unsafe { Stream::adopt(&ctx, raw) }.unwrap();
+    let b = Stream::new(&ctx).unwrap();
+    let k = TestKernels::load(&ctx).unwrap();
+    let p = soundness::problem(&b, 5);
+    let shape = soundness::SHAPE;
+    let mut ws = Workspace::new(&a, shape.workspace_bytes()).unwrap(); // last use: a
+    let nodes_before = s.stat("nodes_recorded");
+    let raw_u = raw as usize;
+    let engine_ctx = ctx.clone();
+    let engine = std::thread::spawn(move || {
+        let raw = raw_u as c::CUstream;
+        let _cur = engine_ctx.enter().unwrap();
+        // SAFETY: a live stream; the mode is a valid enum value.
+        let r = unsafe { (api.cuStreamBeginCapture().unwrap().f)(raw, c::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED) };
+        assert_eq!(r, c::CUresult::CUDA_SUCCESS);
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        let mut g = std::ptr::null_mut();
+        // SAFETY: as above; out-pointer to a local.
+        let r = unsafe { (api.cuStreamEndCapture().unwrap().f)(raw, &mut g) };
+        if !g.is_null() {
+            // SAFETY: the graph the end returned.
+            unsafe { (api.cuGraphDestroy().unwrap().f)(g) };
+        }
+        r
+    });
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    k.split_k_gemv(&p.a, &p.x, &p.y, shape, &mut ws, &b).unwrap();
+    assert_eq!(engine.join().unwrap(), c::CUresult::CUDA_SUCCESS, "the engine's own capture was broken by a graphsafe call on another stream");
+    assert_eq!(s.stat("nodes_recorded"), nodes_before, "graphsafe's eager op was recorded into the engine's graph");
+    assert!(!b.is_capturing().unwrap(), "the use's stream was forked into the engine's capture");
+    drop(a);
+    {
+        let _cur = ctx.enter().unwrap();
+        // SAFETY: made above; its wrapper is gone.
+        unsafe { (api.cuStreamDestroy().unwrap().f)(raw) };
+    }
+    no_violations(s);
+}
+
+/// A capture leaked on A with `mem::forget`, then A dropped (its drop cannot wait for a capturing
+/// stream), then a use on B of the workspace last used on A: B still waits for the event recorded
+/// after A's last use (before the capture). (The first design skipped the wait for a dropped
+/// stream, assuming its drop had waited. Found in review.)
+#[test]
+fn a_use_after_the_previous_stream_leaked_a_capture_and_was_dropped_still_waits() {
+    use graphsafe::graph::CaptureMode;
+    use graphsafe::ops::testing::TestKernels;
+    use graphsafe::workspace::Workspace;
+    let (_g, s) = exclusive();
+    // Device 0, where `a_leaked_capture_…` leaves a capture open anyway: this one stays open for
+    // the rest of the process too (frees there deferred).
+    let ctx = Context::new(0).expect("the stand-in's device 0");
+    let mut a = Stream::new(&ctx).unwrap();
+    let b = Stream::new(&ctx).unwrap();
+    let k = TestKernels::load(&ctx).unwrap();
+    let p = soundness::problem(&b, 6);
+    let shape = soundness::SHAPE;
+    let mut ws = Workspace::new(&a, shape.workspace_bytes()).unwrap();
+    k.split_k_gemv(&p.a, &p.x, &p.y, shape, &mut ws, &a).unwrap();
+    std::mem::forget(a.begin_capture(CaptureMode::Relaxed).unwrap());
+    drop(a);
+    let w0 = s.calls("cuStreamWaitEvent");
+    k.split_k_gemv(&p.a, &p.x, &p.y, shape, &mut ws, &b).unwrap();
+    assert_eq!(s.calls("cuStreamWaitEvent"), w0 + 1, "the use on b did not wait for a's last use");
+    b.synchronize().unwrap();
+    no_violations(s);
+}
+
+/// A graphsafe capture begun on the previous stream while a workspace use on another stream
+/// orders itself after the last use there. The first design asked "is that stream capturing?" and
+/// then recorded an event on it: a capture begun in between took the record, and the wait on it
+/// forked the other stream into the capture, whose end failed with
+/// CUDA_ERROR_STREAM_CAPTURE_UNJOINED (seen on the H200 with driver 580 under
+/// tests/capi/capi_stress.cpp). Now nothing is recorded on the previous stream: the use runs
+/// eagerly and the capture ends cleanly, whatever the timing. The stand-in models the fork
+/// (tests/standin/standin_streams.c); its delay knobs put the first design's question inside the
+/// capture's begin and its record after it, where it failed with exactly the H200's error.
 #[test]
 fn a_capture_begun_while_a_workspace_use_orders_itself_does_not_take_its_wait() {
     use graphsafe::graph::CaptureMode;

@@ -183,7 +183,9 @@ pub(crate) fn eager_op<T>(s: (&StreamObj, u64), ws: Option<(&WorkspaceObj, u64)>
             if let Some(cid) = st.bound_to {
                 return Err(busy(format!("the workspace is bound to open capture {cid:#x}: use the captured variant of the call")));
             }
-            f(Target::eager(&s.0.stream, Some(&mut st.ws))?)
+            // Bound first: a tail expression's temporaries would outlive `st`.
+            let r = f(Target::eager(&s.0.stream, Some(&mut st.ws))?);
+            r
         }
     }
 }
@@ -200,5 +202,6 @@ pub(crate) fn captured_op<T>(c: (&CaptureObj, u64), ws_id: Option<u64>, f: impl 
             crate::Error::invalid("ws", "a workspace bound to this capture (graphsafe_capture_bind_workspace)", format!("{id:#x}"))
         })?),
     };
-    f(Target::captured(state.cap.site(), view)?)
+    let r = f(Target::captured(state.cap.site(), view)?);
+    r
 }

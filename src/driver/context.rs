@@ -42,8 +42,7 @@ fn gate_of(raw: c::CUcontext) -> Arc<Mutex<FreeGate>> {
 /// replays run only on those), and how many graphsafe captures are open (synchronizing a
 /// capturing stream, or the whole context, would invalidate the capture). Frees hold the lock
 /// while they wait and free; beginning a capture (the driver's begin included) and destroying a
-/// stream take it briefly, so neither can slip in between; a workspace's change of stream holds
-/// it while it asks whether the previous stream is capturing and records an event there. Under it
+/// stream take it briefly, so neither can slip in between. Under it
 /// only the deferred-free list's lock and, beginning a GLOBAL-mode capture, the global-capture
 /// count's write lock are taken (after it, never before), and driver calls are made; no other
 /// graphsafe lock.
@@ -51,8 +50,6 @@ fn gate_of(raw: c::CUcontext) -> Arc<Mutex<FreeGate>> {
 pub(crate) struct FreeGate {
     open_captures: usize,
     streams: Vec<usize>,
-    // The uid of the `Stream` wrapping each of `streams` (same index).
-    uids: Vec<u64>,
 }
 
 impl FreeGate {
@@ -172,24 +169,13 @@ impl Context {
     /// Lists `raw` among graphsafe's streams of this context; `false` (nothing changed) when a
     /// graphsafe `Stream` already wraps it. One wrapper per handle is what makes the stream's
     /// capture marker, and the C ABI's stream lock, the only ones for that handle.
-    pub(crate) fn register_stream(&self, raw: c::CUstream, uid: u64) -> bool {
+    pub(crate) fn register_stream(&self, raw: c::CUstream) -> bool {
         let mut g = self.free_gate();
         if g.streams.contains(&(raw as usize)) {
             return false;
         }
         g.streams.push(raw as usize);
-        g.uids.push(uid);
         true
-    }
-
-    /// Runs `f` with whether the stream `raw` is still the live, listed stream of the `Stream`
-    /// `uid` (not dropped, its handle not reused), under the gate: a listed stream is destroyed
-    /// only under it ([`Context::unregister_stream`]), so for as long as `f` runs `raw` stays
-    /// valid when `f` was told it is.
-    pub(crate) fn with_live_stream<R>(&self, raw: usize, uid: u64, f: impl FnOnce(bool) -> R) -> R {
-        let g = self.free_gate();
-        let live = g.streams.iter().zip(&g.uids).any(|(&s, &u)| s == raw && u == uid);
-        f(live)
     }
 
     /// Forgets `raw` and runs `destroy` (its `cuStreamDestroy`) under the gate, so that no free is
@@ -198,7 +184,6 @@ impl Context {
         let mut g = self.free_gate();
         if let Some(i) = g.streams.iter().position(|&s| s == raw as usize) {
             g.streams.swap_remove(i);
-            g.uids.swap_remove(i);
         }
         destroy();
     }
@@ -206,9 +191,8 @@ impl Context {
     /// A capture begins in this context: it counts as open (from now until
     /// [`Context::capture_closed`] frees wait: they are deferred, never lost), and `begin` (the
     /// driver's cuStreamBeginCapture) runs under the gate, so that whoever holds the gate sees no
-    /// stream of the context start a graphsafe capture until it lets go (a workspace's use order
-    /// asks the driver whether a stream is capturing and records an event on it if not:
-    /// `super::order`). If `begin` fails the count is given back before the gate is (no free can
+    /// stream of the context start a graphsafe capture until it lets go (a free, which asks the
+    /// driver about every stream before it synchronizes them). If `begin` fails the count is given back before the gate is (no free can
     /// have seen it, so none was deferred for it); if it succeeds the capture's end closes it
     /// ([`Context::capture_closed`]).
     pub(crate) fn capture_opening<T>(&self, begin: impl FnOnce() -> crate::error::Result<T>) -> crate::error::Result<T> {

@@ -6,42 +6,41 @@
 //! same time: split-K/split-KV partial sums and semaphores, and on sm100 the MLA decode's
 //! sanitized lengths and page table (what CUTLASS indexes the KV cache with), are overwritten
 //! under a running kernel. Convention elsewhere is "one workspace per stream"; here the order is
-//! kept instead, at no cost while the stream does not change:
+//! kept instead:
 //!
-//! * Each buffer remembers the stream of its last use (a [`Stream`]'s process-unique uid: raw
-//!   handles are reused).
-//! * A use on another stream first makes the new stream wait for everything enqueued so far on
-//!   the previous one (an event recorded there now, waited for here), so it runs after the
-//!   previous use and whatever preceded it. If the previous stream was dropped, nothing is
-//!   waited for: dropping a `Stream` waits for its work. If it is capturing now, its earlier work
-//!   cannot be waited for (a record there would be a node of that graph, and a wait on it would
-//!   pull this stream into the capture), so the use is refused ([`Error::StreamCapturing`]) and
-//!   nothing is enqueued.
-//! * A use holds the buffer's order from that check until its work is enqueued (a
-//!   [`UseToken`]), so a use on a third stream cannot record its event between them.
+//! * Each buffer has one event, made with the buffer, and recorded on the stream of every use
+//!   right after the use's work was enqueued (its zero-fill is the first use). The buffer also
+//!   remembers that stream (a [`Stream`]'s process-unique uid: raw handles are reused).
+//! * A use on another stream first makes its stream wait for that event: it runs after the
+//!   previous use and whatever preceded it there. Only the use's own stream is ever touched, never
+//!   the previous one, so that stream may meanwhile have been dropped, or be capturing (a capture
+//!   of graphsafe's, a leaked one, or an engine's own on an adopted stream): the event was
+//!   recorded before, outside any capture.
+//! * A use holds the buffer's order from its wait until its record (a [`UseToken`], whose drop
+//!   records), so another stream's use cannot slip in between.
 //!
-//! The liveness check, the capture check and the record run under the context's free gate: a
-//! listed stream is destroyed, and a graphsafe capture begun (the driver's cuStreamBeginCapture),
-//! only under it, so neither can happen between the check and the record (on the H200, a capture
-//! begun in between took the record and this stream's wait into its graph, and its end failed
-//! with CUDA_ERROR_STREAM_CAPTURE_UNJOINED). A capture begun outside graphsafe on an adopted
-//! stream during the call is excluded by `Stream::adopt`'s contract.
-//!
-//! Lock order: a use token, then the context's free gate (inside [`Context::with_live_stream`]);
-//! never the reverse. A caller holds at most one token while waiting for another only in
-//! [`hold_all`], which takes them in address order.
+//! Uses never happen on a capturing stream (eager work and replays refuse one), so every record is
+//! eager. Lock order: C ABI locks, then use tokens (a replay takes its buffers' tokens in address
+//! order), then the context's free gate; nothing holding the gate takes a token.
+//! (An earlier version recorded on the previous stream at each change of stream instead; on the
+//! H200 a capture begun between its "is that stream capturing?" and its record took the record,
+//! and the wait on it forked the new stream into that capture: CUDA_ERROR_STREAM_CAPTURE_UNJOINED.)
 
-use super::{check, init, Context, Event, Stream};
+use super::{check, init, log_drop_error, Context, Event, Stream};
 use crate::error::{Error, Result};
+use crate::sys::cuda as c;
 use std::cell::UnsafeCell;
+use std::marker::PhantomData;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 struct State {
-    // (raw handle, uid) of the stream of the last use; None before the first.
-    last: Option<(usize, u64)>,
-    // Recorded on the previous stream at a change of stream; made at the first change.
-    event: Option<Event>,
+    // The uid of the stream of the last recorded use.
+    last: u64,
+    // Recorded on the stream of every use, right after it.
+    event: Event,
+    // Why a record failed (then the last use cannot be waited for: further uses are refused).
+    broken: Option<String>,
 }
 
 /// The use order of one buffer (see the module docs).
@@ -52,7 +51,7 @@ pub(crate) struct StreamOrder {
 }
 
 // SAFETY: `state` is only touched by the holder of `held` (acquired with Acquire, released with
-// Release in `UseToken::drop`), so at most one thread accesses it at a time; Event is Send.
+// Release when the token drops), so at most one thread accesses it at a time; Event is Send.
 unsafe impl Send for StreamOrder {}
 // SAFETY: as for Send.
 unsafe impl Sync for StreamOrder {}
@@ -63,93 +62,108 @@ impl std::fmt::Debug for StreamOrder {
     }
 }
 
-/// One use of a buffer in progress: its order is held until this drops (after the use's work was
-/// enqueued).
+/// The buffer's order, held by one use. [`UseToken::enter`] orders the use after the previous one
+/// (a stream wait if needed); dropping an entered token records the buffer's event on the use's
+/// stream, which it borrows for its whole life (`'s`), so enqueue the use's work before.
 #[must_use]
-pub(crate) struct UseToken {
+pub(crate) struct UseToken<'s> {
     order: Arc<StreamOrder>,
-}
-
-impl Drop for UseToken {
-    fn drop(&mut self) {
-        self.order.held.store(false, Ordering::Release);
-    }
+    on: Option<(c::CUstream, u64)>,
+    _stream: PhantomData<&'s Stream>,
 }
 
 impl StreamOrder {
     /// The order of a buffer whose first use (its zero-fill) was just enqueued on `first`.
-    pub(crate) fn new(first: &Stream) -> Arc<StreamOrder> {
-        Arc::new(StreamOrder {
-            ctx: first.context().clone(),
-            held: AtomicBool::new(false),
-            state: UnsafeCell::new(State { last: Some((first.raw() as usize, first.uid())), event: None }),
-        })
+    pub(crate) fn new(first: &Stream) -> Result<Arc<StreamOrder>> {
+        let ctx = first.context().clone();
+        let event = Event::new(&ctx, false)?;
+        event.record(first)?;
+        Ok(Arc::new(StreamOrder { ctx, held: AtomicBool::new(false), state: UnsafeCell::new(State { last: first.uid(), event, broken: None }) }))
     }
 
-    fn acquire(self: &Arc<Self>) -> UseToken {
-        // Contended only by uses of the same buffer on several threads at once: short waits.
+    /// Takes the order for one use (waits while another thread's use of the buffer holds it:
+    /// only between its wait and its record, plus whatever that use enqueues in between).
+    pub(crate) fn hold<'s>(self: &Arc<Self>) -> UseToken<'s> {
         while self.held.compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed).is_err() {
             std::thread::yield_now();
         }
-        UseToken { order: self.clone() }
+        UseToken { order: self.clone(), on: None, _stream: PhantomData }
     }
 
-    /// Begins a use on `stream`: orders it after the previous use if that was on another stream
-    /// (see the module docs) and holds the order until the returned token drops. The caller
-    /// enqueues the use's work on `stream` before dropping it. On `Err` nothing was enqueued on
-    /// `stream` and the order is unchanged.
-    pub(crate) fn begin(self: &Arc<Self>, stream: &Stream) -> Result<UseToken> {
-        let token = self.acquire();
-        // SAFETY: the token holds `held`, so no other thread touches the state until it drops.
-        let state = unsafe { &mut *self.state.get() };
-        let here = (stream.raw() as usize, stream.uid());
-        if let Some(prev) = state.last {
-            if prev.1 != here.1 {
-                self.follow(state, prev, stream)?;
-            }
-        }
-        state.last = Some(here);
-        Ok(token)
-    }
-
-    /// Makes `stream` wait for everything enqueued so far on `prev`, the stream of the last use.
-    fn follow(&self, state: &mut State, prev: (usize, u64), stream: &Stream) -> Result<()> {
-        if stream.context().raw() != self.ctx.raw() {
-            return Err(Error::invalid("stream", "a stream of the workspace's context", "a stream of another context"));
-        }
-        if state.event.is_none() {
-            state.event = Some(Event::new(&self.ctx, false)?);
-        }
-        let event = state.event.as_ref().map_or(std::ptr::null_mut(), |e| e.raw());
-        self.ctx.with_live_stream(prev.0, prev.1, |live| {
-            if !live {
-                return Ok(()); // dropped: Stream::drop waited for its work
-            }
-            let prev_raw = prev.0 as crate::sys::cuda::CUstream;
-            // SAFETY: `prev_raw` is the live, listed stream of this context (checked under the
-            // gate, which its destroy needs, and still held).
-            if unsafe { super::graph::stream_is_capturing(&self.ctx, prev_raw)? } {
-                return Err(Error::StreamCapturing {
-                    detail: format!(
-                        "the workspace was last used on stream {prev_raw:?}, which is capturing now: its earlier use cannot be waited for (use one workspace per stream, or end that capture first)"
-                    ),
-                });
-            }
-            let _current = self.ctx.enter()?;
-            let record = init()?.cuEventRecord()?;
-            // SAFETY: a live event of this context and a live stream of it (above).
-            check(unsafe { (record.f)(event, prev_raw) }, record.name)?;
-            let wait = init()?.cuStreamWaitEvent()?;
-            // SAFETY: `stream` is a live graphsafe stream (borrowed), the event live; flags 0.
-            check(unsafe { (wait.f)(stream.raw(), event, 0) }, wait.name)
-        })
+    // SAFETY (for callers): only with `held` taken by the caller's token.
+    #[allow(clippy::mut_from_ref)]
+    unsafe fn state(&self) -> &mut State {
+        // SAFETY: the caller holds `held`, so no other thread touches the state.
+        unsafe { &mut *self.state.get() }
     }
 }
 
-/// Begins a use of every order in `orders` on `stream` (a replay of a graph that captured those
-/// buffers), in address order so that two such calls never wait for each other crosswise.
-/// On `Err`, the tokens already taken are released and nothing was enqueued.
-pub(crate) fn hold_all(orders: &[Arc<StreamOrder>], stream: &Stream) -> Result<Vec<UseToken>> {
+impl<'s> UseToken<'s> {
+    /// Refused if the buffer's last use could not be recorded (nothing enqueued).
+    pub(crate) fn check(&self) -> Result<()> {
+        // SAFETY: this token holds the order.
+        match unsafe { &self.order.state().broken } {
+            Some(why) => Err(Error::invalid("workspace", "a workspace whose last use was recorded", format!("one whose last use could not be recorded ({why})"))),
+            None => Ok(()),
+        }
+    }
+
+    /// Orders the use about to be enqueued on `stream` after the buffer's previous use (a wait for
+    /// its event when that was on another stream). Enqueue the use next; the token's drop records
+    /// the event on `stream`.
+    pub(crate) fn enter(&mut self, stream: &'s Stream) -> Result<()> {
+        self.check()?;
+        if stream.context().raw() != self.order.ctx.raw() {
+            return Err(Error::invalid("stream", "a stream of the workspace's context", "a stream of another context"));
+        }
+        // SAFETY: this token holds the order.
+        let state = unsafe { self.order.state() };
+        if state.last != stream.uid() {
+            let _current = self.order.ctx.enter()?;
+            let wait = init()?.cuStreamWaitEvent()?;
+            // SAFETY: a live stream (borrowed for 's) and a live event of its context; flags 0.
+            check(unsafe { (wait.f)(stream.raw(), state.event.raw(), 0) }, wait.name)?;
+        }
+        self.on = Some((stream.raw(), stream.uid()));
+        Ok(())
+    }
+}
+
+impl Drop for UseToken<'_> {
+    fn drop(&mut self) {
+        if let Some((raw, uid)) = self.on {
+            // SAFETY: this token holds the order.
+            let state = unsafe { self.order.state() };
+            let r = (|| {
+                let _current = self.order.ctx.enter()?;
+                let record = init()?.cuEventRecord()?;
+                // SAFETY: `raw` is the stream this token borrows for 's (still live); a live event
+                // of its context.
+                check(unsafe { (record.f)(state.event.raw(), raw) }, record.name)
+            })();
+            match r {
+                Ok(()) => state.last = uid,
+                Err(e) => {
+                    state.broken = Some(e.to_string());
+                    log_drop_error("recording a workspace use", Err::<(), _>(e));
+                }
+            }
+        }
+        self.order.held.store(false, Ordering::Release);
+    }
+}
+
+/// Takes and enters every order in `orders` for a replay on `stream`, in address order so that
+/// two such calls never wait for each other crosswise. Refused, with nothing enqueued, if one of
+/// the buffers' last use could not be recorded.
+pub(crate) fn hold_all<'s>(orders: &[Arc<StreamOrder>], stream: &'s Stream) -> Result<Vec<UseToken<'s>>> {
     debug_assert!(orders.windows(2).all(|w| Arc::as_ptr(&w[0]) < Arc::as_ptr(&w[1])), "orders sorted, without repeats");
-    orders.iter().map(|o| o.begin(stream)).collect()
+    let mut tokens: Vec<UseToken<'s>> = orders.iter().map(|o| o.hold()).collect();
+    for t in &tokens {
+        t.check()?;
+    }
+    for t in &mut tokens {
+        t.enter(stream)?;
+    }
+    Ok(tokens)
 }

@@ -53,7 +53,7 @@ impl Stream {
         check(unsafe { (f.f)(&mut raw, c::CUstream_flags::CU_STREAM_NON_BLOCKING.0) }, f.name)?;
         // A handle the driver just made is wrapped by nobody else.
         let uid = next_uid();
-        let fresh = ctx.register_stream(raw, uid);
+        let fresh = ctx.register_stream(raw);
         debug_assert!(fresh, "cuStreamCreate returned a handle graphsafe still wraps");
         Ok(Stream { raw, ctx: ctx.clone(), owned: true, registered: true, capture: AtomicU64::new(0), shared: AtomicBool::new(false), uid, _owner: None })
     }
@@ -106,7 +106,7 @@ impl Stream {
             return Err(Error::invalid("stream", format!("a stream of the context {:?}", ctx.raw()), format!("{raw:?}, a stream of context {of:?}")));
         }
         let uid = next_uid();
-        if !ctx.register_stream(raw, uid) {
+        if !ctx.register_stream(raw) {
             return Err(Error::invalid("stream", "a stream no other graphsafe Stream wraps", format!("{raw:?}, already wrapped")));
         }
         Ok(Stream { raw, ctx: ctx.clone(), owned: false, registered: true, capture: AtomicU64::new(0), shared: AtomicBool::new(true), uid, _owner: owner })

@@ -73,9 +73,10 @@ impl<'a> CaptureSite<'a> {
 /// Where one op call's work goes. Made per call; see the module docs for the rules.
 pub(crate) enum Target<'a> {
     /// On a stream, now; the workspace (if the op has one) grows when it must. `using` holds the
-    /// workspace buffer's use order from [`Target::workspace`] until the target drops, after the
-    /// op enqueued its work.
-    Eager { stream: &'a Stream, ws: Option<&'a mut Workspace>, using: Option<UseToken> },
+    /// workspace buffer's use order from [`Target::workspace`] until the target drops (after the
+    /// op enqueued its work: the drop records the use); [`Target::commit`] orders the use after
+    /// the buffer's previous one.
+    Eager { stream: &'a Stream, ws: Option<&'a mut Workspace>, using: Option<UseToken<'a>> },
     /// Into a capture; the workspace is the view bound to it and never grows.
     Captured { site: CaptureSite<'a>, ws: Option<&'a WorkspaceView>, pending: Vec<Arc<Allocation>> },
 }
@@ -151,11 +152,13 @@ impl<'a> Target<'a> {
     pub(crate) fn workspace(&mut self, needed: u64) -> Result<DeviceSpan> {
         let (ptr, capacity): (DevicePtr, u64) = match self {
             Target::Eager { stream, ws: Some(ws), using } => {
-                let ptr = ws.prepare(needed, stream)?;
-                // Ordered after the buffer's previous use on another stream (a stream wait, no
-                // work). A second call of the same op lets its first hold go first.
+                // A second call of the same op lets its first hold go first.
                 *using = None;
-                *using = ws.begin_use(stream)?;
+                let ptr = ws.prepare(needed, stream)?;
+                *using = ws.hold_use();
+                if let Some(u) = using {
+                    u.check()?;
+                }
                 (ptr, ws.capacity())
             }
             Target::Captured { ws: Some(w), pending, .. } => {
@@ -185,13 +188,20 @@ impl<'a> Target<'a> {
         l.enqueue(self.stream())
     }
 
-    /// Records, in the capture, every allocation admitted so far. Call it after the last check and
-    /// before the first enqueue: a refusal before it leaves the capture untouched.
-    pub(crate) fn commit(&mut self) {
-        if let Target::Captured { site, pending, .. } = self {
-            for a in pending.drain(..) {
-                site.keep(&a);
+    /// Captured: records, in the capture, every allocation admitted so far. Eager: orders the use
+    /// of the workspace buffer after its previous use (a stream wait when that was on another
+    /// stream). Call it after the last check and before the first enqueue: a refusal before it
+    /// leaves the capture untouched and the stream without anything enqueued.
+    pub(crate) fn commit(&mut self) -> Result<()> {
+        match self {
+            Target::Captured { site, pending, .. } => {
+                for a in pending.drain(..) {
+                    site.keep(&a);
+                }
             }
+            Target::Eager { stream, using: Some(u), .. } => u.enter(stream)?,
+            Target::Eager { .. } => {}
         }
+        Ok(())
     }
 }

@@ -53,7 +53,7 @@ impl TestKernels {
         let (a, x, y) = (target.admit("a", a)?, target.admit("x", x)?, target.admit("y", y)?);
         let w = target.workspace(shape.workspace_bytes())?;
         let launch = self.split_k_launch(a, x, y, shape, w)?;
-        target.commit();
+        target.commit()?;
         // The stream orders the launch after the workspace's zero-fill.
         target.launch(launch)
     }

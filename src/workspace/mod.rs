@@ -18,8 +18,8 @@
 //!   captured graphs; ops read it at the moment they launch, never cache it.
 //! * **Uses in order across streams** (invariant 3): every use of a buffer (an eager op, a replay
 //!   of a graph that captured it, a read-back) runs after the previous one even when they are on
-//!   different streams: a change of stream makes the new stream wait for the previous one first
-//!   (the buffer's use order, `src/driver/order.rs`). Same stream: nothing added.
+//!   different streams: each use records the buffer's event after its work, and a change of
+//!   stream waits for it first (the buffer's use order, `src/driver/order.rs`).
 
 mod planner;
 
@@ -37,11 +37,10 @@ pub const WORKSPACE_ALIGN: u64 = 256;
 
 /// A growable, zero-initialised GPU scratch buffer for the kernels of one or more streams.
 ///
-/// Uses on different streams are ordered by graphsafe: an op (or a replay of a graph that
-/// captured the buffer, or [`Workspace::to_host_vec`]) on a stream other than the previous use's
-/// first makes that stream wait for the previous one, so two kernels never share the scratch
-/// memory at once. A use is refused ([`Error::StreamCapturing`], nothing enqueued) when the
-/// previous use's stream is capturing by then. One workspace per stream still avoids the waits.
+/// Uses on different streams are ordered by graphsafe: each op (or replay of a graph that
+/// captured the buffer, or [`Workspace::to_host_vec`]) records the buffer's event on its stream
+/// after its work, and one on another stream than the last first waits for that event, so two
+/// kernels never share the scratch memory at once. One workspace per stream avoids the waits.
 #[derive(Debug)]
 pub struct Workspace {
     ctx: Arc<Context>,
@@ -87,10 +86,10 @@ impl Workspace {
         self.order.as_ref()
     }
 
-    /// Begins a use of the current buffer on `stream` (see `src/driver/order.rs`); `None`
-    /// without a buffer. Enqueue the use before dropping the token.
-    pub(crate) fn begin_use(&self, stream: &Stream) -> Result<Option<UseToken>> {
-        self.order.as_ref().map(|o| o.begin(stream)).transpose()
+    /// Takes the current buffer's use order for one use (see `src/driver/order.rs`); `None`
+    /// without a buffer. Enter the token on the use's stream before enqueueing the use.
+    pub(crate) fn hold_use<'s>(&self) -> Option<UseToken<'s>> {
+        self.order.as_ref().map(|o| o.hold())
     }
 
     /// The context the workspace lives in.
@@ -124,7 +123,8 @@ impl Workspace {
         memset_u8_raw(fresh.device_ptr(), 0, len, stream)?;
         // The zero-fill is the new buffer's first use; the old one keeps its order with the
         // graphs that captured it.
-        self.order = Some(StreamOrder::new(stream));
+        let order = StreamOrder::new(stream)?;
+        self.order = Some(order);
         if self.current.replace(fresh).is_some() {
             self.retired += 1;
         }
@@ -138,7 +138,10 @@ impl Workspace {
         match &self.current {
             Some(b) => {
                 stream.ensure_eager()?;
-                let _use = self.begin_use(stream)?;
+                let mut using = self.hold_use();
+                if let Some(u) = &mut using {
+                    u.enter(stream)?;
+                }
                 b.to_host_vec::<u8>(stream)
             }
             None => Ok(Vec::new()),

@@ -361,7 +361,7 @@ pub(crate) fn matmul_on<M: DeviceMemory>(dnn: &Cudnn, args: &MatmulArgs<M>, mut 
     };
     let ptrs = args.spans(&mut target)?;
     let w = target.workspace(plan.info().workspace_bytes)?;
-    target.commit();
+    target.commit()?;
     // Plans are never freed, so a graph that captured this execute keeps working.
     dnn.execute(&plan, &ptrs, w, target.raw_stream())?;
     Ok(plan.info())
@@ -415,6 +415,7 @@ pub fn autotune(dnn: &Cudnn, args: &MatmulArgs<&DeviceBuffer>, ws: &mut Workspac
     let mut target = Target::eager(stream, Some(ws))?;
     let ptrs = args.spans(&mut target)?;
     let w = target.workspace(most)?;
+    target.commit()?;
     let ctx = stream.context();
     let (start, end) = (Event::new(ctx, true)?, Event::new(ctx, true)?);
     let mut timed = Vec::new();

@@ -268,7 +268,7 @@ pub(crate) fn run<M: DeviceMemory>(args: &MlaDecodeArgs<M>, mut target: Target<'
         refuse_overlap(("out", args.out.byte_range()), ("the workspace", w))?;
         refuse_overlap(("lse", args.lse.as_ref().and_then(Tensor::byte_range)), ("the workspace", w))?;
     }
-    target.commit();
+    target.commit()?;
     let _current = ctx.enter()?;
     let backend = match arch {
         MlaArch::Sm90 => glue::Backend::Sm90,

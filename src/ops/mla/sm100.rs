@@ -291,7 +291,7 @@ pub fn sanitize(
     }
     let mut target = Target::eager(stream, None)?;
     let spans = (target.admit("seq_lens", &seq_lens)?, target.admit("page_table", &page_table)?, target.admit("region", &region)?);
-    target.commit();
+    target.commit()?;
     let _current = ctx.enter()?;
     let sizes = (batch as i32, max_seq_len as i32, page_size as i32, pages, num_splits as i32);
     glue::sanitize(spans.0, spans.1, stride, sizes, spans.2, stream.raw())?;
@@ -338,7 +338,7 @@ pub fn sanitize_finish(
     let lens = target.admit("region", &region)?.skip("region", layout.lens_offset)?;
     let out = Rows { span: target.admit("out", &out)?, stride_batch: sb, stride_head: sh };
     let lse = lse.map(|l| target.admit("lse", &l)).transpose()?;
-    target.commit();
+    target.commit()?;
     let _current = ctx.enter()?;
     glue::sanitize_finish(lens, b as i32, out, lse, stream.raw())
 }

@@ -22,7 +22,7 @@ pub(crate) fn quantize_on<M: DeviceMemory>(x: &Tensor<M>, gs: &M, out: &Nvfp4Mat
     let xs = target.admit("x", &x.mem)?.skip("x", x.offset as u64)?;
     let g = target.admit("global_scale", gs)?;
     let dst = out.admit("out", &mut target)?;
-    target.commit();
+    target.commit()?;
     let _current = ctx.enter()?;
     glue::quantize(xs, half_dtype(x.dtype), ld, g, &dst, target.raw_stream())
 }
@@ -49,7 +49,7 @@ pub fn dequantize(src: &Nvfp4Matrix<&DeviceBuffer>, out: &Tensor<&DeviceBuffer>,
     let ld = out.stride_i64(0)?;
     let s = src.admit("src", &mut target)?;
     let o = target.admit("out", &out.mem)?.skip("out", out.offset as u64)?;
-    target.commit();
+    target.commit()?;
     let _current = ctx.enter()?;
     glue::dequantize(&s, half_dtype(out.dtype), o, ld, target.raw_stream())
 }
@@ -68,7 +68,7 @@ pub fn global_scale(x: &Tensor<&DeviceBuffer>, out: &DeviceBuffer, stream: &Stre
     let n = i64::try_from(n).map_err(|_| Error::invalid("x.shape", "fewer than 2^63 elements", n))?;
     let xs = target.admit("x", &x.mem)?.skip("x", x.offset as u64)?;
     let g = target.admit("out", &out)?;
-    target.commit();
+    target.commit()?;
     let _current = ctx.enter()?;
     glue::global_scale(xs, half_dtype(x.dtype), n, g, target.raw_stream())
 }
