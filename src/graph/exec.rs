@@ -99,8 +99,11 @@ pub struct GraphExec {
 impl GraphExec {
     /// Launches (replays) the graph on `stream`.
     ///
-    /// No context switch: the executable and the stream carry their context, and a replay must
-    /// cost what a raw `cuGraphLaunch` costs. The stream must belong to the graph's context and
+    /// No context switch for the launch itself: the executable and the stream carry their context,
+    /// and a replay of a graph with no workspace costs what a raw `cuGraphLaunch` costs. For each
+    /// workspace buffer the graph captured, the replay also records that buffer's event on
+    /// `stream` after the launch (and, when the buffer's last use was on another stream, waits for
+    /// it first): see `src/driver/order.rs`. The stream must belong to the graph's context and
     /// must not be capturing ([`Error::StreamCapturing`]): a graphsafe capture is an atomic load;
     /// on a stream other code holds the handle of (adopted, cudarc's, or handed out by the C ABI)
     /// the driver is asked too, since a replay recorded into a foreign capture would give that
