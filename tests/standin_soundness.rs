@@ -216,11 +216,16 @@ fn a_free_during_a_failed_capture_begin_waits_for_it_and_goes_through() {
     let live = s.live_allocations();
     s.delay("cuStreamBeginCapture_v2", 200_000);
     s.fail("cuStreamBeginCapture_v2", 0, CUresult::CUDA_ERROR_OUT_OF_MEMORY);
+    let begins = s.calls("cuStreamBeginCapture_v2");
     let waited = std::thread::scope(|scope| {
         let dropper = scope.spawn(|| {
-            // Inside the begin's window (it sleeps 200 ms in the driver): the free waits for the
-            // begin (which runs under the context's free gate), then sees no capture open.
-            std::thread::sleep(std::time::Duration::from_millis(50));
+            // Inside the begin's window (it sleeps 200 ms in the driver, counted on entry): the
+            // free waits for the begin (which runs under the context's free gate), then sees no
+            // capture open.
+            while s.calls("cuStreamBeginCapture_v2") == begins {
+                std::thread::yield_now();
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
             let t0 = std::time::Instant::now();
             drop(buf);
             t0.elapsed()
@@ -230,7 +235,7 @@ fn a_free_during_a_failed_capture_begin_waits_for_it_and_goes_through() {
         dropper.join().unwrap()
     });
     s.delay("cuStreamBeginCapture_v2", 0);
-    // The free waited for the rest of the begin (about 150 ms; with the begin outside the gate it
+    // The free waited for the rest of the begin (about 195 ms; with the begin outside the gate it
     // was deferred at once).
     assert!(waited >= std::time::Duration::from_millis(50), "a free overlapped a capture begin (it took {waited:?})");
     assert_eq!(s.live_allocations(), live - 1, "the buffer dropped during the failed begin is still held");
@@ -592,5 +597,98 @@ fn a_capture_begun_while_a_workspace_use_orders_itself_does_not_take_its_wait() 
     assert_eq!(s.stat("nodes_recorded"), nodes_before, "work of the eager use was recorded into a graph");
     assert!(!b.is_capturing().unwrap(), "the eager use's stream was forked into the capture");
     b.synchronize().unwrap();
+    no_violations(s);
+}
+
+/// Six threads, each on its own stream (replaced now and then), mixing replays of three graphs
+/// whose workspace buffers overlap in a cycle (0-1, 1-2, 2-0), eager split-K ops and read-backs on
+/// the three workspaces, allocations and frees, and ThreadLocal and Global captures that bind a
+/// workspace and replay what they captured: every path that takes a workspace's use order, the
+/// free gate (capture begins run under it) and the global-capture lock, at once. No call may hang
+/// (a watchdog aborts the process after 120 s), the stand-in sees no violation (an unjoined fork
+/// among them), and most calls succeed. (First written in review of the cross-stream ordering.)
+#[test]
+fn use_orders_free_gate_and_captures_never_deadlock_under_six_threads() {
+    use graphsafe::driver::DeviceBuffer;
+    use graphsafe::graph::{CaptureMode, GraphExec};
+    use graphsafe::ops::testing::TestKernels;
+    use graphsafe::workspace::Workspace;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Mutex;
+    const THREADS: usize = 6;
+    const ROUNDS: usize = 2000;
+    let (_g, s) = exclusive();
+    let ctx = Context::new(0).expect("the stand-in's device 0");
+    let mut s0 = Stream::new(&ctx).unwrap();
+    let k = Arc::new(TestKernels::load(&ctx).unwrap());
+    let shape = soundness::SHAPE;
+    let p = Arc::new(soundness::problem(&s0, 1));
+    let wss: Vec<Arc<Mutex<Workspace>>> = (0..3).map(|_| Arc::new(Mutex::new(Workspace::new(&s0, shape.workspace_bytes()).unwrap()))).collect();
+    let graph_over = |s0: &mut Stream, i: usize, j: usize| -> GraphExec {
+        let (mut a, mut b) = (wss[i].lock().unwrap(), wss[j].lock().unwrap());
+        let mut cap = s0.begin_capture(CaptureMode::ThreadLocal).unwrap();
+        let (w1, w2) = (cap.bind_workspace(&mut a).unwrap(), cap.bind_workspace(&mut b).unwrap());
+        let (ca, cx, cy) = (cap.bind_buffer(&p.a).unwrap(), cap.bind_buffer(&p.x).unwrap(), cap.bind_buffer(&p.y).unwrap());
+        k.split_k_gemv_captured(&ca, &cx, &cy, shape, &w1, &cap).unwrap();
+        k.split_k_gemv_captured(&ca, &cx, &cy, shape, &w2, &cap).unwrap();
+        cap.end().unwrap().instantiate().unwrap()
+    };
+    let execs: Arc<Vec<Mutex<GraphExec>>> = Arc::new(vec![Mutex::new(graph_over(&mut s0, 0, 1)), Mutex::new(graph_over(&mut s0, 1, 2)), Mutex::new(graph_over(&mut s0, 2, 0))]);
+    let (done, ok) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let mut threads = Vec::new();
+    for t in 0..THREADS as u64 {
+        let (ctx, k, p, wss, execs, done, ok) = (ctx.clone(), k.clone(), p.clone(), wss.clone(), execs.clone(), done.clone(), ok.clone());
+        threads.push(std::thread::spawn(move || {
+            let mut rng = t * 7919 + 1;
+            let mut next = move || {
+                rng ^= rng << 13;
+                rng ^= rng >> 7;
+                rng ^= rng << 17;
+                rng
+            };
+            let mut st = Stream::new(&ctx).unwrap();
+            for _ in 0..ROUNDS {
+                let r: graphsafe::Result<()> = match next() % 8 {
+                    0 | 1 => execs[(next() % 3) as usize].lock().unwrap().launch(&st),
+                    2 | 3 => k.split_k_gemv(&p.a, &p.x, &p.y, shape, &mut wss[(next() % 3) as usize].lock().unwrap(), &st),
+                    4 => DeviceBuffer::alloc_zeroed(&st, 4096).map(drop),
+                    5 => {
+                        let mode = if next() % 2 == 0 { CaptureMode::Global } else { CaptureMode::ThreadLocal };
+                        let mut w = wss[(next() % 3) as usize].lock().unwrap();
+                        let r = (|| {
+                            let mut cap = st.begin_capture(mode)?;
+                            let wv = cap.bind_workspace(&mut w)?;
+                            let (ca, cx, cy) = (cap.bind_buffer(&p.a)?, cap.bind_buffer(&p.x)?, cap.bind_buffer(&p.y)?);
+                            k.split_k_gemv_captured(&ca, &cx, &cy, shape, &wv, &cap)?;
+                            let e = cap.end()?.instantiate()?;
+                            e.launch(&st)
+                        })();
+                        r
+                    }
+                    6 => wss[(next() % 3) as usize].lock().unwrap().to_host_vec(&st).map(drop),
+                    _ => Stream::new(&ctx).map(|fresh| st = fresh),
+                };
+                if r.is_ok() {
+                    ok.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            st.synchronize().unwrap();
+            done.fetch_add(1, Ordering::SeqCst);
+        }));
+    }
+    let t0 = std::time::Instant::now();
+    while done.load(Ordering::SeqCst) < THREADS {
+        if t0.elapsed() > std::time::Duration::from_secs(120) {
+            eprintln!("use_orders_free_gate_and_captures_never_deadlock: {} of {THREADS} threads done after 120 s: a deadlock", done.load(Ordering::SeqCst));
+            std::process::abort();
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    for t in threads {
+        t.join().unwrap();
+    }
+    let ok = ok.load(Ordering::Relaxed);
+    eprintln!("{ok} of {} calls succeeded in {:?}", THREADS * ROUNDS, t0.elapsed());
+    assert!(ok >= THREADS * ROUNDS / 2, "only {ok} of {} calls succeeded", THREADS * ROUNDS);
     no_violations(s);
 }
