@@ -287,14 +287,16 @@ fn w4a16_cluster_splits_and_ragged_shapes_match_the_reference() {
     let alpha = DeviceBuffer::from_host(&stream, &[1.5f32]).unwrap();
     let mut bad = Vec::new();
     let mut cases = 0;
-    // (m, n, k) on a 132-SM H200: stream-K (m <= 32 and >= 40 chunks per CTA slot) over 396 CTAs
-    // with shared tiles (m 1, 9), over 396 CTAs that own whole tiles (396 | 396 tiles: no fixup),
-    // over 264 CTAs (m 17); then the tile grid with cluster splits (m <= 32 with fewer chunks, and
-    // m 33, 70, 128), ragged n and k, more CTA slots than chunks.
+    // (m, n, k) on a 132-SM H200: stream-K (m <= 32 and >= 40 chunks per CTA slot: 4 slots per SM
+    // for m <= 8, 3 for m <= 16, 2 for m <= 32) over 528 CTAs with shared tiles (m 1), over 528
+    // CTAs that own whole tiles (528 | 528 tiles: no fixup; m 3), over 396 CTAs (m 9) and 264 (m
+    // 17) with shared tiles; then the tile grid with cluster splits (m <= 32 with fewer chunks,
+    // and m 33, 70, 128), ragged n and k, more CTA slots than chunks. (tests/w4a16_plan.rs checks
+    // these schedules on the CPU.)
     let shapes = [
-        (1usize, 16384usize, 8192usize),
+        (1usize, 16384usize, 10752usize),
         (9, 16384, 8192),
-        (3, 50688, 2560),
+        (3, 67584, 2560),
         (17, 8448, 10240),
         (1, 8192, 2048),
         (3, 7168, 1792),
@@ -353,10 +355,12 @@ fn w4a16_stream_k_captured_replay_equals_eager() {
     if !hopper(&ctx) {
         return;
     }
-    let (m, n, k) = (2usize, 16384usize, 8192usize); // stream-K with shared tiles on 132 SMs
+    let (m, n, k) = (2usize, 16384usize, 10752usize); // stream-K with shared tiles on 132 SMs
     let p = w4a16_problem(&stream, m, n, k, 91);
     let plan = nvfp4::plan(nvfp4::Nvfp4Arch::Sm90, m as i64, n as i64, k as i64, DType::Bf16, ctx.sm_count() as i64).unwrap();
     eprintln!("m={m} n={n} k={k}: workspace {} bytes", plan.workspace_bytes);
+    // Else this tests the tile grid, and the too-small-workspace refusal below is skipped.
+    assert!(plan.workspace_bytes > 0, "({m}, {n}, {k}) does not run stream-K with shared tiles on {} SMs", ctx.sm_count());
     let alpha = DeviceBuffer::from_host(&stream, &[1.0f32]).unwrap();
     let d = DeviceBuffer::alloc_zeroed(&stream, m * n * 2).unwrap();
     let mut ws = Workspace::new(&stream, 0).unwrap();

@@ -147,3 +147,15 @@ fn w4a16_plan_sizes_equal_the_exact_model() {
     eprintln!("{supported} supported ({with_ws} with a stream-K workspace) and {refused} refused shapes agree with the model");
     assert!(supported >= 1000 && refused >= 100 && with_ws >= 50, "{supported} supported, {with_ws} with workspace, {refused} refused");
 }
+
+/// The stream-K shapes of tests/gpu_nvfp4.rs with shared tiles really run stream-K (they need a
+/// workspace) on a 132-SM H200: when the planner's slot counts change, those GPU tests would
+/// otherwise quietly test the tile grid (the change to 4 CTAs per SM for m <= 8 turned the m = 1
+/// and 2 ones into tile grids once, and their too-small-workspace checks were skipped).
+#[test]
+fn the_gpu_tests_stream_k_shapes_are_stream_k_on_an_h200() {
+    for (m, n, k) in [(1i64, 16384i64, 10752i64), (2, 16384, 10752), (9, 16384, 8192), (17, 8448, 10240)] {
+        let ws = nvfp4::plan(Nvfp4Arch::Sm90, m, n, k, DType::Bf16, 132).unwrap().workspace_bytes;
+        assert!(ws > 0, "({m}, {n}, {k}) is no longer stream-K with shared tiles on 132 SMs");
+    }
+}
