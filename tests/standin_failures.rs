@@ -96,13 +96,7 @@ fn a_failed_allocation_during_ensure_size_leaves_the_workspace_intact_and_usable
     let p = problem(&stream, 2);
     let mut ws = Workspace::new(&stream, SHAPE.workspace_bytes()).unwrap();
     k.split_k_gemv(&p.a, &p.x, &p.y, SHAPE, &mut ws, &stream).unwrap();
-    let exec = {
-        let mut cap = stream.begin_capture(CaptureMode::ThreadLocal).unwrap();
-        let w = cap.bind_workspace(&mut ws).unwrap();
-        let (a, x, y) = (cap.bind_buffer(&p.a).unwrap(), cap.bind_buffer(&p.x).unwrap(), cap.bind_buffer(&p.y).unwrap());
-        k.split_k_gemv_captured(&a, &x, &y, SHAPE, &w, &cap).unwrap();
-        cap.end().unwrap().instantiate().unwrap()
-    };
+    let exec = common::captured_split_k(&k, &mut stream, &p, SHAPE, &mut ws);
     let (cap_before, ptr_before, retired_before) = (ws.capacity(), ws.device_ptr(), ws.retired_count());
     let bytes_before = ws.to_host_vec(&stream).unwrap();
     let live_before = s.live_allocations();

@@ -425,13 +425,7 @@ fn workspace_uses_on_different_streams_are_put_in_order() {
     assert_eq!(waits(), w0 + 1, "a second use on the same stream waited again");
 
     // A graph that captured the buffer: its replays are uses too.
-    let exec = {
-        let mut cap = a.begin_capture(CaptureMode::ThreadLocal).unwrap();
-        let w = cap.bind_workspace(&mut ws).unwrap();
-        let (ca, cx, cy) = (cap.bind_buffer(&p.a).unwrap(), cap.bind_buffer(&p.x).unwrap(), cap.bind_buffer(&p.y).unwrap());
-        k.split_k_gemv_captured(&ca, &cx, &cy, shape, &w, &cap).unwrap();
-        cap.end().unwrap().instantiate().unwrap()
-    };
+    let exec = common::captured_split_k(&k, &mut a, &p, shape, &mut ws);
     exec.launch(&b).unwrap();
     assert_eq!(waits(), w0 + 1, "a replay on the stream of the last use waited");
     exec.launch(&a).unwrap();

@@ -3,7 +3,9 @@
 #![allow(dead_code)]
 
 use graphsafe::driver::{Context, DeviceBuffer, DevicePtr, Stream};
-use graphsafe::ops::testing::SplitKShape;
+use graphsafe::graph::{CaptureMode, GraphExec};
+use graphsafe::ops::testing::{SplitKShape, TestKernels};
+use graphsafe::workspace::Workspace;
 use graphsafe::ops::tensor::DeviceMemory;
 use graphsafe::sys::cuda as c;
 use std::sync::Arc;
@@ -115,4 +117,14 @@ impl DeviceMemory for Fake {
     fn context_raw(&self) -> c::CUcontext {
         self.ctx as c::CUcontext
     }
+}
+
+/// One split-K GEMV of `p` over `ws`, captured (thread-local) on `stream` and instantiated: the
+/// graph keeps `p`'s buffers and `ws`'s current buffer, and its replays use `ws`'s use order.
+pub fn captured_split_k(k: &TestKernels, stream: &mut Stream, p: &SplitKProblem, shape: SplitKShape, ws: &mut Workspace) -> GraphExec {
+    let mut cap = stream.begin_capture(CaptureMode::ThreadLocal).unwrap();
+    let w = cap.bind_workspace(ws).unwrap();
+    let (a, x, y) = (cap.bind_buffer(&p.a).unwrap(), cap.bind_buffer(&p.x).unwrap(), cap.bind_buffer(&p.y).unwrap());
+    k.split_k_gemv_captured(&a, &x, &y, shape, &w, &cap).unwrap();
+    cap.end().unwrap().instantiate().unwrap()
 }

@@ -5,7 +5,7 @@
 //! `mod common;` (tests/common) for the split-K problem this module uses.
 #![allow(dead_code)]
 
-use crate::common::{churn, split_k_problem, SplitKProblem};
+use crate::common::{captured_split_k, churn, split_k_problem, SplitKProblem};
 use graphsafe::driver::{Context, DeviceBuffer, Stream};
 use graphsafe::graph::{CaptureMode, NodeKind};
 use graphsafe::ops::testing::{SplitKShape, TestKernels};
@@ -330,13 +330,7 @@ pub fn workspace_uses_on_two_streams_do_not_race(ctx: &Arc<Context>, a: &mut Str
     assert_eq!(pa.y.to_host_vec::<f32>(a).unwrap(), pa.expected, "A's GEMVs shared the workspace with B's");
 
     // A graph captured on A, replayed on B right after a queue of eager calls on A.
-    let exec = {
-        let mut cap = a.begin_capture(CaptureMode::ThreadLocal).unwrap();
-        let w = cap.bind_workspace(&mut ws).unwrap();
-        let (ca, cx, cy) = (cap.bind_buffer(&pb.a).unwrap(), cap.bind_buffer(&pb.x).unwrap(), cap.bind_buffer(&pb.y).unwrap());
-        k.split_k_gemv_captured(&ca, &cx, &cy, shape, &w, &cap).unwrap();
-        cap.end().unwrap().instantiate().unwrap()
-    };
+    let exec = captured_split_k(&k, a, &pb, shape, &mut ws);
     pb.y.memset_u8(0, a).unwrap();
     for _ in 0..64 {
         k.split_k_gemv(&pa.a, &pa.x, &pa.y, shape, &mut ws, a).unwrap();
