@@ -68,6 +68,7 @@ fn main() {
                     q_nope: Tensor::strided(&q, 0, DType::Bf16, &[batch, heads, 512], &[heads * 576, 576, 1]),
                     q_pe: Tensor::strided(&q, 1024, DType::Bf16, &[batch, heads, 64], &[heads * 576, 576, 1]),
                     kv_cache: Tensor::contiguous(&kv, DType::Bf16, &[pages, page, 576]),
+                    kv_format: graphsafe::ops::mla::KvFormat::Native,
                     seq_lens: Tensor::contiguous(&seq_lens, DType::I32, &[batch]),
                     page_table: Tensor::contiguous(&page_table, DType::I32, &[batch, pages_per]),
                     out: Tensor::contiguous(&out, DType::Bf16, &[batch, heads, 512]),

@@ -115,6 +115,7 @@ fn good_mla(heads: usize, page: usize) -> MlaDecodeArgs<Fake> {
         q_nope: Tensor::contiguous(mem(0, b * heads * 512 * 2), DType::Bf16, &[b, heads, 512]),
         q_pe: Tensor::contiguous(mem(1, b * heads * 64 * 2), DType::Bf16, &[b, heads, 64]),
         kv_cache: Tensor::contiguous(mem(2, 64 * page * 576 * 2), DType::Bf16, &[64, page, 576]),
+        kv_format: graphsafe::ops::mla::KvFormat::Native,
         seq_lens: Tensor::contiguous(mem(3, b * 4), DType::I32, &[b]),
         page_table: Tensor::contiguous(mem(4, b * max_pages * 4), DType::I32, &[b, max_pages]),
         out: Tensor::contiguous(mem(5, b * heads * 512 * 2), DType::Bf16, &[b, heads, 512]),

@@ -140,6 +140,29 @@ int gs_mla_sanitize(const int32_t* seq_lens, const int32_t* page_table, int32_t 
 int gs_mla_sanitize_finish(const int32_t* lens, int32_t batch, void* out, int64_t out_stride_batch,
                            int64_t out_stride_head, float* lse, void* stream);
 
+/**
+ * How the sm90 decode's kv_cache stores K and V (GsMlaDecodeArgs::kv_format). Queries are bf16
+ * (or fp16 for GS_MLA_KV_NATIVE) and the output is bf16 for the fp8 formats.
+ */
+typedef enum GsMlaKvFormat {
+  /** [num_pages, page_size, 576] in q's dtype (the only format of the sm100 back-end). */
+  GS_MLA_KV_NATIVE = 0,
+  /**
+   * [num_pages, page_size, 576] fp8 e4m3, one f32 scale for the whole cache in device memory
+   * (kv_scale, read by the kernel when it runs): K = V = scale * e4m3 (vLLM's fp8 KV cache).
+   */
+  GS_MLA_KV_FP8_PER_TENSOR = 1,
+  /**
+   * DeepSeek V3.2's 656-byte token, [num_pages, page_size, 656] bytes: 512 e4m3 latent values,
+   * 4 f32 scales (one per 128 latent values), 64 bf16 rope values. K = V = bf16(scale_g * e4m3)
+   * for the latent (the product in f32, rounded once to bf16), the rope as stored.
+   */
+  GS_MLA_KV_FP8_DS_MLA = 2,
+} GsMlaKvFormat;
+
+/** Bytes per token of GS_MLA_KV_FP8_DS_MLA. */
+#define GS_MLA_DS_MLA_TOKEN_BYTES 656
+
 /** Arguments of one MLA decode step (strides in elements; the innermost stride is 1). */
 typedef struct GsMlaDecodeArgs {
   /** GsDtype of q and the KV cache. Output is bf16 for bf16 and fp8, fp16 for fp16. */
@@ -160,7 +183,10 @@ typedef struct GsMlaDecodeArgs {
   const void* q_pe;
   int64_t q_pe_stride_batch;
   int64_t q_pe_stride_head;
-  /** [num_pages, page_size, 576], contiguous: latent (512) then rope (64) per token. */
+  /**
+   * [num_pages, page_size, 576] elements, contiguous: latent (512) then rope (64) per token; for
+   * GS_MLA_KV_FP8_DS_MLA [num_pages, page_size, 656] bytes. 16-byte aligned.
+   */
   const void* kv_cache;
   int32_t num_pages;
   int32_t page_size;
@@ -176,6 +202,14 @@ typedef struct GsMlaDecodeArgs {
   /** [batch, 128] fp32 log-sum-exp, or NULL. */
   float* lse;
   float sm_scale;
+  /** GsMlaKvFormat (sm90 only; the sm100 decode refuses any but GS_MLA_KV_NATIVE). */
+  int32_t kv_format;
+  /**
+   * GS_MLA_KV_FP8_PER_TENSOR: the f32 scale, device memory, 4-byte aligned; NULL otherwise. Device
+   * data like seq_lens: any value is read as it is (NaN or inf make the output NaN, never a hang or
+   * an access outside the cache).
+   */
+  const float* kv_scale;
 } GsMlaDecodeArgs;
 
 /**
@@ -211,7 +245,10 @@ int gs_mla_sm90_workspace_bytes(int32_t batch, int32_t num_heads, int32_t num_sp
 
 /**
  * Launches the sm90 decode (splits > 1: the split kernel, then the combine kernel) on `stream`.
- * bf16 or fp16 q/KV; page_size 64 or 128. GS_ERR_WORKSPACE_TOO_SMALL (nothing launched) when
+ * bf16 or fp16 q/KV (GS_MLA_KV_NATIVE), or bf16 q over an fp8 cache (the other GsMlaKvFormat
+ * values: 16 or 32 heads); page_size 64 or 128. An fp8 code 0x7F or 0xFF (e4m3's NaN) is read as a
+ * finite value below 2^17 (times its scale), not as NaN: caches written by saturating conversions
+ * never hold it. GS_ERR_WORKSPACE_TOO_SMALL (nothing launched) when
  * workspace_bytes is below gs_mla_sm90_workspace_bytes. Only present when sm_90a was built.
  */
 int gs_mla_sm90_decode(const GsMlaDecodeArgs* args, void* workspace, uint64_t workspace_bytes, void* stream);

@@ -109,6 +109,7 @@ fn to_args(a: &GraphsafeMlaDecodeArgs, mem: CallerMemory<'_>) -> Result<MlaDecod
         q_nope: Tensor::strided(m(a.q_nope, "q_nope")?, 0, dt, &[b, h, 512], &[st(a.q_nope_stride_batch, "q_nope_stride_batch")?, st(a.q_nope_stride_head, "q_nope_stride_head")?, 1]),
         q_pe: Tensor::strided(m(a.q_pe, "q_pe")?, 0, dt, &[b, h, 64], &[st(a.q_pe_stride_batch, "q_pe_stride_batch")?, st(a.q_pe_stride_head, "q_pe_stride_head")?, 1]),
         kv_cache: Tensor::contiguous(m(a.kv_cache, "kv_cache")?, dt, &[non_negative("num_pages", a.num_pages as i64)?, non_negative("page_size", a.page_size as i64)?, 576]),
+        kv_format: crate::ops::mla::KvFormat::Native,
         seq_lens: Tensor::contiguous(m(a.seq_lens, "seq_lens")?, DType::I32, &[b]),
         page_table: Tensor::contiguous(m(a.page_table, "page_table")?, DType::I32, &[b, non_negative("max_pages", a.max_pages as i64)?]),
         out: Tensor::strided(m(a.out, "out")?, 0, out_dt, &[b, h, 512], &[st(a.out_stride_batch, "out_stride_batch")?, st(a.out_stride_head, "out_stride_head")?, 1]),

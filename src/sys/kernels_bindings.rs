@@ -11,6 +11,7 @@ pub const GS_MLA_SM100_MAX_SPLITS: u32 = 16;
 pub const GS_MLA_MAX_BATCH: u32 = 65535;
 pub const GS_MLA_MAX_SEQ_LEN: u32 = 2147483520;
 pub const GS_MLA_MAX_SM_COUNT: u32 = 1024;
+pub const GS_MLA_DS_MLA_TOKEN_BYTES: u32 = 656;
 pub const GS_MLA_SM90_TILE_S: u32 = 64;
 pub const GS_NVFP4_BLOCK: u32 = 16;
 impl GsStatus {
@@ -122,6 +123,14 @@ unsafe extern "C" {
         stream: *mut ::std::os::raw::c_void,
     ) -> ::std::os::raw::c_int;
 }
+impl GsMlaKvFormat {
+    pub const GS_MLA_KV_NATIVE: GsMlaKvFormat = GsMlaKvFormat(0);
+    pub const GS_MLA_KV_FP8_PER_TENSOR: GsMlaKvFormat = GsMlaKvFormat(1);
+    pub const GS_MLA_KV_FP8_DS_MLA: GsMlaKvFormat = GsMlaKvFormat(2);
+}
+#[repr(transparent)]
+#[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
+pub struct GsMlaKvFormat(pub ::std::os::raw::c_uint);
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
 pub struct GsMlaDecodeArgs {
@@ -149,6 +158,8 @@ pub struct GsMlaDecodeArgs {
     pub out_stride_head: i64,
     pub lse: *mut f32,
     pub sm_scale: f32,
+    pub kv_format: i32,
+    pub kv_scale: *const f32,
 }
 impl Default for GsMlaDecodeArgs {
     fn default() -> Self {

@@ -26,7 +26,7 @@ int gs_mla_sm100_decode(GsMlaDecodeArgs const* a, void* workspace, uint64_t work
       a->num_heads != GS_MLA_NUM_HEADS || a->page_size <= 0 || a->page_size > GS_MLA_SM100_TILE_S ||
       (a->page_size & (a->page_size - 1)) != 0 || int64_t(a->num_pages) * a->page_size > INT32_MAX ||
       a->out_stride_batch < 0 || a->out_stride_head < 0 || !aligned(a->seq_lens, 4) ||
-      !aligned(a->page_table, 4) || !aligned(a->out, 2) || !aligned(a->lse, 4))
+      !aligned(a->page_table, 4) || !aligned(a->out, 2) || !aligned(a->lse, 4) || a->kv_format != GS_MLA_KV_NATIVE)
     return GS_ERR_INVALID_ARGUMENT;
   if (a->batch > 1 && a->page_table_stride < (int64_t(a->max_seq_len) + a->page_size - 1) / a->page_size)
     return GS_ERR_INVALID_ARGUMENT;  // rows would overlap: the pre-pass reads ceil(len / page_size) of each

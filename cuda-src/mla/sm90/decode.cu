@@ -12,6 +12,7 @@
 //   * 16 or 32 heads ("N"): tokens as M, heads as N (wgmma m64n16/m64n32), so no MMA row is padding;
 //     the two warpgroups take alternate tiles and merge at the end.
 //   * splits > 1: fp32 partial O and LSE to the workspace, then the combine kernel.
+//   * fp8 caches (16 or 32 heads): the N kernel with a dequantising producer (fp8.cuh).
 // No allocation, no legacy stream, no atomics: deterministic and capturable.
 #include <atomic>
 #include <climits>
@@ -33,7 +34,17 @@ bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) ==
 
 int validate(const GsMlaDecodeArgs* a) {
   if (a == nullptr) return GS_ERR_INVALID_ARGUMENT;
-  if (a->dtype != GS_DTYPE_BF16 && a->dtype != GS_DTYPE_FP16) return GS_ERR_INVALID_ARGUMENT;  // no fp8 path
+  if (a->dtype != GS_DTYPE_BF16 && a->dtype != GS_DTYPE_FP16) return GS_ERR_INVALID_ARGUMENT;  // fp8 q: sm100 only
+  switch (a->kv_format) {
+    case GS_MLA_KV_NATIVE: break;
+    case GS_MLA_KV_FP8_PER_TENSOR:
+      if (a->kv_scale == nullptr || (reinterpret_cast<uintptr_t>(a->kv_scale) & 3u) != 0) return GS_ERR_INVALID_ARGUMENT;
+      [[fallthrough]];
+    case GS_MLA_KV_FP8_DS_MLA:  // bf16 queries; the N kernel only (16 or 32 heads)
+      if (a->dtype != GS_DTYPE_BF16 || (a->num_heads != 16 && a->num_heads != 32)) return GS_ERR_INVALID_ARGUMENT;
+      break;
+    default: return GS_ERR_INVALID_ARGUMENT;
+  }
   if (a->batch <= 0 || a->batch > 65535) return GS_ERR_INVALID_ARGUMENT;                       // grid.z
   if (a->num_heads < 16 || a->num_heads > 128 || a->num_heads % 16 != 0) return GS_ERR_INVALID_ARGUMENT;
   if (a->max_seq_len <= 0 || a->max_seq_len > GS_MLA_MAX_SEQ_LEN || a->device < 0) return GS_ERR_INVALID_ARGUMENT;
@@ -50,18 +61,40 @@ int validate(const GsMlaDecodeArgs* a) {
   return GS_OK;
 }
 
+// The tensor maps of a launch: the cache's (bf16: 64 x 64 boxes, 128-byte swizzle; fp8: 64-byte x
+// 32-row boxes, unswizzled, over the cache as [tokens, token bytes]), and for the 656-byte format
+// its scales (16 bytes x 32 rows) and rope (128 bytes x 32 rows, swizzled as a bf16 block).
+struct Maps {
+  CUtensorMap kv, scale, rope;
+};
+
+template <int N, bool F16, int KV>
+int launch_n(const GsMlaDecodeArgs& a, const Maps& m, const Params& p, cudaStream_t stream) {
+  constexpr auto k = mla_sm90_n_kernel<N, F16, KV>;
+  constexpr int smem = NLayout<N, KV>::kSmem;
+  if (int st = ensure_smem<k>(a.device, smem); st != GS_OK) return st;
+  k<<<dim3(1, a.num_splits, a.batch), dim3(kThreads), smem, stream>>>(m.kv, m.scale, m.rope, p);
+  return GS_OK;
+}
+
+template <int N, bool F16>
+int launch_n_format(const GsMlaDecodeArgs& a, const Maps& m, const Params& p, cudaStream_t stream) {
+  if constexpr (!F16) {
+    if (a.kv_format == GS_MLA_KV_FP8_PER_TENSOR) return launch_n<N, false, kKvFp8PerTensor>(a, m, p, stream);
+    if (a.kv_format == GS_MLA_KV_FP8_DS_MLA) return launch_n<N, false, kKvFp8DsMla>(a, m, p, stream);
+  }
+  return launch_n<N, F16, kKvNative>(a, m, p, stream);
+}
+
 template <bool F16>
-int launch(const GsMlaDecodeArgs& a, const CUtensorMap& map, const Params& p, cudaStream_t stream) {
+int launch(const GsMlaDecodeArgs& a, const Maps& maps, const Params& p, cudaStream_t stream) {
   const dim3 block(kThreads);
+  const CUtensorMap& map = maps.kv;
   cudaError_t e;
   if (a.num_heads == 16) {
-    constexpr auto k = mla_sm90_n_kernel<16, F16>;
-    if (int st = ensure_smem<k>(a.device, NLayout<16>::kSmem); st != GS_OK) return st;
-    k<<<dim3(1, a.num_splits, a.batch), block, NLayout<16>::kSmem, stream>>>(map, p);
+    if (int st = launch_n_format<16, F16>(a, maps, p, stream); st != GS_OK) return st;
   } else if (a.num_heads == 32) {
-    constexpr auto k = mla_sm90_n_kernel<32, F16>;
-    if (int st = ensure_smem<k>(a.device, NLayout<32>::kSmem); st != GS_OK) return st;
-    k<<<dim3(1, a.num_splits, a.batch), block, NLayout<32>::kSmem, stream>>>(map, p);
+    if (int st = launch_n_format<32, F16>(a, maps, p, stream); st != GS_OK) return st;
   } else {
     constexpr auto k = mla_sm90_m64_kernel<F16>;
     if (int st = ensure_smem<k>(a.device, kM64Smem); st != GS_OK) return st;
@@ -112,19 +145,39 @@ extern "C" int gs_mla_sm90_decode(const GsMlaDecodeArgs* args, void* workspace, 
     p.ws_lse = reinterpret_cast<float*>(static_cast<uint8_t*>(workspace) + ((rows * kNope * 4 + 255) & ~uint64_t{255}));
   }
   p.scale_log2 = a.sm_scale * kLog2e;
+  p.kv_scale = a.kv_scale;
 
   EncodeTiled encode = nullptr;
   if (int st = encode_fn(&encode); st != GS_OK) return st;
-  CUtensorMap map;
-  const cuuint64_t dims[2] = {cuuint64_t(kDim), cuuint64_t(a.num_pages) * cuuint64_t(a.page_size)};
-  const cuuint64_t strides[1] = {cuuint64_t(kDim) * 2};
-  const cuuint32_t box[2] = {64, cuuint32_t(kTileS)};
-  const cuuint32_t elem_strides[2] = {1, 1};
-  if (encode(&map, CU_TENSOR_MAP_DATA_TYPE_UINT16, 2, const_cast<void*>(a.kv_cache), dims, strides, box, elem_strides,
-             CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-             CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) != CUDA_SUCCESS)
-    return GS_ERR_INVALID_ARGUMENT;
+  const cuuint64_t tokens = cuuint64_t(a.num_pages) * cuuint64_t(a.page_size);
+  // A 2-D map over the cache as [tokens, row] elements (u16 for bf16/fp16, bytes for fp8).
+  auto encode_map = [&](CUtensorMap* map, bool bytes, cuuint64_t row, cuuint32_t box_x, cuuint32_t box_y,
+                        CUtensorMapSwizzle swizzle) {
+    const cuuint64_t dims[2] = {row, tokens};
+    const cuuint64_t strides[1] = {row * (bytes ? 1 : 2)};
+    const cuuint32_t box[2] = {box_x, box_y};
+    const cuuint32_t elem_strides[2] = {1, 1};
+    return encode(map, bytes ? CU_TENSOR_MAP_DATA_TYPE_UINT8 : CU_TENSOR_MAP_DATA_TYPE_UINT16, 2,
+                  const_cast<void*>(a.kv_cache), dims, strides, box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                  swizzle, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+  };
+  Maps maps;
+  bool ok = true;
+  if (a.kv_format == GS_MLA_KV_NATIVE) {
+    ok = encode_map(&maps.kv, false, kDim, 64, kTileS, CU_TENSOR_MAP_SWIZZLE_128B);
+    maps.scale = maps.rope = maps.kv;
+  } else {
+    const cuuint64_t row = a.kv_format == GS_MLA_KV_FP8_DS_MLA ? GS_MLA_DS_MLA_TOKEN_BYTES : kDim;
+    ok = encode_map(&maps.kv, true, row, 64, kTileS / 2, CU_TENSOR_MAP_SWIZZLE_NONE);
+    if (a.kv_format == GS_MLA_KV_FP8_DS_MLA) {
+      ok = ok && encode_map(&maps.scale, true, row, 16, kTileS / 2, CU_TENSOR_MAP_SWIZZLE_NONE) &&
+           encode_map(&maps.rope, true, row, 128, kTileS / 2, CU_TENSOR_MAP_SWIZZLE_128B);
+    } else {
+      maps.scale = maps.rope = maps.kv;
+    }
+  }
+  if (!ok) return GS_ERR_INVALID_ARGUMENT;
 
   auto s = static_cast<cudaStream_t>(stream);
-  return a.dtype == GS_DTYPE_FP16 ? launch<true>(a, map, p, s) : launch<false>(a, map, p, s);
+  return a.dtype == GS_DTYPE_FP16 ? launch<true>(a, maps, p, s) : launch<false>(a, maps, p, s);
 }

@@ -1,6 +1,7 @@
 // The sm90 MLA split kernel "N" (16 or 32 heads); see kernels.cuh and decode.cu.
 #pragma once
 
+#include "mla/sm90/fp8.cuh"
 #include "mla/sm90/split.cuh"
 #include "mla/sm90/wgmma_ops.cuh"
 
@@ -10,21 +11,37 @@ namespace graphsafe::mla_sm90 {
 // Kernel "N": heads as the MMA's N, for 16 or 32 heads (memory-bound). One CTA = (split, request).
 // Tokens are the M dimension: S^T = K.Q^T (m64nNk16 x 36), O^T = V^T.P^T (m64nNk16 x 8 x 4, V read
 // MN-major from the same tile bytes). The two warpgroups take alternate tiles, each with its own
-// stage, running max/sum and full O^T; the CTA merges the two at the end. Warpgroup 2 produces.
+// stage, running max/sum and full O^T; the CTA merges the two at the end. Warpgroup 2 produces:
+// TMA of a bf16/fp16 cache straight into the stages, or for an fp8 cache (KV != kKvNative) TMA
+// into a ring of raw slots and a dequantisation into the stages (fp8.cuh).
 // =================================================================================================
-template <int N>
+template <int N, int KV = kKvNative>
 struct NLayout {
   static constexpr int kQBytes = N * 128 * kBlocks;  // a multiple of 1 KiB
   static constexpr int kOStride = 516;                // floats per head row of the O staging
-  static constexpr int kSmem = kQBytes + 2 * kStageBytes + (8 * N + 2 * N + 2 * N + N) * 4 + 5 * 8 + 1024;
+  // Raw fp8 half-tile slots: as many as fit beside Q and the two stages (3 for 16 heads, 2 for 32).
+  static constexpr int kSlots = KV == kKvNative ? 0 : N == 16 ? 3 : 2;
+  static constexpr int kSlotBytes = KV == kKvNative ? 0 : KV == kKvFp8PerTensor ? Fp8Raw<kKvFp8PerTensor>::kBytes
+                                                                                   : Fp8Raw<kKvFp8DsMla>::kBytes;
+  static constexpr int kRawBytes = kSlots * kSlotBytes;
+  static constexpr int kSmem = kQBytes + 2 * kStageBytes + kRawBytes + (8 * N + 2 * N + 2 * N + N) * 4 + (5 + kSlots) * 8 + 1024;
+  // The fp8 producer dequantises on all 128 threads and needs more than the TMA producer's 40
+  // (16 heads need far fewer math registers than 32). The split must fit the CTA's own launch
+  // allocation (enter_roles_with checks it): a setmaxnreg.inc the decs cannot pay for waits forever.
+  static constexpr int kMathR = KV == kKvNative ? kMathRegs : N == 16 ? 176 : 200;
+  static constexpr int kProdR = KV == kKvNative ? kProducerRegs : N == 16 ? 152 : 104;
 };
 
-template <int N, bool F16>
-__global__ void __launch_bounds__(kThreads, 1) mla_sm90_n_kernel(const __grid_constant__ CUtensorMap kv_map, const Params p) {
+template <int N, bool F16, int KV = kKvNative>
+__global__ void __launch_bounds__(kThreads, 1)
+    mla_sm90_n_kernel(const __grid_constant__ CUtensorMap kv_map, const __grid_constant__ CUtensorMap scale_map,
+                      const __grid_constant__ CUtensorMap rope_map, const Params p) {
   static_assert(N == 16 || N == 32, "N kernel: 16 or 32 heads");
+  static_assert(KV == kKvNative || !F16, "fp8 caches take bf16 queries");
   constexpr int R = N / 2;  // accumulator registers per m64nN tile
   constexpr int J = N / 8;  // 8-column groups
-  using L = NLayout<N>;
+  using L = NLayout<N, KV>;
+  static_assert(L::kSmem <= 232448, "N kernel: shared memory");
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = smem_base_1k(smem_raw);
   const int tid = threadIdx.x;
@@ -37,7 +54,8 @@ __global__ void __launch_bounds__(kThreads, 1) mla_sm90_n_kernel(const __grid_co
 
   uint8_t* sq = smem;
   uint8_t* skv = smem + L::kQBytes;
-  float* s_red = reinterpret_cast<float*>(skv + 2 * kStageBytes);  // [2 wg][4 warps][N]
+  uint8_t* sraw = skv + 2 * kStageBytes;                            // fp8: kSlots raw half-tiles
+  float* s_red = reinterpret_cast<float*>(sraw + L::kRawBytes);     // [2 wg][4 warps][N]
   float* s_m = s_red + 8 * N;                                      // [2][N]
   float* s_l = s_m + 2 * N;                                        // [2][N]
   float* s_lse = s_l + 2 * N;                                      // [N]
@@ -45,7 +63,16 @@ __global__ void __launch_bounds__(kThreads, 1) mla_sm90_n_kernel(const __grid_co
   const uint32_t full0 = bars, empty0 = bars + 16, math_bar = bars + 32;
   const uint32_t sq_a = smem_u32(sq), skv_a = smem_u32(skv);
 
-  if (!enter_roles(&kv_map, p, b, sr, tid, bars, {1u, 128u}, skv_a)) return;
+  if constexpr (KV == kKvNative) {
+    if (!enter_roles(&kv_map, p, b, sr, tid, bars, {1u, 128u}, skv_a)) return;
+  } else {
+    // Full barriers: one arrival per producer thread. Raw slots: the TMA's expect_tx.
+    const uint32_t rawfull0 = math_bar + 8;
+    if (!enter_roles_with<2, L::kMathR, L::kProdR, L::kSlots>(tid, bars, {128u, 128u}, 1u, [&](int pt) {
+          produce_fp8_tiles<KV, L::kSlots>(&kv_map, &scale_map, &rope_map, p, b, sr, skv, sraw, full0, empty0, rawfull0, pt);
+        }))
+      return;
+  }
 
   uint32_t math_phase = 0;
   load_q<N>(sq, p, b, 0, N, tid, kMathThreads);
@@ -55,7 +82,10 @@ __global__ void __launch_bounds__(kThreads, 1) mla_sm90_n_kernel(const __grid_co
   const int w = tid >> 7;  // warpgroup: takes tiles i with i % 2 == w, always in stage w
   const int lt = tid & 127, warp = lt >> 5, lane = lt & 31, q = lane & 3, g = lane >> 2;
   const int ta = warp * 16 + g, tb = ta + 8;  // S^T rows (tokens) of this thread
-  const float sl2 = p.scale_log2;
+  // The per-tensor fp8 scale multiplies every K and V: folded into the scores' scale here and into
+  // the output's normalisation at the end, so the stages hold the codes' exact values.
+  const float kv_scale = KV == kKvFp8PerTensor ? __ldg(p.kv_scale) : 1.f;
+  const float sl2 = p.scale_log2 * kv_scale;
   float o[8][R];
 #pragma unroll
   for (int mb = 0; mb < 8; ++mb)
@@ -192,7 +222,7 @@ __global__ void __launch_bounds__(kThreads, 1) mla_sm90_n_kernel(const __grid_co
       const float mm = fmaxf(ma, mb);  // finite: warpgroup 0 always has a tile
       const float ea = ex2(ma - mm), eb = ex2(mb - mm);
       const float l = s_l[h] * ea + s_l[N + h] * eb;
-      coef[2 * j + e] = (w == 0 ? ea : eb) / l;
+      coef[2 * j + e] = (w == 0 ? ea : eb) / l * kv_scale;
       if (w == 0 && warp == 0 && g == 0) s_lse[h] = (mm + __log2f(l)) * kLn2;
     }
   float* so = reinterpret_cast<float*>(skv);  // [N heads][kOStride]

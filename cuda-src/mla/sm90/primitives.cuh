@@ -23,7 +23,8 @@ constexpr int kBlockBytes = kTileS * 128;           // one column block of a til
 constexpr int kStageBytes = kBlocks * kBlockBytes;  // one KV tile in shared memory: 73,728 B
 constexpr int kMathThreads = 256;                   // two warpgroups
 constexpr int kThreads = kMathThreads + 128;        // + a producer warpgroup (one thread issues TMA)
-constexpr int kMathRegs = 232;                      // setmaxnreg: 2 x 232 + 40 <= 512 per thread slot
+constexpr int kLaunchRegs = 168;                    // 65536 / kThreads, rounded down to a multiple of 8
+constexpr int kMathRegs = 232;                      // setmaxnreg: 2 x 232 + 40 <= 3 x kLaunchRegs
 constexpr int kProducerRegs = 40;
 constexpr float kLn2 = 0.693147180559945309f;
 constexpr float kLog2e = 1.442695040888963407f;
@@ -50,6 +51,7 @@ struct Params {
   float* ws_o;    // splits > 1: fp32 [batch, splits, heads, 512]
   float* ws_lse;  // splits > 1: fp32 [batch, splits, heads]
   float scale_log2;  // sm_scale * log2(e)
+  const float* kv_scale;  // GS_MLA_KV_FP8_PER_TENSOR: the cache's f32 scale (device data)
 };
 
 // ---- shared memory, barriers ------------------------------------------------------------------

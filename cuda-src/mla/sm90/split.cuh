@@ -89,15 +89,19 @@ __device__ __forceinline__ void produce_tiles(const CUtensorMap* map, const Para
 }
 
 // The warp-specialised prologue both split kernels share. Thread 0 initialises the barriers, 8
-// bytes each from `bars`: kPairs two-stage pairs with the given arrival counts (full[2] first,
-// one arrival: the producer's expect_tx; empty[2] next), then the math barrier (kMathThreads).
-// Then the producer warpgroup gives its registers to the math warpgroups, one of its threads
-// streams the split's tiles, and it returns false (the kernel returns: exited threads do not hold
-// up the math barrier). The math threads take the registers and return true.
-template <int kPairs>
-__device__ __forceinline__ bool enter_roles(const CUtensorMap* map, const Params& p, int b, const SplitRange& sr, int tid,
-                                            uint32_t bars, const uint32_t (&pair_counts)[kPairs], uint32_t skv_a) {
-  const uint32_t full0 = bars, empty0 = bars + 16, math_bar = bars + 16 * kPairs;
+// bytes each from `bars`: kPairs two-stage pairs with the given arrival counts (full[2] first;
+// empty[2] next), then the math barrier (kMathThreads), then kExtra barriers of `extra_count` arrivals.
+// Then the producer warpgroup gives its registers to the math warpgroups (kMathR per math thread,
+// kProdR per producer thread), runs `produce(pt)` on each of its 128 threads (pt = 0..127), and
+// returns false (the kernel returns: exited threads do not hold up the math barrier). The math
+// threads take the registers and return true.
+template <int kPairs, int kMathR, int kProdR, int kExtra = 0, class Produce>
+__device__ __forceinline__ bool enter_roles_with(int tid, uint32_t bars, const uint32_t (&pair_counts)[kPairs],
+                                                 uint32_t extra_count, Produce&& produce) {
+  // setmaxnreg moves registers only within the CTA's launch allocation (kThreads x the launch
+  // bound's 168): an increase the decreases do not pay for blocks forever.
+  static_assert(2 * 128 * kMathR + 128 * kProdR <= kThreads * kLaunchRegs, "register split exceeds the CTA's allocation");
+  const uint32_t math_bar = bars + 16 * kPairs;
   if (tid == 0) {
 #pragma unroll
     for (int i = 0; i < kPairs; ++i) {
@@ -105,17 +109,28 @@ __device__ __forceinline__ bool enter_roles(const CUtensorMap* map, const Params
       mbar_init(bars + 16 * i + 8, pair_counts[i]);
     }
     mbar_init(math_bar, kMathThreads);
+#pragma unroll
+    for (int i = 0; i < kExtra; ++i) mbar_init(math_bar + 8 + 8 * i, extra_count);
     fence_barrier_init();
   }
   __syncthreads();
 
   if (tid >= kMathThreads) {
-    regs_decrease<kProducerRegs>();
-    if (tid == kMathThreads) produce_tiles(map, p, b, sr, skv_a, full0, empty0);
+    regs_decrease<kProdR>();
+    produce(tid - kMathThreads);
     return false;
   }
-  regs_increase<kMathRegs>();
+  regs_increase<kMathR>();
   return true;
+}
+
+// The prologue with the TMA producer (full barriers: one arrival, the producer's expect_tx).
+template <int kPairs>
+__device__ __forceinline__ bool enter_roles(const CUtensorMap* map, const Params& p, int b, const SplitRange& sr, int tid,
+                                            uint32_t bars, const uint32_t (&pair_counts)[kPairs], uint32_t skv_a) {
+  return enter_roles_with<kPairs, kMathRegs, kProducerRegs>(tid, bars, pair_counts, 0u, [&](int pt) {
+    if (pt == 0) produce_tiles(map, p, b, sr, skv_a, bars, bars + 16);
+  });
 }
 
 // Writes `rows` finished rows (fp32 in shared memory, row stride `stride` floats) to out (splits == 1,

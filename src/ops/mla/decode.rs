@@ -29,6 +29,102 @@ impl MlaArch {
     }
 }
 
+/// How `kv_cache` stores K and V. `M` is the memory type of [`MlaDecodeArgs`].
+#[derive(Clone, Debug)]
+pub enum KvFormat<M> {
+    /// `[pages, page_size, 576]` in q's dtype (bf16, fp16, or fp8 e4m3 on sm_100, whose fp8 path
+    /// takes fp8 queries too).
+    Native,
+    /// `[pages, page_size, 576]` fp8 e4m3 with one f32 scale for the whole cache, `scale` (f32
+    /// `[1]`, device memory, read when the kernel runs: an engine may update it between replays):
+    /// K = V = scale · e4m3, exactly (the scale is applied to the fp32 scores and output). vLLM's
+    /// fp8 KV cache. Queries bf16, output bf16. sm_90, 16 or 32 heads.
+    Fp8PerTensor {
+        /// f32 `[1]`.
+        scale: Tensor<M>,
+    },
+    /// DeepSeek V3.2's 656-byte token (FlashMLA's fp8 cache), u8 `[pages, page_size, 656]`: 512
+    /// e4m3 latent values, 4 f32 scales (one per 128 latent values), 64 bf16 rope values.
+    /// K = V = bf16(scale_g · e4m3) for the latent (the product in f32, rounded once to bf16, as
+    /// FlashMLA's fp8 kernels dequantise), the rope as stored. Queries bf16, output bf16. sm_90, 16
+    /// or 32 heads.
+    Fp8DsMla,
+}
+
+impl<M> KvFormat<M> {
+    /// Which format, without its tensors.
+    pub fn kind(&self) -> KvFormatKind {
+        match self {
+            KvFormat::Native => KvFormatKind::Native,
+            KvFormat::Fp8PerTensor { .. } => KvFormatKind::Fp8PerTensor,
+            KvFormat::Fp8DsMla => KvFormatKind::Fp8DsMla,
+        }
+    }
+
+    /// The same format over other memory (`f` maps the scale tensor's memory).
+    pub fn map_mem<N>(self, f: impl FnOnce(M) -> N) -> KvFormat<N> {
+        match self {
+            KvFormat::Native => KvFormat::Native,
+            KvFormat::Fp8PerTensor { scale } => {
+                let Tensor { mem, offset, dtype, shape, strides } = scale;
+                KvFormat::Fp8PerTensor { scale: Tensor { mem: f(mem), offset, dtype, shape, strides } }
+            }
+            KvFormat::Fp8DsMla => KvFormat::Fp8DsMla,
+        }
+    }
+}
+
+/// [`KvFormat`] without its tensors: what a plan records and the CLI names.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum KvFormatKind {
+    /// See [`KvFormat::Native`].
+    Native,
+    /// See [`KvFormat::Fp8PerTensor`].
+    Fp8PerTensor,
+    /// See [`KvFormat::Fp8DsMla`].
+    Fp8DsMla,
+}
+
+impl KvFormatKind {
+    /// Every format, for loops in tests and tools.
+    pub const ALL: [KvFormatKind; 3] = [KvFormatKind::Native, KvFormatKind::Fp8PerTensor, KvFormatKind::Fp8DsMla];
+
+    /// Bytes per token of the cache for queries of `q` (the element type of a native cache).
+    pub fn token_bytes(self, q: KvDtype) -> usize {
+        match self {
+            KvFormatKind::Native => q.size_bytes() * (LATENT_DIM + ROPE_DIM),
+            KvFormatKind::Fp8PerTensor => LATENT_DIM + ROPE_DIM,
+            KvFormatKind::Fp8DsMla => DS_MLA_TOKEN_BYTES,
+        }
+    }
+}
+
+/// Bytes per token of [`KvFormat::Fp8DsMla`].
+pub const DS_MLA_TOKEN_BYTES: usize = crate::sys::kernels::GS_MLA_DS_MLA_TOKEN_BYTES as usize;
+
+impl std::fmt::Display for KvFormatKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            KvFormatKind::Native => "native",
+            KvFormatKind::Fp8PerTensor => "fp8",
+            KvFormatKind::Fp8DsMla => "fp8-ds-mla",
+        })
+    }
+}
+
+impl std::str::FromStr for KvFormatKind {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        match s.to_ascii_lowercase().replace('_', "-").as_str() {
+            "native" => Ok(KvFormatKind::Native),
+            "fp8" | "fp8-per-tensor" => Ok(KvFormatKind::Fp8PerTensor),
+            "fp8-ds-mla" | "ds-mla" => Ok(KvFormatKind::Fp8DsMla),
+            _ => Err(Error::invalid("kv_format", "native, fp8 or fp8-ds-mla", s)),
+        }
+    }
+}
+
 /// Arguments of one decode step. `M` is `&DeviceBuffer` eagerly, [`CapturedBuffer`] in a capture.
 #[derive(Clone, Debug)]
 pub struct MlaDecodeArgs<M> {
@@ -36,8 +132,10 @@ pub struct MlaDecodeArgs<M> {
     pub q_nope: Tensor<M>,
     /// [B, H, 64], same dtype as q_nope.
     pub q_pe: Tensor<M>,
-    /// [pages, page_size, 576] contiguous, same dtype as q.
+    /// [pages, page_size, 576] contiguous, same dtype as q (see [`KvFormat`] for the fp8 caches).
     pub kv_cache: Tensor<M>,
+    /// How `kv_cache` stores K and V.
+    pub kv_format: KvFormat<M>,
     /// `[B]` i32 lengths. Device data, so never trusted; both back-ends read it the same way:
     /// a length ≤ 0 is an empty request (its `out` rows are all zeros and its `lse` is `-inf`),
     /// a length above `max_seq_len` is clamped to `max_seq_len`. (The sm100 path clamps into a
@@ -67,8 +165,10 @@ pub struct MlaDecodeArgs<M> {
 pub struct MlaDecodePlan {
     /// Back-end.
     pub arch: MlaArch,
-    /// Element type.
+    /// Element type of the queries (and of a native cache).
     pub dtype: KvDtype,
+    /// How the cache stores K and V.
+    pub kv_format: KvFormatKind,
     /// Requests.
     pub batch: u32,
     /// Heads.
@@ -116,8 +216,28 @@ impl<M: DeviceMemory> MlaDecodeArgs<M> {
         let dt = self.q_nope.dtype;
         let qp = Check { name: "q_pe", t: &self.q_pe };
         qp.dtype(&[dt])?.shape(&[Some(batch), Some(heads), Some(ROPE_DIM)])?.inner_contiguous()?;
+        let format = self.kv_format.kind();
+        if format != KvFormatKind::Native {
+            if arch != MlaArch::Sm90 {
+                return Err(Error::invalid("kv_format", "KvFormat::Native on sm_100 (its fp8 path takes fp8 q and KV: dtype Fp8E4m3)", format));
+            }
+            if dt != DType::Bf16 {
+                return Err(Error::invalid("q_nope.dtype", format!("bf16 with kv_format {format}"), dt));
+            }
+            if heads != 16 && heads != 32 {
+                return Err(Error::invalid("q_nope.shape[1] (heads)", format!("16 or 32 with kv_format {format} (the sm_90 kernel of 48..128 heads has no fp8 path yet)"), heads));
+            }
+        }
+        let (kv_dt, kv_row) = match format {
+            KvFormatKind::Native => (dt, LATENT_DIM + ROPE_DIM),
+            KvFormatKind::Fp8PerTensor => (DType::Fp8E4m3, LATENT_DIM + ROPE_DIM),
+            KvFormatKind::Fp8DsMla => (DType::U8, DS_MLA_TOKEN_BYTES),
+        };
         let kv = Check { name: "kv_cache", t: &self.kv_cache };
-        kv.dtype(&[dt])?.shape(&[None, None, Some(LATENT_DIM + ROPE_DIM)])?.contiguous()?;
+        kv.dtype(&[kv_dt])?.shape(&[None, None, Some(kv_row)])?.contiguous()?;
+        if let KvFormat::Fp8PerTensor { scale } = &self.kv_format {
+            Check { name: "kv_format.scale", t: scale }.dtype(&[DType::F32])?.shape(&[Some(1)])?.contiguous()?;
+        }
         let (pages, page_size) = (self.kv_cache.shape[0], self.kv_cache.shape[1]);
         if pages == 0 || (pages as u64).checked_mul(page_size as u64).is_none_or(|tokens| tokens >= 1 << 31) {
             return Err(Error::invalid("kv_cache.shape[0] (pages)", "at least 1, with pages x page_size below 2^31 tokens", pages));
@@ -172,6 +292,9 @@ impl<M: DeviceMemory> MlaDecodeArgs<M> {
         if let Some(lse) = &self.lse {
             all.push(("lse", lse, 4));
         }
+        if let KvFormat::Fp8PerTensor { scale } = &self.kv_format {
+            all.push(("kv_format.scale", scale, 4));
+        }
         for (name, t, align) in all {
             let ch = Check { name, t };
             ch.aligned(align)?.in_bounds()?;
@@ -187,6 +310,11 @@ impl<M: DeviceMemory> MlaDecodeArgs<M> {
         for w in written {
             refuse_overlap(w, ("seq_lens", self.seq_lens.byte_range()))?;
             refuse_overlap(w, ("page_table", self.page_table.byte_range()))?;
+            // The scale multiplies every score: a write racing its read would make the result
+            // depend on timing.
+            if let KvFormat::Fp8PerTensor { scale } = &self.kv_format {
+                refuse_overlap(w, ("kv_format.scale", scale.byte_range()))?;
+            }
         }
         refuse_overlap(written[1], written[0])?;
 
@@ -205,6 +333,7 @@ impl<M: DeviceMemory> MlaDecodeArgs<M> {
         Ok(MlaDecodePlan {
             arch,
             dtype,
+            kv_format: format,
             batch: batch as u32,
             num_heads: heads as u32,
             page_size: page_size as u32,
@@ -234,6 +363,11 @@ impl<M: DeviceMemory> MlaDecodeArgs<M> {
             q_nope,
             q_pe,
             kv_cache: span(target, "kv_cache", &self.kv_cache)?,
+            kv_layout: match &self.kv_format {
+                KvFormat::Native => glue::KvLayout::Native,
+                KvFormat::Fp8PerTensor { scale } => glue::KvLayout::Fp8PerTensor { scale: span(target, "kv_format.scale", scale)? },
+                KvFormat::Fp8DsMla => glue::KvLayout::Fp8DsMla,
+            },
             num_pages: i32_of("kv_cache.shape[0] (pages)", self.kv_cache.shape[0] as u64)?,
             page_size: i32_of("page_size", p.page_size as u64)?,
             seq_lens: span(target, "seq_lens", &self.seq_lens)?,

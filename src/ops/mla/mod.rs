@@ -13,7 +13,7 @@ pub mod reference;
 pub mod sm100;
 pub mod sm90;
 
-pub use decode::{decode, decode_captured, MlaArch, MlaDecodeArgs, MlaDecodePlan};
+pub use decode::{decode, decode_captured, KvFormat, KvFormatKind, MlaArch, MlaDecodeArgs, MlaDecodePlan, DS_MLA_TOKEN_BYTES};
 
 /// Query heads of the MLA kernels (engines with tensor parallelism pad fewer heads up to this).
 pub const NUM_HEADS: usize = crate::sys::kernels::GS_MLA_NUM_HEADS as usize;

@@ -77,6 +77,41 @@ pub fn cpu_decode(p: &HostProblem) -> (Vec<f32>, Vec<f32>) {
     (out, lse)
 }
 
+/// The value of an fp8 e4m3 code (NaN for 0x7F and 0xFF, e4m3 having no infinities).
+pub fn e4m3_value(code: u8) -> f32 {
+    let (sign, e, m) = (if code & 0x80 != 0 { -1.0f32 } else { 1.0 }, (code >> 3) & 0xF, code & 7);
+    if e == 15 && m == 7 {
+        return f32::NAN;
+    }
+    let mag = if e == 0 { m as f32 / 8.0 * 2f32.powi(-6) } else { (1.0 + m as f32 / 8.0) * 2f32.powi(e as i32 - 7) };
+    sign * mag
+}
+
+/// A per-tensor fp8 cache ([tokens, 576] e4m3 codes, [`super::KvFormat::Fp8PerTensor`])
+/// dequantised: `scale · e4m3` for every value, the product rounded once to f32.
+pub fn dequantize_fp8_per_tensor(codes: &[u8], scale: f32) -> Vec<f32> {
+    codes.iter().map(|&c| e4m3_value(c) * scale).collect()
+}
+
+/// A DeepSeek V3.2 cache ([tokens, 656] bytes, [`super::KvFormat::Fp8DsMla`]) dequantised to
+/// [tokens, 576] as the kernel defines it: latent value d is `bf16(scale[d / 128] · e4m3)` (the
+/// product in f32, rounded once to bf16: the per-token scales cannot be factored out of Q·K, so K
+/// is dequantised to the tensor cores' bf16, as FlashMLA's fp8 kernels do), the rope the stored
+/// bf16 values.
+pub fn dequantize_ds_mla(bytes: &[u8]) -> Vec<f32> {
+    const TOKEN: usize = super::DS_MLA_TOKEN_BYTES;
+    assert_eq!(bytes.len() % TOKEN, 0, "a whole number of {TOKEN}-byte tokens");
+    let mut out = Vec::with_capacity(bytes.len() / TOKEN * ROW);
+    for t in bytes.chunks_exact(TOKEN) {
+        let scale = |g: usize| f32::from_le_bytes(t[LATENT_DIM + 4 * g..LATENT_DIM + 4 * g + 4].try_into().expect("4 bytes"));
+        let s = [scale(0), scale(1), scale(2), scale(3)];
+        out.extend(t[..LATENT_DIM].iter().enumerate().map(|(d, &c)| half::bf16::from_f32(e4m3_value(c) * s[d / 128]).to_f32()));
+        let rope = &t[LATENT_DIM + 16..];
+        out.extend(rope.chunks_exact(2).map(|b| f32::from_bits((u16::from_le_bytes([b[0], b[1]]) as u32) << 16)));
+    }
+    out
+}
+
 /// The GPU reference kernel, loaded into one context.
 pub struct GpuReference {
     k: MlaReferenceKernel,
@@ -154,5 +189,47 @@ impl GpuReference {
         target.commit()?;
         target.launch(launch)?;
         Ok((out.to_host_vec::<f32>(stream)?, lse.to_host_vec::<f32>(stream)?))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn e4m3_values_are_the_format_s() {
+        assert_eq!(e4m3_value(0x00), 0.0);
+        assert_eq!(e4m3_value(0x01), 2f32.powi(-9)); // smallest subnormal
+        assert_eq!(e4m3_value(0x07), 7.0 * 2f32.powi(-9)); // largest subnormal
+        assert_eq!(e4m3_value(0x08), 2f32.powi(-6)); // smallest normal
+        assert_eq!(e4m3_value(0x38), 1.0);
+        assert_eq!(e4m3_value(0xB8), -1.0);
+        assert_eq!(e4m3_value(0x7E), 448.0); // largest finite
+        assert!(e4m3_value(0x7F).is_nan() && e4m3_value(0xFF).is_nan());
+        // Strictly increasing over the positive codes, and the negative codes mirror them.
+        for c in 0..0x7Eu8 {
+            assert!(e4m3_value(c) < e4m3_value(c + 1), "{c:#x}");
+            assert_eq!(e4m3_value(c | 0x80), -e4m3_value(c));
+        }
+    }
+
+    #[test]
+    fn a_ds_mla_token_dequantises_by_its_group_scales_and_keeps_its_rope() {
+        let mut t = vec![0u8; super::super::DS_MLA_TOKEN_BYTES];
+        t[..LATENT_DIM].fill(0x38); // 1.0
+        for (g, s) in [0.5f32, 2.0, -1.0, 0.125].iter().enumerate() {
+            t[LATENT_DIM + 4 * g..LATENT_DIM + 4 * g + 4].copy_from_slice(&s.to_le_bytes());
+        }
+        for r in 0..ROPE_DIM {
+            let bits = half::bf16::from_f32(r as f32 - 3.5).to_bits();
+            t[LATENT_DIM + 16 + 2 * r..LATENT_DIM + 18 + 2 * r].copy_from_slice(&bits.to_le_bytes());
+        }
+        let v = dequantize_ds_mla(&t);
+        assert_eq!(v.len(), ROW);
+        assert_eq!((v[0], v[127], v[128], v[300], v[511]), (0.5, 0.5, 2.0, -1.0, 0.125));
+        // The product is rounded to bf16: 1.0 x 0.1 is bf16's 0.1.
+        t[LATENT_DIM..LATENT_DIM + 4].copy_from_slice(&0.1f32.to_le_bytes());
+        assert_eq!(dequantize_ds_mla(&t)[0], half::bf16::from_f32(0.1).to_f32());
+        assert_eq!((v[512], v[575]), (-3.5, 59.5));
     }
 }

@@ -2,7 +2,7 @@
 //! the fake addresses are never dereferenced. (On a GPU machine a check that stopped refusing
 //! would launch on them and fault the test.)
 
-use super::mla::{self, Backend, Decode, Rows};
+use super::mla::{self, Backend, Decode, KvLayout, Rows};
 use super::nvfp4::{self, Fp4Matrix, W4a16};
 use super::{DeviceSpan, GlueDtype};
 use crate::error::Error;
@@ -73,6 +73,7 @@ fn decode(batch: i32, max_seq_len: i32, page_size: i32) -> Decode {
         q_nope: rows(0x10_0000),
         q_pe: Rows { span: span(0x20_0000, BIG), stride_batch: 128 * 64, stride_head: 64 },
         kv_cache: span(0x30_0000, BIG),
+        kv_layout: KvLayout::Native,
         num_pages: 64,
         page_size,
         seq_lens: span(0x40_0000, 4 * batch as u64),
@@ -99,6 +100,24 @@ fn decode_refuses_a_page_table_one_column_short_and_a_short_workspace() {
     let needed = mla::sm100_workspace_bytes(GlueDtype::Bf16, 3, 1000, 64, 132, 1).unwrap();
     let e = mla::decode(Backend::Sm100, &d, span(0x70_0000, needed - 1), null_stream());
     assert_eq!(e, Err(Error::WorkspaceTooSmall { needed, capacity: needed - 1 }));
+}
+
+#[test]
+fn decode_checks_an_fp8_cache_by_its_own_token_size_and_its_scale() {
+    let d = Decode { num_heads: 16, ..decode(1, 64, 64) };
+    // 64 pages of 64 tokens: 576 bytes a token for the per-tensor format, 656 for DeepSeek's.
+    let scale = span(0x80_0000, 4);
+    for (layout, token) in [(KvLayout::Fp8PerTensor { scale }, 576), (KvLayout::Fp8DsMla, 656)] {
+        let short = Decode { kv_cache: span(0x30_0000, 64 * 64 * token - 1), kv_layout: layout, ..d };
+        let e = mla::decode(Backend::Sm90, &short, span(0x70_0000, BIG), null_stream()).unwrap_err();
+        assert!(matches!(&e, Error::InvalidArgument { what, .. } if what == "kv_cache"), "{layout:?}: {e}");
+    }
+    let no_scale = Decode { kv_layout: KvLayout::Fp8PerTensor { scale: span(0x80_0000, 3) }, ..d };
+    let e = mla::decode(Backend::Sm90, &no_scale, span(0x70_0000, BIG), null_stream()).unwrap_err();
+    assert!(matches!(&e, Error::InvalidArgument { what, .. } if what == "kv_scale"), "{e}");
+    let odd = Decode { kv_layout: KvLayout::Fp8PerTensor { scale: span(0x80_0002, 4) }, ..d };
+    let e = mla::decode(Backend::Sm90, &odd, span(0x70_0000, BIG), null_stream()).unwrap_err();
+    assert!(matches!(&e, Error::InvalidArgument { what, .. } if what == "kv_scale.address"), "{e}");
 }
 
 #[test]

@@ -71,6 +71,37 @@ impl Rows {
     }
 }
 
+/// How the cache stores K and V (`GsMlaKvFormat`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum KvLayout {
+    /// `[pages, page_size, 576]` in q's dtype.
+    Native,
+    /// `[pages, page_size, 576]` e4m3 and the span of one f32 scale.
+    Fp8PerTensor { scale: DeviceSpan },
+    /// `[pages, page_size, 656]` bytes (DeepSeek V3.2's token).
+    Fp8DsMla,
+}
+
+impl KvLayout {
+    fn code(self) -> i32 {
+        (match self {
+            KvLayout::Native => k::GsMlaKvFormat::GS_MLA_KV_NATIVE,
+            KvLayout::Fp8PerTensor { .. } => k::GsMlaKvFormat::GS_MLA_KV_FP8_PER_TENSOR,
+            KvLayout::Fp8DsMla => k::GsMlaKvFormat::GS_MLA_KV_FP8_DS_MLA,
+        })
+        .0 as i32
+    }
+
+    /// (bytes per element, elements per token) of the cache, for q's element size `q_bytes`.
+    fn token(self, q_bytes: u64) -> (u64, u64) {
+        match self {
+            KvLayout::Native => (q_bytes, 576),
+            KvLayout::Fp8PerTensor { .. } => (1, 576),
+            KvLayout::Fp8DsMla => (1, k::GS_MLA_DS_MLA_TOKEN_BYTES as u64),
+        }
+    }
+}
+
 /// The decode back-ends: the arch table's (`crate::arch` has no dependencies, so sys may use it).
 pub(crate) use crate::arch::MlaArch as Backend;
 
@@ -88,8 +119,9 @@ pub(crate) struct Decode {
     pub q_nope: Rows,
     /// `[batch, heads, 64]`.
     pub q_pe: Rows,
-    /// `[num_pages, page_size, 576]`, contiguous.
+    /// `[num_pages, page_size, 576]` (656 bytes per token for [`KvLayout::Fp8DsMla`]), contiguous.
     pub kv_cache: DeviceSpan,
+    pub kv_layout: KvLayout,
     pub num_pages: i32,
     pub page_size: i32,
     /// `[batch]` i32.
@@ -112,7 +144,12 @@ pub(crate) fn decode(backend: Backend, d: &Decode, ws: DeviceSpan, stream: RawSt
     let e = d.dtype.bytes();
     let q_nope = d.q_nope.address("q_nope", e, (b, h, 512), 16)?;
     let q_pe = d.q_pe.address("q_pe", e, (b, h, 64), 16)?;
-    let kv = d.kv_cache.require("kv_cache", extent_of("kv_cache", e, &[(pages, page * 576), (page * 576, 1)])?, 16)?;
+    let (kv_elem, kv_row) = d.kv_layout.token(e);
+    let kv = d.kv_cache.require("kv_cache", extent_of("kv_cache", kv_elem, &[(pages, page * kv_row), (page * kv_row, 1)])?, 16)?;
+    let kv_scale = match d.kv_layout {
+        KvLayout::Fp8PerTensor { scale } => scale.require("kv_scale", 4, 4)?,
+        _ => 0,
+    };
     let lens = d.seq_lens.require("seq_lens", 4 * b, 4)?;
     let columns = count("max_seq_len", d.max_seq_len)?.div_ceil(page);
     let stride = unsigned("page_table_stride", d.page_table_stride as i64)?;
@@ -152,6 +189,8 @@ pub(crate) fn decode(backend: Backend, d: &Decode, ws: DeviceSpan, stream: RawSt
         out_stride_head: d.out.stride_head,
         lse: lse as *mut f32,
         sm_scale: d.sm_scale,
+        kv_format: d.kv_layout.code(),
+        kv_scale: kv_scale as *const f32,
     };
     let (wsp, wsb, s) = (ws.ptr() as *mut std::ffi::c_void, ws.len(), stream.cast::<std::ffi::c_void>());
     let launched: Result<(i32, &'static str)> = match backend {

@@ -1,0 +1,374 @@
+//! MLA decode over fp8 KV caches on the sm90 kernel (16 and 32 heads): numerics against the f64
+//! CPU reference of the dequantised cache over 24 shapes, every e4m3 code dequantised exactly,
+//! captured replay bit-identical to eager (and reading the per-tensor scale at replay), and a
+//! capture with too small a workspace refused with nothing captured. Skips without a Hopper GPU
+//! (fails instead under GRAPHSAFE_REQUIRE_GPU=1 when there is no GPU at all).
+
+mod common;
+
+use common::{gpu, random_f32};
+use graphsafe::driver::{Context, DeviceBuffer, Stream};
+use graphsafe::graph::{CaptureMode, CapturedBuffer};
+use graphsafe::ops::mla::reference::{cpu_decode, dequantize_ds_mla, dequantize_fp8_per_tensor, e4m3_value, HostProblem};
+use graphsafe::ops::mla::{decode, decode_captured, KvFormat, KvFormatKind, MlaDecodeArgs, DS_MLA_TOKEN_BYTES};
+use graphsafe::ops::tensor::{DType, Tensor};
+use graphsafe::workspace::Workspace;
+use half::bf16;
+use std::sync::Arc;
+
+#[derive(Clone, Debug)]
+struct Shape {
+    kind: KvFormatKind,
+    heads: usize,
+    page: usize,
+    seq_lens: Vec<i32>,
+    splits: Option<u32>,
+    /// Per-tensor: the scale. 656-byte format: the largest group scale (each is drawn in
+    /// [scale / 16, scale]).
+    scale: f32,
+    seed: u64,
+}
+
+fn lcg(s: &mut u64) -> u64 {
+    *s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+    *s >> 33
+}
+
+/// Random e4m3 codes, never e4m3's NaN (0x7F, 0xFF): caches written by saturating conversions hold
+/// none, and the kernel reads them as a finite value.
+fn codes(n: usize, seed: u64) -> Vec<u8> {
+    let mut s = seed | 1;
+    (0..n).map(|_| (lcg(&mut s) & 0xFF) as u8).map(|c| if c & 0x7F == 0x7F { c ^ 1 } else { c }).collect()
+}
+
+struct Problem {
+    shape: Shape,
+    batch: usize,
+    max_seq: usize,
+    max_pages: usize,
+    pages: usize,
+    q_nope: DeviceBuffer,
+    q_pe: DeviceBuffer,
+    kv: DeviceBuffer,
+    scale: DeviceBuffer,
+    seq_lens: DeviceBuffer,
+    page_table: DeviceBuffer,
+    out: DeviceBuffer,
+    lse: DeviceBuffer,
+    /// q_nope, q_pe, the dequantised cache [tokens, 576], the page table (as f32 / i32).
+    host: (Vec<f32>, Vec<f32>, Vec<f32>, Vec<i32>),
+    sm_scale: f32,
+}
+
+fn build(stream: &Stream, s: &Shape) -> Problem {
+    let batch = s.seq_lens.len();
+    let max_seq = *s.seq_lens.iter().max().unwrap() as usize;
+    let max_pages = max_seq.div_ceil(s.page) + 1;
+    let used: usize = s.seq_lens.iter().map(|&l| (l.max(0) as usize).div_ceil(s.page)).sum();
+    let pages = used + 2;
+    let mut perm: Vec<i32> = (0..pages as i32).collect();
+    let mut st = s.seed | 1;
+    for i in (1..perm.len()).rev() {
+        perm.swap(i, lcg(&mut st) as usize % (i + 1));
+    }
+    let mut pt = vec![perm[pages - 1]; batch * max_pages];
+    let mut next = 0;
+    for b in 0..batch {
+        for p in 0..(s.seq_lens[b].max(0) as usize).div_ceil(s.page) {
+            pt[b * max_pages + p] = perm[next];
+            next += 1;
+        }
+    }
+    let h = s.heads;
+    let q = |n, seed| -> (Vec<u16>, Vec<f32>) { random_f32(n, seed).into_iter().map(bf16::from_f32).map(|v| (v.to_bits(), v.to_f32())).unzip() };
+    let (qn_bits, qn) = q(batch * h * 512, s.seed + 1);
+    let (qp_bits, qp) = q(batch * h * 64, s.seed + 2);
+    let tokens = pages * s.page;
+    let (kv_bytes, kv) = match s.kind {
+        KvFormatKind::Fp8PerTensor => {
+            let c = codes(tokens * 576, s.seed + 3);
+            let kv = dequantize_fp8_per_tensor(&c, s.scale);
+            (c, kv)
+        }
+        KvFormatKind::Fp8DsMla => {
+            let c = codes(tokens * 512, s.seed + 3);
+            let rope = random_f32(tokens * 64, s.seed + 4);
+            let mut st = s.seed + 5;
+            let mut bytes = Vec::with_capacity(tokens * DS_MLA_TOKEN_BYTES);
+            for t in 0..tokens {
+                bytes.extend_from_slice(&c[t * 512..(t + 1) * 512]);
+                for _ in 0..4 {
+                    let u = (lcg(&mut st) % 1024) as f32 / 1024.0;
+                    bytes.extend_from_slice(&(s.scale * (1.0 / 16.0 + u * 15.0 / 16.0)).to_le_bytes());
+                }
+                for r in 0..64 {
+                    bytes.extend_from_slice(&bf16::from_f32(rope[t * 64 + r]).to_bits().to_le_bytes());
+                }
+            }
+            let kv = dequantize_ds_mla(&bytes);
+            (bytes, kv)
+        }
+        KvFormatKind::Native => unreachable!("fp8 tests"),
+    };
+    Problem {
+        shape: s.clone(),
+        batch,
+        max_seq,
+        max_pages,
+        pages,
+        q_nope: DeviceBuffer::from_host(stream, &qn_bits).unwrap(),
+        q_pe: DeviceBuffer::from_host(stream, &qp_bits).unwrap(),
+        kv: DeviceBuffer::from_host(stream, &kv_bytes).unwrap(),
+        scale: DeviceBuffer::from_host(stream, &[s.scale]).unwrap(),
+        seq_lens: DeviceBuffer::from_host(stream, &s.seq_lens).unwrap(),
+        page_table: DeviceBuffer::from_host(stream, &pt).unwrap(),
+        out: DeviceBuffer::alloc_zeroed(stream, batch * h * 512 * 2).unwrap(),
+        lse: DeviceBuffer::alloc_zeroed(stream, batch * h * 4).unwrap(),
+        host: (qn, qp, kv, pt),
+        sm_scale: 1.0 / (576f32).sqrt(),
+    }
+}
+
+fn args(p: &Problem) -> MlaDecodeArgs<&DeviceBuffer> {
+    let (b, h) = (p.batch, p.shape.heads);
+    let (kv_cache, kv_format) = match p.shape.kind {
+        KvFormatKind::Fp8PerTensor => (
+            Tensor::contiguous(&p.kv, DType::Fp8E4m3, &[p.pages, p.shape.page, 576]),
+            KvFormat::Fp8PerTensor { scale: Tensor::contiguous(&p.scale, DType::F32, &[1]) },
+        ),
+        _ => (Tensor::contiguous(&p.kv, DType::U8, &[p.pages, p.shape.page, DS_MLA_TOKEN_BYTES]), KvFormat::Fp8DsMla),
+    };
+    MlaDecodeArgs {
+        q_nope: Tensor::contiguous(&p.q_nope, DType::Bf16, &[b, h, 512]),
+        q_pe: Tensor::contiguous(&p.q_pe, DType::Bf16, &[b, h, 64]),
+        kv_cache,
+        kv_format,
+        seq_lens: Tensor::contiguous(&p.seq_lens, DType::I32, &[b]),
+        page_table: Tensor::contiguous(&p.page_table, DType::I32, &[b, p.max_pages]),
+        out: Tensor::contiguous(&p.out, DType::Bf16, &[b, h, 512]),
+        lse: Some(Tensor::contiguous(&p.lse, DType::F32, &[b, h])),
+        sm_scale: p.sm_scale,
+        max_seq_len: p.max_seq as u32,
+        num_splits: p.shape.splits,
+    }
+}
+
+/// The same arguments over buffers bound to `cap` (the graph keeps them alive, the scale too).
+fn captured_args<'c>(cap: &mut graphsafe::graph::Capture<'_, 'c>, p: &Problem, a: &MlaDecodeArgs<&DeviceBuffer>) -> MlaDecodeArgs<CapturedBuffer<'c>> {
+    let mut b = |buf: &DeviceBuffer| cap.bind_buffer(buf).unwrap();
+    let kv_format = a.kv_format.clone().map_mem(|_| b(&p.scale));
+    MlaDecodeArgs {
+        q_nope: a.q_nope.clone().with_mem(b(&p.q_nope)),
+        q_pe: a.q_pe.clone().with_mem(b(&p.q_pe)),
+        kv_cache: a.kv_cache.clone().with_mem(b(&p.kv)),
+        kv_format,
+        seq_lens: a.seq_lens.clone().with_mem(b(&p.seq_lens)),
+        page_table: a.page_table.clone().with_mem(b(&p.page_table)),
+        out: a.out.clone().with_mem(b(&p.out)),
+        lse: a.lse.clone().map(|t| t.with_mem(b(&p.lse))),
+        sm_scale: a.sm_scale,
+        max_seq_len: a.max_seq_len,
+        num_splits: a.num_splits,
+    }
+}
+
+fn hopper(ctx: &Arc<Context>) -> bool {
+    let cc = ctx.device().compute_capability().unwrap();
+    if cc != (9, 0) {
+        eprintln!("SKIP: the fp8 KV caches run on the sm90 MLA kernel (H100/H200); this GPU is sm_{}{}", cc.0, cc.1);
+        return false;
+    }
+    true
+}
+
+fn bf16_out(p: &Problem, stream: &Stream) -> Vec<f32> {
+    p.out.to_host_vec::<u16>(stream).unwrap().into_iter().map(|b| bf16::from_bits(b).to_f32()).collect()
+}
+
+fn shapes() -> Vec<Shape> {
+    use KvFormatKind::{Fp8DsMla as Ds, Fp8PerTensor as Pt};
+    let s = |kind, heads, page, seq_lens: Vec<i32>, splits, scale, seed| Shape { kind, heads, page, seq_lens, splits, scale, seed };
+    let mut v = Vec::new();
+    for (i, kind) in [Pt, Ds].into_iter().enumerate() {
+        let k = 100 * i as u64;
+        v.extend([
+            s(kind, 16, 64, vec![1], None, 1.0 / 64.0, k + 1),
+            s(kind, 32, 128, vec![1, 2, 3], None, 1.0 / 64.0, k + 2),
+            s(kind, 16, 64, vec![63, 64, 65], None, 1.0 / 32.0, k + 3),
+            s(kind, 32, 64, vec![127, 128, 129], Some(2), 1.0 / 32.0, k + 4),
+            s(kind, 16, 128, vec![4096], None, 1.0 / 64.0, k + 5),
+            s(kind, 32, 64, vec![4096; 4], None, 1.0 / 64.0, k + 6),
+            s(kind, 16, 64, vec![700, 1, 0, 2048, 33, -5], None, 1.0 / 64.0, k + 7),
+            s(kind, 32, 128, vec![1000, 999, 998], Some(1), 1.0 / 64.0, k + 8),
+            s(kind, 16, 64, vec![16_384], Some(64), 1.0 / 64.0, k + 9),
+            // Logits of tens (a peaked softmax) and a tiny scale (values near 2^-15).
+            s(kind, 16, 64, vec![640; 3], None, 0.25, k + 10),
+            s(kind, 32, 128, vec![300, 5000], Some(7), 1.0 / 4096.0, k + 11),
+            s(kind, 16, 64, (1..=12).map(|i| i * 97).collect(), None, 1.0 / 64.0, k + 12),
+        ]);
+    }
+    v
+}
+
+#[test]
+fn sm90_fp8_matches_the_dequantized_reference_over_24_shapes() {
+    let Some((ctx, stream)) = gpu() else { return };
+    if !hopper(&ctx) {
+        return;
+    }
+    let mut ws = Workspace::new(&stream, 0).unwrap();
+    let all = shapes();
+    assert!(all.len() >= 20);
+    let mut worst = (0f64, 0f64);
+    for s in &all {
+        let p = build(&stream, s);
+        let plan = decode(&args(&p), &mut ws, &stream).unwrap();
+        assert_eq!(plan.kv_format, s.kind);
+        let out = bf16_out(&p, &stream);
+        let lse = p.lse.to_host_vec::<f32>(&stream).unwrap();
+        let (qn, qp, kv, pt) = &p.host;
+        let hp = HostProblem { q_nope: qn, q_pe: qp, kv, seq_lens: &s.seq_lens, page_table: pt, page_table_stride: p.max_pages, page_size: s.page, num_heads: s.heads, sm_scale: p.sm_scale };
+        let (r_out, r_lse) = cpu_decode(&hp);
+        let scale = r_out.iter().fold(0f64, |m, &v| m.max(v.abs() as f64)).max(1e-30);
+        let eo = out.iter().zip(&r_out).fold(0f64, |m, (&a, &r)| m.max((a as f64 - r as f64).abs())) / scale;
+        let mut el = 0f64;
+        for (&a, &r) in lse.iter().zip(&r_lse) {
+            if r == f32::NEG_INFINITY {
+                assert_eq!(a, f32::NEG_INFINITY, "{s:?}: an empty request's lse");
+            } else {
+                // Absolute, relative beyond |lse| = 100 (f32 sums of 576 products of that size).
+                el = el.max((a as f64 - r as f64).abs() / (r.abs() as f64 / 100.0).max(1.0));
+            }
+        }
+        eprintln!("{} h={} page={} B={} max_seq={} splits={} scale={}: out {eo:.2e} lse {el:.2e}", s.kind, s.heads, s.page, p.batch, p.max_seq, plan.num_splits, s.scale);
+        assert!(eo <= 2e-2, "{s:?}: output error {eo}");
+        assert!(el <= 1e-3, "{s:?}: lse error {el}");
+        for (b, &len) in s.seq_lens.iter().enumerate() {
+            if len <= 0 {
+                let row = &out[b * s.heads * 512..(b + 1) * s.heads * 512];
+                assert!(row.iter().all(|&v| v == 0.0), "{s:?}: empty request {b} is not zeros");
+            }
+        }
+        worst = (worst.0.max(eo), worst.1.max(el));
+    }
+    eprintln!("{} shapes, worst output error {:.3e}, worst lse error {:.3e}", all.len(), worst.0, worst.1);
+}
+
+/// One token per request makes the output that token's dequantised V row (softmax weight 1), so
+/// every e4m3 code, times every scale, must come out exactly as the host's bf16(scale · e4m3).
+#[test]
+fn sm90_fp8_dequantises_every_code_exactly() {
+    let Some((ctx, stream)) = gpu() else { return };
+    if !hopper(&ctx) {
+        return;
+    }
+    let mut ws = Workspace::new(&stream, 0).unwrap();
+    for kind in [KvFormatKind::Fp8PerTensor, KvFormatKind::Fp8DsMla] {
+        for scale in [1.0f32, 0.375, 1.0 / 3.0, 2f32.powi(-12), 7.5] {
+            let s = Shape { kind, heads: 16, page: 64, seq_lens: vec![1; 2], splits: None, scale, seed: 900 };
+            let mut p = build(&stream, &s);
+            // Token 0 of each request's page: codes 0..=255 twice in the latent, NaN codes as 0.
+            let latent: Vec<u8> = (0..512).map(|d| (d % 256) as u8).map(|c| if c & 0x7F == 0x7F { 0 } else { c }).collect();
+            let mut bytes = p.kv.to_host_vec::<u8>(&stream).unwrap();
+            let token = if kind == KvFormatKind::Fp8DsMla { DS_MLA_TOKEN_BYTES } else { 576 };
+            let pt = &p.host.3;
+            let mut groups = [scale; 4];
+            for b in 0..2 {
+                let row = pt[b * p.max_pages] as usize * s.page;
+                let t = &mut bytes[row * token..(row + 1) * token];
+                t[..512].copy_from_slice(&latent);
+                if kind == KvFormatKind::Fp8DsMla {
+                    groups = [scale, scale * 1.5, scale / 3.0, -scale];
+                    for (g, v) in groups.iter().enumerate() {
+                        t[512 + 4 * g..516 + 4 * g].copy_from_slice(&v.to_le_bytes());
+                    }
+                }
+            }
+            p.kv = DeviceBuffer::from_host(&stream, &bytes).unwrap();
+            decode(&args(&p), &mut ws, &stream).unwrap();
+            let out = p.out.to_host_vec::<u16>(&stream).unwrap();
+            for b in 0..2 {
+                for h in 0..16 {
+                    for d in 0..512 {
+                        // As values: a -0 code comes out as +0 (the accumulator starts at +0).
+                        let want = bf16::from_f32(e4m3_value(latent[d]) * groups[d / 128]).to_f32();
+                        let got = bf16::from_bits(out[(b * 16 + h) * 512 + d]).to_f32();
+                        assert_eq!(got, want, "{kind} scale {scale}: request {b} head {h} dim {d} (code {:#04x})", latent[d]);
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn sm90_fp8_captured_replay_equals_eager_and_reads_the_scale_at_replay() {
+    let Some((ctx, mut stream)) = gpu() else { return };
+    if !hopper(&ctx) {
+        return;
+    }
+    let mut ws = Workspace::new(&stream, 0).unwrap();
+    for s in [
+        Shape { kind: KvFormatKind::Fp8PerTensor, heads: 16, page: 64, seq_lens: vec![4000, 1, 77, 2048], splits: None, scale: 1.0 / 64.0, seed: 950 },
+        Shape { kind: KvFormatKind::Fp8DsMla, heads: 32, page: 128, seq_lens: vec![9000], splits: Some(40), scale: 1.0 / 64.0, seed: 951 },
+    ] {
+        let p = build(&stream, &s);
+        let a = args(&p);
+        let plan = decode(&a, &mut ws, &stream).unwrap();
+        let eager = (p.out.to_host_vec::<u16>(&stream).unwrap(), p.lse.to_host_vec::<u32>(&stream).unwrap());
+        // The eager result with another per-tensor scale, for the replay after the scale changed.
+        let other = 1.0f32 / 16.0;
+        let eager_other = (s.kind == KvFormatKind::Fp8PerTensor).then(|| {
+            p.scale.copy_from_host(&[other], &stream).unwrap();
+            decode(&a, &mut ws, &stream).unwrap();
+            let r = (p.out.to_host_vec::<u16>(&stream).unwrap(), p.lse.to_host_vec::<u32>(&stream).unwrap());
+            p.scale.copy_from_host(&[s.scale], &stream).unwrap();
+            r
+        });
+        let exec = {
+            let mut cap = stream.begin_capture(CaptureMode::ThreadLocal).unwrap();
+            let w = cap.bind_workspace(&mut ws).unwrap();
+            let ca = captured_args(&mut cap, &p, &a);
+            assert_eq!(decode_captured(&ca, &w, &cap).unwrap(), plan);
+            cap.end().unwrap().instantiate().unwrap()
+        };
+        ws.ensure_size(ws.capacity() * 2 + (1 << 20), &stream).unwrap(); // retire the captured workspace
+        for i in 0..10 {
+            p.out.memset_u8(0, &stream).unwrap();
+            p.lse.memset_u8(0, &stream).unwrap();
+            exec.launch(&stream).unwrap();
+            let got = (p.out.to_host_vec::<u16>(&stream).unwrap(), p.lse.to_host_vec::<u32>(&stream).unwrap());
+            assert!(got == eager, "{s:?}: replay {i} differs from eager");
+        }
+        if let Some(eager_other) = eager_other {
+            assert!(eager_other != eager, "the scale must change the result");
+            p.scale.copy_from_host(&[other], &stream).unwrap();
+            exec.launch(&stream).unwrap();
+            let got = (p.out.to_host_vec::<u16>(&stream).unwrap(), p.lse.to_host_vec::<u32>(&stream).unwrap());
+            assert!(got == eager_other, "{s:?}: the replay did not read the new scale");
+        }
+    }
+}
+
+#[test]
+fn sm90_fp8_capture_with_too_small_a_workspace_is_refused() {
+    let Some((ctx, mut stream)) = gpu() else { return };
+    if !hopper(&ctx) {
+        return;
+    }
+    let s = Shape { kind: KvFormatKind::Fp8DsMla, heads: 16, page: 64, seq_lens: vec![8192], splits: Some(32), scale: 1.0 / 64.0, seed: 960 };
+    let p = build(&stream, &s);
+    let a = args(&p);
+    let needed = a.plan(graphsafe::ops::mla::MlaArch::Sm90, 132, std::ptr::null_mut()).unwrap().workspace_bytes;
+    assert!(needed > 0);
+    let mut ws = Workspace::new(&stream, needed - 256).unwrap();
+    let mut cap = stream.begin_capture(CaptureMode::ThreadLocal).unwrap();
+    let w = cap.bind_workspace(&mut ws).unwrap();
+    let ca = captured_args(&mut cap, &p, &a);
+    match decode_captured(&ca, &w, &cap) {
+        Err(graphsafe::Error::WorkspaceTooSmall { needed: n, capacity }) => assert_eq!((n, capacity), (needed, needed - 256)),
+        other => panic!("expected WorkspaceTooSmall, got {other:?}"),
+    }
+    let g = cap.end().unwrap();
+    assert!(g.node_kinds().unwrap().is_empty());
+}
