@@ -134,9 +134,37 @@
 #define GRAPHSAFE_DTYPE_FP16 1
 
 /**
- * fp8-e4m3: MLA q/KV with bf16 output (sm_100 back-end only), and a cuDNN matmul input.
+ * fp8-e4m3: MLA q/KV with bf16 output (sm_100 back-end only), and a cuDNN matmul input. (sm_90's
+ * fp8 KV caches take bf16 queries: GRAPHSAFE_MLA_KV_FP8_PER_TENSOR, _FP8_DS_MLA.)
  */
 #define GRAPHSAFE_DTYPE_FP8_E4M3 2
+
+/**
+ * MLA KV-cache format (`GraphsafeMlaKvCache::kv_format`): `[num_pages, page_size, 576]` in q's
+ * dtype, what graphsafe_mla_decode runs (every back-end).
+ */
+#define GRAPHSAFE_MLA_KV_NATIVE 0
+
+/**
+ * MLA KV-cache format: fp8 e4m3 `[num_pages, page_size, 576]` with one f32 scale for the whole
+ * cache (`kv_scale`, read on the device when the kernel runs, so an engine may update it between
+ * replays): K = V = scale · e4m3 (vLLM's fp8 KV cache). q bf16 (GRAPHSAFE_DTYPE_BF16), output
+ * bf16; sm_90 only, 16 or 32 heads.
+ */
+#define GRAPHSAFE_MLA_KV_FP8_PER_TENSOR 1
+
+/**
+ * MLA KV-cache format: DeepSeek V3.2's token (FlashMLA's fp8 cache), bytes
+ * `[num_pages, page_size, GRAPHSAFE_MLA_DS_MLA_TOKEN_BYTES]`: 512 e4m3 latent values, 4 f32
+ * scales (one per 128 latent values), 64 bf16 rope values. q bf16 (GRAPHSAFE_DTYPE_BF16), output
+ * bf16; sm_90 only, 16 or 32 heads.
+ */
+#define GRAPHSAFE_MLA_KV_FP8_DS_MLA 2
+
+/**
+ * Bytes per token of a GRAPHSAFE_MLA_KV_FP8_DS_MLA cache.
+ */
+#define GRAPHSAFE_MLA_DS_MLA_TOKEN_BYTES 656
 
 /**
  * Planning target: the `arch` argument of the planners is a compute capability as
@@ -343,7 +371,8 @@ typedef struct {
  */
 typedef struct {
   /**
-   * GRAPHSAFE_DTYPE_* of q and kv_cache.
+   * GRAPHSAFE_DTYPE_* of q, and of kv_cache unless graphsafe_mla_decode_kv is given an fp8
+   * KV-cache format.
    */
   int dtype;
   /**
@@ -351,7 +380,8 @@ typedef struct {
    */
   int batch;
   /**
-   * Query heads (128 on sm_100; a multiple of 16 up to 128 on sm_90).
+   * Query heads (128 on sm_100; a multiple of 16 up to 128 on sm_90, 16 or 32 with an fp8
+   * KV-cache format).
    */
   int num_heads;
   /**
@@ -379,7 +409,8 @@ typedef struct {
    */
   int64_t q_pe_stride_head;
   /**
-   * [num_pages, page_size, 576], contiguous.
+   * [num_pages, page_size, 576], contiguous (for graphsafe_mla_decode_kv: as its
+   * `GraphsafeMlaKvCache` says).
    */
   uint64_t kv_cache;
   /**
@@ -431,6 +462,22 @@ typedef struct {
    */
   int num_splits;
 } GraphsafeMlaDecodeArgs;
+
+/**
+ * How `GraphsafeMlaDecodeArgs::kv_cache` stores K and V, for graphsafe_mla_decode_kv (a null
+ * `GraphsafeMlaKvCache *` there is GRAPHSAFE_MLA_KV_NATIVE).
+ */
+typedef struct {
+  /**
+   * GRAPHSAFE_MLA_KV_*.
+   */
+  int kv_format;
+  /**
+   * For GRAPHSAFE_MLA_KV_FP8_PER_TENSOR: device address of the f32 scale (one float, 4-byte
+   * aligned, caller-owned like every other tensor, never written by the decode); else 0.
+   */
+  uint64_t kv_scale;
+} GraphsafeMlaKvCache;
 
 /**
  * An NVFP4 GEMM plan.
@@ -952,6 +999,29 @@ int graphsafe_mla_plan(int arch,
                        GraphsafeMlaPlan *out);
 
 /**
+ * As graphsafe_mla_plan, for a decode of `args->dtype` = `dtype` queries over a cache stored as
+ * `kv_format` (GRAPHSAFE_MLA_KV_*; graphsafe_mla_decode_kv): refuses what that decode would,
+ * with GRAPHSAFE_ERROR_INVALID_ARGUMENT naming the argument: an fp8 format on sm_100
+ * (`kv_format`), or on sm_90 with `dtype` other than GRAPHSAFE_DTYPE_BF16 (`dtype`) or heads
+ * other than 16 or 32 (`num_heads`). The splits and workspace do not depend on the format (they
+ * equal graphsafe_mla_plan's for GRAPHSAFE_DTYPE_BF16, so graphsafe_mla_worst_case with bf16 is
+ * the pre-grow size for the fp8 formats too). Host-only: works without a GPU. Thread-safe.
+ *
+ * # Safety
+ * `out` is null (refused) or points to a writable `GraphsafeMlaPlan`.
+ */
+int graphsafe_mla_plan_kv(int arch,
+                          int dtype,
+                          int kv_format,
+                          int num_heads,
+                          int batch,
+                          int max_seq_len,
+                          int page_size,
+                          int sm_count,
+                          int requested_splits,
+                          GraphsafeMlaPlan *out);
+
+/**
  * The workspace to pre-grow before capture: the worst case over batch 1..=max_batch and sequence
  * lengths 1..=max_seq_len with the default split rule, for one page size (see
  * graphsafe_mla_plan for `page_size` and the limits). Host-only; answers in well under a
@@ -972,7 +1042,8 @@ int graphsafe_mla_worst_case(int arch,
 /**
  * Eager MLA decode on `stream`: validates, grows `ws` if needed (retiring, zero-filled), launches.
  * `plan` (nullable) receives what ran. BUSY while the stream is capturing or `ws` is bound to an
- * open capture. Thread-safe (calls on one workspace are serialized).
+ * open capture. Thread-safe (calls on one workspace are serialized). The cache is in q's dtype
+ * (graphsafe_mla_decode_kv with GRAPHSAFE_MLA_KV_NATIVE).
  *
  * # Safety
  * `args` is null (refused) or points to a valid `GraphsafeMlaDecodeArgs` whose device addresses
@@ -989,7 +1060,8 @@ int graphsafe_mla_decode(const GraphsafeMlaDecodeArgs *args,
 /**
  * Captured MLA decode: `ws` must be bound to `capture`; never grows it
  * (GRAPHSAFE_ERROR_WORKSPACE_TOO_SMALL names both sizes, nothing captured). Same thread as the
- * capture's begin for THREAD_LOCAL/GLOBAL captures.
+ * capture's begin for THREAD_LOCAL/GLOBAL captures. The cache is in q's dtype
+ * (graphsafe_mla_decode_kv_captured with GRAPHSAFE_MLA_KV_NATIVE).
  *
  * # Safety
  * As graphsafe_mla_decode, and the caller's memory must stay valid for as long as any graph made
@@ -999,6 +1071,47 @@ int graphsafe_mla_decode_captured(const GraphsafeMlaDecodeArgs *args,
                                   GraphsafeCapture capture,
                                   GraphsafeWorkspace ws,
                                   GraphsafeMlaPlan *plan);
+
+/**
+ * Eager MLA decode over a KV cache stored as `kv` says (null: GRAPHSAFE_MLA_KV_NATIVE, exactly
+ * graphsafe_mla_decode). `args->dtype` is q's dtype; `args->kv_cache` is fp8 e4m3
+ * `[num_pages, page_size, 576]` for GRAPHSAFE_MLA_KV_FP8_PER_TENSOR (with `kv->kv_scale` the
+ * address of its f32 scale) and bytes `[num_pages, page_size, GRAPHSAFE_MLA_DS_MLA_TOKEN_BYTES]`
+ * for GRAPHSAFE_MLA_KV_FP8_DS_MLA; an fp8 format needs GRAPHSAFE_DTYPE_BF16 q (bf16 output), 16
+ * or 32 heads and an sm_90 device (else GRAPHSAFE_ERROR_INVALID_ARGUMENT naming the argument;
+ * the format, its scale address, dtype and heads are checked before any handle is looked up).
+ * Workspace as graphsafe_mla_plan_kv says. `plan` (nullable) receives what ran. BUSY while the
+ * stream is capturing or `ws` is bound to an open capture. Thread-safe (calls on one workspace
+ * are serialized).
+ *
+ * # Safety
+ * As graphsafe_mla_decode, and `kv` is null or points to a valid `GraphsafeMlaKvCache` whose
+ * `kv_scale`, when it is used, is device memory of `stream`'s device holding one f32 (checked
+ * like the other addresses) that stays valid until the work finishes.
+ */
+int graphsafe_mla_decode_kv(const GraphsafeMlaDecodeArgs *args,
+                            const GraphsafeMlaKvCache *kv,
+                            GraphsafeWorkspace ws,
+                            GraphsafeStream stream,
+                            GraphsafeMlaPlan *plan);
+
+/**
+ * Captured MLA decode over a KV cache stored as `kv` says (null: GRAPHSAFE_MLA_KV_NATIVE, exactly
+ * graphsafe_mla_decode_captured); the arguments as graphsafe_mla_decode_kv. `ws` must be bound
+ * to `capture`; never grows it (GRAPHSAFE_ERROR_WORKSPACE_TOO_SMALL names both sizes, nothing
+ * captured). The graph reads `kv->kv_scale` at every replay, so an engine may update the scale
+ * between replays. Same thread as the capture's begin for THREAD_LOCAL/GLOBAL captures.
+ *
+ * # Safety
+ * As graphsafe_mla_decode_kv, and the caller's memory (the scale included) must stay valid for as
+ * long as any graph made from the capture can run (graphsafe keeps only its own buffers and
+ * workspaces alive).
+ */
+int graphsafe_mla_decode_kv_captured(const GraphsafeMlaDecodeArgs *args,
+                                     const GraphsafeMlaKvCache *kv,
+                                     GraphsafeCapture capture,
+                                     GraphsafeWorkspace ws,
+                                     GraphsafeMlaPlan *plan);
 
 /**
  * Tile and workspace (and, on Hopper, the prepared weight's size) for `D[m,n] = A[m,k]·W[n,k]ᵀ`.

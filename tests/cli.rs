@@ -100,6 +100,51 @@ fn plan_mla_for_hopper_uses_graphsafes_kernel() {
 }
 
 #[test]
+fn plan_mla_with_an_fp8_kv_cache_has_the_bf16_plans_and_says_its_format() {
+    let base = ["plan", "mla", "--arch", "sm_90", "--batch", "1,8,64", "--seq-len", "65536", "--sm-count", "132", "--json"];
+    let json = |extra: &[&str]| -> serde_json::Value {
+        let args: Vec<&str> = base.iter().chain(extra).copied().collect();
+        let out = graphsafe(&args);
+        assert_eq!(out.status.code(), Some(0), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+    for heads in ["16", "32"] {
+        let native = json(&["--heads", heads]);
+        assert_eq!(native["kv_format"], "native", "the default");
+        for (flag, name) in [("fp8", "fp8_per_tensor"), ("fp8-ds-mla", "fp8_ds_mla")] {
+            let v = json(&["--heads", heads, "--kv-format", flag]);
+            assert_eq!(v["kv_format"], name);
+            assert_eq!(v["plans"], native["plans"], "{heads} heads, {flag}: the workspace does not depend on the format");
+            assert_eq!(v["pre_grow"], native["pre_grow"], "{heads} heads, {flag}");
+        }
+    }
+    let text = String::from_utf8(graphsafe(&["plan", "mla", "--arch", "sm_90", "--heads", "32", "--kv-format", "fp8-ds-mla", "--batch", "4", "--seq-len", "4096", "--sm-count", "132"]).stdout).unwrap();
+    assert!(text.contains("fp8-ds-mla KV cache") && text.contains("pre-grow before capture"), "{text}");
+    let text = String::from_utf8(graphsafe(&["plan", "mla", "--batch", "4", "--seq-len", "4096", "--sm-count", "148"]).stdout).unwrap();
+    assert!(text.contains("native KV cache"), "{text}");
+}
+
+#[test]
+fn plan_mla_refuses_an_fp8_kv_cache_where_the_decode_does_with_its_message() {
+    for (args, needles) in [
+        // The op's rule: sm_90 only, 16 or 32 heads, bf16 queries.
+        (&["--arch", "sm_90", "--heads", "64", "--kv-format", "fp8"][..], &["heads", "16 or 32", "kv_format fp8"][..]),
+        (&["--arch", "sm_90", "--heads", "128", "--kv-format", "fp8-ds-mla"], &["heads", "16 or 32", "kv_format fp8-ds-mla"]),
+        (&["--arch", "sm_90", "--heads", "16", "--kv-format", "fp8", "--dtype", "fp16"], &["dtype", "bf16 with kv_format fp8"]),
+        (&["--arch", "sm_100", "--kv-format", "fp8"], &["kv_format", "sm_100"]),
+        (&["--arch", "sm_103", "--kv-format", "fp8-ds-mla", "--dtype", "fp8"], &["kv_format", "sm_100"]),
+        (&["--arch", "sm_90", "--heads", "16", "--kv-format", "fp4"], &["kv_format", "native, fp8 or fp8-ds-mla"]),
+    ] {
+        let all: Vec<&str> = ["plan", "mla", "--batch", "1", "--seq-len", "4096", "--sm-count", "132"].iter().chain(args).copied().collect();
+        let out = graphsafe(&all);
+        assert_eq!(out.status.code(), Some(2), "{all:?}");
+        let err = String::from_utf8(out.stderr).unwrap();
+        assert_eq!(err.trim_end().lines().count(), 1, "{all:?}: {err}");
+        assert!(err.starts_with("error") && needles.iter().all(|n| err.contains(n)), "{all:?}: {err}");
+    }
+}
+
+#[test]
 fn plan_nvfp4_prints_the_tile_per_m() {
     let out = graphsafe(&["plan", "nvfp4", "--m", "1,17,4096", "--n", "8192", "--k", "8192", "--arch", "sm_100", "--json"]);
     assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));

@@ -4,7 +4,7 @@
 use super::core::{capture_obj, captured_op, eager_op, stream_obj, workspace_obj, GraphsafeCapture, GraphsafeStream, GraphsafeWorkspace};
 use super::{guard, null, put, read, CallerMemory, Fail, Raw};
 use crate::ops::mla::decode::run;
-use crate::ops::mla::{sm100, sm90, KvDtype, MlaArch, MlaDecodeArgs};
+use crate::ops::mla::{sm100, sm90, KvDtype, KvFormat, KvFormatKind, MlaArch, MlaDecodeArgs, DS_MLA_TOKEN_BYTES};
 use crate::ops::tensor::{DType, Tensor};
 use std::ffi::c_int;
 
@@ -12,8 +12,26 @@ use std::ffi::c_int;
 pub const GRAPHSAFE_DTYPE_BF16: c_int = 0;
 /// fp16 q/KV (fp16 output).
 pub const GRAPHSAFE_DTYPE_FP16: c_int = 1;
-/// fp8-e4m3: MLA q/KV with bf16 output (sm_100 back-end only), and a cuDNN matmul input.
+/// fp8-e4m3: MLA q/KV with bf16 output (sm_100 back-end only), and a cuDNN matmul input. (sm_90's
+/// fp8 KV caches take bf16 queries: GRAPHSAFE_MLA_KV_FP8_PER_TENSOR, _FP8_DS_MLA.)
 pub const GRAPHSAFE_DTYPE_FP8_E4M3: c_int = 2;
+
+/// MLA KV-cache format (`GraphsafeMlaKvCache::kv_format`): `[num_pages, page_size, 576]` in q's
+/// dtype, what graphsafe_mla_decode runs (every back-end).
+pub const GRAPHSAFE_MLA_KV_NATIVE: c_int = 0;
+/// MLA KV-cache format: fp8 e4m3 `[num_pages, page_size, 576]` with one f32 scale for the whole
+/// cache (`kv_scale`, read on the device when the kernel runs, so an engine may update it between
+/// replays): K = V = scale · e4m3 (vLLM's fp8 KV cache). q bf16 (GRAPHSAFE_DTYPE_BF16), output
+/// bf16; sm_90 only, 16 or 32 heads.
+pub const GRAPHSAFE_MLA_KV_FP8_PER_TENSOR: c_int = 1;
+/// MLA KV-cache format: DeepSeek V3.2's token (FlashMLA's fp8 cache), bytes
+/// `[num_pages, page_size, GRAPHSAFE_MLA_DS_MLA_TOKEN_BYTES]`: 512 e4m3 latent values, 4 f32
+/// scales (one per 128 latent values), 64 bf16 rope values. q bf16 (GRAPHSAFE_DTYPE_BF16), output
+/// bf16; sm_90 only, 16 or 32 heads.
+pub const GRAPHSAFE_MLA_KV_FP8_DS_MLA: c_int = 2;
+/// Bytes per token of a GRAPHSAFE_MLA_KV_FP8_DS_MLA cache.
+pub const GRAPHSAFE_MLA_DS_MLA_TOKEN_BYTES: c_int = 656;
+const _: () = assert!(GRAPHSAFE_MLA_DS_MLA_TOKEN_BYTES as usize == DS_MLA_TOKEN_BYTES);
 
 /// Planning target: the `arch` argument of the planners is a compute capability as
 /// `major * 10 + minor`, and the back-end is the one graphsafe's arch table gives that GPU: 90
@@ -41,11 +59,13 @@ pub struct GraphsafeMlaPlan {
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct GraphsafeMlaDecodeArgs {
-    /// GRAPHSAFE_DTYPE_* of q and kv_cache.
+    /// GRAPHSAFE_DTYPE_* of q, and of kv_cache unless graphsafe_mla_decode_kv is given an fp8
+    /// KV-cache format.
     pub dtype: c_int,
     /// Requests.
     pub batch: c_int,
-    /// Query heads (128 on sm_100; a multiple of 16 up to 128 on sm_90).
+    /// Query heads (128 on sm_100; a multiple of 16 up to 128 on sm_90, 16 or 32 with an fp8
+    /// KV-cache format).
     pub num_heads: c_int,
     /// [batch, heads, 512].
     pub q_nope: u64,
@@ -59,7 +79,8 @@ pub struct GraphsafeMlaDecodeArgs {
     pub q_pe_stride_batch: i64,
     /// Stride between heads.
     pub q_pe_stride_head: i64,
-    /// [num_pages, page_size, 576], contiguous.
+    /// [num_pages, page_size, 576], contiguous (for graphsafe_mla_decode_kv: as its
+    /// `GraphsafeMlaKvCache` says).
     pub kv_cache: u64,
     /// Pages in the cache.
     pub num_pages: c_int,
@@ -87,6 +108,82 @@ pub struct GraphsafeMlaDecodeArgs {
     pub num_splits: c_int,
 }
 
+/// How `GraphsafeMlaDecodeArgs::kv_cache` stores K and V, for graphsafe_mla_decode_kv (a null
+/// `GraphsafeMlaKvCache *` there is GRAPHSAFE_MLA_KV_NATIVE).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct GraphsafeMlaKvCache {
+    /// GRAPHSAFE_MLA_KV_*.
+    pub kv_format: c_int,
+    /// For GRAPHSAFE_MLA_KV_FP8_PER_TENSOR: device address of the f32 scale (one float, 4-byte
+    /// aligned, caller-owned like every other tensor, never written by the decode); else 0.
+    pub kv_scale: u64,
+}
+
+fn format_of(f: c_int) -> Result<KvFormatKind, Fail> {
+    Ok(match f {
+        GRAPHSAFE_MLA_KV_NATIVE => KvFormatKind::Native,
+        GRAPHSAFE_MLA_KV_FP8_PER_TENSOR => KvFormatKind::Fp8PerTensor,
+        GRAPHSAFE_MLA_KV_FP8_DS_MLA => KvFormatKind::Fp8DsMla,
+        other => return Err(crate::Error::invalid("kv_format", "GRAPHSAFE_MLA_KV_NATIVE, _FP8_PER_TENSOR or _FP8_DS_MLA", other).into()),
+    })
+}
+
+fn format_name(f: KvFormatKind) -> &'static str {
+    match f {
+        KvFormatKind::Native => "GRAPHSAFE_MLA_KV_NATIVE",
+        KvFormatKind::Fp8PerTensor => "GRAPHSAFE_MLA_KV_FP8_PER_TENSOR",
+        KvFormatKind::Fp8DsMla => "GRAPHSAFE_MLA_KV_FP8_DS_MLA",
+    }
+}
+
+/// A `GraphsafeMlaKvCache` read and checked as far as the host can: the format, and the scale's
+/// address (0 unless per-tensor).
+#[derive(Clone, Copy, Debug)]
+struct Kv {
+    format: KvFormatKind,
+    scale: u64,
+}
+
+impl Kv {
+    const NATIVE: Kv = Kv { format: KvFormatKind::Native, scale: 0 };
+
+    fn of(kv: &GraphsafeMlaKvCache) -> Result<Kv, Fail> {
+        let format = format_of(kv.kv_format)?;
+        match format {
+            KvFormatKind::Fp8PerTensor if kv.kv_scale == 0 => return Err(null("kv_scale")),
+            KvFormatKind::Native | KvFormatKind::Fp8DsMla if kv.kv_scale != 0 => {
+                let want = "0 unless kv_format is GRAPHSAFE_MLA_KV_FP8_PER_TENSOR";
+                return Err(crate::Error::invalid("kv_scale", want, format!("{:#x} with kv_format {}", kv.kv_scale, format_name(format))).into());
+            }
+            _ => {}
+        }
+        Ok(Kv { format, scale: kv.kv_scale })
+    }
+}
+
+/// What the decode refuses for an fp8 KV-cache format (the op's rule, `MlaDecodeArgs::plan`),
+/// named by the C arguments: no fp8 format on sm_100 (`arch` `None`: the back-end is not known
+/// yet, so only the rules every back-end shares), and on sm_90 bf16 q and 16 or 32 heads.
+fn check_kv_format(arch: Option<MlaArch>, format: KvFormatKind, dtype: c_int, num_heads: c_int) -> Result<(), Fail> {
+    if format == KvFormatKind::Native {
+        return Ok(());
+    }
+    let name = format_name(format);
+    if arch == Some(MlaArch::Sm100) {
+        let want = "GRAPHSAFE_MLA_KV_NATIVE on sm_100 (its fp8 path takes fp8 q and KV: GRAPHSAFE_DTYPE_FP8_E4M3)";
+        return Err(crate::Error::invalid("kv_format", want, name).into());
+    }
+    if dtype != GRAPHSAFE_DTYPE_BF16 {
+        return Err(crate::Error::invalid("dtype", format!("GRAPHSAFE_DTYPE_BF16 with kv_format {name}"), dtype).into());
+    }
+    if num_heads != 16 && num_heads != 32 {
+        let want = format!("16 or 32 with kv_format {name} (the sm_90 kernel of 48..128 heads has no fp8 path yet)");
+        return Err(crate::Error::invalid("num_heads", want, num_heads).into());
+    }
+    Ok(())
+}
+
 fn dtype_of(d: c_int) -> Result<(KvDtype, DType, DType), Fail> {
     Ok(match d {
         GRAPHSAFE_DTYPE_BF16 => (KvDtype::Bf16, DType::Bf16, DType::Bf16),
@@ -100,16 +197,26 @@ fn non_negative(what: &str, v: i64) -> Result<usize, Fail> {
     usize::try_from(v).map_err(|_| crate::Error::invalid(what, "a value >= 0", v).into())
 }
 
-fn to_args(a: &GraphsafeMlaDecodeArgs, mem: CallerMemory<'_>) -> Result<MlaDecodeArgs<Raw>, Fail> {
+fn to_args(a: &GraphsafeMlaDecodeArgs, kv: Kv, mem: CallerMemory<'_>) -> Result<MlaDecodeArgs<Raw>, Fail> {
     let (_, dt, out_dt) = dtype_of(a.dtype)?;
     let (b, h) = (non_negative("batch", a.batch as i64)?, non_negative("num_heads", a.num_heads as i64)?);
     let m = |ptr: u64, what: &str| mem.pointer(ptr, what);
     let st = |v: i64, what: &str| non_negative(what, v);
+    let (kv_dt, kv_row) = match kv.format {
+        KvFormatKind::Native => (dt, 576),
+        KvFormatKind::Fp8PerTensor => (DType::Fp8E4m3, 576),
+        KvFormatKind::Fp8DsMla => (DType::U8, DS_MLA_TOKEN_BYTES),
+    };
+    let kv_format = match kv.format {
+        KvFormatKind::Native => KvFormat::Native,
+        KvFormatKind::Fp8PerTensor => KvFormat::Fp8PerTensor { scale: Tensor::contiguous(m(kv.scale, "kv_scale")?, DType::F32, &[1]) },
+        KvFormatKind::Fp8DsMla => KvFormat::Fp8DsMla,
+    };
     Ok(MlaDecodeArgs {
         q_nope: Tensor::strided(m(a.q_nope, "q_nope")?, 0, dt, &[b, h, 512], &[st(a.q_nope_stride_batch, "q_nope_stride_batch")?, st(a.q_nope_stride_head, "q_nope_stride_head")?, 1]),
         q_pe: Tensor::strided(m(a.q_pe, "q_pe")?, 0, dt, &[b, h, 64], &[st(a.q_pe_stride_batch, "q_pe_stride_batch")?, st(a.q_pe_stride_head, "q_pe_stride_head")?, 1]),
-        kv_cache: Tensor::contiguous(m(a.kv_cache, "kv_cache")?, dt, &[non_negative("num_pages", a.num_pages as i64)?, non_negative("page_size", a.page_size as i64)?, 576]),
-        kv_format: crate::ops::mla::KvFormat::Native,
+        kv_cache: Tensor::contiguous(m(a.kv_cache, "kv_cache")?, kv_dt, &[non_negative("num_pages", a.num_pages as i64)?, non_negative("page_size", a.page_size as i64)?, kv_row]),
+        kv_format,
         seq_lens: Tensor::contiguous(m(a.seq_lens, "seq_lens")?, DType::I32, &[b]),
         page_table: Tensor::contiguous(m(a.page_table, "page_table")?, DType::I32, &[b, non_negative("max_pages", a.max_pages as i64)?]),
         out: Tensor::strided(m(a.out, "out")?, 0, out_dt, &[b, h, 512], &[st(a.out_stride_batch, "out_stride_batch")?, st(a.out_stride_head, "out_stride_head")?, 1]),
@@ -131,29 +238,67 @@ fn to_args(a: &GraphsafeMlaDecodeArgs, mem: CallerMemory<'_>) -> Result<MlaDecod
 /// `out` is null (refused) or points to a writable `GraphsafeMlaPlan`.
 #[no_mangle]
 pub unsafe extern "C" fn graphsafe_mla_plan(arch: c_int, dtype: c_int, num_heads: c_int, batch: c_int, max_seq_len: c_int, page_size: c_int, sm_count: c_int, requested_splits: c_int, out: *mut GraphsafeMlaPlan) -> c_int {
-    guard(|| {
-        if out.is_null() {
-            return Err(null("out"));
+    // SAFETY: the caller's contract, passed on (the native format is what this function plans).
+    guard(|| unsafe { mla_plan(arch, dtype, GRAPHSAFE_MLA_KV_NATIVE, num_heads, batch, max_seq_len, page_size, sm_count, requested_splits, out) })
+}
+
+/// As graphsafe_mla_plan, for a decode of `args->dtype` = `dtype` queries over a cache stored as
+/// `kv_format` (GRAPHSAFE_MLA_KV_*; graphsafe_mla_decode_kv): refuses what that decode would,
+/// with GRAPHSAFE_ERROR_INVALID_ARGUMENT naming the argument: an fp8 format on sm_100
+/// (`kv_format`), or on sm_90 with `dtype` other than GRAPHSAFE_DTYPE_BF16 (`dtype`) or heads
+/// other than 16 or 32 (`num_heads`). The splits and workspace do not depend on the format (they
+/// equal graphsafe_mla_plan's for GRAPHSAFE_DTYPE_BF16, so graphsafe_mla_worst_case with bf16 is
+/// the pre-grow size for the fp8 formats too). Host-only: works without a GPU. Thread-safe.
+///
+/// # Safety
+/// `out` is null (refused) or points to a writable `GraphsafeMlaPlan`.
+#[no_mangle]
+pub unsafe extern "C" fn graphsafe_mla_plan_kv(
+    arch: c_int,
+    dtype: c_int,
+    kv_format: c_int,
+    num_heads: c_int,
+    batch: c_int,
+    max_seq_len: c_int,
+    page_size: c_int,
+    sm_count: c_int,
+    requested_splits: c_int,
+    out: *mut GraphsafeMlaPlan,
+) -> c_int {
+    // SAFETY: the caller's contract, passed on.
+    guard(|| unsafe { mla_plan(arch, dtype, kv_format, num_heads, batch, max_seq_len, page_size, sm_count, requested_splits, out) })
+}
+
+/// graphsafe_mla_plan and graphsafe_mla_plan_kv.
+///
+/// # Safety
+/// `out` is null (refused) or points to a writable `GraphsafeMlaPlan`.
+#[allow(clippy::too_many_arguments)]
+unsafe fn mla_plan(arch: c_int, dtype: c_int, kv_format: c_int, num_heads: c_int, batch: c_int, max_seq_len: c_int, page_size: c_int, sm_count: c_int, requested_splits: c_int, out: *mut GraphsafeMlaPlan) -> Result<(), Fail> {
+    if out.is_null() {
+        return Err(null("out"));
+    }
+    let (kv, _, _) = dtype_of(dtype)?;
+    let format = format_of(kv_format)?;
+    let req = (requested_splits != 0).then_some(requested_splits as i64);
+    let back_end = crate::arch::mla_for_abi(arch)?;
+    check_kv_format(Some(back_end), format, dtype, num_heads)?;
+    let (n, bytes) = match back_end {
+        MlaArch::Sm100 => {
+            if num_heads != 128 {
+                return Err(crate::Error::invalid("num_heads", "128 on sm_100", num_heads).into());
+            }
+            let p = sm100::plan(kv, batch as i64, max_seq_len as i64, page_size as i64, sm_count as i64, req)?;
+            (p.num_splits, p.workspace_bytes)
         }
-        let (kv, _, _) = dtype_of(dtype)?;
-        let req = (requested_splits != 0).then_some(requested_splits as i64);
-        let (n, bytes) = match crate::arch::mla_for_abi(arch)? {
-            MlaArch::Sm100 => {
-                if num_heads != 128 {
-                    return Err(crate::Error::invalid("num_heads", "128 on sm_100", num_heads).into());
-                }
-                let p = sm100::plan(kv, batch as i64, max_seq_len as i64, page_size as i64, sm_count as i64, req)?;
-                (p.num_splits, p.workspace_bytes)
-            }
-            MlaArch::Sm90 => {
-                sm90_page_size(page_size)?;
-                let p = sm90::plan(kv, num_heads as i64, batch as i64, max_seq_len as i64, sm_count as i64, req)?;
-                (p.num_splits, p.workspace_bytes)
-            }
-        };
-        // SAFETY: the caller's contract (null is refused inside).
-        unsafe { put(out, "out", GraphsafeMlaPlan { num_splits: n as c_int, workspace_bytes: bytes, worst_batch: batch, worst_seq_len: max_seq_len }) }
-    })
+        MlaArch::Sm90 => {
+            sm90_page_size(page_size)?;
+            let p = sm90::plan(kv, num_heads as i64, batch as i64, max_seq_len as i64, sm_count as i64, req)?;
+            (p.num_splits, p.workspace_bytes)
+        }
+    };
+    // SAFETY: the caller's contract (null is refused inside).
+    unsafe { put(out, "out", GraphsafeMlaPlan { num_splits: n as c_int, workspace_bytes: bytes, worst_batch: batch, worst_seq_len: max_seq_len }) }
 }
 
 fn sm90_page_size(page_size: c_int) -> Result<(), Fail> {
@@ -202,7 +347,8 @@ fn plan_out(a: &GraphsafeMlaDecodeArgs, p: &crate::ops::mla::MlaDecodePlan) -> G
 
 /// Eager MLA decode on `stream`: validates, grows `ws` if needed (retiring, zero-filled), launches.
 /// `plan` (nullable) receives what ran. BUSY while the stream is capturing or `ws` is bound to an
-/// open capture. Thread-safe (calls on one workspace are serialized).
+/// open capture. Thread-safe (calls on one workspace are serialized). The cache is in q's dtype
+/// (graphsafe_mla_decode_kv with GRAPHSAFE_MLA_KV_NATIVE).
 ///
 /// # Safety
 /// `args` is null (refused) or points to a valid `GraphsafeMlaDecodeArgs` whose device addresses
@@ -212,43 +358,219 @@ fn plan_out(a: &GraphsafeMlaDecodeArgs, p: &crate::ops::mla::MlaDecodePlan) -> G
 /// and stay valid until the work finishes; `plan` is null or points to a writable `GraphsafeMlaPlan`.
 #[no_mangle]
 pub unsafe extern "C" fn graphsafe_mla_decode(args: *const GraphsafeMlaDecodeArgs, ws: GraphsafeWorkspace, stream: GraphsafeStream, plan: *mut GraphsafeMlaPlan) -> c_int {
-    guard(|| {
-        // SAFETY: the caller's contract (null is refused inside).
-        let a = unsafe { read(args, "args")? };
-        let (s, w) = (stream_obj(stream)?, workspace_obj(ws)?);
-        let p = eager_op((&s, stream.id), Some((&w, ws.id)), |t| {
-            let raw = to_args(&a, CallerMemory::on(t.context()))?;
-            Ok(run(&raw, t)?)
-        })?;
-        if !plan.is_null() {
-            // SAFETY: non-null; the caller's contract.
-            unsafe { put(plan, "plan", plan_out(&a, &p))? };
-        }
-        Ok(())
-    })
+    // SAFETY: the caller's contract, passed on; a null `kv` is the native format.
+    guard(|| unsafe { mla_decode(args, std::ptr::null(), ws, stream, plan) })
 }
 
 /// Captured MLA decode: `ws` must be bound to `capture`; never grows it
 /// (GRAPHSAFE_ERROR_WORKSPACE_TOO_SMALL names both sizes, nothing captured). Same thread as the
-/// capture's begin for THREAD_LOCAL/GLOBAL captures.
+/// capture's begin for THREAD_LOCAL/GLOBAL captures. The cache is in q's dtype
+/// (graphsafe_mla_decode_kv_captured with GRAPHSAFE_MLA_KV_NATIVE).
 ///
 /// # Safety
 /// As graphsafe_mla_decode, and the caller's memory must stay valid for as long as any graph made
 /// from the capture can run (graphsafe keeps only its own buffers and workspaces alive).
 #[no_mangle]
 pub unsafe extern "C" fn graphsafe_mla_decode_captured(args: *const GraphsafeMlaDecodeArgs, capture: GraphsafeCapture, ws: GraphsafeWorkspace, plan: *mut GraphsafeMlaPlan) -> c_int {
-    guard(|| {
-        // SAFETY: the caller's contract (null is refused inside).
-        let a = unsafe { read(args, "args")? };
-        let c = capture_obj(capture)?;
-        let p = captured_op((&c, capture.id), Some(ws.id), |t| {
-            let raw = to_args(&a, CallerMemory::on(t.context()))?;
-            Ok(run(&raw, t)?)
-        })?;
-        if !plan.is_null() {
-            // SAFETY: non-null; the caller's contract.
-            unsafe { put(plan, "plan", plan_out(&a, &p))? };
+    // SAFETY: the caller's contract, passed on; a null `kv` is the native format.
+    guard(|| unsafe { mla_decode_captured(args, std::ptr::null(), capture, ws, plan) })
+}
+
+/// Eager MLA decode over a KV cache stored as `kv` says (null: GRAPHSAFE_MLA_KV_NATIVE, exactly
+/// graphsafe_mla_decode). `args->dtype` is q's dtype; `args->kv_cache` is fp8 e4m3
+/// `[num_pages, page_size, 576]` for GRAPHSAFE_MLA_KV_FP8_PER_TENSOR (with `kv->kv_scale` the
+/// address of its f32 scale) and bytes `[num_pages, page_size, GRAPHSAFE_MLA_DS_MLA_TOKEN_BYTES]`
+/// for GRAPHSAFE_MLA_KV_FP8_DS_MLA; an fp8 format needs GRAPHSAFE_DTYPE_BF16 q (bf16 output), 16
+/// or 32 heads and an sm_90 device (else GRAPHSAFE_ERROR_INVALID_ARGUMENT naming the argument;
+/// the format, its scale address, dtype and heads are checked before any handle is looked up).
+/// Workspace as graphsafe_mla_plan_kv says. `plan` (nullable) receives what ran. BUSY while the
+/// stream is capturing or `ws` is bound to an open capture. Thread-safe (calls on one workspace
+/// are serialized).
+///
+/// # Safety
+/// As graphsafe_mla_decode, and `kv` is null or points to a valid `GraphsafeMlaKvCache` whose
+/// `kv_scale`, when it is used, is device memory of `stream`'s device holding one f32 (checked
+/// like the other addresses) that stays valid until the work finishes.
+#[no_mangle]
+pub unsafe extern "C" fn graphsafe_mla_decode_kv(args: *const GraphsafeMlaDecodeArgs, kv: *const GraphsafeMlaKvCache, ws: GraphsafeWorkspace, stream: GraphsafeStream, plan: *mut GraphsafeMlaPlan) -> c_int {
+    // SAFETY: the caller's contract, passed on.
+    guard(|| unsafe { mla_decode(args, kv, ws, stream, plan) })
+}
+
+/// Captured MLA decode over a KV cache stored as `kv` says (null: GRAPHSAFE_MLA_KV_NATIVE, exactly
+/// graphsafe_mla_decode_captured); the arguments as graphsafe_mla_decode_kv. `ws` must be bound
+/// to `capture`; never grows it (GRAPHSAFE_ERROR_WORKSPACE_TOO_SMALL names both sizes, nothing
+/// captured). The graph reads `kv->kv_scale` at every replay, so an engine may update the scale
+/// between replays. Same thread as the capture's begin for THREAD_LOCAL/GLOBAL captures.
+///
+/// # Safety
+/// As graphsafe_mla_decode_kv, and the caller's memory (the scale included) must stay valid for as
+/// long as any graph made from the capture can run (graphsafe keeps only its own buffers and
+/// workspaces alive).
+#[no_mangle]
+pub unsafe extern "C" fn graphsafe_mla_decode_kv_captured(
+    args: *const GraphsafeMlaDecodeArgs,
+    kv: *const GraphsafeMlaKvCache,
+    capture: GraphsafeCapture,
+    ws: GraphsafeWorkspace,
+    plan: *mut GraphsafeMlaPlan,
+) -> c_int {
+    // SAFETY: the caller's contract, passed on.
+    guard(|| unsafe { mla_decode_captured(args, kv, capture, ws, plan) })
+}
+
+/// Reads and host-checks the arguments (before any handle lookup): the args, the KV format and
+/// its scale address, and what an fp8 format needs on every back-end.
+///
+/// # Safety
+/// `args` is null or points to a valid `GraphsafeMlaDecodeArgs`; `kv` is null or points to a
+/// valid `GraphsafeMlaKvCache`.
+unsafe fn read_args(args: *const GraphsafeMlaDecodeArgs, kv: *const GraphsafeMlaKvCache) -> Result<(GraphsafeMlaDecodeArgs, Kv), Fail> {
+    // SAFETY: the caller's contract (null is refused inside).
+    let a = unsafe { read(args, "args")? };
+    let kv = if kv.is_null() {
+        Kv::NATIVE
+    } else {
+        // SAFETY: non-null; the caller's contract.
+        Kv::of(&unsafe { read(kv, "kv")? })?
+    };
+    check_kv_format(None, kv.format, a.dtype, a.num_heads)?;
+    Ok((a, kv))
+}
+
+/// graphsafe_mla_decode and graphsafe_mla_decode_kv.
+///
+/// # Safety
+/// As graphsafe_mla_decode_kv.
+unsafe fn mla_decode(args: *const GraphsafeMlaDecodeArgs, kv: *const GraphsafeMlaKvCache, ws: GraphsafeWorkspace, stream: GraphsafeStream, plan: *mut GraphsafeMlaPlan) -> Result<(), Fail> {
+    // SAFETY: the caller's contract.
+    let (a, kv) = unsafe { read_args(args, kv)? };
+    let (s, w) = (stream_obj(stream)?, workspace_obj(ws)?);
+    let p = eager_op((&s, stream.id), Some((&w, ws.id)), |t| {
+        let raw = to_args(&a, kv, CallerMemory::on(t.context()))?;
+        Ok(run(&raw, t)?)
+    })?;
+    if !plan.is_null() {
+        // SAFETY: non-null; the caller's contract.
+        unsafe { put(plan, "plan", plan_out(&a, &p))? };
+    }
+    Ok(())
+}
+
+/// graphsafe_mla_decode_captured and graphsafe_mla_decode_kv_captured.
+///
+/// # Safety
+/// As graphsafe_mla_decode_kv_captured.
+unsafe fn mla_decode_captured(args: *const GraphsafeMlaDecodeArgs, kv: *const GraphsafeMlaKvCache, capture: GraphsafeCapture, ws: GraphsafeWorkspace, plan: *mut GraphsafeMlaPlan) -> Result<(), Fail> {
+    // SAFETY: the caller's contract.
+    let (a, kv) = unsafe { read_args(args, kv)? };
+    let c = capture_obj(capture)?;
+    let p = captured_op((&c, capture.id), Some(ws.id), |t| {
+        let raw = to_args(&a, kv, CallerMemory::on(t.context()))?;
+        Ok(run(&raw, t)?)
+    })?;
+    if !plan.is_null() {
+        // SAFETY: non-null; the caller's contract.
+        unsafe { put(plan, "plan", plan_out(&a, &p))? };
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A one-request decode of `heads` heads over one 64-token page, every tensor at its own
+    /// address (planning: the addresses are never dereferenced).
+    fn args(dtype: c_int, heads: c_int) -> GraphsafeMlaDecodeArgs {
+        let h = heads as i64;
+        GraphsafeMlaDecodeArgs {
+            dtype,
+            batch: 1,
+            num_heads: heads,
+            q_nope: 1 << 20,
+            q_nope_stride_batch: h * 512,
+            q_nope_stride_head: 512,
+            q_pe: 2 << 20,
+            q_pe_stride_batch: h * 64,
+            q_pe_stride_head: 64,
+            kv_cache: 3 << 20,
+            num_pages: 1,
+            page_size: 64,
+            seq_lens: 4 << 20,
+            page_table: 5 << 20,
+            max_pages: 1,
+            out: 6 << 20,
+            out_stride_batch: h * 512,
+            out_stride_head: 512,
+            lse: 7 << 20,
+            sm_scale: 0.0721,
+            max_seq_len: 64,
+            num_splits: 0,
         }
-        Ok(())
-    })
+    }
+
+    fn kv(format: c_int) -> GraphsafeMlaKvCache {
+        GraphsafeMlaKvCache { kv_format: format, kv_scale: if format == GRAPHSAFE_MLA_KV_FP8_PER_TENSOR { 8 << 20 } else { 0 } }
+    }
+
+    /// The C layer's early refusal (check_kv_format) is the op's rule exactly: for every back-end,
+    /// q dtype and head count the op accepts with a native cache, the op accepts each fp8 format
+    /// (over the tensors to_args builds for it) iff check_kv_format does; and graphsafe_mla_plan_kv
+    /// answers the op's splits and workspace.
+    #[test]
+    fn the_early_kv_format_checks_are_the_ops_rule() {
+        let mut accepted = 0;
+        for arch in [MlaArch::Sm90, MlaArch::Sm100] {
+            for dtype in [GRAPHSAFE_DTYPE_BF16, GRAPHSAFE_DTYPE_FP16, GRAPHSAFE_DTYPE_FP8_E4M3] {
+                for heads in [16, 32, 48, 64, 128] {
+                    let a = args(dtype, heads);
+                    let op = |format: c_int| {
+                        let kv = Kv::of(&kv(format)).unwrap();
+                        to_args(&a, kv, CallerMemory::planning(std::ptr::null_mut())).unwrap().plan(arch, 132, std::ptr::null_mut())
+                    };
+                    let Ok(native) = op(GRAPHSAFE_MLA_KV_NATIVE) else { continue };
+                    for format in [GRAPHSAFE_MLA_KV_FP8_PER_TENSOR, GRAPHSAFE_MLA_KV_FP8_DS_MLA] {
+                        let kind = format_of(format).unwrap();
+                        let ours = check_kv_format(Some(arch), kind, dtype, heads);
+                        let theirs = op(format);
+                        assert_eq!(ours.is_ok(), theirs.is_ok(), "{arch:?} dtype {dtype} heads {heads} {kind}: C {:?}, op {theirs:?}", ours.err().map(|f| f.1));
+                        // What every back-end refuses is refused before the back-end is known.
+                        if check_kv_format(None, kind, dtype, heads).is_err() {
+                            assert!(ours.is_err());
+                        }
+                        let cc = match arch {
+                            MlaArch::Sm90 => GRAPHSAFE_ARCH_SM90,
+                            MlaArch::Sm100 => GRAPHSAFE_ARCH_SM100,
+                        };
+                        let mut p = GraphsafeMlaPlan::default();
+                        // SAFETY: `p` is a writable plan.
+                        let st = unsafe { graphsafe_mla_plan_kv(cc, dtype, format, heads, 1, 64, 64, 132, 0, &mut p) };
+                        assert_eq!(st == crate::capi::GRAPHSAFE_OK, theirs.is_ok(), "{arch:?} dtype {dtype} heads {heads} {kind}");
+                        if let Ok(t) = theirs {
+                            accepted += 1;
+                            assert_eq!((t.kv_format, t.num_splits, t.workspace_bytes), (kind, native.num_splits, native.workspace_bytes));
+                            assert_eq!((p.num_splits as u32, p.workspace_bytes), (t.num_splits, t.workspace_bytes));
+                        }
+                    }
+                }
+            }
+        }
+        // sm_90, bf16, 16 and 32 heads, both formats.
+        assert_eq!(accepted, 4);
+    }
+
+    #[test]
+    fn a_kv_cache_description_is_checked_before_anything_else() {
+        assert!(matches!(Kv::of(&kv(GRAPHSAFE_MLA_KV_NATIVE)), Ok(Kv { format: KvFormatKind::Native, scale: 0 })));
+        let Err(Fail(code, text)) = Kv::of(&GraphsafeMlaKvCache { kv_format: 7, kv_scale: 0 }) else { panic!("format 7 accepted") };
+        assert_eq!(code, crate::capi::GRAPHSAFE_ERROR_INVALID_ARGUMENT);
+        assert!(text.contains("kv_format"), "{text}");
+        let Err(Fail(code, text)) = Kv::of(&GraphsafeMlaKvCache { kv_format: GRAPHSAFE_MLA_KV_FP8_PER_TENSOR, kv_scale: 0 }) else { panic!("no scale accepted") };
+        assert_eq!(code, crate::capi::GRAPHSAFE_ERROR_NULL_POINTER);
+        assert!(text.contains("kv_scale"), "{text}");
+        let Err(Fail(code, text)) = Kv::of(&GraphsafeMlaKvCache { kv_format: GRAPHSAFE_MLA_KV_FP8_DS_MLA, kv_scale: 0x1000 }) else { panic!("a stray scale accepted") };
+        assert_eq!(code, crate::capi::GRAPHSAFE_ERROR_INVALID_ARGUMENT);
+        assert!(text.contains("kv_scale"), "{text}");
+    }
 }

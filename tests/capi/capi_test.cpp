@@ -1,9 +1,10 @@
 // The C ABI as a C++ engine uses it: links libgraphsafe.a through include/graphsafe.h.
 //
 // Without a GPU (CI): driver-absent statuses and texts, argument validation (null pointers, wrong,
-// forged and destroyed handles), and MLA planning answers. With a GPU (GRAPHSAFE_REQUIRE_GPU=1
-// makes a missing one a failure): an MLA decode captured through the C ABI, the workspace grown
-// past it afterwards, replays compared with the eager result, double destroys, BUSY rules.
+// forged and destroyed handles, the fp8 KV-cache descriptions), and MLA planning answers (the fp8
+// KV formats included). With a GPU (GRAPHSAFE_REQUIRE_GPU=1 makes a missing one a failure): an MLA
+// decode captured through the C ABI, the workspace grown past it afterwards, replays compared with
+// the eager result, double destroys, BUSY rules; on sm_90 the fp8 KV caches against bf16.
 //
 // Build: g++ -std=c++17 -Iinclude tests/capi/capi_test.cpp target/debug/libgraphsafe.a
 //            -lstdc++ -ldl -lrt -lpthread -lm -o capi_test
@@ -79,6 +80,98 @@ static void planning() {
   CHECK(last_error_mentions("page-table columns"));
   CHECK_STATUS(graphsafe_mla_worst_case(GRAPHSAFE_ARCH_SM90, GRAPHSAFE_DTYPE_BF16, 16, 65535, 2147483520, 64, 132, &w), GRAPHSAFE_OK);
   CHECK(w.workspace_bytes > 0);
+}
+
+// The fp8 KV-cache formats (sm_90 only, bf16 q, 16 or 32 heads): the same splits and workspace as
+// a bf16 cache, and everything else refused naming the argument.
+static void kv_format_planning() {
+  for (int heads : {16, 32}) {
+    for (int format : {GRAPHSAFE_MLA_KV_FP8_PER_TENSOR, GRAPHSAFE_MLA_KV_FP8_DS_MLA}) {
+      for (int batch : {1, 8, 64}) {
+        GraphsafeMlaPlan bf16{}, fp8{};
+        CHECK_STATUS(graphsafe_mla_plan(GRAPHSAFE_ARCH_SM90, GRAPHSAFE_DTYPE_BF16, heads, batch, 65536, 64, 132, 0, &bf16), GRAPHSAFE_OK);
+        CHECK_STATUS(graphsafe_mla_plan_kv(GRAPHSAFE_ARCH_SM90, GRAPHSAFE_DTYPE_BF16, format, heads, batch, 65536, 64, 132, 0, &fp8), GRAPHSAFE_OK);
+        CHECK(fp8.num_splits == bf16.num_splits && fp8.workspace_bytes == bf16.workspace_bytes);
+        CHECK(fp8.worst_batch == batch && fp8.worst_seq_len == 65536);
+      }
+    }
+  }
+  GraphsafeMlaPlan p{}, q{};
+  // The native format is graphsafe_mla_plan, on both back-ends (sm_100's fp8 q and KV included).
+  CHECK_STATUS(graphsafe_mla_plan_kv(GRAPHSAFE_ARCH_SM100, GRAPHSAFE_DTYPE_FP8_E4M3, GRAPHSAFE_MLA_KV_NATIVE, 128, 8, 65536, 64, 148, 0, &p), GRAPHSAFE_OK);
+  CHECK_STATUS(graphsafe_mla_plan(GRAPHSAFE_ARCH_SM100, GRAPHSAFE_DTYPE_FP8_E4M3, 128, 8, 65536, 64, 148, 0, &q), GRAPHSAFE_OK);
+  CHECK(p.num_splits == q.num_splits && p.workspace_bytes == q.workspace_bytes);
+  CHECK_STATUS(graphsafe_mla_plan_kv(GRAPHSAFE_ARCH_SM90, GRAPHSAFE_DTYPE_FP16, GRAPHSAFE_MLA_KV_NATIVE, 64, 4, 4096, 128, 132, 0, &p), GRAPHSAFE_OK);
+  CHECK_STATUS(graphsafe_mla_plan(GRAPHSAFE_ARCH_SM90, GRAPHSAFE_DTYPE_FP16, 64, 4, 4096, 128, 132, 0, &q), GRAPHSAFE_OK);
+  CHECK(p.num_splits == q.num_splits && p.workspace_bytes == q.workspace_bytes);
+  // Refused: heads the fp8 path lacks, fp16 (or fp8) q, sm_100, an unknown format, a null out.
+  CHECK_STATUS(graphsafe_mla_plan_kv(GRAPHSAFE_ARCH_SM90, GRAPHSAFE_DTYPE_BF16, GRAPHSAFE_MLA_KV_FP8_PER_TENSOR, 64, 1, 4096, 64, 132, 0, &p), GRAPHSAFE_ERROR_INVALID_ARGUMENT);
+  CHECK(last_error_mentions("num_heads"));
+  CHECK_STATUS(graphsafe_mla_plan_kv(GRAPHSAFE_ARCH_SM90, GRAPHSAFE_DTYPE_BF16, GRAPHSAFE_MLA_KV_FP8_DS_MLA, 128, 1, 4096, 64, 132, 0, &p), GRAPHSAFE_ERROR_INVALID_ARGUMENT);
+  CHECK(last_error_mentions("num_heads"));
+  CHECK_STATUS(graphsafe_mla_plan_kv(GRAPHSAFE_ARCH_SM90, GRAPHSAFE_DTYPE_FP16, GRAPHSAFE_MLA_KV_FP8_PER_TENSOR, 16, 1, 4096, 64, 132, 0, &p), GRAPHSAFE_ERROR_INVALID_ARGUMENT);
+  CHECK(last_error_mentions("dtype"));
+  CHECK_STATUS(graphsafe_mla_plan_kv(GRAPHSAFE_ARCH_SM90, GRAPHSAFE_DTYPE_FP8_E4M3, GRAPHSAFE_MLA_KV_FP8_DS_MLA, 16, 1, 4096, 64, 132, 0, &p), GRAPHSAFE_ERROR_INVALID_ARGUMENT);
+  CHECK(last_error_mentions("dtype"));
+  CHECK_STATUS(graphsafe_mla_plan_kv(GRAPHSAFE_ARCH_SM100, GRAPHSAFE_DTYPE_BF16, GRAPHSAFE_MLA_KV_FP8_PER_TENSOR, 128, 1, 4096, 64, 148, 0, &p), GRAPHSAFE_ERROR_INVALID_ARGUMENT);
+  CHECK(last_error_mentions("kv_format") && last_error_mentions("sm_100"));
+  CHECK_STATUS(graphsafe_mla_plan_kv(103, GRAPHSAFE_DTYPE_BF16, GRAPHSAFE_MLA_KV_FP8_DS_MLA, 16, 1, 4096, 64, 148, 0, &p), GRAPHSAFE_ERROR_INVALID_ARGUMENT);
+  CHECK(last_error_mentions("kv_format"));
+  CHECK_STATUS(graphsafe_mla_plan_kv(GRAPHSAFE_ARCH_SM90, GRAPHSAFE_DTYPE_BF16, 7, 16, 1, 4096, 64, 132, 0, &p), GRAPHSAFE_ERROR_INVALID_ARGUMENT);
+  CHECK(last_error_mentions("kv_format"));
+  CHECK_STATUS(graphsafe_mla_plan_kv(GRAPHSAFE_ARCH_SM90, GRAPHSAFE_DTYPE_BF16, GRAPHSAFE_MLA_KV_FP8_PER_TENSOR, 16, 1, 4096, 32, 132, 0, &p), GRAPHSAFE_ERROR_INVALID_ARGUMENT);
+  CHECK(last_error_mentions("page_size"));
+  CHECK_STATUS(graphsafe_mla_plan_kv(GRAPHSAFE_ARCH_SM90, GRAPHSAFE_DTYPE_BF16, GRAPHSAFE_MLA_KV_FP8_PER_TENSOR, 16, 1, 4096, 64, 132, 0, nullptr), GRAPHSAFE_ERROR_NULL_POINTER);
+  CHECK(GRAPHSAFE_MLA_DS_MLA_TOKEN_BYTES == 656);
+}
+
+// graphsafe_mla_decode_kv's refusals that need no device: the KV-cache description and what every
+// back-end refuses with an fp8 format are checked before any handle is looked up (the handles
+// here are forged), so the status names the argument, not the handle.
+static void kv_format_decode_refusals() {
+  GraphsafeStream forged_stream{(2ull << 56) | (1ull << 32) | 12345};
+  GraphsafeWorkspace forged_ws{(3ull << 56) | (1ull << 32) | 12345};
+  GraphsafeCapture forged_cap{(4ull << 56) | (1ull << 32) | 12345};
+  GraphsafeMlaDecodeArgs a{};
+  a.dtype = GRAPHSAFE_DTYPE_BF16;
+  a.batch = 1;
+  a.num_heads = 16;
+  GraphsafeMlaKvCache per_tensor{GRAPHSAFE_MLA_KV_FP8_PER_TENSOR, 0x7f0000001000ull};
+  GraphsafeMlaKvCache ds_mla{GRAPHSAFE_MLA_KV_FP8_DS_MLA, 0};
+  CHECK_STATUS(graphsafe_mla_decode_kv(nullptr, &per_tensor, forged_ws, forged_stream, nullptr), GRAPHSAFE_ERROR_NULL_POINTER);
+  CHECK(last_error_mentions("args"));
+  CHECK_STATUS(graphsafe_mla_decode_kv_captured(nullptr, &ds_mla, forged_cap, forged_ws, nullptr), GRAPHSAFE_ERROR_NULL_POINTER);
+  CHECK(last_error_mentions("args"));
+  GraphsafeMlaKvCache bad{7, 0};
+  CHECK_STATUS(graphsafe_mla_decode_kv(&a, &bad, forged_ws, forged_stream, nullptr), GRAPHSAFE_ERROR_INVALID_ARGUMENT);
+  CHECK(last_error_mentions("kv_format"));
+  CHECK_STATUS(graphsafe_mla_decode_kv_captured(&a, &bad, forged_cap, forged_ws, nullptr), GRAPHSAFE_ERROR_INVALID_ARGUMENT);
+  CHECK(last_error_mentions("kv_format"));
+  GraphsafeMlaKvCache no_scale{GRAPHSAFE_MLA_KV_FP8_PER_TENSOR, 0};
+  CHECK_STATUS(graphsafe_mla_decode_kv(&a, &no_scale, forged_ws, forged_stream, nullptr), GRAPHSAFE_ERROR_NULL_POINTER);
+  CHECK(last_error_mentions("kv_scale"));
+  CHECK_STATUS(graphsafe_mla_decode_kv_captured(&a, &no_scale, forged_cap, forged_ws, nullptr), GRAPHSAFE_ERROR_NULL_POINTER);
+  CHECK(last_error_mentions("kv_scale"));
+  GraphsafeMlaKvCache stray_scale{GRAPHSAFE_MLA_KV_FP8_DS_MLA, 0x7f0000001000ull};
+  CHECK_STATUS(graphsafe_mla_decode_kv(&a, &stray_scale, forged_ws, forged_stream, nullptr), GRAPHSAFE_ERROR_INVALID_ARGUMENT);
+  CHECK(last_error_mentions("kv_scale"));
+  for (const GraphsafeMlaKvCache* kv : {&per_tensor, &ds_mla}) {
+    GraphsafeMlaDecodeArgs h = a;
+    h.num_heads = 64;
+    CHECK_STATUS(graphsafe_mla_decode_kv(&h, kv, forged_ws, forged_stream, nullptr), GRAPHSAFE_ERROR_INVALID_ARGUMENT);
+    CHECK(last_error_mentions("num_heads"));
+    CHECK_STATUS(graphsafe_mla_decode_kv_captured(&h, kv, forged_cap, forged_ws, nullptr), GRAPHSAFE_ERROR_INVALID_ARGUMENT);
+    CHECK(last_error_mentions("num_heads"));
+    GraphsafeMlaDecodeArgs d = a;
+    d.dtype = GRAPHSAFE_DTYPE_FP16;
+    CHECK_STATUS(graphsafe_mla_decode_kv(&d, kv, forged_ws, forged_stream, nullptr), GRAPHSAFE_ERROR_INVALID_ARGUMENT);
+    CHECK(last_error_mentions("dtype"));
+  }
+  // A well-described cache gets as far as the handles (a null kv is the native format).
+  CHECK_STATUS(graphsafe_mla_decode_kv(&a, &per_tensor, forged_ws, forged_stream, nullptr), GRAPHSAFE_ERROR_INVALID_HANDLE);
+  CHECK_STATUS(graphsafe_mla_decode_kv(&a, &ds_mla, forged_ws, forged_stream, nullptr), GRAPHSAFE_ERROR_INVALID_HANDLE);
+  CHECK_STATUS(graphsafe_mla_decode_kv(&a, nullptr, forged_ws, forged_stream, nullptr), GRAPHSAFE_ERROR_INVALID_HANDLE);
+  CHECK_STATUS(graphsafe_mla_decode_kv_captured(&a, &per_tensor, forged_cap, forged_ws, nullptr), GRAPHSAFE_ERROR_INVALID_HANDLE);
 }
 
 static void nvfp4_and_cudnn_planning() {
@@ -201,6 +294,7 @@ static uint64_t addr(GraphsafeBuffer b) {
 }
 
 static void cudnn_and_w4a16(GraphsafeContext ctx, GraphsafeStream stream, const GraphsafeDeviceInfo& info);
+static void fp8_kv_caches(GraphsafeStream stream, const GraphsafeDeviceInfo& info, int H);
 
 static void gpu(int device_count) {
   GraphsafeContext ctx{};
@@ -369,6 +463,9 @@ static void gpu(int device_count) {
 
   OK(graphsafe_graph_exec_destroy(exec));
   CHECK_STATUS(graphsafe_graph_exec_destroy(exec), GRAPHSAFE_ERROR_INVALID_HANDLE);
+  if (info.cc_major == 9) {
+    for (int heads : {16, 32}) fp8_kv_caches(stream, info, heads);
+  }
   cudnn_and_w4a16(ctx, stream, info);
   OK(graphsafe_buffer_destroy(churn));
   for (GraphsafeBuffer b : {bsl, bpt, bout}) OK(graphsafe_buffer_destroy(b));
@@ -376,6 +473,163 @@ static void gpu(int device_count) {
   OK(graphsafe_stream_destroy(stream));
   OK(graphsafe_context_destroy(ctx));
   CHECK_STATUS(graphsafe_context_destroy(ctx), GRAPHSAFE_ERROR_INVALID_HANDLE);
+}
+
+static float bf16_value(uint16_t b) {
+  uint32_t u = uint32_t(b) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+// The e4m3 code of `v`, which must be exactly representable (the values below are k/32 .. k/4).
+static uint8_t e4m3_code(float v) {
+  for (int c = 0; c < 256; ++c) {
+    int e = (c >> 3) & 15, m = c & 7;
+    if (e == 15 && m == 7) continue;  // NaN
+    float mag = e == 0 ? m / 8.f * std::ldexp(1.f, -6) : (1.f + m / 8.f) * std::ldexp(1.f, e - 7);
+    if ((c & 0x80 ? -mag : mag) == v) return uint8_t(c);
+  }
+  std::fprintf(stderr, "FAILED: %g has no e4m3 code\n", v);
+  ++g_failures;
+  return 0;
+}
+
+// sm_90's fp8 KV caches through graphsafe_mla_decode_kv (H: 16 or 32 heads): the same K/V values stored as bf16
+// (native), as per-tensor fp8 with scale 0.5 and as DeepSeek V3.2 tokens with group scales
+// 0.25..2, all exact, give outputs within bf16 rounding of one another; the per-tensor decode
+// captured and replayed after the workspace grew equals eager, and a replay reads the scale when
+// it runs (a new scale written between replays gives the eager result for that scale).
+static void fp8_kv_caches(GraphsafeStream stream, const GraphsafeDeviceInfo& info, int H) {
+  const int B = 2, PAGE = 64, MAX_SEQ = 512, MAX_PAGES = MAX_SEQ / PAGE, PAGES = B * MAX_PAGES;
+  const size_t TOKENS = size_t(PAGES) * PAGE;
+  const int seq_lens[B] = {512, 77};
+  std::vector<uint16_t> q(size_t(B) * H * 576), kv_bf16(TOKENS * 576);
+  std::vector<uint8_t> kv_fp8(TOKENS * 576), kv_ds(TOKENS * GRAPHSAFE_MLA_DS_MLA_TOKEN_BYTES);
+  for (size_t i = 0; i < q.size(); ++i) q[i] = to_bf16(float((i * 7919) % 2003) / 1001.f - 1.f);
+  const float group_scales[4] = {0.25f, 0.5f, 1.f, 2.f};
+  for (size_t t = 0; t < TOKENS; ++t) {
+    uint8_t* tok = &kv_ds[t * GRAPHSAFE_MLA_DS_MLA_TOKEN_BYTES];
+    float s[4];
+    for (int g = 0; g < 4; ++g) s[g] = group_scales[(t + g) % 4];
+    std::memcpy(tok + 512, s, 16);
+    for (int d = 0; d < 576; ++d) {
+      float v = float(int((t * 577 + d * 131) % 33) - 16) / 16.f;  // k/16, k in -16..16: exact in bf16 and e4m3
+      kv_bf16[t * 576 + d] = to_bf16(v);
+      kv_fp8[t * 576 + d] = e4m3_code(v / 0.5f);
+      if (d < 512) {
+        tok[d] = e4m3_code(v / s[d / 128]);
+      } else {
+        uint16_t r = to_bf16(v);
+        std::memcpy(tok + 528 + 2 * (d - 512), &r, 2);
+      }
+    }
+  }
+  std::vector<int> pt(size_t(B) * MAX_PAGES);
+  for (int i = 0; i < B * MAX_PAGES; ++i) pt[i] = (i % MAX_PAGES) * B + i / MAX_PAGES;
+  const float half = 0.5f;
+  GraphsafeBuffer bq = upload(stream, q.data(), q.size() * 2), bkv = upload(stream, kv_bf16.data(), kv_bf16.size() * 2);
+  GraphsafeBuffer bfp8 = upload(stream, kv_fp8.data(), kv_fp8.size()), bds = upload(stream, kv_ds.data(), kv_ds.size());
+  GraphsafeBuffer bsl = upload(stream, seq_lens, sizeof seq_lens), bpt = upload(stream, pt.data(), pt.size() * 4);
+  GraphsafeBuffer bscale = upload(stream, &half, 4), bout{};
+  const size_t out_bytes = size_t(B) * H * 512 * 2;
+  OK(graphsafe_buffer_create(stream, out_bytes, 1, &bout));
+
+  GraphsafeMlaDecodeArgs a{};
+  a.dtype = GRAPHSAFE_DTYPE_BF16;
+  a.batch = B;
+  a.num_heads = H;
+  a.q_nope = addr(bq);
+  a.q_nope_stride_batch = H * 576;
+  a.q_nope_stride_head = 576;
+  a.q_pe = addr(bq) + 1024;
+  a.q_pe_stride_batch = H * 576;
+  a.q_pe_stride_head = 576;
+  a.kv_cache = addr(bkv);
+  a.num_pages = PAGES;
+  a.page_size = PAGE;
+  a.seq_lens = addr(bsl);
+  a.page_table = addr(bpt);
+  a.max_pages = MAX_PAGES;
+  a.out = addr(bout);
+  a.out_stride_batch = H * 512;
+  a.out_stride_head = 512;
+  a.sm_scale = 1.f / std::sqrt(192.f);
+  a.max_seq_len = MAX_SEQ;
+  GraphsafeMlaDecodeArgs a_fp8 = a, a_ds = a;
+  a_fp8.kv_cache = addr(bfp8);
+  a_ds.kv_cache = addr(bds);
+  const GraphsafeMlaKvCache per_tensor{GRAPHSAFE_MLA_KV_FP8_PER_TENSOR, addr(bscale)}, ds_mla{GRAPHSAFE_MLA_KV_FP8_DS_MLA, 0};
+
+  GraphsafeMlaPlan plan{};
+  OK(graphsafe_mla_plan_kv(GRAPHSAFE_ARCH_SM90, GRAPHSAFE_DTYPE_BF16, GRAPHSAFE_MLA_KV_FP8_PER_TENSOR, H, B, MAX_SEQ, PAGE, info.sm_count, 0, &plan));
+  GraphsafeWorkspace ws{};
+  OK(graphsafe_workspace_create(stream, plan.workspace_bytes, &ws));
+  auto run = [&](const GraphsafeMlaDecodeArgs& args, const GraphsafeMlaKvCache* kv, std::vector<uint16_t>& out) {
+    GraphsafeMlaPlan ran{};
+    OK(graphsafe_mla_decode_kv(&args, kv, ws, stream, &ran));
+    CHECK(ran.num_splits == plan.num_splits && ran.workspace_bytes == plan.workspace_bytes);
+    out.assign(out_bytes / 2, 0);
+    OK(graphsafe_buffer_read(bout, 0, out.data(), out_bytes, stream));
+  };
+  std::vector<uint16_t> native, fp8, ds;
+  run(a, nullptr, native);
+  run(a_fp8, &per_tensor, fp8);
+  run(a_ds, &ds_mla, ds);
+  float diff_fp8 = 0, diff_ds = 0;
+  size_t nonzero = 0;
+  for (size_t i = 0; i < native.size(); ++i) {
+    diff_fp8 = std::fmax(diff_fp8, std::fabs(bf16_value(fp8[i]) - bf16_value(native[i])));
+    diff_ds = std::fmax(diff_ds, std::fabs(bf16_value(ds[i]) - bf16_value(native[i])));
+    nonzero += native[i] != 0;
+  }
+  CHECK(nonzero > native.size() / 2);
+  CHECK(diff_fp8 <= 1.f / 64 && diff_ds <= 1.f / 64);
+  std::printf("fp8 KV caches through the C ABI (%d heads): max |out - native bf16| %g (per-tensor), %g (DeepSeek V3.2 tokens)\n", H, diff_fp8,
+              diff_ds);
+
+  // The refusals the op adds on the GPU: a cache too small for its format (the bf16 cache's
+  // buffer holds the fp8 one, so use the ds-mla args over the smaller fp8 buffer).
+  GraphsafeMlaDecodeArgs small = a_ds;
+  small.kv_cache = addr(bfp8);
+  CHECK_STATUS(graphsafe_mla_decode_kv(&small, &ds_mla, ws, stream, nullptr), GRAPHSAFE_ERROR_INVALID_ARGUMENT);
+  CHECK(last_error_mentions("kv_cache"));
+  const GraphsafeMlaKvCache unknown_scale{GRAPHSAFE_MLA_KV_FP8_PER_TENSOR, 0x1000};
+  CHECK_STATUS(graphsafe_mla_decode_kv(&a_fp8, &unknown_scale, ws, stream, nullptr), GRAPHSAFE_ERROR_INVALID_ARGUMENT);
+  CHECK(last_error_mentions("kv_scale"));
+
+  capture_and_compare(stream, ws, bout, out_bytes, "per-tensor fp8 KV MLA decode", [&] { return graphsafe_mla_decode_kv(&a_fp8, &per_tensor, ws, stream, nullptr); },
+                      [&](GraphsafeCapture cap) { return graphsafe_mla_decode_kv_captured(&a_fp8, &per_tensor, cap, ws, nullptr); });
+  capture_and_compare(stream, ws, bout, out_bytes, "DeepSeek V3.2 fp8 KV MLA decode", [&] { return graphsafe_mla_decode_kv(&a_ds, &ds_mla, ws, stream, nullptr); },
+                      [&](GraphsafeCapture cap) { return graphsafe_mla_decode_kv_captured(&a_ds, &ds_mla, cap, ws, nullptr); });
+
+  // The scale is read when the graph runs.
+  {
+    GraphsafeCapture cap{};
+    OK(graphsafe_capture_begin(stream, GRAPHSAFE_CAPTURE_THREAD_LOCAL, &cap));
+    OK(graphsafe_capture_bind_workspace(cap, ws, nullptr, nullptr));
+    OK(graphsafe_mla_decode_kv_captured(&a_fp8, &per_tensor, cap, ws, nullptr));
+    GraphsafeGraph g{};
+    OK(graphsafe_capture_end(cap, &g));
+    GraphsafeGraphExec e{};
+    OK(graphsafe_graph_instantiate(g, &e));
+    OK(graphsafe_graph_destroy(g));
+    const float quarter = 0.25f;
+    OK(graphsafe_buffer_write(bscale, 0, &quarter, 4, stream));
+    std::vector<uint16_t> eager(out_bytes / 2), replayed(out_bytes / 2);
+    OK(graphsafe_mla_decode_kv(&a_fp8, &per_tensor, ws, stream, nullptr));
+    OK(graphsafe_buffer_read(bout, 0, eager.data(), out_bytes, stream));
+    std::vector<uint16_t> zeros(out_bytes / 2, 0);
+    OK(graphsafe_buffer_write(bout, 0, zeros.data(), out_bytes, stream));
+    OK(graphsafe_graph_exec_launch(e, stream));
+    OK(graphsafe_buffer_read(bout, 0, replayed.data(), out_bytes, stream));
+    CHECK(replayed == eager && eager != fp8);
+    std::printf("per-tensor fp8 scale changed between replays (%d heads): the replay %s the eager decode at the new scale\n", H,
+                replayed == eager ? "equals" : "DIFFERS FROM");
+    OK(graphsafe_graph_exec_destroy(e));
+  }
+  for (GraphsafeBuffer x : {bq, bkv, bfp8, bds, bsl, bpt, bscale, bout}) OK(graphsafe_buffer_destroy(x));
+  OK(graphsafe_workspace_destroy(ws));
 }
 
 static void cudnn_and_w4a16(GraphsafeContext ctx, GraphsafeStream stream, const GraphsafeDeviceInfo& info) {
@@ -484,8 +738,10 @@ static void cudnn_and_w4a16(GraphsafeContext ctx, GraphsafeStream stream, const 
 
 int main() {
   planning();
+  kv_format_planning();
   nvfp4_and_cudnn_planning();
   bad_handles();
+  kv_format_decode_refusals();
   int n = 0;
   int st = graphsafe_device_count(&n);
   const char* req = std::getenv("GRAPHSAFE_REQUIRE_GPU");

@@ -1,9 +1,11 @@
 //! `graphsafe plan …`
 
 use clap::Subcommand;
-use graphsafe::ops::mla::{sm100, sm90, KvDtype, MlaArch};
+use graphsafe::driver::DevicePtr;
+use graphsafe::graph::DeviceMemory;
+use graphsafe::ops::mla::{sm100, sm90, KvDtype, KvFormat, KvFormatKind, MlaArch, MlaDecodeArgs, DS_MLA_TOKEN_BYTES};
 use graphsafe::ops::nvfp4::{self, Nvfp4Arch};
-use graphsafe::ops::tensor::DType;
+use graphsafe::ops::tensor::{DType, Tensor};
 
 #[derive(Subcommand)]
 pub enum PlanOp {
@@ -55,9 +57,14 @@ pub enum PlanOp {
         /// table in the workspace; sm_90: 64 or 128).
         #[arg(long = "page-size", default_value_t = 64, allow_negative_numbers = true)]
         page_size: i64,
-        /// Element type of q and the KV cache: bf16, fp16 or fp8.
+        /// Element type of q (and of a native KV cache): bf16, fp16 or fp8.
         #[arg(long, default_value = "bf16")]
         dtype: String,
+        /// How the KV cache is stored: native (in --dtype), fp8 (e4m3 with one f32 scale) or
+        /// fp8-ds-mla (DeepSeek V3.2's 656-byte token). The fp8 formats: sm_90, bf16 q, 16 or 32
+        /// heads; the workspace does not depend on the format.
+        #[arg(long = "kv-format", default_value = "native")]
+        kv_format: String,
         /// Ask for this many KV splits instead of the default rule (validated against it).
         #[arg(long, allow_negative_numbers = true)]
         splits: Option<i64>,
@@ -73,13 +80,14 @@ pub fn run(op: PlanOp) -> i32 {
             Ok(()) => 0,
             Err(e) => crate::usage_error(&e),
         },
-        PlanOp::Mla { arch, heads, batch, seq_len, sm_count, page_size, dtype, splits, json } => {
-            let shape = MlaShape { batches: &batch, heads, seq_len, sm_count, page_size, splits };
-            let r = match graphsafe::arch::plan_mla(&arch) {
-                Ok(MlaArch::Sm100) => mla(&shape, &dtype, json),
-                Ok(MlaArch::Sm90) => mla_sm90(&shape, &dtype, json),
-                Err(e) => Err(e),
-            };
+        PlanOp::Mla { arch, heads, batch, seq_len, sm_count, page_size, dtype, kv_format, splits, json } => {
+            let r = kv_format.parse::<KvFormatKind>().and_then(|kv_format| {
+                let shape = MlaShape { batches: &batch, heads, seq_len, sm_count, page_size, splits, kv_format };
+                match graphsafe::arch::plan_mla(&arch)? {
+                    MlaArch::Sm100 => mla(&shape, &dtype, json),
+                    MlaArch::Sm90 => mla_sm90(&shape, &dtype, json),
+                }
+            });
             match r {
                 Ok(()) => 0,
                 Err(e) => crate::usage_error(&e),
@@ -96,10 +104,67 @@ struct MlaShape<'a> {
     sm_count: i64,
     page_size: i64,
     splits: Option<i64>,
+    kv_format: KvFormatKind,
+}
+
+/// Memory that is only an address: the op's host validation (`MlaDecodeArgs::plan` without a
+/// context) reads addresses and extents, never the memory.
+#[derive(Clone, Copy)]
+struct NoMemory(DevicePtr);
+
+impl DeviceMemory for NoMemory {
+    fn device_ptr(&self) -> DevicePtr {
+        self.0
+    }
+    fn len(&self) -> usize {
+        usize::MAX
+    }
+    fn context_raw(&self) -> graphsafe::sys::cuda::CUcontext {
+        std::ptr::null_mut()
+    }
+}
+
+/// Refuses what the decode refuses for this KV-cache format with these queries on `arch`, with
+/// the op's own message: the op validates a one-request decode of `a.heads` heads (one 64-token
+/// page, valid on every back-end) over a cache of that format. The native format, which the
+/// planners check completely, is not asked about.
+fn check_kv_format(arch: MlaArch, dtype: KvDtype, a: &MlaShape) -> graphsafe::Result<()> {
+    if a.kv_format == KvFormatKind::Native {
+        return Ok(());
+    }
+    let q = match dtype {
+        KvDtype::Bf16 => DType::Bf16,
+        KvDtype::Fp16 => DType::Fp16,
+        KvDtype::Fp8E4m3 => DType::Fp8E4m3,
+    };
+    let heads = usize::try_from(a.heads).map_err(|_| graphsafe::Error::invalid("heads", "a multiple of 16 in 16..=128", a.heads))?;
+    let out = if q == DType::Fp16 { DType::Fp16 } else { DType::Bf16 };
+    // Each tensor at its own address, 16 MiB apart: none overlaps another.
+    let at = |i: u64| NoMemory(i << 24);
+    let (kv_cache, kv_format) = match a.kv_format {
+        KvFormatKind::Native => unreachable!("returned above"),
+        KvFormatKind::Fp8PerTensor => (Tensor::contiguous(at(3), DType::Fp8E4m3, &[1, 64, 576]), KvFormat::Fp8PerTensor { scale: Tensor::contiguous(at(8), DType::F32, &[1]) }),
+        KvFormatKind::Fp8DsMla => (Tensor::contiguous(at(3), DType::U8, &[1, 64, DS_MLA_TOKEN_BYTES]), KvFormat::Fp8DsMla),
+    };
+    let args = MlaDecodeArgs {
+        q_nope: Tensor::contiguous(at(1), q, &[1, heads, 512]),
+        q_pe: Tensor::contiguous(at(2), q, &[1, heads, 64]),
+        kv_cache,
+        kv_format,
+        seq_lens: Tensor::contiguous(at(4), DType::I32, &[1]),
+        page_table: Tensor::contiguous(at(5), DType::I32, &[1, 1]),
+        out: Tensor::contiguous(at(6), out, &[1, heads, 512]),
+        lse: None,
+        sm_scale: 1.0,
+        max_seq_len: 64,
+        num_splits: None,
+    };
+    args.plan(arch, 132, std::ptr::null_mut()).map(|_| ())
 }
 
 fn mla(a: &MlaShape, dtype: &str, json: bool) -> graphsafe::Result<()> {
     let dtype: KvDtype = dtype.parse()?;
+    check_kv_format(MlaArch::Sm100, dtype, a)?;
     if a.heads != 128 {
         return Err(graphsafe::Error::invalid("heads", "128 for sm_100 (pad fewer heads up to 128)", a.heads));
     }
@@ -113,7 +178,7 @@ fn mla(a: &MlaShape, dtype: &str, json: bool) -> graphsafe::Result<()> {
         println!("{}", pre.json("cutlass-4.2-sm100", dtype, a, serde_json::json!(plans)));
         return Ok(());
     }
-    println!("MLA decode plan: CUTLASS 4.2 sm100 kernel, {dtype}, max seq len {seq_len}, page size {}, {sm_count} SMs", a.page_size);
+    println!("MLA decode plan: CUTLASS 4.2 sm100 kernel, {dtype}, {} KV cache, max seq len {seq_len}, page size {}, {sm_count} SMs", a.kv_format, a.page_size);
     println!("{:>8} {:>7} {:>11} {:>16}", "batch", "splits", "scheduler", "workspace bytes");
     for p in &plans {
         let sched = match p.scheduler {
@@ -128,6 +193,7 @@ fn mla(a: &MlaShape, dtype: &str, json: bool) -> graphsafe::Result<()> {
 
 fn mla_sm90(a: &MlaShape, dtype: &str, json: bool) -> graphsafe::Result<()> {
     let dtype: KvDtype = dtype.parse()?;
+    check_kv_format(MlaArch::Sm90, dtype, a)?;
     if a.page_size != 64 && a.page_size != 128 {
         return Err(graphsafe::Error::invalid("page-size", "64 or 128 for sm_90", a.page_size));
     }
@@ -140,7 +206,7 @@ fn mla_sm90(a: &MlaShape, dtype: &str, json: bool) -> graphsafe::Result<()> {
         println!("{}", pre.json("graphsafe-sm90", dtype, a, serde_json::json!(plans)));
         return Ok(());
     }
-    println!("MLA decode plan: graphsafe sm90 kernel, {dtype}, {heads} heads, max seq len {seq_len}, {sm_count} SMs");
+    println!("MLA decode plan: graphsafe sm90 kernel, {dtype}, {} KV cache, {heads} heads, max seq len {seq_len}, {sm_count} SMs", a.kv_format);
     println!("{:>8} {:>7} {:>16}", "batch", "splits", "workspace bytes");
     for p in &plans {
         println!("{:>8} {:>7} {:>16}", p.batch, p.num_splits, p.workspace_bytes);
@@ -197,6 +263,7 @@ impl PreGrow {
             "op": "mla",
             "kernel": kernel,
             "dtype": dtype,
+            "kv_format": a.kv_format,
             "heads": a.heads,
             "seq_len": self.seq_len,
             "page_size": a.page_size,
