@@ -2,13 +2,15 @@
 //! 16/128 heads. Per configuration: median time per call (CUDA events, 10 warm-up calls, 50
 //! timed), achieved bandwidth (KV + Q + O bytes / time) and TFLOP/s (B·S·H·2·(576+512) / time);
 //! the baseline in the same run is a device-to-device copy (read + write bytes / time), the HBM
-//! rate this GPU actually reaches. Prints a table and one `BENCH_JSON` line.
+//! rate this GPU actually reaches. Then the fp8 KV caches (per-tensor and DeepSeek's 656-byte
+//! token) against bf16 of the same shapes at 16 and 32 heads. Prints the tables and one
+//! `BENCH_JSON` line.
 
 #[path = "common/timing.rs"]
 mod timing;
 use timing::median;
 use graphsafe::driver::{Context, DeviceBuffer, Event, Stream};
-use graphsafe::ops::mla::{decode, MlaDecodeArgs};
+use graphsafe::ops::mla::{decode, KvDtype, KvFormat, KvFormatKind, MlaDecodeArgs, DS_MLA_TOKEN_BYTES};
 use graphsafe::ops::tensor::{DType, Tensor};
 use graphsafe::workspace::Workspace;
 
@@ -93,6 +95,7 @@ fn main() {
             }
         }
     }
+    let fp8 = fp8_rows(&ctx, &stream, &mut ws);
     println!("MLA decode on {} ({} SMs), bf16, page {page}; copy baseline {copy_gbs:.0} GB/s", info.name, info.sm_count);
     println!("{:>6} {:>6} {:>6} {:>7} {:>10} {:>9} {:>8} {:>9}", "heads", "batch", "seq", "splits", "us/call", "GB/s", "of copy", "TFLOP/s");
     let mut json = Vec::new();
@@ -103,5 +106,92 @@ fn main() {
             gbs / copy_gbs
         ));
     }
-    println!("BENCH_JSON {{\"bench\":\"mla\",\"device\":\"{}\",\"copy_gb_s\":{copy_gbs:.1},\"rows\":[{}]}}", info.name, json.join(","));
+    println!();
+    println!("fp8 KV caches against bf16 of the same shape (page 64, {FP8_CALLS} calls between two events, median of 30)");
+    println!("{:>6} {:>6} {:>6} {:>12} {:>10} {:>9} {:>8} {:>11}", "heads", "batch", "seq", "kv", "us/call", "GB/s", "of copy", "x bf16 time");
+    let mut fp8_json = Vec::new();
+    for r in &fp8 {
+        let bf16_us = fp8.iter().find(|b| (b.heads, b.batch, b.seq, b.kind) == (r.heads, r.batch, r.seq, KvFormatKind::Native)).map_or(f64::NAN, |b| b.us);
+        let gbs = r.bytes / r.us / 1e3;
+        println!("{:>6} {:>6} {:>6} {:>12} {:>10.1} {gbs:>9.0} {:>8.2} {:>11.2}", r.heads, r.batch, r.seq, r.kind.to_string(), r.us, gbs / copy_gbs, bf16_us / r.us);
+        fp8_json.push(format!(
+            "{{\"heads\":{},\"batch\":{},\"seq\":{},\"kv\":\"{}\",\"us\":{:.2},\"gb_s\":{gbs:.1},\"of_copy\":{:.3},\"speedup_vs_bf16\":{:.3}}}",
+            r.heads, r.batch, r.seq, r.kind, r.us, gbs / copy_gbs, bf16_us / r.us
+        ));
+    }
+    println!(
+        "BENCH_JSON {{\"bench\":\"mla\",\"device\":\"{}\",\"copy_gb_s\":{copy_gbs:.1},\"rows\":[{}],\"fp8_rows\":[{}]}}",
+        info.name,
+        json.join(","),
+        fp8_json.join(",")
+    );
+}
+
+/// Calls per timed sample of the fp8 comparison: enough that the host's enqueueing runs ahead of
+/// the GPU, so the events time the kernels, not the launch overhead.
+const FP8_CALLS: usize = 20;
+
+struct Fp8Row {
+    heads: usize,
+    batch: usize,
+    seq: usize,
+    kind: KvFormatKind,
+    us: f64,
+    bytes: f64,
+}
+
+/// bf16, per-tensor fp8 and 656-byte fp8 caches of the same shapes (16 and 32 heads, the heads the
+/// fp8 path runs), the three timed one after another in the same process.
+fn fp8_rows(ctx: &std::sync::Arc<Context>, stream: &Stream, ws: &mut Workspace) -> Vec<Fp8Row> {
+    let page = 64usize;
+    let mut rows = Vec::new();
+    for &(heads, batch, seq) in &[(16usize, 64usize, 4096usize), (16, 128, 8192), (32, 64, 4096)] {
+        let pages_per = seq / page;
+        let pages = batch * pages_per;
+        let q = DeviceBuffer::alloc_zeroed(stream, batch * heads * 576 * 2).unwrap();
+        let out = DeviceBuffer::alloc_zeroed(stream, batch * heads * 512 * 2).unwrap();
+        let lse = DeviceBuffer::alloc_zeroed(stream, batch * heads * 4).unwrap();
+        let seq_lens = DeviceBuffer::from_host(stream, &vec![seq as i32; batch]).unwrap();
+        let pt: Vec<i32> = (0..batch * pages_per).map(|i| ((i % pages_per) * batch + i / pages_per) as i32).collect();
+        let page_table = DeviceBuffer::from_host(stream, &pt).unwrap();
+        let scale = DeviceBuffer::from_host(stream, &[1.0f32]).unwrap();
+        for kind in KvFormatKind::ALL {
+            let token = kind.token_bytes(KvDtype::Bf16);
+            let kv = DeviceBuffer::alloc(ctx, pages * page * token).unwrap();
+            kv.memset_u32(0x3c00_3c00, stream).unwrap(); // bf16 ~1.0, e4m3 1.5 and 0 (values do not change the timing)
+            let (kv_cache, kv_format) = match kind {
+                KvFormatKind::Native => (Tensor::contiguous(&kv, DType::Bf16, &[pages, page, 576]), KvFormat::Native),
+                KvFormatKind::Fp8PerTensor => (
+                    Tensor::contiguous(&kv, DType::Fp8E4m3, &[pages, page, 576]),
+                    KvFormat::Fp8PerTensor { scale: Tensor::contiguous(&scale, DType::F32, &[1]) },
+                ),
+                KvFormatKind::Fp8DsMla => (Tensor::contiguous(&kv, DType::U8, &[pages, page, DS_MLA_TOKEN_BYTES]), KvFormat::Fp8DsMla),
+            };
+            let args = MlaDecodeArgs {
+                q_nope: Tensor::strided(&q, 0, DType::Bf16, &[batch, heads, 512], &[heads * 576, 576, 1]),
+                q_pe: Tensor::strided(&q, 1024, DType::Bf16, &[batch, heads, 64], &[heads * 576, 576, 1]),
+                kv_cache,
+                kv_format,
+                seq_lens: Tensor::contiguous(&seq_lens, DType::I32, &[batch]),
+                page_table: Tensor::contiguous(&page_table, DType::I32, &[batch, pages_per]),
+                out: Tensor::contiguous(&out, DType::Bf16, &[batch, heads, 512]),
+                lse: Some(Tensor::contiguous(&lse, DType::F32, &[batch, heads])),
+                sm_scale: 0.0723,
+                max_seq_len: seq as u32,
+                num_splits: None,
+            };
+            if let Err(e) = decode(&args, ws, stream) {
+                eprintln!("mla bench ({kind}): {e}");
+                std::process::exit(1);
+            }
+            let us = time_us(ctx, stream, 2, 30, || {
+                for _ in 0..FP8_CALLS {
+                    decode(&args, ws, stream).unwrap();
+                }
+            }) / FP8_CALLS as f64;
+            let bytes = (batch * seq * token + batch * heads * 576 * 2 + batch * heads * 512 * 2) as f64;
+            rows.push(Fp8Row { heads, batch, seq, kind, us, bytes });
+        }
+    }
+    rows
 }
