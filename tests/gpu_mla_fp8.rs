@@ -1,5 +1,5 @@
 //! MLA decode over fp8 KV caches on the sm90 kernel (16 and 32 heads): numerics against the f64
-//! CPU reference of the dequantised cache over 24 shapes, every e4m3 code dequantised exactly,
+//! CPU reference of the dequantised cache over 26 shapes, every e4m3 code dequantised exactly,
 //! captured replay bit-identical to eager (and reading the per-tensor scale at replay), and a
 //! capture with too small a workspace refused with nothing captured. Skips without a Hopper GPU
 //! (fails instead under GRAPHSAFE_REQUIRE_GPU=1 when there is no GPU at all).
@@ -205,13 +205,15 @@ fn shapes() -> Vec<Shape> {
             s(kind, 16, 64, vec![640; 3], None, 0.25, k + 10),
             s(kind, 32, 128, vec![300, 5000], Some(7), 1.0 / 4096.0, k + 11),
             s(kind, 16, 64, (1..=12).map(|i| i * 97).collect(), None, 1.0 / 64.0, k + 12),
+            // A negative scale: the softmax's maximum must be taken of the scaled scores.
+            s(kind, 32, 64, vec![500, 77], None, -1.0 / 32.0, k + 13),
         ]);
     }
     v
 }
 
 #[test]
-fn sm90_fp8_matches_the_dequantized_reference_over_24_shapes() {
+fn sm90_fp8_matches_the_dequantized_reference_over_26_shapes() {
     let Some((ctx, stream)) = gpu() else { return };
     if !hopper(&ctx) {
         return;
@@ -264,7 +266,7 @@ fn sm90_fp8_dequantises_every_code_exactly() {
     }
     let mut ws = Workspace::new(&stream, 0).unwrap();
     for kind in [KvFormatKind::Fp8PerTensor, KvFormatKind::Fp8DsMla] {
-        for scale in [1.0f32, 0.375, 1.0 / 3.0, 2f32.powi(-12), 7.5] {
+        for scale in [1.0f32, 0.375, 1.0 / 3.0, 2f32.powi(-12), 7.5, -0.5] {
             let s = Shape { kind, heads: 16, page: 64, seq_lens: vec![1; 2], splits: None, scale, seed: 900 };
             let mut p = build(&stream, &s);
             // Token 0 of each request's page: codes 0..=255 twice in the latent, NaN codes as 0.
@@ -371,4 +373,45 @@ fn sm90_fp8_capture_with_too_small_a_workspace_is_refused() {
     }
     let g = cap.end().unwrap();
     assert!(g.node_kinds().unwrap().is_empty());
+}
+
+/// The scales are device data, like `seq_lens`: never trusted, read as they are. A NaN or zero
+/// per-tensor scale gives NaN or zeros (and LSE = ln(len)) and finishes; a NaN group scale in one
+/// token of one request of a 656-byte cache makes that request NaN and leaves the others
+/// bit-identical to a clean run (no hang, nothing outside the request's own rows).
+#[test]
+fn sm90_fp8_garbage_scales_stay_in_their_requests_and_never_hang() {
+    let Some((ctx, stream)) = gpu() else { return };
+    if !hopper(&ctx) {
+        return;
+    }
+    let mut ws = Workspace::new(&stream, 0).unwrap();
+    let lens = vec![300, 300, 300];
+    // Per-tensor: NaN, then 0.
+    let s = Shape { kind: KvFormatKind::Fp8PerTensor, heads: 16, page: 64, seq_lens: lens.clone(), splits: None, scale: f32::NAN, seed: 970 };
+    let p = build(&stream, &s);
+    decode(&args(&p), &mut ws, &stream).unwrap();
+    assert!(bf16_out(&p, &stream).iter().all(|v| v.is_nan()), "a NaN scale must give NaN everywhere");
+    assert!(p.lse.to_host_vec::<f32>(&stream).unwrap().iter().all(|v| v.is_nan()), "and a NaN LSE, not an empty request's -inf");
+    p.scale.copy_from_host(&[0.0f32], &stream).unwrap();
+    decode(&args(&p), &mut ws, &stream).unwrap();
+    assert!(bf16_out(&p, &stream).iter().all(|&v| v == 0.0), "a zero scale makes K = V = 0: the output is 0");
+    let lse = p.lse.to_host_vec::<f32>(&stream).unwrap();
+    assert!(lse.iter().all(|&l| (l - 300f32.ln()).abs() < 1e-3), "uniform softmax over 300 tokens: {lse:?}");
+
+    // 656-byte cache: one NaN group scale in request 1's first token.
+    let s = Shape { kind: KvFormatKind::Fp8DsMla, heads: 16, page: 64, seq_lens: lens.clone(), splits: None, scale: 1.0 / 64.0, seed: 971 };
+    let mut p = build(&stream, &s);
+    decode(&args(&p), &mut ws, &stream).unwrap();
+    let clean = p.out.to_host_vec::<u16>(&stream).unwrap();
+    let mut bytes = p.kv.to_host_vec::<u8>(&stream).unwrap();
+    let row = p.host.3[p.max_pages] as usize * s.page; // request 1, column 0, token 0
+    bytes[row * DS_MLA_TOKEN_BYTES + 512..row * DS_MLA_TOKEN_BYTES + 516].copy_from_slice(&f32::NAN.to_le_bytes());
+    p.kv = DeviceBuffer::from_host(&stream, &bytes).unwrap();
+    decode(&args(&p), &mut ws, &stream).unwrap();
+    let got = p.out.to_host_vec::<u16>(&stream).unwrap();
+    let n = 16 * 512;
+    assert_eq!(&got[..n], &clean[..n], "request 0 changed");
+    assert_eq!(&got[2 * n..], &clean[2 * n..], "request 2 changed");
+    assert!(got[n..2 * n].iter().all(|&b| bf16::from_bits(b).is_nan()), "request 1 must be NaN");
 }

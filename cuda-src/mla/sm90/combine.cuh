@@ -22,14 +22,30 @@ __global__ void __launch_bounds__(128) mla_sm90_combine_kernel(const Params p) {
   const int S = p.num_splits, H = p.num_heads;
   const float* lse = p.ws_lse + int64_t(b) * S * H + h;
   float mx = -INFINITY;
-  for (int s = t; s < S; s += 128) mx = fmaxf(mx, lse[int64_t(s) * H]);
+  int nan = 0;
+  for (int s = t; s < S; s += 128) {
+    const float v = lse[int64_t(s) * H];
+    mx = fmaxf(mx, v);
+    nan |= v != v;
+  }
 #pragma unroll
   for (int k = 16; k > 0; k >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, k));
   if (lane == 0) s_red[warp] = mx;
-  __syncthreads();
+  // A NaN partial (NaN in the cache, or an fp8 scale that is NaN) makes the head NaN. fmaxf drops
+  // NaN, so without this a head whose every split is NaN would look empty and come out as zeros.
+  const bool any_nan = __syncthreads_or(nan) != 0;
   mx = fmaxf(fmaxf(s_red[0], s_red[1]), fmaxf(s_red[2], s_red[3]));
   const int d = chunk * 128 + lane * 4;
   uint16_t* dst = p.out + b * p.out_sb + h * p.out_sh + d;
+  if (any_nan) {
+    if (warp == 0) {
+      const uint32_t q = pack2<F16>(NAN, NAN);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) dst[k] = uint16_t(q & 0xFFFFu);
+    }
+    if (t == 0 && chunk == 0 && p.lse != nullptr) p.lse[int64_t(b) * H + h] = NAN;
+    return;
+  }
   if (mx == -INFINITY) {  // every split empty: seq_len 0
     if (warp == 0) {
 #pragma unroll

@@ -82,10 +82,13 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int w = tid >> 7;  // warpgroup: takes tiles i with i % 2 == w, always in stage w
   const int lt = tid & 127, warp = lt >> 5, lane = lt & 31, q = lane & 3, g = lane >> 2;
   const int ta = warp * 16 + g, tb = ta + 8;  // S^T rows (tokens) of this thread
-  // The per-tensor fp8 scale multiplies every K and V: folded into the scores' scale here and into
-  // the output's normalisation at the end, so the stages hold the codes' exact values.
+  // The per-tensor fp8 scale multiplies every K and V: applied to the scores here and to the
+  // output's normalisation at the end, so the stages hold the codes' exact values. It is device
+  // data of any sign (or zero, or NaN), so the scores are scaled before they are masked and their
+  // maximum taken (scaling a maximum by a negative scale gives the minimum; -inf times 0 is NaN).
   const float kv_scale = KV == kKvFp8PerTensor ? __ldg(p.kv_scale) : 1.f;
-  const float sl2 = p.scale_log2 * kv_scale;
+  const float sl2_scores = p.scale_log2 * kv_scale;
+  const float sl2 = KV == kKvFp8PerTensor ? 1.f : sl2_scores;  // what the softmax below multiplies by
   float o[8][R];
 #pragma unroll
   for (int mb = 0; mb < 8; ++mb)
@@ -115,6 +118,10 @@ __global__ void __launch_bounds__(kThreads, 1)
     wg_commit();
     wg_wait<0>();
     reg_fence(sc);
+    if constexpr (KV == kKvFp8PerTensor) {
+#pragma unroll
+      for (int k = 0; k < R; ++k) sc[k] *= sl2_scores;
+    }
 
     const int valid = sr.seq - (sr.tile0 + i) * kTileS;
     float cm[2 * J];
