@@ -96,6 +96,7 @@ fn main() {
         }
     }
     let fp8 = fp8_rows(&ctx, &stream, &mut ws);
+    let long = long_rows(&ctx, &stream, &mut ws);
     println!("MLA decode on {} ({} SMs), bf16, page {page}; copy baseline {copy_gbs:.0} GB/s", info.name, info.sm_count);
     println!("{:>6} {:>6} {:>6} {:>7} {:>10} {:>9} {:>8} {:>9}", "heads", "batch", "seq", "splits", "us/call", "GB/s", "of copy", "TFLOP/s");
     let mut json = Vec::new();
@@ -105,6 +106,14 @@ fn main() {
             "{{\"heads\":{h},\"batch\":{b},\"seq\":{s},\"splits\":{sp},\"us\":{us:.2},\"gb_s\":{gbs:.1},\"tflop_s\":{tf:.2},\"of_copy\":{:.3}}}",
             gbs / copy_gbs
         ));
+    }
+    println!();
+    println!("Long requests, bf16, page 64 ({FP8_CALLS} calls between two events, median of 30)");
+    println!("{:>6} {:>6} {:>6} {:>7} {:>10} {:>9} {:>8} {:>9}", "heads", "batch", "seq", "splits", "us/call", "GB/s", "of copy", "TFLOP/s");
+    let mut long_json = Vec::new();
+    for (h, b, s, sp, us, gbs, tf) in &long {
+        println!("{h:>6} {b:>6} {s:>6} {sp:>7} {us:>10.1} {gbs:>9.0} {:>8.2} {tf:>9.1}", gbs / copy_gbs);
+        long_json.push(format!("{{\"heads\":{h},\"batch\":{b},\"seq\":{s},\"splits\":{sp},\"us\":{us:.2},\"gb_s\":{gbs:.1},\"tflop_s\":{tf:.2}}}"));
     }
     println!();
     println!("fp8 KV caches against bf16 of the same shape (page 64, {FP8_CALLS} calls between two events, median of 30)");
@@ -120,11 +129,60 @@ fn main() {
         ));
     }
     println!(
-        "BENCH_JSON {{\"bench\":\"mla\",\"device\":\"{}\",\"copy_gb_s\":{copy_gbs:.1},\"rows\":[{}],\"fp8_rows\":[{}]}}",
+        "BENCH_JSON {{\"bench\":\"mla\",\"device\":\"{}\",\"copy_gb_s\":{copy_gbs:.1},\"rows\":[{}],\"long_rows\":[{}],\"fp8_rows\":[{}]}}",
         info.name,
         json.join(","),
+        long_json.join(","),
         fp8_json.join(",")
     );
+}
+
+/// Batch 16 x 16,384 and batch 1 x 65,536 at 128 heads (issue 12's compute-bound and long-request
+/// shapes) and batch 1 x 65,536 at 16 heads: (heads, batch, seq, splits, us, GB/s, TFLOP/s).
+fn long_rows(ctx: &std::sync::Arc<Context>, stream: &Stream, ws: &mut Workspace) -> Vec<(usize, usize, usize, u32, f64, f64, f64)> {
+    let page = 64usize;
+    let mut rows = Vec::new();
+    for &(heads, batch, seq) in &[(128usize, 16usize, 16384usize), (128, 1, 65536), (16, 1, 65536)] {
+        let pages_per = seq / page;
+        let pages = batch * pages_per;
+        let kv = DeviceBuffer::alloc(ctx, pages * page * 576 * 2).unwrap();
+        kv.memset_u32(0x3c00_3c00, stream).unwrap();
+        let q = DeviceBuffer::alloc_zeroed(stream, batch * heads * 576 * 2).unwrap();
+        let out = DeviceBuffer::alloc_zeroed(stream, batch * heads * 512 * 2).unwrap();
+        let lse = DeviceBuffer::alloc_zeroed(stream, batch * heads * 4).unwrap();
+        let seq_lens = DeviceBuffer::from_host(stream, &vec![seq as i32; batch]).unwrap();
+        let pt: Vec<i32> = (0..batch * pages_per).map(|i| ((i % pages_per) * batch + i / pages_per) as i32).collect();
+        let page_table = DeviceBuffer::from_host(stream, &pt).unwrap();
+        let args = MlaDecodeArgs {
+            q_nope: Tensor::strided(&q, 0, DType::Bf16, &[batch, heads, 512], &[heads * 576, 576, 1]),
+            q_pe: Tensor::strided(&q, 1024, DType::Bf16, &[batch, heads, 64], &[heads * 576, 576, 1]),
+            kv_cache: Tensor::contiguous(&kv, DType::Bf16, &[pages, page, 576]),
+            kv_format: KvFormat::Native,
+            seq_lens: Tensor::contiguous(&seq_lens, DType::I32, &[batch]),
+            page_table: Tensor::contiguous(&page_table, DType::I32, &[batch, pages_per]),
+            out: Tensor::contiguous(&out, DType::Bf16, &[batch, heads, 512]),
+            lse: Some(Tensor::contiguous(&lse, DType::F32, &[batch, heads])),
+            sm_scale: 0.0723,
+            max_seq_len: seq as u32,
+            num_splits: None,
+        };
+        let plan = match decode(&args, ws, stream) {
+            Ok(p) => p,
+            Err(e) => {
+                eprintln!("mla bench: {e}");
+                std::process::exit(1);
+            }
+        };
+        let us = time_us(ctx, stream, 2, 30, || {
+            for _ in 0..FP8_CALLS {
+                decode(&args, ws, stream).unwrap();
+            }
+        }) / FP8_CALLS as f64;
+        let bytes = (batch * seq * 576 * 2 + batch * heads * 576 * 2 + batch * heads * 512 * 2) as f64;
+        let flops = (batch * seq * heads) as f64 * 2.0 * 1088.0;
+        rows.push((heads, batch, seq, plan.num_splits, us, bytes / us / 1e3, flops / us / 1e6));
+    }
+    rows
 }
 
 /// Calls per timed sample of the fp8 comparison: enough that the host's enqueueing runs ahead of
