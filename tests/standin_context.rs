@@ -326,6 +326,22 @@ fn raw_pointers_of_another_device_unknown_or_too_small_are_refused() {
     let text = unsafe { std::ffi::CStr::from_ptr(graphsafe_last_error()) }.to_string_lossy().into_owned();
     assert_eq!(r, GRAPHSAFE_ERROR_INVALID_ARGUMENT, "an output inside the call's workspace: {text}");
     assert!(text.contains("workspace"), "the error does not name the workspace: {text}");
+    // An fp8 cache's per-tensor scale inside the workspace: every CTA reads it while the split
+    // kernels write their partials there. The same call with the scale in a buffer of its own
+    // reaches the launch (the stand-in runs no kernels).
+    args = good;
+    args.kv_cache = buffer(0, (page * 576) as u64);
+    let decode_kv = |a: &GraphsafeMlaDecodeArgs, scale: u64| {
+        let kv = GraphsafeMlaKvCache { kv_format: GRAPHSAFE_MLA_KV_FP8_PER_TENSOR, kv_scale: scale };
+        let r = unsafe { graphsafe_mla_decode_kv(a, &kv, big_ws, st[0], std::ptr::null_mut()) };
+        (r, unsafe { std::ffi::CStr::from_ptr(graphsafe_last_error()) }.to_string_lossy().into_owned())
+    };
+    let own_scale = buffer(0, 4);
+    let (r, text) = decode_kv(&args, own_scale);
+    assert_eq!(r, GRAPHSAFE_ERROR_CUDA_RUNTIME, "the well-formed fp8 decode was refused before the glue: {text}");
+    let (r, text) = decode_kv(&args, wptr + 256);
+    assert_eq!(r, GRAPHSAFE_ERROR_INVALID_ARGUMENT, "a scale inside the call's workspace: {text}");
+    assert!(text.contains("kv_format.scale") && text.contains("workspace"), "the error does not name the scale and the workspace: {text}");
     unsafe { graphsafe_workspace_destroy(big_ws) };
     // Memory of an engine's own context on device 0 (adopted beside the primary one).
     let mut engine = GraphsafeContext::default();

@@ -401,6 +401,10 @@ pub(crate) fn run<M: DeviceMemory>(args: &MlaDecodeArgs<M>, mut target: Target<'
         let w = Some((ws.ptr(), ws.ptr().saturating_add(ws.len())));
         refuse_overlap(("out", args.out.byte_range()), ("the workspace", w))?;
         refuse_overlap(("lse", args.lse.as_ref().and_then(Tensor::byte_range)), ("the workspace", w))?;
+        // Nor the per-tensor scale: every CTA reads it while the split kernels write partials.
+        if let KvFormat::Fp8PerTensor { scale } = &args.kv_format {
+            refuse_overlap(("kv_format.scale", scale.byte_range()), ("the workspace", w))?;
+        }
     }
     target.commit()?;
     let _current = ctx.enter()?;
