@@ -116,8 +116,8 @@ fn main() {
         long_json.push(format!("{{\"heads\":{h},\"batch\":{b},\"seq\":{s},\"splits\":{sp},\"us\":{us:.2},\"gb_s\":{gbs:.1},\"tflop_s\":{tf:.2}}}"));
     }
     println!();
-    println!("fp8 KV caches against bf16 of the same shape (page 64, {FP8_CALLS} calls between two events, median of 30)");
-    println!("{:>6} {:>6} {:>6} {:>12} {:>10} {:>9} {:>8} {:>11}", "heads", "batch", "seq", "kv", "us/call", "GB/s", "of copy", "x bf16 time");
+    println!("fp8 KV caches against bf16 of the same shape (page 64, {FP8_CALLS} calls between two events, median of 30; bf16/fp8 t = bf16 time / this time, > 1: faster)");
+    println!("{:>6} {:>6} {:>6} {:>12} {:>10} {:>9} {:>8} {:>11}", "heads", "batch", "seq", "kv", "us/call", "GB/s", "of copy", "bf16/fp8 t");
     let mut fp8_json = Vec::new();
     for r in &fp8 {
         let bf16_us = fp8.iter().find(|b| (b.heads, b.batch, b.seq, b.kind) == (r.heads, r.batch, r.seq, KvFormatKind::Native)).map_or(f64::NAN, |b| b.us);

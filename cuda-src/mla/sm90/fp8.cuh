@@ -5,7 +5,7 @@
 // producers apart except by the full barrier's arrival count (128 here, one per producer thread).
 //
 // Why a raw ring in shared memory and not loads into registers: the TMA keeps a whole tile of
-// bytes in flight per SM without registers (the producer has 72 per thread), and it does the
+// bytes in flight per SM without registers (the producer has 152 or 104 per thread), and it does the
 // page-table addressing and the 656-byte token stride for us. The cost is one more shared-memory
 // write and read of the raw bytes (36 KiB per tile), which the N kernel (16/32 heads, memory-bound)
 // has room for.
