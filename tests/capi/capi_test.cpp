@@ -628,6 +628,48 @@ static void fp8_kv_caches(GraphsafeStream stream, const GraphsafeDeviceInfo& inf
                 replayed == eager ? "equals" : "DIFFERS FROM");
     OK(graphsafe_graph_exec_destroy(e));
   }
+  // A scale given only by its raw address, never bound: the capture keeps its buffer alive. The
+  // caller destroys its handle; no new buffer may get that memory while the executable lives, and
+  // the replay reads the value that was there (0.125 here), not whatever a new owner writes.
+  {
+    const float eighth = 0.125f;
+    GraphsafeBuffer bscale2 = upload(stream, &eighth, 4);
+    uint64_t p2 = 0, n2 = 0;
+    OK(graphsafe_buffer_info(bscale2, &p2, &n2));
+    const GraphsafeMlaKvCache kv2{GRAPHSAFE_MLA_KV_FP8_PER_TENSOR, p2};
+    std::vector<uint16_t> eager(out_bytes / 2), replayed(out_bytes / 2);
+    OK(graphsafe_mla_decode_kv(&a_fp8, &kv2, ws, stream, nullptr));
+    OK(graphsafe_buffer_read(bout, 0, eager.data(), out_bytes, stream));
+    GraphsafeCapture cap{};
+    OK(graphsafe_capture_begin(stream, GRAPHSAFE_CAPTURE_THREAD_LOCAL, &cap));
+    OK(graphsafe_capture_bind_workspace(cap, ws, nullptr, nullptr));
+    OK(graphsafe_mla_decode_kv_captured(&a_fp8, &kv2, cap, ws, nullptr));
+    GraphsafeGraph g{};
+    OK(graphsafe_capture_end(cap, &g));
+    GraphsafeGraphExec e{};
+    OK(graphsafe_graph_instantiate(g, &e));
+    OK(graphsafe_graph_destroy(g));
+    OK(graphsafe_buffer_destroy(bscale2));
+    std::vector<GraphsafeBuffer> fresh(8);
+    int overlapping = 0;
+    const float big = 1000.f;
+    for (auto& f : fresh) {
+      OK(graphsafe_buffer_create(stream, n2, 0, &f));
+      uint64_t p = 0;
+      OK(graphsafe_buffer_info(f, &p, nullptr));
+      overlapping += p < p2 + n2 && p2 < p + n2;
+      OK(graphsafe_buffer_write(f, 0, &big, 4, stream));
+    }
+    std::vector<uint16_t> zeros(out_bytes / 2, 0);
+    OK(graphsafe_buffer_write(bout, 0, zeros.data(), out_bytes, stream));
+    OK(graphsafe_graph_exec_launch(e, stream));
+    OK(graphsafe_buffer_read(bout, 0, replayed.data(), out_bytes, stream));
+    CHECK(overlapping == 0 && replayed == eager);
+    std::printf("an unbound fp8 scale address: kept by the executable (%d of 8 new buffers overlap it), the replay %s eager\n",
+                overlapping, replayed == eager ? "equals" : "DIFFERS FROM");
+    for (auto f : fresh) OK(graphsafe_buffer_destroy(f));
+    OK(graphsafe_graph_exec_destroy(e));
+  }
   for (GraphsafeBuffer x : {bq, bkv, bfp8, bds, bsl, bpt, bscale, bout}) OK(graphsafe_buffer_destroy(x));
   OK(graphsafe_workspace_destroy(ws));
 }
