@@ -49,49 +49,19 @@ fn main() {
     let copy_gbs = 2.0 * n as f64 / copy_us / 1e3;
     drop((src, dst));
 
-    let page = 64usize;
+    let page = PAGE;
     let mut rows = Vec::new();
     let mut ws = Workspace::new(&stream, 0).unwrap();
     for &heads in &[16usize, 128] {
         for &batch in &[64usize, 128] {
             for &seq in &[4096usize, 8192] {
-                let pages_per = seq / page;
-                let pages = batch * pages_per;
-                let kv = DeviceBuffer::alloc(&ctx, pages * page * 576 * 2).unwrap();
-                kv.memset_u32(0x3c00_3c00, &stream).unwrap(); // bf16 ~1.0 (values do not change the timing)
-                let q = DeviceBuffer::alloc_zeroed(&stream, batch * heads * 576 * 2).unwrap();
-                let out = DeviceBuffer::alloc_zeroed(&stream, batch * heads * 512 * 2).unwrap();
-                let lse = DeviceBuffer::alloc_zeroed(&stream, batch * heads * 4).unwrap();
-                let seq_lens = DeviceBuffer::from_host(&stream, &vec![seq as i32; batch]).unwrap();
-                // Requests' pages interleaved across the cache, as a serving engine's allocator leaves them.
-                let pt: Vec<i32> = (0..batch * pages_per).map(|i| ((i % pages_per) * batch + i / pages_per) as i32).collect();
-                let page_table = DeviceBuffer::from_host(&stream, &pt).unwrap();
-                let args = MlaDecodeArgs {
-                    q_nope: Tensor::strided(&q, 0, DType::Bf16, &[batch, heads, 512], &[heads * 576, 576, 1]),
-                    q_pe: Tensor::strided(&q, 1024, DType::Bf16, &[batch, heads, 64], &[heads * 576, 576, 1]),
-                    kv_cache: Tensor::contiguous(&kv, DType::Bf16, &[pages, page, 576]),
-                    kv_format: graphsafe::ops::mla::KvFormat::Native,
-                    seq_lens: Tensor::contiguous(&seq_lens, DType::I32, &[batch]),
-                    page_table: Tensor::contiguous(&page_table, DType::I32, &[batch, pages_per]),
-                    out: Tensor::contiguous(&out, DType::Bf16, &[batch, heads, 512]),
-                    lse: Some(Tensor::contiguous(&lse, DType::F32, &[batch, heads])),
-                    sm_scale: 0.0723,
-                    max_seq_len: seq as u32,
-                    num_splits: None,
-                };
-                let plan = match decode(&args, &mut ws, &stream) {
-                    Ok(p) => p,
-                    Err(e) => {
-                        eprintln!("mla bench: {e}");
-                        std::process::exit(1);
-                    }
-                };
+                let case = Case::new(&ctx, &stream, heads, batch, seq, KvFormatKind::Native);
+                let args = case.args();
+                let plan = plan_or_exit(&args, &mut ws, &stream);
                 let us = time_us(&ctx, &stream, 10, 50, || {
                     decode(&args, &mut ws, &stream).unwrap();
                 });
-                let bytes = (batch * seq * 576 * 2 + batch * heads * 576 * 2 + batch * heads * 512 * 2) as f64;
-                let flops = (batch * seq * heads) as f64 * 2.0 * 1088.0;
-                rows.push((heads, batch, seq, plan.num_splits, us, bytes / us / 1e3, flops / us / 1e6));
+                rows.push((heads, batch, seq, plan.num_splits, us, case.bytes() / us / 1e3, case.flops() / us / 1e6));
             }
         }
     }
@@ -140,54 +110,29 @@ fn main() {
 /// Batch 16 x 16,384 and batch 1 x 65,536 at 128 heads (issue 12's compute-bound and long-request
 /// shapes) and batch 1 x 65,536 at 16 heads: (heads, batch, seq, splits, us, GB/s, TFLOP/s).
 fn long_rows(ctx: &std::sync::Arc<Context>, stream: &Stream, ws: &mut Workspace) -> Vec<(usize, usize, usize, u32, f64, f64, f64)> {
-    let page = 64usize;
     let mut rows = Vec::new();
     for &(heads, batch, seq) in &[(128usize, 16usize, 16384usize), (128, 1, 65536), (16, 1, 65536)] {
-        let pages_per = seq / page;
-        let pages = batch * pages_per;
-        let kv = DeviceBuffer::alloc(ctx, pages * page * 576 * 2).unwrap();
-        kv.memset_u32(0x3c00_3c00, stream).unwrap();
-        let q = DeviceBuffer::alloc_zeroed(stream, batch * heads * 576 * 2).unwrap();
-        let out = DeviceBuffer::alloc_zeroed(stream, batch * heads * 512 * 2).unwrap();
-        let lse = DeviceBuffer::alloc_zeroed(stream, batch * heads * 4).unwrap();
-        let seq_lens = DeviceBuffer::from_host(stream, &vec![seq as i32; batch]).unwrap();
-        let pt: Vec<i32> = (0..batch * pages_per).map(|i| ((i % pages_per) * batch + i / pages_per) as i32).collect();
-        let page_table = DeviceBuffer::from_host(stream, &pt).unwrap();
-        let args = MlaDecodeArgs {
-            q_nope: Tensor::strided(&q, 0, DType::Bf16, &[batch, heads, 512], &[heads * 576, 576, 1]),
-            q_pe: Tensor::strided(&q, 1024, DType::Bf16, &[batch, heads, 64], &[heads * 576, 576, 1]),
-            kv_cache: Tensor::contiguous(&kv, DType::Bf16, &[pages, page, 576]),
-            kv_format: KvFormat::Native,
-            seq_lens: Tensor::contiguous(&seq_lens, DType::I32, &[batch]),
-            page_table: Tensor::contiguous(&page_table, DType::I32, &[batch, pages_per]),
-            out: Tensor::contiguous(&out, DType::Bf16, &[batch, heads, 512]),
-            lse: Some(Tensor::contiguous(&lse, DType::F32, &[batch, heads])),
-            sm_scale: 0.0723,
-            max_seq_len: seq as u32,
-            num_splits: None,
-        };
-        let plan = match decode(&args, ws, stream) {
-            Ok(p) => p,
-            Err(e) => {
-                eprintln!("mla bench: {e}");
-                std::process::exit(1);
-            }
-        };
-        let us = time_us(ctx, stream, 2, 30, || {
-            for _ in 0..FP8_CALLS {
-                decode(&args, ws, stream).unwrap();
-            }
-        }) / FP8_CALLS as f64;
-        let bytes = (batch * seq * 576 * 2 + batch * heads * 576 * 2 + batch * heads * 512 * 2) as f64;
-        let flops = (batch * seq * heads) as f64 * 2.0 * 1088.0;
-        rows.push((heads, batch, seq, plan.num_splits, us, bytes / us / 1e3, flops / us / 1e6));
+        let case = Case::new(ctx, stream, heads, batch, seq, KvFormatKind::Native);
+        let args = case.args();
+        let plan = plan_or_exit(&args, ws, stream);
+        let us = time_batched(ctx, stream, || decode(&args, ws, stream).map(|_| ()).unwrap());
+        rows.push((heads, batch, seq, plan.num_splits, us, case.bytes() / us / 1e3, case.flops() / us / 1e6));
     }
     rows
 }
 
-/// Calls per timed sample of the fp8 comparison: enough that the host's enqueueing runs ahead of
-/// the GPU, so the events time the kernels, not the launch overhead.
+/// Calls per timed sample of the long-request and fp8 tables: enough that the host's enqueueing
+/// runs ahead of the GPU, so the events time the kernels, not the launch overhead.
 const FP8_CALLS: usize = 20;
+
+/// Median time per call over 30 samples of [`FP8_CALLS`] calls between two events.
+fn time_batched(ctx: &std::sync::Arc<Context>, stream: &Stream, mut call: impl FnMut()) -> f64 {
+    time_us(ctx, stream, 2, 30, || {
+        for _ in 0..FP8_CALLS {
+            call();
+        }
+    }) / FP8_CALLS as f64
+}
 
 struct Fp8Row {
     heads: usize,
@@ -201,55 +146,102 @@ struct Fp8Row {
 /// bf16, per-tensor fp8 and 656-byte fp8 caches of the same shapes (16 and 32 heads, the heads the
 /// fp8 path runs), the three timed one after another in the same process.
 fn fp8_rows(ctx: &std::sync::Arc<Context>, stream: &Stream, ws: &mut Workspace) -> Vec<Fp8Row> {
-    let page = 64usize;
     let mut rows = Vec::new();
     for &(heads, batch, seq) in &[(16usize, 64usize, 4096usize), (16, 128, 8192), (32, 64, 4096)] {
-        let pages_per = seq / page;
-        let pages = batch * pages_per;
-        let q = DeviceBuffer::alloc_zeroed(stream, batch * heads * 576 * 2).unwrap();
-        let out = DeviceBuffer::alloc_zeroed(stream, batch * heads * 512 * 2).unwrap();
-        let lse = DeviceBuffer::alloc_zeroed(stream, batch * heads * 4).unwrap();
-        let seq_lens = DeviceBuffer::from_host(stream, &vec![seq as i32; batch]).unwrap();
-        let pt: Vec<i32> = (0..batch * pages_per).map(|i| ((i % pages_per) * batch + i / pages_per) as i32).collect();
-        let page_table = DeviceBuffer::from_host(stream, &pt).unwrap();
-        let scale = DeviceBuffer::from_host(stream, &[1.0f32]).unwrap();
         for kind in KvFormatKind::ALL {
-            let token = kind.token_bytes(KvDtype::Bf16);
-            let kv = DeviceBuffer::alloc(ctx, pages * page * token).unwrap();
-            kv.memset_u32(0x3c00_3c00, stream).unwrap(); // bf16 ~1.0, e4m3 1.5 and 0 (values do not change the timing)
-            let (kv_cache, kv_format) = match kind {
-                KvFormatKind::Native => (Tensor::contiguous(&kv, DType::Bf16, &[pages, page, 576]), KvFormat::Native),
-                KvFormatKind::Fp8PerTensor => (
-                    Tensor::contiguous(&kv, DType::Fp8E4m3, &[pages, page, 576]),
-                    KvFormat::Fp8PerTensor { scale: Tensor::contiguous(&scale, DType::F32, &[1]) },
-                ),
-                KvFormatKind::Fp8DsMla => (Tensor::contiguous(&kv, DType::U8, &[pages, page, DS_MLA_TOKEN_BYTES]), KvFormat::Fp8DsMla),
-            };
-            let args = MlaDecodeArgs {
-                q_nope: Tensor::strided(&q, 0, DType::Bf16, &[batch, heads, 512], &[heads * 576, 576, 1]),
-                q_pe: Tensor::strided(&q, 1024, DType::Bf16, &[batch, heads, 64], &[heads * 576, 576, 1]),
-                kv_cache,
-                kv_format,
-                seq_lens: Tensor::contiguous(&seq_lens, DType::I32, &[batch]),
-                page_table: Tensor::contiguous(&page_table, DType::I32, &[batch, pages_per]),
-                out: Tensor::contiguous(&out, DType::Bf16, &[batch, heads, 512]),
-                lse: Some(Tensor::contiguous(&lse, DType::F32, &[batch, heads])),
-                sm_scale: 0.0723,
-                max_seq_len: seq as u32,
-                num_splits: None,
-            };
-            if let Err(e) = decode(&args, ws, stream) {
-                eprintln!("mla bench ({kind}): {e}");
-                std::process::exit(1);
-            }
-            let us = time_us(ctx, stream, 2, 30, || {
-                for _ in 0..FP8_CALLS {
-                    decode(&args, ws, stream).unwrap();
-                }
-            }) / FP8_CALLS as f64;
-            let bytes = (batch * seq * token + batch * heads * 576 * 2 + batch * heads * 512 * 2) as f64;
-            rows.push(Fp8Row { heads, batch, seq, kind, us, bytes });
+            let case = Case::new(ctx, stream, heads, batch, seq, kind);
+            let args = case.args();
+            plan_or_exit(&args, ws, stream);
+            let us = time_batched(ctx, stream, || decode(&args, ws, stream).map(|_| ()).unwrap());
+            rows.push(Fp8Row { heads, batch, seq, kind, us, bytes: case.bytes() });
         }
     }
     rows
+}
+
+/// Tokens per page of every case.
+const PAGE: usize = 64;
+
+/// One decode shape's device memory: q (nope and rope of a head side by side), out, lse, every
+/// request at the full length, its pages interleaved across the cache as a serving engine's
+/// allocator leaves them, the cache in `kind`'s format (values do not change the timing: bf16 ~1.0,
+/// e4m3 1.5 and 0) and a per-tensor scale of 1.
+struct Case {
+    heads: usize,
+    batch: usize,
+    seq: usize,
+    kind: KvFormatKind,
+    q: DeviceBuffer,
+    out: DeviceBuffer,
+    lse: DeviceBuffer,
+    seq_lens: DeviceBuffer,
+    page_table: DeviceBuffer,
+    kv: DeviceBuffer,
+    scale: DeviceBuffer,
+}
+
+impl Case {
+    fn new(ctx: &std::sync::Arc<Context>, stream: &Stream, heads: usize, batch: usize, seq: usize, kind: KvFormatKind) -> Case {
+        let pages_per = seq / PAGE;
+        let pt: Vec<i32> = (0..batch * pages_per).map(|i| ((i % pages_per) * batch + i / pages_per) as i32).collect();
+        let kv = DeviceBuffer::alloc(ctx, batch * seq * kind.token_bytes(KvDtype::Bf16)).unwrap();
+        kv.memset_u32(0x3c00_3c00, stream).unwrap();
+        Case {
+            heads,
+            batch,
+            seq,
+            kind,
+            q: DeviceBuffer::alloc_zeroed(stream, batch * heads * 576 * 2).unwrap(),
+            out: DeviceBuffer::alloc_zeroed(stream, batch * heads * 512 * 2).unwrap(),
+            lse: DeviceBuffer::alloc_zeroed(stream, batch * heads * 4).unwrap(),
+            seq_lens: DeviceBuffer::from_host(stream, &vec![seq as i32; batch]).unwrap(),
+            page_table: DeviceBuffer::from_host(stream, &pt).unwrap(),
+            kv,
+            scale: DeviceBuffer::from_host(stream, &[1.0f32]).unwrap(),
+        }
+    }
+
+    fn args(&self) -> MlaDecodeArgs<&DeviceBuffer> {
+        let (batch, heads, pages_per) = (self.batch, self.heads, self.seq / PAGE);
+        let pages = batch * pages_per;
+        let (kv_cache, kv_format) = match self.kind {
+            KvFormatKind::Native => (Tensor::contiguous(&self.kv, DType::Bf16, &[pages, PAGE, 576]), KvFormat::Native),
+            KvFormatKind::Fp8PerTensor => (
+                Tensor::contiguous(&self.kv, DType::Fp8E4m3, &[pages, PAGE, 576]),
+                KvFormat::Fp8PerTensor { scale: Tensor::contiguous(&self.scale, DType::F32, &[1]) },
+            ),
+            KvFormatKind::Fp8DsMla => (Tensor::contiguous(&self.kv, DType::U8, &[pages, PAGE, DS_MLA_TOKEN_BYTES]), KvFormat::Fp8DsMla),
+        };
+        MlaDecodeArgs {
+            q_nope: Tensor::strided(&self.q, 0, DType::Bf16, &[batch, heads, 512], &[heads * 576, 576, 1]),
+            q_pe: Tensor::strided(&self.q, 1024, DType::Bf16, &[batch, heads, 64], &[heads * 576, 576, 1]),
+            kv_cache,
+            kv_format,
+            seq_lens: Tensor::contiguous(&self.seq_lens, DType::I32, &[batch]),
+            page_table: Tensor::contiguous(&self.page_table, DType::I32, &[batch, pages_per]),
+            out: Tensor::contiguous(&self.out, DType::Bf16, &[batch, heads, 512]),
+            lse: Some(Tensor::contiguous(&self.lse, DType::F32, &[batch, heads])),
+            sm_scale: 0.0723,
+            max_seq_len: self.seq as u32,
+            num_splits: None,
+        }
+    }
+
+    /// KV + Q + O bytes of one call.
+    fn bytes(&self) -> f64 {
+        (self.batch * self.seq * self.kind.token_bytes(KvDtype::Bf16) + self.batch * self.heads * (576 + 512) * 2) as f64
+    }
+
+    /// B·S·H·2·(576 + 512).
+    fn flops(&self) -> f64 {
+        (self.batch * self.seq * self.heads) as f64 * 2.0 * 1088.0
+    }
+}
+
+/// The first (untimed) call, which also grows the workspace; its plan, or the bench exits.
+fn plan_or_exit(args: &MlaDecodeArgs<&DeviceBuffer>, ws: &mut Workspace, stream: &Stream) -> graphsafe::ops::mla::MlaDecodePlan {
+    decode(args, ws, stream).unwrap_or_else(|e| {
+        eprintln!("mla bench: {e}");
+        std::process::exit(1);
+    })
 }
