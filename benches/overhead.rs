@@ -70,7 +70,11 @@ fn main() {
     let a = api().unwrap();
     let launch = a.cuLaunchKernel().unwrap().f;
     let f = k.empty_function().raw();
-    let s_raw = stream.raw();
+    // Not `raw()`: that marks the stream shared, and replays on it would then ask the driver about
+    // foreign captures (the cost this bench compares against a bare cuGraphLaunch). The raw
+    // captures below are begun and ended on this thread with no replay in between.
+    // SAFETY: as said: no capture of the raw handle is open while graphsafe replays on the stream.
+    let s_raw = unsafe { stream.raw_unshared() };
     let raw_launch = move || {
         // SAFETY: the empty kernel takes no parameters; stream and function are live.
         ok(unsafe { launch(f, 1, 1, 1, 32, 1, 1, 0, s_raw, std::ptr::null_mut(), std::ptr::null_mut()) })

@@ -686,3 +686,109 @@ fn use_orders_free_gate_and_captures_never_deadlock_under_six_threads() {
     assert!(ok >= THREADS * ROUNDS / 2, "only {ok} of {} calls succeeded", THREADS * ROUNDS);
     no_violations(s);
 }
+
+/// An engine captures on a graphsafe stream whose raw handle it took with `Stream::raw()`: a
+/// replay there must be refused, not recorded into the engine's graph (which keeps none of the
+/// replayed graph's memory alive), and a later use of the workspace on another stream must not
+/// wait on an event recorded inside that capture (the wait would fork that stream into it too).
+/// (`Stream::raw()` did not mark the stream as shared, so only graphsafe's own capture marker was
+/// looked at. Found in review.)
+#[test]
+fn a_replay_on_a_stream_an_engine_captures_through_its_raw_handle_is_refused() {
+    use graphsafe::ops::testing::TestKernels;
+    use graphsafe::sys::cuda as c;
+    use graphsafe::workspace::Workspace;
+    let (_g, s) = exclusive();
+    let ctx = Context::new(1).expect("the stand-in's device 1");
+    let api = graphsafe::sys::driver::api().unwrap();
+    let mut a = Stream::new(&ctx).unwrap();
+    let b = Stream::new(&ctx).unwrap();
+    let other = Stream::new(&ctx).unwrap();
+    let k = TestKernels::load(&ctx).unwrap();
+    let p = soundness::problem(&a, 5);
+    let shape = soundness::SHAPE;
+    let mut ws = Workspace::new(&a, shape.workspace_bytes()).unwrap();
+    let exec = common::captured_split_k(&k, &mut a, &p, shape, &mut ws);
+    let raw = b.raw(); // handed to the engine
+    let nodes_before = s.stat("nodes_recorded");
+    {
+        let _cur = ctx.enter().unwrap();
+        // SAFETY: a live stream; the mode is a valid enum value.
+        let r = unsafe { (api.cuStreamBeginCapture().unwrap().f)(raw, c::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED) };
+        assert_eq!(r, c::CUresult::CUDA_SUCCESS);
+    }
+    let replay = exec.launch(&b);
+    let eager = k.split_k_gemv(&p.a, &p.x, &p.y, shape, &mut ws, &other);
+    {
+        let _cur = ctx.enter().unwrap();
+        let mut g = std::ptr::null_mut();
+        // SAFETY: the capture begun above; out-pointer to a local.
+        let r = unsafe { (api.cuStreamEndCapture().unwrap().f)(raw, &mut g) };
+        if !g.is_null() {
+            // SAFETY: the graph the end returned.
+            unsafe { (api.cuGraphDestroy().unwrap().f)(g) };
+        }
+        assert_eq!(r, c::CUresult::CUDA_SUCCESS, "the engine's capture was broken");
+    }
+    assert!(matches!(replay, Err(graphsafe::Error::StreamCapturing { .. })), "the replay into the engine's capture: {replay:?}");
+    assert_eq!(s.stat("nodes_recorded"), nodes_before, "graphsafe work was recorded into the engine's graph");
+    eager.expect("the eager use on another stream");
+    assert!(!other.is_capturing().unwrap(), "the other stream was forked into the engine's capture");
+    drop(exec);
+    no_violations(s);
+}
+
+/// An adopted stream dropped while the engine captures on it: its drop cannot wait for the work
+/// graphsafe enqueued there, so no later free of the context may go through until something has
+/// waited for it (a context synchronize), or a kernel still queued there could use freed memory.
+/// (The drop unlisted the stream anyway, and the next free waited only for the streams still
+/// listed. Found in review.)
+#[test]
+fn frees_after_an_adopted_stream_was_dropped_mid_engine_capture_wait_for_a_context_synchronize() {
+    use graphsafe::ops::testing::TestKernels;
+    use graphsafe::sys::cuda as c;
+    use graphsafe::workspace::Workspace;
+    let (_g, s) = exclusive();
+    let ctx = Context::new(1).expect("the stand-in's device 1");
+    let api = graphsafe::sys::driver::api().unwrap();
+    let mut raw: c::CUstream = std::ptr::null_mut();
+    {
+        let _cur = ctx.enter().unwrap();
+        // SAFETY: out-pointer to a local.
+        unsafe { (api.cuStreamCreate().unwrap().f)(&mut raw, 1) };
+    }
+    // SAFETY: raw is a live stream of ctx, destroyed below after its wrapper.
+    let a = unsafe { Stream::adopt(&ctx, raw) }.unwrap();
+    let b = Stream::new(&ctx).unwrap();
+    let k = TestKernels::load(&ctx).unwrap();
+    let p = soundness::problem(&b, 5);
+    let shape = soundness::SHAPE;
+    let mut ws = Workspace::new(&a, shape.workspace_bytes()).unwrap();
+    k.split_k_gemv(&p.a, &p.x, &p.y, shape, &mut ws, &a).unwrap();
+    {
+        let _cur = ctx.enter().unwrap();
+        // SAFETY: a live stream; the mode is a valid enum value.
+        let r = unsafe { (api.cuStreamBeginCapture().unwrap().f)(raw, c::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED) };
+        assert_eq!(r, c::CUresult::CUDA_SUCCESS);
+    }
+    drop(a); // cannot wait: the engine's capture is open on it
+    let live = s.stat("live_allocations");
+    ws.ensure_size(4 * shape.workspace_bytes(), &b).unwrap(); // retires the buffer a's kernel used
+    assert_eq!(s.stat("live_allocations"), live + 1, "the retired buffer was freed although the work on the dropped stream was never waited for");
+    {
+        let _cur = ctx.enter().unwrap();
+        let mut g = std::ptr::null_mut();
+        // SAFETY: the capture begun above; out-pointer to a local.
+        let r = unsafe { (api.cuStreamEndCapture().unwrap().f)(raw, &mut g) };
+        assert_eq!(r, c::CUresult::CUDA_SUCCESS);
+        if !g.is_null() {
+            // SAFETY: the graph the end returned.
+            unsafe { (api.cuGraphDestroy().unwrap().f)(g) };
+        }
+        // SAFETY: made above; its wrapper is gone.
+        unsafe { (api.cuStreamDestroy().unwrap().f)(raw) };
+    }
+    ctx.synchronize().unwrap(); // all of the context's work is over: the deferred free goes through
+    assert_eq!(s.stat("live_allocations"), live, "the deferred free was lost");
+    no_violations(s);
+}

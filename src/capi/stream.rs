@@ -60,7 +60,7 @@ pub unsafe extern "C" fn graphsafe_stream_raw(stream: GraphsafeStream, out: *mut
         let s = stream_obj(stream)?;
         s.stream.mark_shared();
         // SAFETY: the caller's contract (null is refused inside).
-        unsafe { put(out, "out", s.stream.raw().cast()) }
+        unsafe { put(out, "out", s.stream.handle().cast()) }
     })
 }
 

@@ -46,16 +46,23 @@ fn gate_of(raw: c::CUcontext) -> Arc<Mutex<FreeGate>> {
 /// only the deferred-free list's lock and, beginning a GLOBAL-mode capture, the global-capture
 /// count's write lock are taken (after it, never before), and driver calls are made; no other
 /// graphsafe lock.
+///
+/// A stream dropped while it could not be waited for (an engine's capture open on an adopted
+/// stream, or on a graphsafe stream whose raw handle it took) leaves work behind that no listed
+/// stream covers: `unwaited` counts those, and while it is not zero every free is deferred, until
+/// [`Context::synchronize`] has waited for all of the context's work.
 #[derive(Debug, Default)]
 pub(crate) struct FreeGate {
     open_captures: usize,
+    unwaited: usize,
     streams: Vec<usize>,
 }
 
 impl FreeGate {
-    /// The streams to wait for, if no graphsafe capture is open (else a free must wait).
+    /// The streams to wait for, if no graphsafe capture is open and no stream was dropped unwaited
+    /// (else a free must wait).
     pub(crate) fn quiescent_streams(&self) -> Option<&[usize]> {
-        (self.open_captures == 0).then_some(&self.streams)
+        (self.open_captures == 0 && self.unwaited == 0).then_some(&self.streams)
     }
 }
 
@@ -180,10 +187,15 @@ impl Context {
 
     /// Forgets `raw` and runs `destroy` (its `cuStreamDestroy`) under the gate, so that no free is
     /// synchronizing the stream while it goes.
-    pub(crate) fn unregister_stream(&self, raw: c::CUstream, destroy: impl FnOnce()) {
+    /// `waited`: whether the stream's work was waited for first; if not, later frees of the
+    /// context are deferred until [`Context::synchronize`] (see [`FreeGate`]).
+    pub(crate) fn unregister_stream(&self, raw: c::CUstream, waited: bool, destroy: impl FnOnce()) {
         let mut g = self.free_gate();
         if let Some(i) = g.streams.iter().position(|&s| s == raw as usize) {
             g.streams.swap_remove(i);
+            if !waited {
+                g.unwaited += 1;
+            }
         }
         destroy();
     }
@@ -220,8 +232,12 @@ impl Context {
     /// on the H200, invalidated captures other threads had open. No capture can begin while it
     /// waits (it holds the context's free gate). A capture leaked with `mem::forget` stays open,
     /// so it keeps this refused; wait for streams with [`Stream::synchronize`](crate::driver::Stream::synchronize).
+    ///
+    /// After a stream was dropped while it could not be waited for (an engine's capture was open
+    /// on it), frees of this context are deferred until this has waited for all of the context's
+    /// work; it then gives them back.
     pub fn synchronize(&self) -> Result<()> {
-        let gate = self.free_gate();
+        let mut gate = self.free_gate();
         if gate.open_captures > 0 {
             return Err(crate::Error::StreamCapturing {
                 detail: format!("{} graphsafe capture(s) open in this context; a context synchronize would invalidate them", gate.open_captures),
@@ -231,7 +247,14 @@ impl Context {
         let f = init()?.cuCtxSynchronize()?;
         // SAFETY: no arguments.
         let r = check(unsafe { (f.f)() }, f.name);
+        let release = r.is_ok() && gate.unwaited > 0;
+        if release {
+            gate.unwaited = 0;
+        }
         drop(gate);
+        if release {
+            super::memory::retry_deferred_frees(self);
+        }
         r
     }
 }

@@ -37,7 +37,7 @@ impl Event {
         let _current = self.ctx.enter()?;
         let f = init()?.cuEventRecord()?;
         // SAFETY: both handles are live.
-        check(unsafe { (f.f)(self.raw, stream.raw()) }, f.name)
+        check(unsafe { (f.f)(self.raw, stream.handle()) }, f.name)
     }
 
     /// Blocks until the event has completed.

@@ -33,7 +33,7 @@ pub(crate) fn begin_capture(stream: &Stream, mode: c::CUstreamCaptureMode) -> Re
     let _current = stream.context().enter()?;
     let f = init()?.cuStreamBeginCapture()?;
     // SAFETY: live stream; the mode is a valid enum value.
-    check(unsafe { (f.f)(stream.raw(), mode) }, f.name)
+    check(unsafe { (f.f)(stream.handle(), mode) }, f.name)
 }
 
 /// Ends the driver's capture of `stream`; an invalidated capture becomes `CaptureInvalidated`.
@@ -42,7 +42,7 @@ pub(crate) fn end_capture(stream: &Stream) -> Result<DriverGraph> {
     let f = init()?.cuStreamEndCapture()?;
     let mut g: c::CUgraph = std::ptr::null_mut();
     // SAFETY: live stream; out-pointer to a local.
-    let r = unsafe { (f.f)(stream.raw(), &mut g) };
+    let r = unsafe { (f.f)(stream.handle(), &mut g) };
     // Owned from here: whatever the driver returned is destroyed once, by this value's drop.
     let graph = (!g.is_null()).then(|| DriverGraph { raw: g, ctx: stream.context().clone(), family: Family::default() });
     match (r, graph) {
@@ -166,7 +166,7 @@ impl DriverExec {
     pub(crate) fn launch(&self, stream: &Stream) -> Result<()> {
         // SAFETY: live handles. What the graph baked in is alive: every DriverExec is owned by a
         // crate::graph::GraphExec beside the keep list of the capture it came from (module docs).
-        check(unsafe { (self.launch)(self.raw, stream.raw()) }, self.launch_name)
+        check(unsafe { (self.launch)(self.raw, stream.handle()) }, self.launch_name)
     }
 
     /// Uploads the executable's work to the device ahead of its first launch.
@@ -175,7 +175,7 @@ impl DriverExec {
         let _current = stream.context().enter()?;
         let f = init()?.cuGraphUpload()?;
         // SAFETY: live handles.
-        check(unsafe { (f.f)(self.raw, stream.raw()) }, f.name)
+        check(unsafe { (f.f)(self.raw, stream.handle()) }, f.name)
     }
 
     /// The context the executable runs in.

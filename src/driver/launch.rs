@@ -112,7 +112,7 @@ impl Function {
                         cfg.block.y,
                         cfg.block.z,
                         cfg.shared_mem_bytes,
-                        stream.raw(),
+                        stream.handle(),
                         params.as_mut_ptr(),
                         std::ptr::null_mut(),
                     )
@@ -135,7 +135,7 @@ impl Function {
                     blockDimY: cfg.block.y,
                     blockDimZ: cfg.block.z,
                     sharedMemBytes: cfg.shared_mem_bytes,
-                    hStream: stream.raw(),
+                    hStream: stream.handle(),
                     attrs: &mut attr,
                     numAttrs: 1,
                 };

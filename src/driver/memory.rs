@@ -188,7 +188,7 @@ pub(crate) fn synchronize_streams(ctx: &Context, streams: &[usize]) -> Result<bo
 
 /// Frees what was deferred in `ctx`, if its streams can be waited for now (called when the last
 /// capture of the context ends; cheap when nothing is deferred).
-pub(crate) fn retry_deferred_frees(ctx: &Arc<Context>) {
+pub(crate) fn retry_deferred_frees(ctx: &Context) {
     let any = DEFERRED.lock().unwrap_or_else(|p| p.into_inner()).iter().any(|(_, c)| c.raw() == ctx.raw());
     if !any {
         return;
@@ -229,7 +229,7 @@ fn give_back(block: Block, ctx: &Arc<Context>) {
 /// Gives back every deferred block of `ctx`'s CUcontext (whichever `Context` value deferred it:
 /// they share the gate). Call only under the gate, right after the streams were waited for: a
 /// deferred block has no owner left, so no work enqueued since can use it.
-fn free_deferred_after_synchronize(ctx: &Arc<Context>) {
+fn free_deferred_after_synchronize(ctx: &Context) {
     let mine: Vec<(Block, Arc<Context>)> = {
         let mut d = DEFERRED.lock().unwrap_or_else(|p| p.into_inner());
         if d.is_empty() {
@@ -395,7 +395,7 @@ impl DeviceBuffer {
         let _current = stream.context().enter()?;
         let f = init()?.cuMemsetD32Async()?;
         // SAFETY: the range lies inside our allocation.
-        check(unsafe { (f.f)(self.alloc.ptr, value, self.alloc.bytes / 4, stream.raw()) }, f.name)
+        check(unsafe { (f.f)(self.alloc.ptr, value, self.alloc.bytes / 4, stream.handle()) }, f.name)
     }
 
     /// Copies `src` to the start of the buffer, on `stream`. `src` may be dropped on return (the
@@ -412,7 +412,7 @@ impl DeviceBuffer {
         let _current = stream.context().enter()?;
         let f = init()?.cuMemcpyHtoDAsync()?;
         // SAFETY: src is valid for `bytes`; the destination range is inside our allocation.
-        check(unsafe { (f.f)(self.alloc.ptr, src.as_ptr().cast(), bytes, stream.raw()) }, f.name)
+        check(unsafe { (f.f)(self.alloc.ptr, src.as_ptr().cast(), bytes, stream.handle()) }, f.name)
     }
 
     /// Copies the start of the buffer into `dst` and waits for `stream`, so `dst` is filled on return.
@@ -428,7 +428,7 @@ impl DeviceBuffer {
         let _current = stream.context().enter()?;
         let f = init()?.cuMemcpyDtoHAsync()?;
         // SAFETY: dst is valid for `bytes` and stays borrowed until the stream is synchronized.
-        check(unsafe { (f.f)(dst.as_mut_ptr().cast(), self.alloc.ptr, bytes, stream.raw()) }, f.name)?;
+        check(unsafe { (f.f)(dst.as_mut_ptr().cast(), self.alloc.ptr, bytes, stream.handle()) }, f.name)?;
         stream.synchronize()
     }
 
@@ -444,7 +444,7 @@ impl DeviceBuffer {
         let _current = stream.context().enter()?;
         let f = init()?.cuMemcpyHtoDAsync()?;
         // SAFETY: the range is inside our allocation; src is valid for its length.
-        check(unsafe { (f.f)(self.alloc.ptr + offset as u64, src.as_ptr().cast(), src.len(), stream.raw()) }, f.name)
+        check(unsafe { (f.f)(self.alloc.ptr + offset as u64, src.as_ptr().cast(), src.len(), stream.handle()) }, f.name)
     }
 
     /// Copies the buffer's bytes at `offset` into `dst` and waits for `stream`.
@@ -459,7 +459,7 @@ impl DeviceBuffer {
         let _current = stream.context().enter()?;
         let f = init()?.cuMemcpyDtoHAsync()?;
         // SAFETY: dst is valid for its length and borrowed until the synchronize below.
-        check(unsafe { (f.f)(dst.as_mut_ptr().cast(), self.alloc.ptr + offset as u64, dst.len(), stream.raw()) }, f.name)?;
+        check(unsafe { (f.f)(dst.as_mut_ptr().cast(), self.alloc.ptr + offset as u64, dst.len(), stream.handle()) }, f.name)?;
         stream.synchronize()
     }
 
@@ -487,14 +487,14 @@ pub(crate) fn memset_u8_raw(ptr: DevicePtr, value: u8, bytes: usize, stream: &St
     let _current = stream.context().enter()?;
     let f = init()?.cuMemsetD8Async()?;
     // SAFETY: callers pass a range inside a live allocation.
-    check(unsafe { (f.f)(ptr, value, bytes, stream.raw()) }, f.name)
+    check(unsafe { (f.f)(ptr, value, bytes, stream.handle()) }, f.name)
 }
 
 pub(crate) fn copy_d2d_raw(dst: DevicePtr, src: DevicePtr, bytes: usize, stream: &Stream) -> Result<()> {
     let _current = stream.context().enter()?;
     let f = init()?.cuMemcpyDtoDAsync()?;
     // SAFETY: callers pass ranges inside live allocations.
-    check(unsafe { (f.f)(dst, src, bytes, stream.raw()) }, f.name)
+    check(unsafe { (f.f)(dst, src, bytes, stream.handle()) }, f.name)
 }
 
 /// Free and total device memory of a context's device.

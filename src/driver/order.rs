@@ -122,9 +122,9 @@ impl<'s> UseToken<'s> {
             let _current = self.order.ctx.enter()?;
             let wait = init()?.cuStreamWaitEvent()?;
             // SAFETY: a live stream (borrowed for 's) and a live event of its context; flags 0.
-            check(unsafe { (wait.f)(stream.raw(), state.event.raw(), 0) }, wait.name)?;
+            check(unsafe { (wait.f)(stream.handle(), state.event.raw(), 0) }, wait.name)?;
         }
-        self.on = Some((stream.raw(), stream.uid()));
+        self.on = Some((stream.handle(), stream.uid()));
         Ok(())
     }
 }
@@ -141,13 +141,23 @@ impl Drop for UseToken<'_> {
                 // of its context.
                 check(unsafe { (record.f)(state.event.raw(), raw) }, record.name)
             })();
-            match r {
-                Ok(()) => state.last = uid,
+            let failed = match r {
+                Ok(()) => {
+                    state.last = uid;
+                    None
+                }
                 Err(e) => {
                     state.broken = Some(e.to_string());
-                    log_drop_error("recording a workspace use", Err::<(), _>(e));
+                    Some(e)
                 }
+            };
+            // Released before the error is logged: the logger is the user's code, and one that
+            // used this buffer (a replay of a graph sharing it) would otherwise wait for itself.
+            self.order.held.store(false, Ordering::Release);
+            if let Some(e) = failed {
+                log_drop_error("recording a workspace use", Err::<(), _>(e));
             }
+            return;
         }
         self.order.held.store(false, Ordering::Release);
     }

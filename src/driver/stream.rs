@@ -122,8 +122,29 @@ impl Stream {
         Stream { raw, ctx: ctx.clone(), owned: false, registered: false, capture: AtomicU64::new(0), shared: AtomicBool::new(true), uid: next_uid(), _owner: None }
     }
 
-    /// The raw handle.
+    /// The raw handle, for code outside graphsafe (an engine's kernels, its own captures). Taking
+    /// it marks the stream as shared: from then on replays on it also ask the driver whether a
+    /// capture graphsafe did not begin is open there (one `cuStreamIsCapturing` each), and refuse
+    /// to be recorded into it, as on an adopted stream.
     pub fn raw(&self) -> c::CUstream {
+        self.mark_shared();
+        self.raw
+    }
+
+    /// The raw handle without marking the stream shared, so replays on it keep the fast path (no
+    /// driver query): for code that launches its own work on the stream but never captures on it
+    /// while graphsafe replays or uses a workspace there (a benchmark's raw baseline).
+    ///
+    /// # Safety
+    /// While graphsafe replays a graph on this stream, or runs an op on it, no capture graphsafe
+    /// did not begin may be open on the handle (the promise [`Stream::adopt`] asks for): such a
+    /// replay would be recorded into that capture, whose graph keeps none of its memory alive.
+    pub unsafe fn raw_unshared(&self) -> c::CUstream {
+        self.raw
+    }
+
+    /// The raw handle for graphsafe's own calls on it (not marking it shared).
+    pub(crate) fn handle(&self) -> c::CUstream {
         self.raw
     }
 
@@ -214,10 +235,18 @@ impl Drop for Stream {
         // Frees wait only for listed streams, so the work graphsafe enqueued here (eager ops, graph
         // replays) must be over before the stream leaves the list: otherwise a free right after
         // this drop could return memory a queued kernel still uses (cuStreamDestroy does not wait).
-        // Not while it is capturing (a leaked capture: then every free of the context is deferred
-        // anyway, or one begun outside graphsafe, against `adopt`'s contract).
-        log_drop_error("waiting for the stream before it is dropped", super::memory::synchronize_streams(&self.ctx, &[raw as usize]).map(drop));
-        self.ctx.unregister_stream(raw, || {
+        // Not while it is capturing (a leaked capture of graphsafe's, or an engine's own capture
+        // on an adopted stream or on a raw handle taken with `raw()`): then the stream leaves the
+        // list unwaited, and every later free of the context is deferred until a context
+        // synchronize has waited for all its work (`FreeGate`).
+        let waited = match super::memory::synchronize_streams(&self.ctx, &[raw as usize]) {
+            Ok(waited) => waited,
+            Err(e) => {
+                log_drop_error("waiting for the stream before it is dropped", Err::<(), _>(e));
+                false
+            }
+        };
+        self.ctx.unregister_stream(raw, waited, || {
             if !owned {
                 return;
             }

@@ -135,7 +135,7 @@ pub struct CaptureStream<'a> {
 impl CaptureStream<'_> {
     /// The raw stream handle (for glue that launches through the CUDA runtime).
     pub fn raw(&self) -> c::CUstream {
-        self.stream.raw()
+        self.stream.handle()
     }
     /// The context.
     pub fn context(&self) -> &Arc<Context> {

@@ -110,7 +110,7 @@ impl<'a> Target<'a> {
     }
 
     pub(crate) fn raw_stream(&self) -> c::CUstream {
-        self.stream().raw()
+        self.stream().handle()
     }
 
     pub(crate) fn context(&self) -> &Arc<Context> {

@@ -420,7 +420,7 @@ pub fn autotune(dnn: &Cudnn, args: &MatmulArgs<&DeviceBuffer>, ws: &mut Workspac
     let (start, end) = (Event::new(ctx, true)?, Event::new(ctx, true)?);
     let mut timed = Vec::new();
     for cand in &cands {
-        let run = || dnn.execute(cand, &ptrs, w, stream.raw());
+        let run = || dnn.execute(cand, &ptrs, w, stream.handle());
         for _ in 0..2 {
             run()?;
         }
@@ -456,7 +456,7 @@ pub fn matmul_raw(dnn: &Cudnn, problem: &MatmulProblem, ptrs: [DeviceSpan; 3], w
     if plan.info().workspace_bytes > ws.len() {
         return Err(Error::WorkspaceTooSmall { needed: plan.info().workspace_bytes, capacity: ws.len() });
     }
-    dnn.execute(&plan, &ptrs, ws, stream.raw())?;
+    dnn.execute(&plan, &ptrs, ws, stream.handle())?;
     Ok(plan.info())
 }
 
@@ -493,7 +493,7 @@ impl RawExecutor {
         let at = cands.iter().position(|c| c.engine == want.engine && c.workspace_bytes == want.workspace_bytes).unwrap_or(0);
         let plan = cands.into_iter().nth(at).ok_or_else(|| Error::invalid("plan", "an execution plan", "none"))?;
         let pack = backend::VariantPack::new(dnn.api, &plan, &ptrs, ws)?;
-        handle.set_stream(stream.raw())?;
+        handle.set_stream(stream.handle())?;
         Ok(RawExecutor { pack, plan, handle, _dnn: dnn.clone() })
     }
 

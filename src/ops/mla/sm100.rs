@@ -294,7 +294,7 @@ pub fn sanitize(
     target.commit()?;
     let _current = ctx.enter()?;
     let sizes = (batch as i32, max_seq_len as i32, page_size as i32, pages, num_splits as i32);
-    glue::sanitize(spans.0, spans.1, stride, sizes, spans.2, stream.raw())?;
+    glue::sanitize(spans.0, spans.1, stride, sizes, spans.2, stream.handle())?;
     Ok(layout)
 }
 
@@ -340,5 +340,5 @@ pub fn sanitize_finish(
     let lse = lse.map(|l| target.admit("lse", &l)).transpose()?;
     target.commit()?;
     let _current = ctx.enter()?;
-    glue::sanitize_finish(lens, b as i32, out, lse, stream.raw())
+    glue::sanitize_finish(lens, b as i32, out, lse, stream.handle())
 }
