@@ -680,6 +680,19 @@ int graphsafe_context_create(int ordinal, GraphsafeContext *out);
 int graphsafe_context_adopt(void *cu_context, GraphsafeContext *out);
 
 /**
+ * Waits for all work in the context (every stream of it, graphsafe's or not). Refused with
+ * GRAPHSAFE_ERROR_BUSY while a graphsafe capture of the context is open on any thread
+ * (a context-wide synchronize would invalidate it). Also what gives memory back after a stream
+ * was destroyed while it could not be waited for (an engine's capture open on an adopted
+ * stream): from then on graphsafe defers every free of the context, never freeing early, until
+ * this call has waited.
+ *
+ * # Safety
+ * None (any value is checked). Thread-safe.
+ */
+int graphsafe_context_synchronize(GraphsafeContext ctx);
+
+/**
  * Releases a context handle; a second call gives GRAPHSAFE_ERROR_INVALID_HANDLE.
  *
  * # Safety

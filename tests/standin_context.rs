@@ -408,3 +408,58 @@ fn a_stream_of_another_context_cannot_be_adopted() {
     }
     assert_eq!(s.violations(), 0, "{}", s.last_violation());
 }
+
+/// Through the C ABI: an adopted stream destroyed while the engine captures on it cannot be waited
+/// for, so the workspace buffer last used there is not freed when the workspace grows on another
+/// stream (a kernel queued on the dropped stream could still use it), and
+/// graphsafe_context_synchronize gives it back once all of the context's work is over.
+#[test]
+fn graphsafe_context_synchronize_gives_back_frees_deferred_by_a_stream_destroyed_mid_capture() {
+    let (_g, s) = exclusive();
+    let api = graphsafe::sys::driver::api().unwrap();
+    let mut cx = GraphsafeContext::default();
+    assert_eq!(unsafe { graphsafe_context_create(0, &mut cx) }, GRAPHSAFE_OK);
+    let ctx = Context::new(0).unwrap();
+    let mut raw: c::CUstream = std::ptr::null_mut();
+    {
+        let _cur = ctx.enter().unwrap();
+        // SAFETY: out-pointer to a local.
+        assert_eq!(unsafe { (api.cuStreamCreate().unwrap().f)(&mut raw, 1) }, c::CUresult::CUDA_SUCCESS);
+    }
+    let (mut adopted, mut other) = (GraphsafeStream::default(), GraphsafeStream::default());
+    assert_eq!(unsafe { graphsafe_stream_adopt(cx, raw.cast(), &mut adopted) }, GRAPHSAFE_OK);
+    assert_eq!(unsafe { graphsafe_stream_create(cx, &mut other) }, GRAPHSAFE_OK);
+    let mut ws = GraphsafeWorkspace::default();
+    assert_eq!(unsafe { graphsafe_workspace_create(adopted, 1 << 16, &mut ws) }, GRAPHSAFE_OK); // zero-filled on the adopted stream
+    {
+        let _cur = ctx.enter().unwrap();
+        // SAFETY: a live stream; the mode is a valid enum value.
+        let r = unsafe { (api.cuStreamBeginCapture().unwrap().f)(raw, c::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED) };
+        assert_eq!(r, c::CUresult::CUDA_SUCCESS);
+    }
+    assert_eq!(unsafe { graphsafe_stream_destroy(adopted) }, GRAPHSAFE_OK);
+    let live = s.stat("live_allocations");
+    assert_eq!(unsafe { graphsafe_workspace_ensure_size(ws, 1 << 20, other, std::ptr::null_mut()) }, GRAPHSAFE_OK);
+    assert_eq!(s.stat("live_allocations"), live + 1, "the buffer last used on the unwaited stream was freed");
+    {
+        let _cur = ctx.enter().unwrap();
+        let mut g = std::ptr::null_mut();
+        // SAFETY: the capture begun above; out-pointer to a local.
+        assert_eq!(unsafe { (api.cuStreamEndCapture().unwrap().f)(raw, &mut g) }, c::CUresult::CUDA_SUCCESS);
+        if !g.is_null() {
+            // SAFETY: the graph the end returned.
+            unsafe { (api.cuGraphDestroy().unwrap().f)(g) };
+        }
+        // SAFETY: made above; its wrapper is gone.
+        unsafe { (api.cuStreamDestroy().unwrap().f)(raw) };
+    }
+    assert_eq!(unsafe { graphsafe_context_synchronize(cx) }, GRAPHSAFE_OK);
+    assert_eq!(s.stat("live_allocations"), live, "the deferred free was not given back");
+    unsafe {
+        graphsafe_workspace_destroy(ws);
+        graphsafe_stream_destroy(other);
+        graphsafe_context_destroy(cx);
+    }
+    drop(ctx);
+    assert_eq!(s.violations(), 0, "{}", s.last_violation());
+}

@@ -124,6 +124,20 @@ pub unsafe extern "C" fn graphsafe_context_adopt(cu_context: *mut c_void, out: *
     })
 }
 
+/// Waits for all work in the context (every stream of it, graphsafe's or not). Refused with
+/// GRAPHSAFE_ERROR_BUSY while a graphsafe capture of the context is open on any thread
+/// (a context-wide synchronize would invalidate it). Also what gives memory back after a stream
+/// was destroyed while it could not be waited for (an engine's capture open on an adopted
+/// stream): from then on graphsafe defers every free of the context, never freeing early, until
+/// this call has waited.
+///
+/// # Safety
+/// None (any value is checked). Thread-safe.
+#[no_mangle]
+pub unsafe extern "C" fn graphsafe_context_synchronize(ctx: GraphsafeContext) -> c_int {
+    guard(|| Ok(handles::get::<Context>(Tag::Context, ctx.id)?.synchronize()?))
+}
+
 /// Releases a context handle; a second call gives GRAPHSAFE_ERROR_INVALID_HANDLE.
 ///
 /// # Safety

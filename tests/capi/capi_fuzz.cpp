@@ -42,7 +42,7 @@ int main(int argc, char** argv) {
     std::memset(&args, 0, sizeof args);
     for (size_t b = 0; b < sizeof args; ++b) reinterpret_cast<unsigned char*>(&args)[b] = rng() % 3 ? 0 : uint8_t(rng());
     int s = 0;
-    switch (rng() % 51) {
+    switch (rng() % 52) {
       case 0: s = graphsafe_driver_version(null_out ? nullptr : &iv, &iv); break;
       case 1: s = graphsafe_device_count(null_out ? nullptr : &iv); break;
       case 2: s = graphsafe_device_info(i32(), null_out ? nullptr : &info); break;
@@ -93,6 +93,7 @@ int main(int argc, char** argv) {
       case 47: s = graphsafe_mla_plan_kv(rng() % 2 ? 90 : i32(), i32() % 4, i32() % 4, 16 * int(rng() % 9), i32(), i32(), 1 << int(rng() % 9), i32(), i32() % 20, null_out ? nullptr : &plan); break;
       case 48: { GraphsafeMlaKvCache kv{i32() % 4, rng() % 2 ? 0 : rng()}; s = graphsafe_mla_decode_kv(null_out ? nullptr : &args, rng() % 3 ? &kv : nullptr, GraphsafeWorkspace{handle()}, GraphsafeStream{handle()}, rng() % 2 ? nullptr : &plan); break; }
       case 49: { GraphsafeMlaKvCache kv{i32() % 4, rng() % 2 ? 0 : rng()}; s = graphsafe_mla_decode_kv_captured(null_out ? nullptr : &args, rng() % 3 ? &kv : nullptr, GraphsafeCapture{handle()}, GraphsafeWorkspace{handle()}, rng() % 2 ? nullptr : &plan); break; }
+      case 50: s = graphsafe_context_synchronize(GraphsafeContext{handle()}); break;
       default: s = (graphsafe_last_error() != nullptr && graphsafe_version() != nullptr && graphsafe_build_archs() != nullptr) ? 0 : -99; break;
     }
     ++calls;

@@ -207,6 +207,7 @@ static void bad_handles() {
   GraphsafeWorkspace wrong_type{(2ull << 56) | (1ull << 32)};  // a stream id passed as a workspace
   CHECK_STATUS(graphsafe_context_destroy(zero_ctx), GRAPHSAFE_ERROR_INVALID_HANDLE);
   CHECK(last_error_mentions("context"));
+  CHECK_STATUS(graphsafe_context_synchronize(zero_ctx), GRAPHSAFE_ERROR_INVALID_HANDLE);
   CHECK_STATUS(graphsafe_stream_destroy(forged_stream), GRAPHSAFE_ERROR_INVALID_HANDLE);
   CHECK_STATUS(graphsafe_stream_synchronize(forged_stream), GRAPHSAFE_ERROR_INVALID_HANDLE);
   CHECK_STATUS(graphsafe_workspace_destroy(wrong_type), GRAPHSAFE_ERROR_INVALID_HANDLE);
