@@ -415,3 +415,104 @@ fn sm90_fp8_garbage_scales_stay_in_their_requests_and_never_hang() {
     assert_eq!(&got[2 * n..], &clean[2 * n..], "request 2 changed");
     assert!(got[n..2 * n].iter().all(|&b| bf16::from_bits(b).is_nan()), "request 1 must be NaN");
 }
+
+/// The shared device-data contract (include/graphsafe_kernels/mla.h, "Device data") through the
+/// fp8 producer's own page clamp and length handling: lengths 0 and negative give zeros and -inf,
+/// an over-long length equals max_seq_len, and bad page indices in the columns a request reads
+/// (-1, i32::MIN, pages, pages + 3, i32::MAX) give exactly the result of their clamped values.
+fn fp8_device_data_contract(stream: &Stream, s: Shape) {
+    let mut ws = Workspace::new(stream, 0).unwrap();
+    let p = build(stream, &s);
+    let a = args(&p);
+    let run = |seq: &[i32], table: &[i32], ws: &mut Workspace| {
+        p.seq_lens.copy_from_host(seq, stream).unwrap();
+        p.page_table.copy_from_host(table, stream).unwrap();
+        p.out.memset_u8(0x77, stream).unwrap();
+        p.lse.memset_u8(0x77, stream).unwrap();
+        decode(&a, ws, stream).unwrap();
+        (p.out.to_host_vec::<u16>(stream).unwrap(), p.lse.to_host_vec::<u32>(stream).unwrap())
+    };
+    let (h, m) = (s.heads, p.max_seq as i32);
+    let table = p.host.3.clone();
+    let good = s.seq_lens.clone();
+    assert_eq!(good[2], m, "request 2 has the longest length");
+    let (out_ref, lse_ref) = run(&good, &table, &mut ws);
+    let mut lens = good.clone();
+    lens[0] = 0;
+    lens[1] = -7;
+    lens[2] = m + 5000;
+    let (out_b, lse_b) = run(&lens, &table, &mut ws);
+    let row = h * 512;
+    for r in 0..2 {
+        assert!(out_b[r * row..(r + 1) * row].iter().all(|&v| v == 0), "{s:?}: request {r} is empty: zeros");
+        assert!(lse_b[r * h..(r + 1) * h].iter().all(|&v| v == f32::NEG_INFINITY.to_bits()), "{s:?}: request {r}: -inf");
+    }
+    assert_eq!(out_b[2 * row..], out_ref[2 * row..], "{s:?}: over-long equals max_seq_len");
+    assert_eq!(lse_b[2 * h..], lse_ref[2 * h..], "{s:?}");
+    let (pages, mp, page) = (p.pages as i32, p.max_pages, s.page);
+    let (mut bad, mut fixed) = (table.clone(), table.clone());
+    let weird = [-1, i32::MIN, pages, pages + 3, i32::MAX];
+    for b in 0..p.batch {
+        let used = (good[b].max(0) as usize).div_ceil(page);
+        for j in 0..mp {
+            let i = b * mp + j;
+            if j >= used {
+                bad[i] = i32::MIN + j as i32; // never read
+            } else if (b + j) % 3 == 0 {
+                bad[i] = weird[(b + j) % weird.len()];
+                fixed[i] = bad[i].clamp(0, pages - 1);
+            }
+        }
+    }
+    let (out_fixed, lse_fixed) = run(&good, &fixed, &mut ws);
+    let (out_bad, lse_bad) = run(&good, &bad, &mut ws);
+    assert_eq!(out_bad, out_fixed, "{s:?}: bad pages read as their clamped value");
+    assert_eq!(lse_bad, lse_fixed, "{s:?}");
+}
+
+#[test]
+fn sm90_fp8_device_data_follows_the_shared_contract() {
+    let Some((ctx, stream)) = gpu() else { return };
+    if !hopper(&ctx) {
+        return;
+    }
+    for (kind, heads, page, lens) in [
+        (KvFormatKind::Fp8PerTensor, 16, 64, vec![300, 200, 640]),
+        (KvFormatKind::Fp8DsMla, 32, 128, vec![129, 1, 1000]),
+        (KvFormatKind::Fp8DsMla, 16, 64, vec![65, 64, 4097]),
+        (KvFormatKind::Fp8PerTensor, 32, 128, vec![1, 2, 300]),
+    ] {
+        fp8_device_data_contract(&stream, Shape { kind, heads, page, seq_lens: lens, splits: None, scale: 1.0 / 64.0, seed: 990 });
+    }
+}
+
+/// e4m3's NaN codes (0x7F, 0xFF) are read as finite values below 2^17 times their scale (the
+/// header's contract), not as NaN: one token whose latent holds them comes out finite.
+#[test]
+fn sm90_fp8_nan_codes_read_as_finite_values() {
+    let Some((ctx, stream)) = gpu() else { return };
+    if !hopper(&ctx) {
+        return;
+    }
+    let mut ws = Workspace::new(&stream, 0).unwrap();
+    for kind in [KvFormatKind::Fp8PerTensor, KvFormatKind::Fp8DsMla] {
+        let s = Shape { kind, heads: 16, page: 64, seq_lens: vec![1], splits: None, scale: 1.0, seed: 995 };
+        let mut p = build(&stream, &s);
+        let token = if kind == KvFormatKind::Fp8DsMla { DS_MLA_TOKEN_BYTES } else { 576 };
+        let mut bytes = p.kv.to_host_vec::<u8>(&stream).unwrap();
+        let row = p.host.3[0] as usize * s.page;
+        let t = &mut bytes[row * token..(row + 1) * token];
+        for (d, code) in t[..512].iter_mut().enumerate() {
+            *code = if d % 2 == 0 { 0x7F } else { 0xFF };
+        }
+        if kind == KvFormatKind::Fp8DsMla {
+            for g in 0..4 {
+                t[512 + 4 * g..516 + 4 * g].copy_from_slice(&1.0f32.to_le_bytes());
+            }
+        }
+        p.kv = DeviceBuffer::from_host(&stream, &bytes).unwrap();
+        decode(&args(&p), &mut ws, &stream).unwrap();
+        let out = bf16_out(&p, &stream);
+        assert!(out.iter().all(|v| v.is_finite() && v.abs() < 131072.0), "{kind}: a NaN code came out as {:?}", out.iter().find(|v| !v.is_finite() || v.abs() >= 131072.0));
+    }
+}
