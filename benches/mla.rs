@@ -10,7 +10,7 @@
 mod timing;
 use timing::median;
 use graphsafe::driver::{Context, DeviceBuffer, Event, Stream};
-use graphsafe::ops::mla::{decode, KvDtype, KvFormat, KvFormatKind, MlaDecodeArgs, DS_MLA_TOKEN_BYTES};
+use graphsafe::ops::mla::{decode, KvDtype, KvFormat, KvFormatKind, MlaDecodeArgs};
 use graphsafe::ops::tensor::{DType, Tensor};
 use graphsafe::workspace::Workspace;
 
@@ -204,14 +204,13 @@ impl Case {
     fn args(&self) -> MlaDecodeArgs<&DeviceBuffer> {
         let (batch, heads, pages_per) = (self.batch, self.heads, self.seq / PAGE);
         let pages = batch * pages_per;
-        let (kv_cache, kv_format) = match self.kind {
-            KvFormatKind::Native => (Tensor::contiguous(&self.kv, DType::Bf16, &[pages, PAGE, 576]), KvFormat::Native),
-            KvFormatKind::Fp8PerTensor => (
-                Tensor::contiguous(&self.kv, DType::Fp8E4m3, &[pages, PAGE, 576]),
-                KvFormat::Fp8PerTensor { scale: Tensor::contiguous(&self.scale, DType::F32, &[1]) },
-            ),
-            KvFormatKind::Fp8DsMla => (Tensor::contiguous(&self.kv, DType::U8, &[pages, PAGE, DS_MLA_TOKEN_BYTES]), KvFormat::Fp8DsMla),
+        let (kv_dt, kv_row) = self.kind.cache_element(DType::Bf16);
+        let kv_format = match self.kind {
+            KvFormatKind::Native => KvFormat::Native,
+            KvFormatKind::Fp8PerTensor => KvFormat::Fp8PerTensor { scale: Tensor::contiguous(&self.scale, DType::F32, &[1]) },
+            KvFormatKind::Fp8DsMla => KvFormat::Fp8DsMla,
         };
+        let kv_cache = Tensor::contiguous(&self.kv, kv_dt, &[pages, PAGE, kv_row]);
         MlaDecodeArgs {
             q_nope: Tensor::strided(&self.q, 0, DType::Bf16, &[batch, heads, 512], &[heads * 576, 576, 1]),
             q_pe: Tensor::strided(&self.q, 1024, DType::Bf16, &[batch, heads, 64], &[heads * 576, 576, 1]),

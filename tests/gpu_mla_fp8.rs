@@ -131,12 +131,11 @@ fn build(stream: &Stream, s: &Shape) -> Problem {
 
 fn args(p: &Problem) -> MlaDecodeArgs<&DeviceBuffer> {
     let (b, h) = (p.batch, p.shape.heads);
-    let (kv_cache, kv_format) = match p.shape.kind {
-        KvFormatKind::Fp8PerTensor => (
-            Tensor::contiguous(&p.kv, DType::Fp8E4m3, &[p.pages, p.shape.page, 576]),
-            KvFormat::Fp8PerTensor { scale: Tensor::contiguous(&p.scale, DType::F32, &[1]) },
-        ),
-        _ => (Tensor::contiguous(&p.kv, DType::U8, &[p.pages, p.shape.page, DS_MLA_TOKEN_BYTES]), KvFormat::Fp8DsMla),
+    let (kv_dt, kv_row) = p.shape.kind.cache_element(DType::Bf16);
+    let kv_cache = Tensor::contiguous(&p.kv, kv_dt, &[p.pages, p.shape.page, kv_row]);
+    let kv_format = match p.shape.kind {
+        KvFormatKind::Fp8PerTensor => KvFormat::Fp8PerTensor { scale: Tensor::contiguous(&p.scale, DType::F32, &[1]) },
+        _ => KvFormat::Fp8DsMla,
     };
     MlaDecodeArgs {
         q_nope: Tensor::contiguous(&p.q_nope, DType::Bf16, &[b, h, 512]),

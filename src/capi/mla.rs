@@ -202,11 +202,7 @@ fn to_args(a: &GraphsafeMlaDecodeArgs, kv: Kv, mem: CallerMemory<'_>) -> Result<
     let (b, h) = (non_negative("batch", a.batch as i64)?, non_negative("num_heads", a.num_heads as i64)?);
     let m = |ptr: u64, what: &str| mem.pointer(ptr, what);
     let st = |v: i64, what: &str| non_negative(what, v);
-    let (kv_dt, kv_row) = match kv.format {
-        KvFormatKind::Native => (dt, 576),
-        KvFormatKind::Fp8PerTensor => (DType::Fp8E4m3, 576),
-        KvFormatKind::Fp8DsMla => (DType::U8, DS_MLA_TOKEN_BYTES),
-    };
+    let (kv_dt, kv_row) = kv.format.cache_element(dt);
     let kv_format = match kv.format {
         KvFormatKind::Native => KvFormat::Native,
         KvFormatKind::Fp8PerTensor => KvFormat::Fp8PerTensor { scale: Tensor::contiguous(m(kv.scale, "kv_scale")?, DType::F32, &[1]) },
@@ -450,9 +446,18 @@ unsafe fn mla_decode(args: *const GraphsafeMlaDecodeArgs, kv: *const GraphsafeMl
         let raw = to_args(&a, kv, CallerMemory::on(t.context()))?;
         Ok(run(&raw, t)?)
     })?;
+    // SAFETY: the caller's contract.
+    unsafe { put_plan(plan, &a, &p) }
+}
+
+/// Writes the decode's plan to `plan` unless it is null.
+///
+/// # Safety
+/// `plan` is null or points to a writable `GraphsafeMlaPlan`.
+unsafe fn put_plan(plan: *mut GraphsafeMlaPlan, a: &GraphsafeMlaDecodeArgs, p: &crate::ops::mla::MlaDecodePlan) -> Result<(), Fail> {
     if !plan.is_null() {
         // SAFETY: non-null; the caller's contract.
-        unsafe { put(plan, "plan", plan_out(&a, &p))? };
+        unsafe { put(plan, "plan", plan_out(a, p))? };
     }
     Ok(())
 }
@@ -469,11 +474,8 @@ unsafe fn mla_decode_captured(args: *const GraphsafeMlaDecodeArgs, kv: *const Gr
         let raw = to_args(&a, kv, CallerMemory::on(t.context()))?;
         Ok(run(&raw, t)?)
     })?;
-    if !plan.is_null() {
-        // SAFETY: non-null; the caller's contract.
-        unsafe { put(plan, "plan", plan_out(&a, &p))? };
-    }
-    Ok(())
+    // SAFETY: the caller's contract.
+    unsafe { put_plan(plan, &a, &p) }
 }
 
 #[cfg(test)]

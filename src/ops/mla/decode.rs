@@ -90,13 +90,25 @@ impl KvFormatKind {
     /// Every format, for loops in tests and tools.
     pub const ALL: [KvFormatKind; 3] = [KvFormatKind::Native, KvFormatKind::Fp8PerTensor, KvFormatKind::Fp8DsMla];
 
+    /// The cache's element type and elements per token (its last dimension), for queries of
+    /// element type `q` (a native cache's element type).
+    pub fn cache_element(self, q: DType) -> (DType, usize) {
+        match self {
+            KvFormatKind::Native => (q, LATENT_DIM + ROPE_DIM),
+            KvFormatKind::Fp8PerTensor => (DType::Fp8E4m3, LATENT_DIM + ROPE_DIM),
+            KvFormatKind::Fp8DsMla => (DType::U8, DS_MLA_TOKEN_BYTES),
+        }
+    }
+
     /// Bytes per token of the cache for queries of `q` (the element type of a native cache).
     pub fn token_bytes(self, q: KvDtype) -> usize {
-        match self {
-            KvFormatKind::Native => q.size_bytes() * (LATENT_DIM + ROPE_DIM),
-            KvFormatKind::Fp8PerTensor => LATENT_DIM + ROPE_DIM,
-            KvFormatKind::Fp8DsMla => DS_MLA_TOKEN_BYTES,
-        }
+        let q = match q {
+            KvDtype::Bf16 => DType::Bf16,
+            KvDtype::Fp16 => DType::Fp16,
+            KvDtype::Fp8E4m3 => DType::Fp8E4m3,
+        };
+        let (dt, row) = self.cache_element(q);
+        dt.size() * row
     }
 }
 
@@ -228,11 +240,7 @@ impl<M: DeviceMemory> MlaDecodeArgs<M> {
                 return Err(Error::invalid("q_nope.shape[1] (heads)", format!("16 or 32 with kv_format {format} (the sm_90 kernel of 48..128 heads has no fp8 path yet)"), heads));
             }
         }
-        let (kv_dt, kv_row) = match format {
-            KvFormatKind::Native => (dt, LATENT_DIM + ROPE_DIM),
-            KvFormatKind::Fp8PerTensor => (DType::Fp8E4m3, LATENT_DIM + ROPE_DIM),
-            KvFormatKind::Fp8DsMla => (DType::U8, DS_MLA_TOKEN_BYTES),
-        };
+        let (kv_dt, kv_row) = format.cache_element(dt);
         let kv = Check { name: "kv_cache", t: &self.kv_cache };
         kv.dtype(&[kv_dt])?.shape(&[None, None, Some(kv_row)])?.contiguous()?;
         if let KvFormat::Fp8PerTensor { scale } = &self.kv_format {
