@@ -415,43 +415,27 @@ fn a_stream_of_another_context_cannot_be_adopted() {
 /// graphsafe_context_synchronize gives it back once all of the context's work is over.
 #[test]
 fn graphsafe_context_synchronize_gives_back_frees_deferred_by_a_stream_destroyed_mid_capture() {
+    use standin::engine;
     let (_g, s) = exclusive();
-    let api = graphsafe::sys::driver::api().unwrap();
     let mut cx = GraphsafeContext::default();
     assert_eq!(unsafe { graphsafe_context_create(0, &mut cx) }, GRAPHSAFE_OK);
     let ctx = Context::new(0).unwrap();
-    let mut raw: c::CUstream = std::ptr::null_mut();
-    {
-        let _cur = ctx.enter().unwrap();
-        // SAFETY: out-pointer to a local.
-        assert_eq!(unsafe { (api.cuStreamCreate().unwrap().f)(&mut raw, 1) }, c::CUresult::CUDA_SUCCESS);
-    }
+    let raw = engine::create_stream(&ctx);
     let (mut adopted, mut other) = (GraphsafeStream::default(), GraphsafeStream::default());
     assert_eq!(unsafe { graphsafe_stream_adopt(cx, raw.cast(), &mut adopted) }, GRAPHSAFE_OK);
     assert_eq!(unsafe { graphsafe_stream_create(cx, &mut other) }, GRAPHSAFE_OK);
     let mut ws = GraphsafeWorkspace::default();
     assert_eq!(unsafe { graphsafe_workspace_create(adopted, 1 << 16, &mut ws) }, GRAPHSAFE_OK); // zero-filled on the adopted stream
-    {
-        let _cur = ctx.enter().unwrap();
-        // SAFETY: a live stream; the mode is a valid enum value.
-        let r = unsafe { (api.cuStreamBeginCapture().unwrap().f)(raw, c::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED) };
-        assert_eq!(r, c::CUresult::CUDA_SUCCESS);
-    }
+    // SAFETY: a live stream of ctx.
+    unsafe { engine::begin_capture(&ctx, raw) };
     assert_eq!(unsafe { graphsafe_stream_destroy(adopted) }, GRAPHSAFE_OK);
     let live = s.stat("live_allocations");
     assert_eq!(unsafe { graphsafe_workspace_ensure_size(ws, 1 << 20, other, std::ptr::null_mut()) }, GRAPHSAFE_OK);
     assert_eq!(s.stat("live_allocations"), live + 1, "the buffer last used on the unwaited stream was freed");
-    {
-        let _cur = ctx.enter().unwrap();
-        let mut g = std::ptr::null_mut();
-        // SAFETY: the capture begun above; out-pointer to a local.
-        assert_eq!(unsafe { (api.cuStreamEndCapture().unwrap().f)(raw, &mut g) }, c::CUresult::CUDA_SUCCESS);
-        if !g.is_null() {
-            // SAFETY: the graph the end returned.
-            unsafe { (api.cuGraphDestroy().unwrap().f)(g) };
-        }
-        // SAFETY: made above; its wrapper is gone.
-        unsafe { (api.cuStreamDestroy().unwrap().f)(raw) };
+    // SAFETY: the capture begun above; then the stream, whose wrapper is gone.
+    unsafe {
+        assert_eq!(engine::end_capture(&ctx, raw), c::CUresult::CUDA_SUCCESS);
+        engine::destroy_stream(&ctx, raw);
     }
     assert_eq!(unsafe { graphsafe_context_synchronize(cx) }, GRAPHSAFE_OK);
     assert_eq!(s.stat("live_allocations"), live, "the deferred free was not given back");

@@ -468,15 +468,10 @@ fn an_engine_capture_on_the_previous_stream_is_never_touched() {
     use graphsafe::ops::testing::TestKernels;
     use graphsafe::sys::cuda as c;
     use graphsafe::workspace::Workspace;
+    use standin::engine;
     let (_g, s) = exclusive();
     let ctx = Context::new(1).expect("the stand-in's device 1");
-    let api = graphsafe::sys::driver::api().unwrap();
-    let mut raw: c::CUstream = std::ptr::null_mut();
-    {
-        let _cur = ctx.enter().unwrap();
-        // SAFETY: out-pointer to a local.
-        unsafe { (api.cuStreamCreate().unwrap().f)(&mut raw, 1) };
-    }
+    let raw = engine::create_stream(&ctx);
     // SAFETY: raw is a live stream of ctx, destroyed below after its wrapper.
     let a = unsafe { Stream::adopt(&ctx, raw) }.unwrap();
     let b = Stream::new(&ctx).unwrap();
@@ -489,19 +484,11 @@ fn an_engine_capture_on_the_previous_stream_is_never_touched() {
     let engine_ctx = ctx.clone();
     let engine = std::thread::spawn(move || {
         let raw = raw_u as c::CUstream;
-        let _cur = engine_ctx.enter().unwrap();
-        // SAFETY: a live stream; the mode is a valid enum value.
-        let r = unsafe { (api.cuStreamBeginCapture().unwrap().f)(raw, c::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED) };
-        assert_eq!(r, c::CUresult::CUDA_SUCCESS);
+        // SAFETY: a live stream of engine_ctx (destroyed only after this thread is joined).
+        unsafe { engine::begin_capture(&engine_ctx, raw) };
         std::thread::sleep(std::time::Duration::from_millis(100));
-        let mut g = std::ptr::null_mut();
-        // SAFETY: as above; out-pointer to a local.
-        let r = unsafe { (api.cuStreamEndCapture().unwrap().f)(raw, &mut g) };
-        if !g.is_null() {
-            // SAFETY: the graph the end returned.
-            unsafe { (api.cuGraphDestroy().unwrap().f)(g) };
-        }
-        r
+        // SAFETY: as above, with the capture begun above.
+        unsafe { engine::end_capture(&engine_ctx, raw) }
     });
     std::thread::sleep(std::time::Duration::from_millis(20));
     k.split_k_gemv(&p.a, &p.x, &p.y, shape, &mut ws, &b).unwrap();
@@ -509,11 +496,8 @@ fn an_engine_capture_on_the_previous_stream_is_never_touched() {
     assert_eq!(s.stat("nodes_recorded"), nodes_before, "graphsafe's eager op was recorded into the engine's graph");
     assert!(!b.is_capturing().unwrap(), "the use's stream was forked into the engine's capture");
     drop(a);
-    {
-        let _cur = ctx.enter().unwrap();
-        // SAFETY: made above; its wrapper is gone.
-        unsafe { (api.cuStreamDestroy().unwrap().f)(raw) };
-    }
+    // SAFETY: made above; its wrapper is gone.
+    unsafe { engine::destroy_stream(&ctx, raw) };
     no_violations(s);
 }
 
@@ -698,9 +682,9 @@ fn a_replay_on_a_stream_an_engine_captures_through_its_raw_handle_is_refused() {
     use graphsafe::ops::testing::TestKernels;
     use graphsafe::sys::cuda as c;
     use graphsafe::workspace::Workspace;
+    use standin::engine;
     let (_g, s) = exclusive();
     let ctx = Context::new(1).expect("the stand-in's device 1");
-    let api = graphsafe::sys::driver::api().unwrap();
     let mut a = Stream::new(&ctx).unwrap();
     let b = Stream::new(&ctx).unwrap();
     let other = Stream::new(&ctx).unwrap();
@@ -711,25 +695,12 @@ fn a_replay_on_a_stream_an_engine_captures_through_its_raw_handle_is_refused() {
     let exec = common::captured_split_k(&k, &mut a, &p, shape, &mut ws);
     let raw = b.raw(); // handed to the engine
     let nodes_before = s.stat("nodes_recorded");
-    {
-        let _cur = ctx.enter().unwrap();
-        // SAFETY: a live stream; the mode is a valid enum value.
-        let r = unsafe { (api.cuStreamBeginCapture().unwrap().f)(raw, c::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED) };
-        assert_eq!(r, c::CUresult::CUDA_SUCCESS);
-    }
+    // SAFETY: b's live stream, which outlives the capture.
+    unsafe { engine::begin_capture(&ctx, raw) };
     let replay = exec.launch(&b);
     let eager = k.split_k_gemv(&p.a, &p.x, &p.y, shape, &mut ws, &other);
-    {
-        let _cur = ctx.enter().unwrap();
-        let mut g = std::ptr::null_mut();
-        // SAFETY: the capture begun above; out-pointer to a local.
-        let r = unsafe { (api.cuStreamEndCapture().unwrap().f)(raw, &mut g) };
-        if !g.is_null() {
-            // SAFETY: the graph the end returned.
-            unsafe { (api.cuGraphDestroy().unwrap().f)(g) };
-        }
-        assert_eq!(r, c::CUresult::CUDA_SUCCESS, "the engine's capture was broken");
-    }
+    // SAFETY: as above, with the capture begun above.
+    assert_eq!(unsafe { engine::end_capture(&ctx, raw) }, c::CUresult::CUDA_SUCCESS, "the engine's capture was broken");
     assert!(matches!(replay, Err(graphsafe::Error::StreamCapturing { .. })), "the replay into the engine's capture: {replay:?}");
     assert_eq!(s.stat("nodes_recorded"), nodes_before, "graphsafe work was recorded into the engine's graph");
     eager.expect("the eager use on another stream");
@@ -748,15 +719,10 @@ fn frees_after_an_adopted_stream_was_dropped_mid_engine_capture_wait_for_a_conte
     use graphsafe::ops::testing::TestKernels;
     use graphsafe::sys::cuda as c;
     use graphsafe::workspace::Workspace;
+    use standin::engine;
     let (_g, s) = exclusive();
     let ctx = Context::new(1).expect("the stand-in's device 1");
-    let api = graphsafe::sys::driver::api().unwrap();
-    let mut raw: c::CUstream = std::ptr::null_mut();
-    {
-        let _cur = ctx.enter().unwrap();
-        // SAFETY: out-pointer to a local.
-        unsafe { (api.cuStreamCreate().unwrap().f)(&mut raw, 1) };
-    }
+    let raw = engine::create_stream(&ctx);
     // SAFETY: raw is a live stream of ctx, destroyed below after its wrapper.
     let a = unsafe { Stream::adopt(&ctx, raw) }.unwrap();
     let b = Stream::new(&ctx).unwrap();
@@ -765,28 +731,16 @@ fn frees_after_an_adopted_stream_was_dropped_mid_engine_capture_wait_for_a_conte
     let shape = soundness::SHAPE;
     let mut ws = Workspace::new(&a, shape.workspace_bytes()).unwrap();
     k.split_k_gemv(&p.a, &p.x, &p.y, shape, &mut ws, &a).unwrap();
-    {
-        let _cur = ctx.enter().unwrap();
-        // SAFETY: a live stream; the mode is a valid enum value.
-        let r = unsafe { (api.cuStreamBeginCapture().unwrap().f)(raw, c::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED) };
-        assert_eq!(r, c::CUresult::CUDA_SUCCESS);
-    }
+    // SAFETY: a live stream of ctx.
+    unsafe { engine::begin_capture(&ctx, raw) };
     drop(a); // cannot wait: the engine's capture is open on it
     let live = s.stat("live_allocations");
     ws.ensure_size(4 * shape.workspace_bytes(), &b).unwrap(); // retires the buffer a's kernel used
     assert_eq!(s.stat("live_allocations"), live + 1, "the retired buffer was freed although the work on the dropped stream was never waited for");
-    {
-        let _cur = ctx.enter().unwrap();
-        let mut g = std::ptr::null_mut();
-        // SAFETY: the capture begun above; out-pointer to a local.
-        let r = unsafe { (api.cuStreamEndCapture().unwrap().f)(raw, &mut g) };
-        assert_eq!(r, c::CUresult::CUDA_SUCCESS);
-        if !g.is_null() {
-            // SAFETY: the graph the end returned.
-            unsafe { (api.cuGraphDestroy().unwrap().f)(g) };
-        }
-        // SAFETY: made above; its wrapper is gone.
-        unsafe { (api.cuStreamDestroy().unwrap().f)(raw) };
+    // SAFETY: the capture begun above; then the stream, whose wrapper is gone.
+    unsafe {
+        assert_eq!(engine::end_capture(&ctx, raw), c::CUresult::CUDA_SUCCESS);
+        engine::destroy_stream(&ctx, raw);
     }
     ctx.synchronize().unwrap(); // all of the context's work is over: the deferred free goes through
     assert_eq!(s.stat("live_allocations"), live, "the deferred free was lost");

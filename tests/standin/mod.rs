@@ -268,3 +268,61 @@ pub fn exclusive() -> (MutexGuard<'static, ()>, &'static Standin) {
     s.reset();
     (g, s)
 }
+
+/// What an engine does to its own streams behind graphsafe's back, through the driver directly
+/// (the stand-in's): make a stream, capture on it, destroy it. Each asserts the driver's success
+/// except [`engine::end_capture`], which returns the status for the test to judge.
+pub mod engine {
+    use graphsafe::driver::Context;
+    use graphsafe::sys::cuda as c;
+
+    fn api() -> &'static graphsafe::sys::driver::Api {
+        graphsafe::sys::driver::api().unwrap()
+    }
+
+    /// A new non-blocking stream of `ctx`, made with cuStreamCreate.
+    pub fn create_stream(ctx: &Context) -> c::CUstream {
+        let _cur = ctx.enter().unwrap();
+        let mut raw: c::CUstream = std::ptr::null_mut();
+        // SAFETY: out-pointer to a local; flags 1 (non-blocking).
+        assert_eq!(unsafe { (api().cuStreamCreate().unwrap().f)(&mut raw, 1) }, c::CUresult::CUDA_SUCCESS);
+        raw
+    }
+
+    /// cuStreamBeginCapture in relaxed mode.
+    ///
+    /// # Safety
+    /// `raw` is a live stream of `ctx`.
+    pub unsafe fn begin_capture(ctx: &Context, raw: c::CUstream) {
+        let _cur = ctx.enter().unwrap();
+        // SAFETY: a live stream (the caller's contract); the mode is a valid enum value.
+        let r = unsafe { (api().cuStreamBeginCapture().unwrap().f)(raw, c::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED) };
+        assert_eq!(r, c::CUresult::CUDA_SUCCESS);
+    }
+
+    /// cuStreamEndCapture, destroying the graph it returns; the end's status.
+    ///
+    /// # Safety
+    /// `raw` is a live stream of `ctx` with a capture begun on it.
+    pub unsafe fn end_capture(ctx: &Context, raw: c::CUstream) -> c::CUresult {
+        let _cur = ctx.enter().unwrap();
+        let mut g = std::ptr::null_mut();
+        // SAFETY: the caller's contract; out-pointer to a local.
+        let r = unsafe { (api().cuStreamEndCapture().unwrap().f)(raw, &mut g) };
+        if !g.is_null() {
+            // SAFETY: the graph the end returned.
+            unsafe { (api().cuGraphDestroy().unwrap().f)(g) };
+        }
+        r
+    }
+
+    /// cuStreamDestroy.
+    ///
+    /// # Safety
+    /// `raw` is a live stream of `ctx` that no graphsafe `Stream` wraps any more.
+    pub unsafe fn destroy_stream(ctx: &Context, raw: c::CUstream) {
+        let _cur = ctx.enter().unwrap();
+        // SAFETY: the caller's contract.
+        assert_eq!(unsafe { (api().cuStreamDestroy().unwrap().f)(raw) }, c::CUresult::CUDA_SUCCESS);
+    }
+}
