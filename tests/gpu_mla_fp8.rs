@@ -184,6 +184,25 @@ fn bf16_out(p: &Problem, stream: &Stream) -> Vec<f32> {
     p.out.to_host_vec::<u16>(stream).unwrap().into_iter().map(|b| bf16::from_bits(b).to_f32()).collect()
 }
 
+/// Rewrites, on the device, token 0 of the first page of each request in `requests`: `edit` gets
+/// that token's bytes (576 for the per-tensor format, 656 for DeepSeek's).
+fn edit_first_token(p: &mut Problem, stream: &Stream, requests: &[usize], edit: impl Fn(&mut [u8])) {
+    let token = p.shape.kind.token_bytes(graphsafe::ops::mla::KvDtype::Bf16);
+    let mut bytes = p.kv.to_host_vec::<u8>(stream).unwrap();
+    for &b in requests {
+        let row = p.host.3[b * p.max_pages] as usize * p.shape.page;
+        edit(&mut bytes[row * token..(row + 1) * token]);
+    }
+    p.kv = DeviceBuffer::from_host(stream, &bytes).unwrap();
+}
+
+/// The four f32 group scales of a 656-byte token.
+fn set_group_scales(t: &mut [u8], scales: [f32; 4]) {
+    for (g, v) in scales.iter().enumerate() {
+        t[512 + 4 * g..516 + 4 * g].copy_from_slice(&v.to_le_bytes());
+    }
+}
+
 fn shapes() -> Vec<Shape> {
     use KvFormatKind::{Fp8DsMla as Ds, Fp8PerTensor as Pt};
     let s = |kind, heads, page, seq_lens: Vec<i32>, splits, scale, seed| Shape { kind, heads, page, seq_lens, splits, scale, seed };
@@ -270,22 +289,13 @@ fn sm90_fp8_dequantises_every_code_exactly() {
             let mut p = build(&stream, &s);
             // Token 0 of each request's page: codes 0..=255 twice in the latent, NaN codes as 0.
             let latent: Vec<u8> = (0..512).map(|d| (d % 256) as u8).map(|c| if c & 0x7F == 0x7F { 0 } else { c }).collect();
-            let mut bytes = p.kv.to_host_vec::<u8>(&stream).unwrap();
-            let token = if kind == KvFormatKind::Fp8DsMla { DS_MLA_TOKEN_BYTES } else { 576 };
-            let pt = &p.host.3;
-            let mut groups = [scale; 4];
-            for b in 0..2 {
-                let row = pt[b * p.max_pages] as usize * s.page;
-                let t = &mut bytes[row * token..(row + 1) * token];
+            let groups = if kind == KvFormatKind::Fp8DsMla { [scale, scale * 1.5, scale / 3.0, -scale] } else { [scale; 4] };
+            edit_first_token(&mut p, &stream, &[0, 1], |t| {
                 t[..512].copy_from_slice(&latent);
                 if kind == KvFormatKind::Fp8DsMla {
-                    groups = [scale, scale * 1.5, scale / 3.0, -scale];
-                    for (g, v) in groups.iter().enumerate() {
-                        t[512 + 4 * g..516 + 4 * g].copy_from_slice(&v.to_le_bytes());
-                    }
+                    set_group_scales(t, groups);
                 }
-            }
-            p.kv = DeviceBuffer::from_host(&stream, &bytes).unwrap();
+            });
             decode(&args(&p), &mut ws, &stream).unwrap();
             let out = p.out.to_host_vec::<u16>(&stream).unwrap();
             for b in 0..2 {
@@ -403,10 +413,7 @@ fn sm90_fp8_garbage_scales_stay_in_their_requests_and_never_hang() {
     let mut p = build(&stream, &s);
     decode(&args(&p), &mut ws, &stream).unwrap();
     let clean = p.out.to_host_vec::<u16>(&stream).unwrap();
-    let mut bytes = p.kv.to_host_vec::<u8>(&stream).unwrap();
-    let row = p.host.3[p.max_pages] as usize * s.page; // request 1, column 0, token 0
-    bytes[row * DS_MLA_TOKEN_BYTES + 512..row * DS_MLA_TOKEN_BYTES + 516].copy_from_slice(&f32::NAN.to_le_bytes());
-    p.kv = DeviceBuffer::from_host(&stream, &bytes).unwrap();
+    edit_first_token(&mut p, &stream, &[1], |t| t[512..516].copy_from_slice(&f32::NAN.to_le_bytes()));
     decode(&args(&p), &mut ws, &stream).unwrap();
     let got = p.out.to_host_vec::<u16>(&stream).unwrap();
     let n = 16 * 512;
@@ -497,19 +504,14 @@ fn sm90_fp8_nan_codes_read_as_finite_values() {
     for kind in [KvFormatKind::Fp8PerTensor, KvFormatKind::Fp8DsMla] {
         let s = Shape { kind, heads: 16, page: 64, seq_lens: vec![1], splits: None, scale: 1.0, seed: 995 };
         let mut p = build(&stream, &s);
-        let token = if kind == KvFormatKind::Fp8DsMla { DS_MLA_TOKEN_BYTES } else { 576 };
-        let mut bytes = p.kv.to_host_vec::<u8>(&stream).unwrap();
-        let row = p.host.3[0] as usize * s.page;
-        let t = &mut bytes[row * token..(row + 1) * token];
-        for (d, code) in t[..512].iter_mut().enumerate() {
-            *code = if d % 2 == 0 { 0x7F } else { 0xFF };
-        }
-        if kind == KvFormatKind::Fp8DsMla {
-            for g in 0..4 {
-                t[512 + 4 * g..516 + 4 * g].copy_from_slice(&1.0f32.to_le_bytes());
+        edit_first_token(&mut p, &stream, &[0], |t| {
+            for (d, code) in t[..512].iter_mut().enumerate() {
+                *code = if d % 2 == 0 { 0x7F } else { 0xFF };
             }
-        }
-        p.kv = DeviceBuffer::from_host(&stream, &bytes).unwrap();
+            if kind == KvFormatKind::Fp8DsMla {
+                set_group_scales(t, [1.0; 4]);
+            }
+        });
         decode(&args(&p), &mut ws, &stream).unwrap();
         let out = bf16_out(&p, &stream);
         assert!(out.iter().all(|v| v.is_finite() && v.abs() < 131072.0), "{kind}: a NaN code came out as {:?}", out.iter().find(|v| !v.is_finite() || v.abs() >= 131072.0));
