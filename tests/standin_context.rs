@@ -339,6 +339,11 @@ fn raw_pointers_of_another_device_unknown_or_too_small_are_refused() {
     let own_scale = buffer(0, 4);
     let (r, text) = decode_kv(&args, own_scale);
     assert_eq!(r, GRAPHSAFE_ERROR_CUDA_RUNTIME, "the well-formed fp8 decode was refused before the glue: {text}");
+    let (r, text) = decode_kv(&args, kv_of_device_1);
+    assert_eq!(r, GRAPHSAFE_ERROR_INVALID_ARGUMENT, "a scale in device 1's memory: {text}");
+    assert!(text.contains("memory of device 1"), "the error does not name the device: {text}");
+    let (r, text) = decode_kv(&args, 0x1000);
+    assert_eq!(r, GRAPHSAFE_ERROR_INVALID_ARGUMENT, "a scale at an address no allocation holds: {text}");
     let (r, text) = decode_kv(&args, wptr + 256);
     assert_eq!(r, GRAPHSAFE_ERROR_INVALID_ARGUMENT, "a scale inside the call's workspace: {text}");
     assert!(text.contains("kv_format.scale") && text.contains("workspace"), "the error does not name the scale and the workspace: {text}");
