@@ -43,8 +43,8 @@
 //     replay) and keep no counters: nothing that a shared, dirty workspace could break, no memset.
 //   * Programmatic dependent launch: the kernels are launched with programmatic stream
 //     serialization, so their CTAs can start while the previous kernel on the stream drains. Before
-//     griddepcontrol.wait a CTA only initialises barriers and asks L2 to prefetch its first weight
-//     stages (a hint: data still reaches the CTA only after the wait, so nothing an earlier grid
+//     griddepcontrol.wait a CTA only initialises barriers and (BM > 16) asks L2 to prefetch its
+//     first weight stages (a hint: data still reaches the CTA only after the wait, so nothing an earlier grid
 //     writes can be read stale); after its main loop it lets the next grid launch.
 // Everything that can fail (shape, alignment, the tensor map, the shared-memory opt-in, the
 // cluster occupancy query) is checked before the first launch. Nothing here allocates or touches

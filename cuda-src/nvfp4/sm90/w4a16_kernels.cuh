@@ -99,12 +99,14 @@ __global__ void __launch_bounds__(threads_for(BM), MINB) w4a16_gemm_kernel(const
   }
   const uint8_t* wsrc = p.chunks + size_t(u0) * kChunkBytes;
 
-  if (threadIdx.x == kConsumers) {
-    // Before the wait on the previous grid: only a hint to L2 (never data in this CTA's hands, so
-    // a weight written by that grid is still read after it finished), so the first stages come
-    // from L2 while the previous kernel drains.
-    prefetch_l2(wsrc, uint32_t(min(u1 - u0, int64_t(STAGES))) * kChunkBytes);
-  }
+  // Before the wait on the previous grid: only a hint to L2 (never data in this CTA's hands, so
+  // a weight written by that grid is still read after it finished), so the first stages come
+  // from L2 while the previous kernel drains. Not for BM <= 16: there the hint cost more than it
+  // saved (H200, back-to-back calls, m = 1: 8192^2 17.8 -> 16.6 us and 8192 x 28672 48.0 -> 46.8
+  // without it; m = 16 20.2 -> 18.9 and 57.8 -> 55.9; 28672 x 8192 unchanged). The many small
+  // CTAs' prefetches compete with the previous call's last loads; a pure stream of the same
+  // chunks measured the same way was 1-2 us slower with it too (benches/NOTES-nvfp4.md).
+  if (BM > 16 && threadIdx.x == kConsumers) prefetch_l2(wsrc, uint32_t(min(u1 - u0, int64_t(STAGES))) * kChunkBytes);
   if (threadIdx.x == 0) {
 #pragma unroll 1
     for (int s = 0; s < STAGES; ++s) {
