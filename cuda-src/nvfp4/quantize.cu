@@ -23,7 +23,8 @@
 // kept to about 9 instructions (see e2m1_pack8_fast): inv = global_scale / sf comes from a
 // 256-entry table each CTA fills once (the same division, so the same bits), signs are gathered
 // word-wide from the input's own sign bits, and blocks holding Inf or NaN (or whose inv is not
-// finite) take the element-by-element path.
+// finite) take the element-by-element path. It is launched programmatically dependent (PDL): the
+// grid may become resident while the previous kernel drains, and waits for it before any read.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
@@ -234,6 +235,12 @@ __global__ void __launch_bounds__(kThreads, quant_ctas_per_sm(BPI)) nvfp4_quanti
   static_assert(BPI == 1 || BPI == 2, "1 or 2 blocks per item");
   constexpr int kLanes = 4 / BPI;  // lanes that share one 4-block scale group (one word of scales)
   __shared__ float inv_of[256];  // inv for each scale byte: (sf == 0) ? 0 : gs / sf, as the header says
+  // Launched programmatically dependent (launch_quantize): wait for the previous grid on the stream
+  // (it may have written x or the global scale) before reading anything, and let the next grid
+  // launch at once, since it in turn waits for this whole grid before it reads what this writes.
+  // The next grid's CTAs so get resident and through their prologue while this grid still runs.
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
   const float gs = __ldg(gsp);
   const uint32_t stride = gridDim.x * kThreads;  // a multiple of 32: a warp's lanes stay in step
   const int sub = threadIdx.x & (kLanes - 1);  // this lane's part of the group
@@ -321,12 +328,25 @@ int launch_quantize(const uint16_t* xs, int32_t dtype, int m, int k, int64_t ld_
   if (blocks > resident) blocks = resident;
   const int vec = aligned(packed, 8 * BPI);  // rows of codes are k / 2 bytes, a multiple of 16
   const PackConsts kc{0xFFFFFFFFu, 1024u, 16u};
-  if (dtype == GS_DTYPE_FP16)
-    nvfp4_quantize_kernel<true, BPI><<<unsigned(blocks), kThreads, 0, s>>>(xs, ld_x, m, k, kb4, magic, l, uint32_t(items),
-                                                                           global_scale, packed, scales, vec, kc);
-  else
-    nvfp4_quantize_kernel<false, BPI><<<unsigned(blocks), kThreads, 0, s>>>(xs, ld_x, m, k, kb4, magic, l, uint32_t(items),
-                                                                            global_scale, packed, scales, vec, kc);
+  // Programmatic stream serialization: this grid may start while the previous kernel drains (the
+  // kernel waits for it before reading). H200, back-to-back calls: 16 x 8192 2.56 -> 2.31 us,
+  // 4096 x 8192 27.8 -> 27.4 us, the same bits.
+  cudaLaunchAttribute attr[1] = {};
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t lc = {};
+  lc.gridDim = dim3(unsigned(blocks));
+  lc.blockDim = dim3(kThreads);
+  lc.stream = s;
+  lc.attrs = attr;
+  lc.numAttrs = 1;
+  const uint32_t n_items = uint32_t(items);
+  cudaError_t e = dtype == GS_DTYPE_FP16
+                      ? cudaLaunchKernelEx(&lc, nvfp4_quantize_kernel<true, BPI>, xs, ld_x, m, k, kb4, magic, l, n_items,
+                                           global_scale, packed, scales, vec, kc)
+                      : cudaLaunchKernelEx(&lc, nvfp4_quantize_kernel<false, BPI>, xs, ld_x, m, k, kb4, magic, l, n_items,
+                                           global_scale, packed, scales, vec, kc);
+  if (e != cudaSuccess) return graphsafe::cuda_failed(e);
   return launch_status();
 }
 
