@@ -435,3 +435,74 @@ fn w4a16_reads_what_the_previous_kernel_just_wrote() {
 fn g1w(p: &W4a16, row: usize, t: usize) -> f64 {
     p.wdq[row * p.k + t] as f64
 }
+
+/// Programmatic dependent launch of the quantize kernel: it reads inputs and a global scale that
+/// the kernels just before it wrote, with no synchronisation in between, and lets the next kernel
+/// launch early. Eager: dequantize -> global scale -> quantize (x dirtied first, outputs dirtied),
+/// bit-identical to the host reference every round. Captured: the W4A16 GEMM writes D and the
+/// quantize of D follows it in the graph (a programmatic edge), bit-identical to the host
+/// quantize of the eager D on every replay.
+#[test]
+fn quantize_reads_what_the_previous_kernel_just_wrote() {
+    let Some((ctx, mut stream)) = gpu() else { return };
+    let (m, k) = (512usize, 4096usize);
+    let (_, xf) = to_bits(&random_f32(m * k, 21), DType::Bf16);
+    let g0 = r::global_scale(&xf);
+    let (p0, s0) = r::quantize(&xf, m, k, g0);
+    let x = r::dequantize(&p0, &s0, m, k, g0); // what the device dequantize writes, as f32
+    let gx = r::global_scale(&x);
+    let (want_p, want_s) = r::quantize(&x, m, k, gx);
+    let (bp0, bs0, bg0) = (DeviceBuffer::from_host(&stream, &p0).unwrap(), DeviceBuffer::from_host(&stream, &s0).unwrap(), DeviceBuffer::from_host(&stream, &[g0]).unwrap());
+    let q0 = Nvfp4Matrix { packed: &bp0, scales: &bs0, global_scale: &bg0, rows: m, k };
+    let xb = DeviceBuffer::alloc_zeroed(&stream, m * k * 2).unwrap();
+    let xt = Tensor::contiguous(&xb, DType::Bf16, &[m, k]);
+    let gs = DeviceBuffer::alloc_zeroed(&stream, 4).unwrap();
+    let (p1, s1) = (DeviceBuffer::alloc(&ctx, m * k / 2).unwrap(), DeviceBuffer::alloc(&ctx, r::scale_bytes(m, k)).unwrap());
+    let q1 = Nvfp4Matrix { packed: &p1, scales: &s1, global_scale: &gs, rows: m, k };
+    for round in 0..3u8 {
+        xb.memset_u8(0x11 + round, &stream).unwrap();
+        gs.memset_u8(0, &stream).unwrap();
+        p1.memset_u8(0xAB, &stream).unwrap();
+        s1.memset_u8(0xCD, &stream).unwrap();
+        nvfp4::dequantize(&q0, &xt, &stream).unwrap();
+        nvfp4::global_scale(&xt, &gs, &stream).unwrap();
+        nvfp4::quantize(&xt, &gs, &q1, &stream).unwrap();
+        assert_eq!(p1.to_host_vec::<u8>(&stream).unwrap(), want_p, "eager round {round}: codes");
+        assert_eq!(s1.to_host_vec::<u8>(&stream).unwrap(), want_s, "eager round {round}: scales");
+    }
+    if !hopper(&ctx) {
+        return;
+    }
+    // A GEMM output quantized in the same graph.
+    let g = w4a16_problem(&stream, 16, 2048, 1024, 23);
+    let (gm, gn) = (g.m, g.n);
+    let alpha = DeviceBuffer::from_host(&stream, &[1.0f32]).unwrap();
+    let d = DeviceBuffer::alloc_zeroed(&stream, gm * gn * 2).unwrap();
+    let mut ws = Workspace::new(&stream, 0).unwrap();
+    nvfp4::w4a16_gemm(&Tensor::contiguous(&g.a, DType::Bf16, &[gm, g.k]), &g.w, &alpha, &Tensor::contiguous(&d, DType::Bf16, &[gm, gn]), &mut ws, &stream).unwrap();
+    let df: Vec<f32> = d.to_host_vec::<u16>(&stream).unwrap().iter().map(|&b| bf16::from_bits(b).to_f32()).collect();
+    let gd = r::global_scale(&df);
+    let (want_p, want_s) = r::quantize(&df, gm, gn, gd);
+    let gdb = DeviceBuffer::from_host(&stream, &[gd]).unwrap();
+    let (p2, s2) = (DeviceBuffer::alloc(&ctx, gm * gn / 2).unwrap(), DeviceBuffer::alloc(&ctx, r::scale_bytes(gm, gn)).unwrap());
+    let exec = {
+        let mut cap = stream.begin_capture(CaptureMode::ThreadLocal).unwrap();
+        let w = cap.bind_workspace(&mut ws).unwrap();
+        let (ca, cal, cd, cg) = (cap.bind_buffer(&g.a).unwrap(), cap.bind_buffer(&alpha).unwrap(), cap.bind_buffer(&d).unwrap(), cap.bind_buffer(&gdb).unwrap());
+        let (cp, cs) = (cap.bind_buffer(&p2).unwrap(), cap.bind_buffer(&s2).unwrap());
+        let cw = g.w.bind(&mut cap).unwrap();
+        let dt = Tensor::contiguous(cd, DType::Bf16, &[gm, gn]);
+        nvfp4::w4a16_gemm_captured(&Tensor::contiguous(ca, DType::Bf16, &[gm, g.k]), &cw, &cal, &dt, &w, &cap).unwrap();
+        nvfp4::quantize_captured(&dt, &cg, &Nvfp4Matrix { packed: cp, scales: cs, global_scale: cg.clone(), rows: gm, k: gn }, &cap).unwrap();
+        cap.end().unwrap().instantiate().unwrap()
+    };
+    for replay in 0..5 {
+        d.memset_u8(0x7F, &stream).unwrap(); // the GEMM must rewrite D before the quantize reads it
+        p2.memset_u8(0xAB, &stream).unwrap();
+        s2.memset_u8(0xCD, &stream).unwrap();
+        exec.launch(&stream).unwrap();
+        assert_eq!(p2.to_host_vec::<u8>(&stream).unwrap(), want_p, "replay {replay}: codes");
+        assert_eq!(s2.to_host_vec::<u8>(&stream).unwrap(), want_s, "replay {replay}: scales");
+    }
+    eprintln!("quantize after its producer: 3 eager rounds and 5 replays bit-identical");
+}
