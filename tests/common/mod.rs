@@ -3,7 +3,8 @@
 #![allow(dead_code)]
 
 use graphsafe::driver::{Context, DeviceBuffer, DevicePtr, Stream};
-use graphsafe::graph::{CaptureMode, GraphExec};
+use graphsafe::graph::{Capture, CaptureMode, Captured, GraphExec};
+use graphsafe::ops::mla::MlaDecodePlan;
 use graphsafe::ops::testing::{SplitKShape, TestKernels};
 use graphsafe::workspace::Workspace;
 use graphsafe::ops::tensor::DeviceMemory;
@@ -127,4 +128,22 @@ pub fn captured_split_k(k: &TestKernels, stream: &mut Stream, p: &SplitKProblem,
     let (a, x, y) = (cap.bind_buffer(&p.a).unwrap(), cap.bind_buffer(&p.x).unwrap(), cap.bind_buffer(&p.y).unwrap());
     k.split_k_gemv_captured(&a, &x, &y, shape, &w, &cap).unwrap();
     cap.end().unwrap().instantiate().unwrap()
+}
+
+/// A decode captured into a workspace 256 bytes short of the `needed` its plan answered is
+/// refused with `WorkspaceTooSmall` naming both sizes, and nothing is captured. `decode` binds the
+/// decode's buffers to the capture and runs it against the bound workspace.
+pub fn capture_with_too_small_a_workspace_is_refused<F>(stream: &mut Stream, needed: u64, decode: F)
+where
+    F: for<'s, 'c> FnOnce(&mut Capture<'s, 'c>, &Captured<'c>) -> graphsafe::Result<MlaDecodePlan>,
+{
+    assert!(needed > 0, "the shape must need a workspace");
+    let mut ws = Workspace::new(stream, needed - 256).unwrap();
+    let mut cap = stream.begin_capture(CaptureMode::ThreadLocal).unwrap();
+    let w = cap.bind_workspace(&mut ws).unwrap();
+    match decode(&mut cap, &w) {
+        Err(graphsafe::Error::WorkspaceTooSmall { needed: n, capacity }) => assert_eq!((n, capacity), (needed, needed - 256)),
+        other => panic!("expected WorkspaceTooSmall, got {other:?}"),
+    }
+    assert!(cap.end().unwrap().node_kinds().unwrap().is_empty(), "a refused decode captured something");
 }
