@@ -457,6 +457,29 @@ fn workspace_uses_on_different_streams_are_put_in_order() {
     no_violations(s);
 }
 
+/// On the stand-in's device 1: an engine's own stream (`raw`, made with cuStreamCreate) adopted
+/// as `a`, a graphsafe stream `b`, the test kernels and a split-K problem. The test destroys `raw`
+/// (standin::engine::destroy_stream) after `a` is gone.
+struct EngineAndOurs {
+    ctx: std::sync::Arc<Context>,
+    raw: graphsafe::sys::cuda::CUstream,
+    a: Stream,
+    b: Stream,
+    k: graphsafe::ops::testing::TestKernels,
+    p: common::SplitKProblem,
+}
+
+fn engine_and_ours() -> EngineAndOurs {
+    let ctx = Context::new(1).expect("the stand-in's device 1");
+    let raw = standin::engine::create_stream(&ctx);
+    // SAFETY: raw is a live stream of ctx; each test destroys it only after dropping `a`.
+    let a = unsafe { Stream::adopt(&ctx, raw) }.unwrap();
+    let b = Stream::new(&ctx).unwrap();
+    let k = graphsafe::ops::testing::TestKernels::load(&ctx).unwrap();
+    let p = soundness::problem(&b, 5);
+    EngineAndOurs { ctx, raw, a, b, k, p }
+}
+
 /// An engine begins its own capture on its adopted stream while graphsafe orders a workspace use
 /// on another stream after the last use on the engine's stream (the engine makes no graphsafe call
 /// on its stream meanwhile, so `Stream::adopt`'s contract allows it). graphsafe never touches the
@@ -465,18 +488,11 @@ fn workspace_uses_on_different_streams_are_put_in_order() {
 /// the record and the wait forked the other stream into it: UNJOINED. Found in review.)
 #[test]
 fn an_engine_capture_on_the_previous_stream_is_never_touched() {
-    use graphsafe::ops::testing::TestKernels;
     use graphsafe::sys::cuda as c;
     use graphsafe::workspace::Workspace;
     use standin::engine;
     let (_g, s) = exclusive();
-    let ctx = Context::new(1).expect("the stand-in's device 1");
-    let raw = engine::create_stream(&ctx);
-    // SAFETY: raw is a live stream of ctx, destroyed below after its wrapper.
-    let a = unsafe { Stream::adopt(&ctx, raw) }.unwrap();
-    let b = Stream::new(&ctx).unwrap();
-    let k = TestKernels::load(&ctx).unwrap();
-    let p = soundness::problem(&b, 5);
+    let EngineAndOurs { ctx, raw, a, b, k, p } = engine_and_ours();
     let shape = soundness::SHAPE;
     let mut ws = Workspace::new(&a, shape.workspace_bytes()).unwrap(); // last use: a
     let nodes_before = s.stat("nodes_recorded");
@@ -716,18 +732,11 @@ fn a_replay_on_a_stream_an_engine_captures_through_its_raw_handle_is_refused() {
 /// listed. Found in review.)
 #[test]
 fn frees_after_an_adopted_stream_was_dropped_mid_engine_capture_wait_for_a_context_synchronize() {
-    use graphsafe::ops::testing::TestKernels;
     use graphsafe::sys::cuda as c;
     use graphsafe::workspace::Workspace;
     use standin::engine;
     let (_g, s) = exclusive();
-    let ctx = Context::new(1).expect("the stand-in's device 1");
-    let raw = engine::create_stream(&ctx);
-    // SAFETY: raw is a live stream of ctx, destroyed below after its wrapper.
-    let a = unsafe { Stream::adopt(&ctx, raw) }.unwrap();
-    let b = Stream::new(&ctx).unwrap();
-    let k = TestKernels::load(&ctx).unwrap();
-    let p = soundness::problem(&b, 5);
+    let EngineAndOurs { ctx, raw, a, b, k, p } = engine_and_ours();
     let shape = soundness::SHAPE;
     let mut ws = Workspace::new(&a, shape.workspace_bytes()).unwrap();
     k.split_k_gemv(&p.a, &p.x, &p.y, shape, &mut ws, &a).unwrap();
