@@ -7,14 +7,13 @@
 mod common;
 
 use common::{gpu, random_f32};
-use graphsafe::driver::{Context, DeviceBuffer, Stream};
+use graphsafe::driver::{DeviceBuffer, Stream};
 use graphsafe::graph::{CaptureMode, CapturedBuffer};
 use graphsafe::ops::mla::reference::{cpu_decode, dequantize_ds_mla, dequantize_fp8_per_tensor, e4m3_value, HostProblem};
 use graphsafe::ops::mla::{decode, decode_captured, KvFormat, KvFormatKind, MlaDecodeArgs, DS_MLA_TOKEN_BYTES};
 use graphsafe::ops::tensor::{DType, Tensor};
 use graphsafe::workspace::Workspace;
 use half::bf16;
-use std::sync::Arc;
 
 #[derive(Clone, Debug)]
 struct Shape {
@@ -171,13 +170,16 @@ fn captured_args<'c>(cap: &mut graphsafe::graph::Capture<'_, 'c>, p: &Problem, a
     }
 }
 
-fn hopper(ctx: &Arc<Context>) -> bool {
+/// The GPU's stream when it is a Hopper (sm_90), where the fp8 cache formats run; else `None`,
+/// with the reason printed (and a missing GPU fails under GRAPHSAFE_REQUIRE_GPU=1, see gpu()).
+fn hopper_gpu() -> Option<Stream> {
+    let (ctx, stream) = gpu()?;
     let cc = ctx.device().compute_capability().unwrap();
     if cc != (9, 0) {
         eprintln!("SKIP: the fp8 KV caches run on the sm90 MLA kernel (H100/H200); this GPU is sm_{}{}", cc.0, cc.1);
-        return false;
+        return None;
     }
-    true
+    Some(stream)
 }
 
 fn bf16_out(p: &Problem, stream: &Stream) -> Vec<f32> {
@@ -232,10 +234,7 @@ fn shapes() -> Vec<Shape> {
 
 #[test]
 fn sm90_fp8_matches_the_dequantized_reference_over_26_shapes() {
-    let Some((ctx, stream)) = gpu() else { return };
-    if !hopper(&ctx) {
-        return;
-    }
+    let Some(stream) = hopper_gpu() else { return };
     let mut ws = Workspace::new(&stream, 0).unwrap();
     let all = shapes();
     assert!(all.len() >= 20);
@@ -278,10 +277,7 @@ fn sm90_fp8_matches_the_dequantized_reference_over_26_shapes() {
 /// every e4m3 code, times every scale, must come out exactly as the host's bf16(scale · e4m3).
 #[test]
 fn sm90_fp8_dequantises_every_code_exactly() {
-    let Some((ctx, stream)) = gpu() else { return };
-    if !hopper(&ctx) {
-        return;
-    }
+    let Some(stream) = hopper_gpu() else { return };
     let mut ws = Workspace::new(&stream, 0).unwrap();
     for kind in [KvFormatKind::Fp8PerTensor, KvFormatKind::Fp8DsMla] {
         for scale in [1.0f32, 0.375, 1.0 / 3.0, 2f32.powi(-12), 7.5, -0.5] {
@@ -314,10 +310,7 @@ fn sm90_fp8_dequantises_every_code_exactly() {
 
 #[test]
 fn sm90_fp8_captured_replay_equals_eager_and_reads_the_scale_at_replay() {
-    let Some((ctx, mut stream)) = gpu() else { return };
-    if !hopper(&ctx) {
-        return;
-    }
+    let Some(mut stream) = hopper_gpu() else { return };
     let mut ws = Workspace::new(&stream, 0).unwrap();
     for s in [
         Shape { kind: KvFormatKind::Fp8PerTensor, heads: 16, page: 64, seq_lens: vec![4000, 1, 77, 2048], splits: None, scale: 1.0 / 64.0, seed: 950 },
@@ -363,10 +356,7 @@ fn sm90_fp8_captured_replay_equals_eager_and_reads_the_scale_at_replay() {
 
 #[test]
 fn sm90_fp8_capture_with_too_small_a_workspace_is_refused() {
-    let Some((ctx, mut stream)) = gpu() else { return };
-    if !hopper(&ctx) {
-        return;
-    }
+    let Some(mut stream) = hopper_gpu() else { return };
     let s = Shape { kind: KvFormatKind::Fp8DsMla, heads: 16, page: 64, seq_lens: vec![8192], splits: Some(32), scale: 1.0 / 64.0, seed: 960 };
     let p = build(&stream, &s);
     let a = args(&p);
@@ -383,10 +373,7 @@ fn sm90_fp8_capture_with_too_small_a_workspace_is_refused() {
 /// bit-identical to a clean run (no hang, nothing outside the request's own rows).
 #[test]
 fn sm90_fp8_garbage_scales_stay_in_their_requests_and_never_hang() {
-    let Some((ctx, stream)) = gpu() else { return };
-    if !hopper(&ctx) {
-        return;
-    }
+    let Some(stream) = hopper_gpu() else { return };
     let mut ws = Workspace::new(&stream, 0).unwrap();
     let lens = vec![300, 300, 300];
     // Per-tensor: NaN, then 0.
@@ -471,10 +458,7 @@ fn fp8_device_data_contract(stream: &Stream, s: Shape) {
 
 #[test]
 fn sm90_fp8_device_data_follows_the_shared_contract() {
-    let Some((ctx, stream)) = gpu() else { return };
-    if !hopper(&ctx) {
-        return;
-    }
+    let Some(stream) = hopper_gpu() else { return };
     for (kind, heads, page, lens) in [
         (KvFormatKind::Fp8PerTensor, 16, 64, vec![300, 200, 640]),
         (KvFormatKind::Fp8DsMla, 32, 128, vec![129, 1, 1000]),
@@ -489,10 +473,7 @@ fn sm90_fp8_device_data_follows_the_shared_contract() {
 /// header's contract), not as NaN: one token whose latent holds them comes out finite.
 #[test]
 fn sm90_fp8_nan_codes_read_as_finite_values() {
-    let Some((ctx, stream)) = gpu() else { return };
-    if !hopper(&ctx) {
-        return;
-    }
+    let Some(stream) = hopper_gpu() else { return };
     let mut ws = Workspace::new(&stream, 0).unwrap();
     for kind in [KvFormatKind::Fp8PerTensor, KvFormatKind::Fp8DsMla] {
         let s = Shape { kind, heads: 16, page: 64, seq_lens: vec![1], splits: None, scale: 1.0, seed: 995 };
