@@ -74,14 +74,19 @@ __global__ void __launch_bounds__(kThreads, 1) mla_sm90_m64_kernel(const __grid_
       const uint32_t st = skv_a + s * kStageBytes;
       float sc[32];
       const uint64_t dk = sw128_desc(st, 16, 1024);
-      wg_fence();
+      // Box by box: wait for it, fence, issue its 4 k-steps, commit (a wait between wgmma issues
+      // without the fence makes ptxas serialise every wgmma: C7520).
 #pragma unroll
-      for (int k = 0; k < 36; ++k) {
-        if ((k & 3) == 0) mbar_wait(full0 + 16 * (k >> 2) + 8 * s, (i >> 1) & 1);  // box k / 4 landed
-        const uint32_t off = uint32_t((k >> 2) * kBlockBytes + (k & 3) * 32) >> 4;
-        Wgmma<64, F16>::template ss<0, 0>(sc, dq + off, dk + off, k > 0 ? 1u : 0u);
+      for (int c = 0; c < kBlocks; ++c) {
+        mbar_wait(full0 + 16 * c + 8 * s, (i >> 1) & 1);
+        wg_fence();
+#pragma unroll
+        for (int k = 4 * c; k < 4 * c + 4; ++k) {
+          const uint32_t off = uint32_t((k >> 2) * kBlockBytes + (k & 3) * 32) >> 4;
+          Wgmma<64, F16>::template ss<0, 0>(sc, dq + off, dk + off, k > 0 ? 1u : 0u);
+        }
+        wg_commit();
       }
-      wg_commit();
       wg_wait<0>();  // S(i), and P.V(i-1) issued last iteration
       reg_fence(sc);
       reg_fence(o);
