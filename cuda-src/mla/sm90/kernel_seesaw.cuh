@@ -203,6 +203,9 @@ __global__ void __launch_bounds__(kThreads, 1) mla_sm90_seesaw_kernel(const __gr
     const int valid = sr.seq - (sr.tile0 + t) * kTileS;
     if (valid < kTileS) zero_tail_rows(stage, valid, wt, 128);
     fence_proxy_async();
+    // This warpgroup's own P.V reads rows other warps zeroed: all zeros first (the other
+    // warpgroup is ordered by the READY barrier).
+    if (valid < kTileS) named_bar_sync(2 + wg, 128);
   };
   auto rescale = [&](float a0, float a1) {
     if (__any_sync(0xffffffffu, a0 != 1.f || a1 != 1.f)) {
@@ -290,12 +293,16 @@ __global__ void __launch_bounds__(kThreads, 1) mla_sm90_seesaw_kernel(const __gr
       issue_s(sc, tb, kOrderB);
       mbar_wait(a_ready, k & 1);
       const float am0 = s_ma[r0], am1 = s_ma[r1], aa0 = s_aa[r0], aa1 = s_aa[r1];
-      rescale(aa0, aa1);  // nothing pending on O_R: the last pair ended with wait_group 0
+      // S_B first: O_R is rescaled and P_A.V_A,R issued with nothing in flight (a rescale while
+      // S_B runs made ptxas inject a wait on a per-warp path, C7517, outside wgmma's warpgroup
+      // contract). The tensor pipe stays busy meanwhile with WG0's P_A.V_A,L.
+      wg_wait<0>();
+      reg_fence(sc);
+      reg_fence(o);
+      rescale(aa0, aa1);
       l0 *= aa0;
       l1 *= aa1;
-      pv_ss(ta, 4);  // O_R += P_A.V_A,R (P_A from buffer 0's block 8, V blocks 4..7)
-      wg_wait<1>();  // the nine S_B groups, issued before P_A.V_A,R
-      reg_fence(sc);
+      pv_ss(ta, 4);  // O_R += P_A.V_A,R (P_A from buffer 0's block 8, V blocks 4..7); softmax B runs under it
       float mn0, mn1, al0, al1, sum0, sum1;
       softmax(sc, tb, am0, am1, mn0, mn1, al0, al1, pk, sum0, sum1);
       publish(tb, pk, mn0, mn1, al0, al1, s_mb, s_ab);
