@@ -96,9 +96,9 @@ int launch(const GsMlaDecodeArgs& a, const Maps& maps, const Params& p, cudaStre
   } else if (a.num_heads == 32) {
     if (int st = launch_n_format<32, F16>(a, maps, p, stream); st != GS_OK) return st;
   } else {
-    constexpr auto k = mla_sm90_m64_kernel<F16>;
-    if (int st = ensure_smem<k>(a.device, kM64Smem); st != GS_OK) return st;
-    k<<<dim3((a.num_heads + 63) / 64, a.num_splits, a.batch), block, kM64Smem, stream>>>(map, p);
+    constexpr auto k = mla_sm90_seesaw_kernel<F16>;
+    if (int st = ensure_smem<k>(a.device, kSeesawSmem); st != GS_OK) return st;
+    k<<<dim3((a.num_heads + 63) / 64, a.num_splits, a.batch), block, kSeesawSmem, stream>>>(map, p);
   }
   if ((e = cudaGetLastError()) != cudaSuccess) return graphsafe::cuda_failed(e);
   if (a.num_splits > 1) {

@@ -15,10 +15,13 @@ namespace graphsafe::mla_sm90 {
 //   warpgroup 1: waits for P, O[:, 256:512] += P.V.
 //   warpgroup 2: TMA producer (one thread), two stages of 64 tokens.
 // WG0 issues S(i+1) while both warpgroups' P.V(i) are still running on the tensor cores.
-// Shared memory: Q 72 KiB + 2 x 72 KiB KV stages + row scales + barriers.
+// Shared memory: Q 72 KiB + 2 x 72 KiB KV stages + row scales + barriers (one full barrier per box
+// and stage: WG0's S waits box by box).
 // =================================================================================================
 constexpr int kM64OStride = 520;  // floats per row of the fp32 O staging (conflict-free float2 stores)
-constexpr int kM64Smem = 3 * kStageBytes + (128 + 64 + 64) * 4 + 7 * 8 + 1024;
+// Barriers: full(s, c) per stage and box (9 pairs), empty[2], pready[2], math.
+constexpr int kM64Bars = 2 * kBlocks + 2 + 2 + 1;
+constexpr int kM64Smem = 3 * kStageBytes + (128 + 64 + 64) * 4 + kM64Bars * 8 + 1024;
 
 template <bool F16>
 __global__ void __launch_bounds__(kThreads, 1) mla_sm90_m64_kernel(const __grid_constant__ CUtensorMap kv_map, const Params p) {
@@ -40,10 +43,15 @@ __global__ void __launch_bounds__(kThreads, 1) mla_sm90_m64_kernel(const __grid_
   float* s_inv_l = s_alpha + 128;                                     // [64]
   float* s_lse = s_inv_l + 64;                                        // [64]
   const uint32_t bars = smem_u32(s_lse + 64);
-  const uint32_t full0 = bars, empty0 = bars + 16, pready0 = bars + 32, math_bar = bars + 48;
+  // full(s, c) = full0 + 16 c + 8 s (one per box: S starts on the first box that lands).
+  const uint32_t full0 = bars, empty0 = bars + 16 * kBlocks, pready0 = empty0 + 16, math_bar = pready0 + 16;
   const uint32_t sq_a = smem_u32(sq), skv_a = smem_u32(skv);
 
-  if (!enter_roles(&kv_map, p, b, sr, tid, bars, {1u, uint32_t(kMathThreads), 128u}, skv_a)) return;
+  if (!enter_roles_with<kBlocks + 2, kMathRegs, kProducerRegs>(
+          tid, bars, {1u, 1u, 1u, 1u, 1u, 1u, 1u, 1u, 1u, uint32_t(kMathThreads), 128u}, 0u, [&](int pt) {
+            if (pt == 0) produce_tiles_boxes(&kv_map, p, b, sr, skv_a, full0, empty0);
+          }))
+    return;
 
   uint32_t math_phase = 0;
   load_q<64>(sq, p, b, head0, rows, tid, kMathThreads);
@@ -64,16 +72,21 @@ __global__ void __launch_bounds__(kThreads, 1) mla_sm90_m64_kernel(const __grid_
     for (int i = 0; i < sr.n; ++i) {
       const int s = i & 1;
       const uint32_t st = skv_a + s * kStageBytes;
-      mbar_wait(full0 + 8 * s, (i >> 1) & 1);
       float sc[32];
       const uint64_t dk = sw128_desc(st, 16, 1024);
-      wg_fence();
+      // Box by box: wait for it, fence, issue its 4 k-steps, commit (a wait between wgmma issues
+      // without the fence makes ptxas serialise every wgmma: C7520).
 #pragma unroll
-      for (int k = 0; k < 36; ++k) {
-        const uint32_t off = uint32_t((k >> 2) * kBlockBytes + (k & 3) * 32) >> 4;
-        Wgmma<64, F16>::template ss<0, 0>(sc, dq + off, dk + off, k > 0 ? 1u : 0u);
+      for (int c = 0; c < kBlocks; ++c) {
+        mbar_wait(full0 + 16 * c + 8 * s, (i >> 1) & 1);
+        wg_fence();
+#pragma unroll
+        for (int k = 4 * c; k < 4 * c + 4; ++k) {
+          const uint32_t off = uint32_t((k >> 2) * kBlockBytes + (k & 3) * 32) >> 4;
+          Wgmma<64, F16>::template ss<0, 0>(sc, dq + off, dk + off, k > 0 ? 1u : 0u);
+        }
+        wg_commit();
       }
-      wg_commit();
       wg_wait<0>();  // S(i), and P.V(i-1) issued last iteration
       reg_fence(sc);
       reg_fence(o);

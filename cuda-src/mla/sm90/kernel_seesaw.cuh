@@ -1,0 +1,367 @@
+// The sm90 MLA split kernel "seesaw" (48..128 heads, bf16/fp16 KV), a first version of
+// docs/design/mla-sm90-compute-bound.md §5. Written without a GPU at hand (fifth session): not yet
+// run; see that document's status line.
+#pragma once
+
+#include "mla/sm90/split.cuh"
+#include "mla/sm90/wgmma_ops.cuh"
+
+namespace graphsafe::mla_sm90 {
+
+// =================================================================================================
+// One CTA = (64-head group, split, request). The split's tiles are taken two at a time, a pair
+// (A = tile 2k in buffer 0, B = tile 2k + 1 in buffer 1), and the output by columns: warpgroup 0
+// owns O_L = O[:, 0:256], warpgroup 1 owns O_R = O[:, 256:512].
+//
+//   WG0: S_A = Q.K_A^T box by box; softmax A against the running max -> m_A, alpha_A, P_A (in
+//        registers, and into buffer 0's block 8 for WG1); O_L = O_L alpha_A + P_A.V_A,L (RS); then,
+//        once WG1 published B: O_L = O_L alpha_B + P_B.V_B,L (P_B from buffer 1's block 8).
+//   WG1: S_B = Q.K_B^T (on the tensor cores while WG0 runs softmax A); O_R = O_R alpha_A +
+//        P_A.V_A,R (P_A from smem), softmax B against m_A (under that product), then O_R = O_R
+//        alpha_B + P_B.V_B,R (RS).
+//   WG2: one thread streams the tiles by 64-column box, each box with its own full barrier; each
+//        box group is refilled once its last reader released it (the four release groups below).
+//
+// Lazy maximum: the running max moves only when a row max exceeds it by more than kLazyTau (log2
+// units), so alpha is exactly 1 in the common case and the O rescales are skipped per warp.
+// P <= 2^kLazyTau stays far inside bf16, fp16 and the f32 sums.
+//
+// Release groups (an mbarrier of 128 arrivals each: the releasing warpgroup's threads, after their
+// wgmma.wait_group proved their reads done):
+//   E0L: buffer 0 blocks 0..3  (last reader WG0: P_A.V_A,L)
+//   E0R: buffer 0 blocks 4..8  (last reader WG1: P_A.V_A,R, which reads P_A in block 8)
+//   E1R: buffer 1 blocks 4..7  (last reader WG1: P_B.V_B,R)
+//   E1L: buffer 1 blocks 0..3, 8 (last reader WG0: P_B.V_B,L, which reads P_B in block 8)
+// A_READY / B_READY (128 arrivals): the publishing warpgroup's P, maxima and alphas are in smem.
+// A warpgroup cannot publish pair k + 1 before the other consumed pair k (its next S needs a box
+// the other released), so one barrier per direction, parity k & 1, suffices.
+// =================================================================================================
+constexpr float kLazyTau = 8.f;
+// Keeps the packed P registers (an RS wgmma's A operand) where they are until its wait_group.
+template <int R>
+__device__ __forceinline__ void reg_fence_u32(uint32_t (&r)[R]) {
+#pragma unroll
+  for (int i = 0; i < R; ++i) asm volatile("" : "+r"(r[i])::"memory");
+}
+// Barriers: full(b, c) = 9 pairs; the release groups E0L/E0R, E1R/E1L as two pairs; A/B_READY; math.
+constexpr int kSeesawPairs = kBlocks + 3;
+constexpr int kSeesawSmem = 3 * kStageBytes + 7 * 64 * 4 + (2 * kSeesawPairs + 1) * 8 + 1024;
+
+// The producer for the seesaw: tile t's boxes in the order their groups are released.
+__device__ __forceinline__ void produce_tiles_seesaw(const CUtensorMap* map, const Params& p, int b, const SplitRange& sr,
+                                                     uint32_t stages, uint32_t full0, uint32_t rel0) {
+  const int64_t pt_row = int64_t(b) * p.page_table_stride;
+  // rel0: E0L, E0R (pair), then E1R, E1L.
+  const uint32_t e0l = rel0, e0r = rel0 + 8, e1r = rel0 + 16, e1l = rel0 + 24;
+  for (int t = 0; t < sr.n; ++t) {
+    const int bf = t & 1;
+    const int tok = (sr.tile0 + t) * kTileS;
+    const int page = min(max(__ldg(p.page_table + pt_row + tok / p.page_size), 0), p.num_pages - 1);
+    const int row = page * p.page_size + tok % p.page_size;
+    const uint32_t dst = stages + bf * kStageBytes, parity = ((t >> 1) - 1) & 1;
+    auto box = [&](int c) {
+      const uint32_t bar = full0 + 16 * c + 8 * bf;
+      mbar_arrive_expect_tx(bar, kBlockBytes);
+      tma_load_2d(dst + c * kBlockBytes, map, c * 64, row, bar);
+    };
+    if (bf == 0) {
+      if (t >= 2) mbar_wait(e0l, parity);
+      for (int c = 0; c < 4; ++c) box(c);
+      if (t >= 2) mbar_wait(e0r, parity);
+      for (int c = 4; c < kBlocks; ++c) box(c);
+    } else {
+      if (t >= 2) mbar_wait(e1r, parity);
+      for (int c = 4; c < 8; ++c) box(c);
+      if (t >= 2) mbar_wait(e1l, parity);
+      for (int c = 0; c < 4; ++c) box(c);
+      box(8);
+    }
+  }
+}
+
+template <bool F16>
+__global__ void __launch_bounds__(kThreads, 1) mla_sm90_seesaw_kernel(const __grid_constant__ CUtensorMap kv_map, const Params p) {
+  extern __shared__ uint8_t smem_raw[];
+  uint8_t* smem = smem_base_1k(smem_raw);
+  const int tid = threadIdx.x;
+  const int split = blockIdx.y, b = blockIdx.z;
+  const int head0 = blockIdx.x * 64;
+  const int rows = min(64, p.num_heads - head0);
+  const SplitRange sr = split_range(p, b, split);
+  if (sr.n == 0) {
+    write_empty<F16>(p, b, split, head0, rows, tid, kThreads);
+    return;
+  }
+
+  uint8_t* sq = smem;
+  uint8_t* skv = smem + kStageBytes;
+  float* s_ma = reinterpret_cast<float*>(smem + 3 * kStageBytes);  // [64] m_A
+  float* s_aa = s_ma + 64;                                          // [64] alpha_A
+  float* s_mb = s_aa + 64;                                          // [64] m_B
+  float* s_ab = s_mb + 64;                                          // [64] alpha_B
+  float* s_l = s_ab + 64;                                           // [2][64] partial sums
+  float* s_lse = s_l + 128;                                         // [64]
+  const uint32_t bars = smem_u32(s_lse + 64);
+  // full(b, c) = bars + 16 c + 8 b; E0L, E0R, E1R, E1L; A_READY, B_READY; math.
+  const uint32_t full0 = bars, rel0 = bars + 16 * kBlocks, ready0 = rel0 + 32, math_bar = ready0 + 16;
+  const uint32_t e0l = rel0, e0r = rel0 + 8, e1r = rel0 + 16, e1l = rel0 + 24, a_ready = ready0, b_ready = ready0 + 8;
+  const uint32_t sq_a = smem_u32(sq), skv_a = smem_u32(skv);
+
+  if (!enter_roles_with<kSeesawPairs, kMathRegs, kProducerRegs>(
+          tid, bars, {1u, 1u, 1u, 1u, 1u, 1u, 1u, 1u, 1u, 128u, 128u, 128u}, 0u, [&](int pt) {
+            if (pt == 0) produce_tiles_seesaw(&kv_map, p, b, sr, skv_a, full0, rel0);
+          }))
+    return;
+
+  uint32_t math_phase = 0;
+  load_q<64>(sq, p, b, head0, rows, tid, kMathThreads);
+  fence_proxy_async();
+  mbar_sync(math_bar, math_phase);
+
+  const int wg = tid >> 7, wt = tid & 127;
+  const int lane = tid & 31, q = lane & 3;
+  const int r0 = (wt >> 5) * 16 + (lane >> 2), r1 = r0 + 8;  // accumulator rows (heads)
+  const float sl2 = p.scale_log2;
+  const uint64_t dq = sw128_desc(sq_a, 16, 1024);
+  float o[128];
+#pragma unroll
+  for (int i = 0; i < 128; ++i) o[i] = 0.f;
+  float m0 = -INFINITY, m1 = -INFINITY;  // running max (log2 units, scale folded) of rows r0, r1
+  float l0 = 0.f, l1 = 0.f;              // this warpgroup's partial row sums, relative to m0, m1
+  const int pairs = (sr.n + 1) >> 1;
+
+  // S of tile t into sc, box by box in `order`: wait, fence, 4 k-steps, commit (9 groups).
+  auto issue_s = [&](float (&sc)[32], int t, const int (&order)[kBlocks]) {
+    const int bf = t & 1;
+    const uint64_t dk = sw128_desc(skv_a + bf * kStageBytes, 16, 1024);
+#pragma unroll
+    for (int n = 0; n < kBlocks; ++n) {
+      const int c = order[n];
+      mbar_wait(full0 + 16 * c + 8 * bf, (t >> 1) & 1);
+      wg_fence();
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const uint32_t off = uint32_t(c * kBlockBytes + k * 32) >> 4;
+        Wgmma<64, F16>::template ss<0, 0>(sc, dq + off, dk + off, (n > 0 || k > 0) ? 1u : 0u);
+      }
+      wg_commit();
+    }
+  };
+  // Softmax of tile t's scores against the running max (mp0, mp1): the new (lazy) maxima, the
+  // alphas, P packed as the RS A fragments of the four k-steps (pk[4s .. 4s + 3]), the row sums.
+  auto softmax = [&](float (&sc)[32], int t, float mp0, float mp1, float& mn0, float& mn1, float& al0, float& al1,
+                     uint32_t (&pk)[16], float& sum0, float& sum1) {
+    const int valid = sr.seq - (sr.tile0 + t) * kTileS;  // >= 1
+    float mx0 = -INFINITY, mx1 = -INFINITY;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      const int c = 8 * j + 2 * q;
+      if (c >= valid) sc[4 * j] = sc[4 * j + 2] = -INFINITY;
+      if (c + 1 >= valid) sc[4 * j + 1] = sc[4 * j + 3] = -INFINITY;
+      mx0 = fmaxf(mx0, fmaxf(sc[4 * j], sc[4 * j + 1]));
+      mx1 = fmaxf(mx1, fmaxf(sc[4 * j + 2], sc[4 * j + 3]));
+    }
+    mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
+    mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
+    mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
+    mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
+    const float x0 = mx0 * sl2, x1 = mx1 * sl2;
+    mn0 = x0 > mp0 + kLazyTau ? x0 : mp0;
+    mn1 = x1 > mp1 + kLazyTau ? x1 : mp1;
+    al0 = ex2(mp0 - mn0);
+    al1 = ex2(mp1 - mn1);
+    sum0 = 0.f;
+    sum1 = 0.f;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      const float p0 = ex2(fmaf(sc[4 * j], sl2, -mn0)), p1 = ex2(fmaf(sc[4 * j + 1], sl2, -mn0));
+      const float p2 = ex2(fmaf(sc[4 * j + 2], sl2, -mn1)), p3 = ex2(fmaf(sc[4 * j + 3], sl2, -mn1));
+      sum0 += p0 + p1;
+      sum1 += p2 + p3;
+      pk[2 * j] = pack2<F16>(p0, p1);
+      pk[2 * j + 1] = pack2<F16>(p2, p3);
+    }
+  };
+  // P of tile t into its buffer's block 8 (K-major [64 heads x 64 tokens], the A operand of the
+  // other warpgroup's P.V), this warpgroup's maxima and alphas, and (last tile) V rows past the
+  // length zeroed; then fence for the async proxy. The caller arrives on its READY barrier.
+  auto publish = [&](int t, const uint32_t (&pk)[16], float mn0, float mn1, float al0, float al1, float* s_m, float* s_a) {
+    uint8_t* stage = skv + (t & 1) * kStageBytes;
+    uint8_t* pb = stage + 8 * kBlockBytes;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      const int off = ((j ^ (r0 & 7)) << 4) + 4 * q;
+      *reinterpret_cast<uint32_t*>(pb + r0 * 128 + off) = pk[2 * j];
+      *reinterpret_cast<uint32_t*>(pb + r1 * 128 + off) = pk[2 * j + 1];
+    }
+    if (q == 0) {
+      s_m[r0] = mn0;
+      s_m[r1] = mn1;
+      s_a[r0] = al0;
+      s_a[r1] = al1;
+    }
+    const int valid = sr.seq - (sr.tile0 + t) * kTileS;
+    if (valid < kTileS) zero_tail_rows(stage, valid, wt, 128);
+    fence_proxy_async();
+    // This warpgroup's own P.V reads rows other warps zeroed: all zeros first (the other
+    // warpgroup is ordered by the READY barrier).
+    if (valid < kTileS) named_bar_sync(2 + wg, 128);
+  };
+  auto rescale = [&](float a0, float a1) {
+    if (__any_sync(0xffffffffu, a0 != 1.f || a1 != 1.f)) {
+#pragma unroll
+      for (int j = 0; j < 32; ++j) {
+        o[4 * j] *= a0;
+        o[4 * j + 1] *= a0;
+        o[4 * j + 2] *= a1;
+        o[4 * j + 3] *= a1;
+      }
+    }
+  };
+  // P.V for this warpgroup's 256 columns of V: RS from the own P, or SS from the other's P in smem.
+  auto pv_rs = [&](const uint32_t (&pk)[16], int t, int col_block) {
+    const uint64_t dv = sw128_desc(skv_a + (t & 1) * kStageBytes + col_block * kBlockBytes, kBlockBytes, 1024);
+    wg_fence();
+#pragma unroll
+    for (int s = 0; s < 4; ++s) {
+      const uint32_t a[4] = {pk[4 * s], pk[4 * s + 1], pk[4 * s + 2], pk[4 * s + 3]};
+      WgmmaRS256<F16>::template rs<1>(o, a, dv + ((s * 2048) >> 4), 1u);
+    }
+    wg_commit();
+  };
+  auto pv_ss = [&](int t, int col_block) {
+    const uint32_t st = skv_a + (t & 1) * kStageBytes;
+    const uint64_t dp = sw128_desc(st + 8 * kBlockBytes, 16, 1024);
+    const uint64_t dv = sw128_desc(st + col_block * kBlockBytes, kBlockBytes, 1024);
+    wg_fence();
+#pragma unroll
+    for (int s = 0; s < 4; ++s) Wgmma<256, F16>::template ss<0, 1>(o, dp + ((s * 32) >> 4), dv + ((s * 2048) >> 4), 1u);
+    wg_commit();
+  };
+
+  uint32_t pk[16];
+  if (wg == 0) {
+    constexpr int kOrderA[kBlocks] = {0, 1, 2, 3, 4, 5, 6, 7, 8};  // E0L's boxes are refilled first
+    for (int k = 0; k < pairs; ++k) {
+      const int ta = 2 * k, tb = ta + 1;
+      const bool has_b = tb < sr.n;
+      float sc[32];
+      issue_s(sc, ta, kOrderA);
+      wg_wait<0>();  // S_A(k); P_B.V_B,L(k - 1) retired at the end of the last pair
+      reg_fence(sc);
+      float mn0, mn1, al0, al1, sum0, sum1;
+      softmax(sc, ta, m0, m1, mn0, mn1, al0, al1, pk, sum0, sum1);
+      publish(ta, pk, mn0, mn1, al0, al1, s_ma, s_aa);
+      mbar_arrive(a_ready);
+      l0 = l0 * al0 + sum0;
+      l1 = l1 * al1 + sum1;
+      rescale(al0, al1);
+      pv_rs(pk, ta, 0);  // O_L += P_A.V_A,L (V blocks 0..3)
+      m0 = mn0;
+      m1 = mn1;
+      if (has_b) {
+        mbar_wait(b_ready, k & 1);
+        const float bm0 = s_mb[r0], bm1 = s_mb[r1], ba0 = s_ab[r0], ba1 = s_ab[r1];
+        wg_wait<0>();  // P_A.V_A,L done: buffer 0 blocks 0..3 are free, O_L may be rescaled
+        reg_fence(o);
+        reg_fence_u32(pk);
+        mbar_arrive(e0l);
+        rescale(ba0, ba1);
+        l0 *= ba0;
+        l1 *= ba1;
+        pv_ss(tb, 0);  // O_L += P_B.V_B,L (P_B from buffer 1's block 8, V blocks 0..3)
+        wg_wait<0>();
+        reg_fence(o);
+        mbar_arrive(e1l);
+        m0 = bm0;
+        m1 = bm1;
+      } else {
+        wg_wait<0>();
+        reg_fence(o);
+        reg_fence_u32(pk);
+        mbar_arrive(e0l);
+      }
+    }
+  } else {
+    constexpr int kOrderB[kBlocks] = {4, 5, 6, 7, 0, 1, 2, 3, 8};  // E1R's boxes are refilled first
+    // Whole pairs in the loop, the odd last tile after it: a branch on "has B" inside the loop
+    // makes ptxas serialise the wgmmas (C7515).
+    const int full_pairs = sr.n >> 1;
+    for (int k = 0; k < full_pairs; ++k) {
+      const int ta = 2 * k, tb = ta + 1;
+      float sc[32];
+      issue_s(sc, tb, kOrderB);
+      mbar_wait(a_ready, k & 1);
+      const float am0 = s_ma[r0], am1 = s_ma[r1], aa0 = s_aa[r0], aa1 = s_aa[r1];
+      // S_B first: O_R is rescaled and P_A.V_A,R issued with nothing in flight (a rescale while
+      // S_B runs made ptxas inject a wait on a per-warp path, C7517, outside wgmma's warpgroup
+      // contract). The tensor pipe stays busy meanwhile with WG0's P_A.V_A,L.
+      wg_wait<0>();
+      reg_fence(sc);
+      reg_fence(o);
+      rescale(aa0, aa1);
+      l0 *= aa0;
+      l1 *= aa1;
+      pv_ss(ta, 4);  // O_R += P_A.V_A,R (P_A from buffer 0's block 8, V blocks 4..7); softmax B runs under it
+      float mn0, mn1, al0, al1, sum0, sum1;
+      softmax(sc, tb, am0, am1, mn0, mn1, al0, al1, pk, sum0, sum1);
+      publish(tb, pk, mn0, mn1, al0, al1, s_mb, s_ab);
+      mbar_arrive(b_ready);
+      l0 = l0 * al0 + sum0;
+      l1 = l1 * al1 + sum1;
+      wg_wait<0>();  // P_A.V_A,R done: buffer 0 blocks 4..8 are free, O_R may be rescaled
+      reg_fence(o);
+      mbar_arrive(e0r);
+      rescale(al0, al1);
+      pv_rs(pk, tb, 4);  // O_R += P_B.V_B,R
+      wg_wait<0>();
+      reg_fence(o);
+      reg_fence_u32(pk);
+      mbar_arrive(e1r);
+      m0 = mn0;
+      m1 = mn1;
+    }
+    if (sr.n & 1) {  // the last pair has only A
+      const int k = full_pairs, ta = 2 * k;
+      mbar_wait(a_ready, k & 1);
+      const float am0 = s_ma[r0], am1 = s_ma[r1], aa0 = s_aa[r0], aa1 = s_aa[r1];
+      rescale(aa0, aa1);
+      l0 *= aa0;
+      l1 *= aa1;
+      pv_ss(ta, 4);
+      wg_wait<0>();
+      reg_fence(o);
+      mbar_arrive(e0r);
+      m0 = am0;
+      m1 = am1;
+    }
+  }
+
+  // Epilogue: l = l_L + l_R, O = [O_L, O_R] / l, LSE; stage fp32 rows in the (idle) buffers, store.
+  l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
+  l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
+  l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
+  l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
+  if (q == 0) {
+    s_l[wg * 64 + r0] = l0;
+    s_l[wg * 64 + r1] = l1;
+  }
+  mbar_sync(math_bar, math_phase);
+  const float lt0 = s_l[r0] + s_l[64 + r0], lt1 = s_l[r1] + s_l[64 + r1];
+  const float i0 = 1.f / lt0, i1 = 1.f / lt1;
+  if (wg == 0 && q == 0) {
+    s_lse[r0] = (m0 + __log2f(lt0)) * kLn2;
+    s_lse[r1] = (m1 + __log2f(lt1)) * kLn2;
+  }
+  float* so = reinterpret_cast<float*>(skv);
+  const int cbase = wg * 256 + 2 * q;
+#pragma unroll
+  for (int j = 0; j < 32; ++j) {
+    *reinterpret_cast<float2*>(so + r0 * kM64OStride + cbase + 8 * j) = make_float2(o[4 * j] * i0, o[4 * j + 1] * i0);
+    *reinterpret_cast<float2*>(so + r1 * kM64OStride + cbase + 8 * j) = make_float2(o[4 * j + 2] * i1, o[4 * j + 3] * i1);
+  }
+  mbar_sync(math_bar, math_phase);
+  store_rows<F16>(so, kM64OStride, rows, head0, s_lse, p, b, split, tid, kMathThreads);
+}
+
+}  // namespace graphsafe::mla_sm90
