@@ -78,6 +78,19 @@ __device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap* map
       "l"(reinterpret_cast<uint64_t>(map)), "r"(x), "r"(y), "r"(bar)
       : "memory");
 }
+// The same load with an L2 evict-first policy: for a stream each CTA reads once (or twice, by the
+// two head groups of one request, close in time). Measured on the H200 in the seesaw kernel:
+// 126.7 -> 119.5 us at 128 heads x 64 x 4096 (random page order), 63 -> 56 us at 1 x 65,536.
+__device__ __forceinline__ void tma_load_2d_evict_first(uint32_t dst, const CUtensorMap* map, int32_t x, int32_t y,
+                                                        uint32_t bar) {
+  uint64_t policy;
+  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1, {%2, "
+      "%3}], [%4], %5;" ::"r"(dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(x), "r"(y), "r"(bar), "l"(policy)
+      : "memory");
+}
 // 1-D bulk copy of `bytes` (a multiple of 16, both addresses 16-byte aligned) global -> shared,
 // completing on `bar`.
 __device__ __forceinline__ void bulk_g2s(uint32_t dst, const void* src, uint32_t bytes, uint32_t bar) {
