@@ -153,11 +153,16 @@ __global__ void __launch_bounds__(kThreads, 1) mla_sm90_seesaw_kernel(const __gr
                      uint32_t (&pk)[16], float& sum0, float& sum1) {
     const int valid = sr.seq - (sr.tile0 + t) * kTileS;  // >= 1
     float mx0 = -INFINITY, mx1 = -INFINITY;
+    if (valid < kTileS) {  // only a split's last tile is partial
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        const int c = 8 * j + 2 * q;
+        if (c >= valid) sc[4 * j] = sc[4 * j + 2] = -INFINITY;
+        if (c + 1 >= valid) sc[4 * j + 1] = sc[4 * j + 3] = -INFINITY;
+      }
+    }
 #pragma unroll
     for (int j = 0; j < 8; ++j) {
-      const int c = 8 * j + 2 * q;
-      if (c >= valid) sc[4 * j] = sc[4 * j + 2] = -INFINITY;
-      if (c + 1 >= valid) sc[4 * j + 1] = sc[4 * j + 3] = -INFINITY;
       mx0 = fmaxf(mx0, fmaxf(sc[4 * j], sc[4 * j + 1]));
       mx1 = fmaxf(mx1, fmaxf(sc[4 * j + 2], sc[4 * j + 3]));
     }
@@ -188,11 +193,18 @@ __global__ void __launch_bounds__(kThreads, 1) mla_sm90_seesaw_kernel(const __gr
   auto publish = [&](int t, const uint32_t (&pk)[16], float mn0, float mn1, float al0, float al1, float* s_m, float* s_a) {
     uint8_t* stage = skv + (t & 1) * kStageBytes;
     uint8_t* pb = stage + 8 * kBlockBytes;
+    {
+      // stmatrix x4: matrices (rows 0-7, chunk j), (rows 8-15, j), (rows 0-7, j + 1), (rows 8-15, j + 1)
+      // of this warp's 16 rows; lane l gives the address of row l & 7 of matrix l >> 3.
+      const int mi = lane >> 3, rr = (wt >> 5) * 16 + (mi & 1) * 8 + (lane & 7);
+      const uint32_t rowa = smem_u32(pb) + rr * 128;
 #pragma unroll
-    for (int j = 0; j < 8; ++j) {
-      const int off = ((j ^ (r0 & 7)) << 4) + 4 * q;
-      *reinterpret_cast<uint32_t*>(pb + r0 * 128 + off) = pk[2 * j];
-      *reinterpret_cast<uint32_t*>(pb + r1 * 128 + off) = pk[2 * j + 1];
+      for (int j = 0; j < 8; j += 2) {
+        const uint32_t addr = rowa + (((j + (mi >> 1)) ^ (rr & 7)) << 4);
+        asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(addr), "r"(pk[2 * j]),
+                     "r"(pk[2 * j + 1]), "r"(pk[2 * j + 2]), "r"(pk[2 * j + 3])
+                     : "memory");
+      }
     }
     if (q == 0) {
       s_m[r0] = mn0;
