@@ -1,5 +1,6 @@
-//! MLA decode over fp8 KV caches on the sm90 kernel (16 and 32 heads): numerics against the f64
-//! CPU reference of the dequantised cache over 26 shapes, every e4m3 code dequantised exactly,
+//! MLA decode over fp8 KV caches on the sm90 kernels (16 and 32 heads: the N kernel's raw ring;
+//! 48..128 heads: the M64 kernel's in-place dequantisation): numerics against the f64
+//! CPU reference of the dequantised cache over 40 shapes, every e4m3 code dequantised exactly,
 //! captured replay bit-identical to eager (and reading the per-tensor scale at replay), and a
 //! capture with too small a workspace refused with nothing captured. Skips without a Hopper GPU
 //! (fails instead under GRAPHSAFE_REQUIRE_GPU=1 when there is no GPU at all).
@@ -225,20 +226,28 @@ fn shapes() -> Vec<Shape> {
             s(kind, 16, 64, (1..=12).map(|i| i * 97).collect(), None, 1.0 / 64.0, k + 12),
             // A negative scale: the softmax's maximum must be taken of the scaled scores.
             s(kind, 32, 64, vec![500, 77], None, -1.0 / 32.0, k + 13),
+            // 48..128 heads: the M64 kernel (64-head groups; 48 and 96 leave a group part-empty).
+            s(kind, 64, 64, vec![1], None, 1.0 / 64.0, k + 21),
+            s(kind, 128, 128, vec![63, 64, 65], None, 1.0 / 32.0, k + 22),
+            s(kind, 48, 64, vec![700, 0, 129], None, 1.0 / 64.0, k + 23),
+            s(kind, 128, 64, vec![4096, 1000], Some(3), 1.0 / 64.0, k + 24),
+            s(kind, 96, 128, vec![300, 5000], Some(7), 1.0 / 4096.0, k + 25),
+            s(kind, 128, 64, vec![640; 2], None, 0.25, k + 26),
+            s(kind, 64, 64, vec![500, 77], None, -1.0 / 32.0, k + 27),
         ]);
     }
     v
 }
 
 #[test]
-fn sm90_fp8_matches_the_dequantized_reference_over_26_shapes() {
+fn sm90_fp8_matches_the_dequantized_reference_over_40_shapes() {
     let Some((ctx, stream)) = gpu() else { return };
     if !hopper(&ctx) {
         return;
     }
     let mut ws = Workspace::new(&stream, 0).unwrap();
     let all = shapes();
-    assert!(all.len() >= 20);
+    assert_eq!(all.len(), 40);
     let mut worst = (0f64, 0f64);
     for s in &all {
         let p = build(&stream, s);
@@ -283,9 +292,10 @@ fn sm90_fp8_dequantises_every_code_exactly() {
         return;
     }
     let mut ws = Workspace::new(&stream, 0).unwrap();
-    for kind in [KvFormatKind::Fp8PerTensor, KvFormatKind::Fp8DsMla] {
+    // 16 heads: the N kernel; 128: the M64 kernel's in-place dequantisation.
+    for (kind, heads) in [(KvFormatKind::Fp8PerTensor, 16), (KvFormatKind::Fp8DsMla, 16), (KvFormatKind::Fp8PerTensor, 128), (KvFormatKind::Fp8DsMla, 128)] {
         for scale in [1.0f32, 0.375, 1.0 / 3.0, 2f32.powi(-12), 7.5, -0.5] {
-            let s = Shape { kind, heads: 16, page: 64, seq_lens: vec![1; 2], splits: None, scale, seed: 900 };
+            let s = Shape { kind, heads, page: 64, seq_lens: vec![1; 2], splits: None, scale, seed: 900 };
             let mut p = build(&stream, &s);
             // Token 0 of each request's page: codes 0..=255 twice in the latent, NaN codes as 0.
             let latent: Vec<u8> = (0..512).map(|d| (d % 256) as u8).map(|c| if c & 0x7F == 0x7F { 0 } else { c }).collect();
@@ -299,12 +309,12 @@ fn sm90_fp8_dequantises_every_code_exactly() {
             decode(&args(&p), &mut ws, &stream).unwrap();
             let out = p.out.to_host_vec::<u16>(&stream).unwrap();
             for b in 0..2 {
-                for h in 0..16 {
+                for h in 0..heads {
                     for d in 0..512 {
                         // As values: a -0 code comes out as +0 (the accumulator starts at +0).
                         let want = bf16::from_f32(e4m3_value(latent[d]) * groups[d / 128]).to_f32();
-                        let got = bf16::from_bits(out[(b * 16 + h) * 512 + d]).to_f32();
-                        assert_eq!(got, want, "{kind} scale {scale}: request {b} head {h} dim {d} (code {:#04x})", latent[d]);
+                        let got = bf16::from_bits(out[(b * heads + h) * 512 + d]).to_f32();
+                        assert_eq!(got, want, "{kind} {heads} heads, scale {scale}: request {b} head {h} dim {d} (code {:#04x})", latent[d]);
                     }
                 }
             }
@@ -322,6 +332,8 @@ fn sm90_fp8_captured_replay_equals_eager_and_reads_the_scale_at_replay() {
     for s in [
         Shape { kind: KvFormatKind::Fp8PerTensor, heads: 16, page: 64, seq_lens: vec![4000, 1, 77, 2048], splits: None, scale: 1.0 / 64.0, seed: 950 },
         Shape { kind: KvFormatKind::Fp8DsMla, heads: 32, page: 128, seq_lens: vec![9000], splits: Some(40), scale: 1.0 / 64.0, seed: 951 },
+        Shape { kind: KvFormatKind::Fp8PerTensor, heads: 128, page: 64, seq_lens: vec![3000, 1, 700], splits: None, scale: 1.0 / 64.0, seed: 952 },
+        Shape { kind: KvFormatKind::Fp8DsMla, heads: 64, page: 128, seq_lens: vec![9000, 64], splits: Some(12), scale: 1.0 / 64.0, seed: 953 },
     ] {
         let p = build(&stream, &s);
         let a = args(&p);
@@ -487,6 +499,8 @@ fn sm90_fp8_device_data_follows_the_shared_contract() {
         (KvFormatKind::Fp8DsMla, 32, 128, vec![129, 1, 1000]),
         (KvFormatKind::Fp8DsMla, 16, 64, vec![65, 64, 4097]),
         (KvFormatKind::Fp8PerTensor, 32, 128, vec![1, 2, 300]),
+        (KvFormatKind::Fp8PerTensor, 128, 64, vec![300, 1, 640]),
+        (KvFormatKind::Fp8DsMla, 64, 128, vec![129, 1000, 2]),
     ] {
         fp8_device_data_contract(&stream, Shape { kind, heads, page, seq_lens: lens, splits: None, scale: 1.0 / 64.0, seed: 990 });
     }
@@ -501,8 +515,8 @@ fn sm90_fp8_nan_codes_read_as_finite_values() {
         return;
     }
     let mut ws = Workspace::new(&stream, 0).unwrap();
-    for kind in [KvFormatKind::Fp8PerTensor, KvFormatKind::Fp8DsMla] {
-        let s = Shape { kind, heads: 16, page: 64, seq_lens: vec![1], splits: None, scale: 1.0, seed: 995 };
+    for (kind, heads) in [(KvFormatKind::Fp8PerTensor, 16), (KvFormatKind::Fp8DsMla, 16), (KvFormatKind::Fp8PerTensor, 128), (KvFormatKind::Fp8DsMla, 128)] {
+        let s = Shape { kind, heads, page: 64, seq_lens: vec![1], splits: None, scale: 1.0, seed: 995 };
         let mut p = build(&stream, &s);
         edit_first_token(&mut p, &stream, &[0], |t| {
             for (d, code) in t[..512].iter_mut().enumerate() {

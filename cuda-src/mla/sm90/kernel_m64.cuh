@@ -1,6 +1,7 @@
 // The sm90 MLA split kernel "M64" (48..128 heads); see kernels.cuh and decode.cu.
 #pragma once
 
+#include "mla/sm90/fp8.cuh"
 #include "mla/sm90/split.cuh"
 #include "mla/sm90/wgmma_ops.cuh"
 
@@ -13,15 +14,24 @@ namespace graphsafe::mla_sm90 {
 //                registers, P (bf16/fp16) into the tile's rope block (dead once S is done), then
 //                O[:, 0:256] += P.V (m64n256k16 x 4).
 //   warpgroup 1: waits for P, O[:, 256:512] += P.V.
-//   warpgroup 2: TMA producer (one thread), two stages of 64 tokens.
+//   warpgroup 2: TMA producer (one thread), two stages of 64 tokens; for an fp8 cache (KV !=
+//                kKvNative) all 128 threads: TMA of the raw tile into its stage and an in-place
+//                dequantisation (fp8.cuh, produce_fp8_in_place).
 // WG0 issues S(i+1) while both warpgroups' P.V(i) are still running on the tensor cores.
-// Shared memory: Q 72 KiB + 2 x 72 KiB KV stages + row scales + barriers.
+// Shared memory: Q 72 KiB + 2 x 72 KiB KV stages + row scales + barriers (+ 2 raw-tile barriers).
 // =================================================================================================
 constexpr int kM64OStride = 520;  // floats per row of the fp32 O staging (conflict-free float2 stores)
-constexpr int kM64Smem = 3 * kStageBytes + (128 + 64 + 64) * 4 + 7 * 8 + 1024;
+template <int KV>
+constexpr int m64_smem() {
+  return 3 * kStageBytes + (128 + 64 + 64) * 4 + (KV == kKvNative ? 7 : 9) * 8 + 1024;
+}
 
-template <bool F16>
-__global__ void __launch_bounds__(kThreads, 1) mla_sm90_m64_kernel(const __grid_constant__ CUtensorMap kv_map, const Params p) {
+template <bool F16, int KV = kKvNative>
+__global__ void __launch_bounds__(kThreads, 1)
+    mla_sm90_m64_kernel(const __grid_constant__ CUtensorMap kv_map, const __grid_constant__ CUtensorMap scale_map,
+                        const __grid_constant__ CUtensorMap rope_map, const Params p) {
+  static_assert(KV == kKvNative || !F16, "fp8 caches take bf16 queries");
+  static_assert(m64_smem<KV>() <= 232448, "M64 kernel: shared memory");
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = smem_base_1k(smem_raw);
   const int tid = threadIdx.x;
@@ -43,7 +53,16 @@ __global__ void __launch_bounds__(kThreads, 1) mla_sm90_m64_kernel(const __grid_
   const uint32_t full0 = bars, empty0 = bars + 16, pready0 = bars + 32, math_bar = bars + 48;
   const uint32_t sq_a = smem_u32(sq), skv_a = smem_u32(skv);
 
-  if (!enter_roles(&kv_map, p, b, sr, tid, bars, {1u, uint32_t(kMathThreads), 128u}, skv_a)) return;
+  if constexpr (KV == kKvNative) {
+    if (!enter_roles(&kv_map, p, b, sr, tid, bars, {1u, uint32_t(kMathThreads), 128u}, skv_a)) return;
+  } else {
+    // Full barriers: one arrival per producer thread. Raw tiles: the TMA's expect_tx.
+    const uint32_t rawfull0 = math_bar + 8;
+    if (!enter_roles_with<3, kMathRegs, kProducerRegs, 2>(tid, bars, {128u, uint32_t(kMathThreads), 128u}, 1u, [&](int pt) {
+          produce_fp8_in_place<KV>(&kv_map, &scale_map, &rope_map, p, b, sr, skv, full0, empty0, rawfull0, pt);
+        }))
+      return;
+  }
 
   uint32_t math_phase = 0;
   load_q<64>(sq, p, b, head0, rows, tid, kMathThreads);
@@ -57,8 +76,13 @@ __global__ void __launch_bounds__(kThreads, 1) mla_sm90_m64_kernel(const __grid_
 #pragma unroll
   for (int i = 0; i < 128; ++i) o[i] = 0.f;
 
+  // The per-tensor fp8 scale multiplies every K and V (the stages hold the codes' exact values):
+  // applied to the scores before they are masked and their maximum taken, and to the output's
+  // normalisation, as in the N kernel (kernel_n.cuh says why in that order).
+  const float kv_scale = KV == kKvFp8PerTensor ? __ldg(p.kv_scale) : 1.f;
   if (wg == 0) {
-    const float sl2 = p.scale_log2;
+    const float sl2_scores = p.scale_log2 * kv_scale;
+    const float sl2 = KV == kKvFp8PerTensor ? 1.f : sl2_scores;  // what the softmax below multiplies by
     float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.f, l1 = 0.f;
     const uint64_t dq = sw128_desc(sq_a, 16, 1024);
     for (int i = 0; i < sr.n; ++i) {
@@ -78,6 +102,10 @@ __global__ void __launch_bounds__(kThreads, 1) mla_sm90_m64_kernel(const __grid_
       reg_fence(sc);
       reg_fence(o);
       if (i > 0) mbar_arrive(empty0 + 8 * ((i - 1) & 1));
+      if constexpr (KV == kKvFp8PerTensor) {
+#pragma unroll
+        for (int k = 0; k < 32; ++k) sc[k] *= sl2_scores;
+      }
 
       // Online softmax on rows r0, r1; columns 8j + 2q + {0,1} (j = 0..7).
       const int valid = sr.seq - (sr.tile0 + i) * kTileS;  // >= 1
@@ -151,8 +179,8 @@ __global__ void __launch_bounds__(kThreads, 1) mla_sm90_m64_kernel(const __grid_
     l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
     l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
     if (q == 0) {
-      s_inv_l[r0] = 1.f / l0;
-      s_inv_l[r1] = 1.f / l1;
+      s_inv_l[r0] = 1.f / l0 * kv_scale;
+      s_inv_l[r1] = 1.f / l1 * kv_scale;
       s_lse[r0] = (m0 + __log2f(l0)) * kLn2;
       s_lse[r1] = (m1 + __log2f(l1)) * kLn2;
     }
