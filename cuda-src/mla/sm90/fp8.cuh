@@ -196,7 +196,8 @@ __device__ __forceinline__ void produce_fp8_in_place(const CUtensorMap* lat_map,
   constexpr int kRawBlock = kTileS * 64;                  // one raw column block of a tile: 4 KiB
   constexpr int kScaleOff = R::kLatBlocks * kRawBlock;    // the 656-byte format's scales: 64 x 16 B
   constexpr int kRawBytes = kScaleOff + (KV == kKvFp8DsMla ? kTileS * 16 : 0);
-  static_assert(kRawBytes <= 5 * kBlockBytes, "raw bytes past bf16 block 4 would be overwritten unread");
+  // Clear of block 8, where the 656-byte format's rope lands by TMA while the raw bytes wait.
+  static_assert(kRawBytes <= 8 * kBlockBytes, "the raw tile must stay clear of block 8");
   const int64_t pt_row = int64_t(b) * p.page_table_stride;
   const uint32_t stages_a = smem_u32(stages);
   const int r = pt >> 2, q = pt & 3;
