@@ -408,30 +408,33 @@ fn sm90_fp8_garbage_scales_stay_in_their_requests_and_never_hang() {
     }
     let mut ws = Workspace::new(&stream, 0).unwrap();
     let lens = vec![300, 300, 300];
-    // Per-tensor: NaN, then 0.
-    let s = Shape { kind: KvFormatKind::Fp8PerTensor, heads: 16, page: 64, seq_lens: lens.clone(), splits: None, scale: f32::NAN, seed: 970 };
-    let p = build(&stream, &s);
-    decode(&args(&p), &mut ws, &stream).unwrap();
-    assert!(bf16_out(&p, &stream).iter().all(|v| v.is_nan()), "a NaN scale must give NaN everywhere");
-    assert!(p.lse.to_host_vec::<f32>(&stream).unwrap().iter().all(|v| v.is_nan()), "and a NaN LSE, not an empty request's -inf");
-    p.scale.copy_from_host(&[0.0f32], &stream).unwrap();
-    decode(&args(&p), &mut ws, &stream).unwrap();
-    assert!(bf16_out(&p, &stream).iter().all(|&v| v == 0.0), "a zero scale makes K = V = 0: the output is 0");
-    let lse = p.lse.to_host_vec::<f32>(&stream).unwrap();
-    assert!(lse.iter().all(|&l| (l - 300f32.ln()).abs() < 1e-3), "uniform softmax over 300 tokens: {lse:?}");
+    // 16 heads: the N kernel; 128: the M64 kernel (whose scales are read before being overwritten in place).
+    for heads in [16usize, 128] {
+        // Per-tensor: NaN, then 0.
+        let s = Shape { kind: KvFormatKind::Fp8PerTensor, heads, page: 64, seq_lens: lens.clone(), splits: None, scale: f32::NAN, seed: 970 };
+        let p = build(&stream, &s);
+        decode(&args(&p), &mut ws, &stream).unwrap();
+        assert!(bf16_out(&p, &stream).iter().all(|v| v.is_nan()), "a NaN scale must give NaN everywhere");
+        assert!(p.lse.to_host_vec::<f32>(&stream).unwrap().iter().all(|v| v.is_nan()), "and a NaN LSE, not an empty request's -inf");
+        p.scale.copy_from_host(&[0.0f32], &stream).unwrap();
+        decode(&args(&p), &mut ws, &stream).unwrap();
+        assert!(bf16_out(&p, &stream).iter().all(|&v| v == 0.0), "a zero scale makes K = V = 0: the output is 0");
+        let lse = p.lse.to_host_vec::<f32>(&stream).unwrap();
+        assert!(lse.iter().all(|&l| (l - 300f32.ln()).abs() < 1e-3), "uniform softmax over 300 tokens: {lse:?}");
 
-    // 656-byte cache: one NaN group scale in request 1's first token.
-    let s = Shape { kind: KvFormatKind::Fp8DsMla, heads: 16, page: 64, seq_lens: lens.clone(), splits: None, scale: 1.0 / 64.0, seed: 971 };
-    let mut p = build(&stream, &s);
-    decode(&args(&p), &mut ws, &stream).unwrap();
-    let clean = p.out.to_host_vec::<u16>(&stream).unwrap();
-    edit_first_token(&mut p, &stream, &[1], |t| t[512..516].copy_from_slice(&f32::NAN.to_le_bytes()));
-    decode(&args(&p), &mut ws, &stream).unwrap();
-    let got = p.out.to_host_vec::<u16>(&stream).unwrap();
-    let n = 16 * 512;
-    assert_eq!(&got[..n], &clean[..n], "request 0 changed");
-    assert_eq!(&got[2 * n..], &clean[2 * n..], "request 2 changed");
-    assert!(got[n..2 * n].iter().all(|&b| bf16::from_bits(b).is_nan()), "request 1 must be NaN");
+        // 656-byte cache: one NaN group scale in request 1's first token.
+        let s = Shape { kind: KvFormatKind::Fp8DsMla, heads, page: 64, seq_lens: lens.clone(), splits: None, scale: 1.0 / 64.0, seed: 971 };
+        let mut p = build(&stream, &s);
+        decode(&args(&p), &mut ws, &stream).unwrap();
+        let clean = p.out.to_host_vec::<u16>(&stream).unwrap();
+        edit_first_token(&mut p, &stream, &[1], |t| t[512..516].copy_from_slice(&f32::NAN.to_le_bytes()));
+        decode(&args(&p), &mut ws, &stream).unwrap();
+        let got = p.out.to_host_vec::<u16>(&stream).unwrap();
+        let n = heads * 512;
+        assert_eq!(&got[..n], &clean[..n], "request 0 changed");
+        assert_eq!(&got[2 * n..], &clean[2 * n..], "request 2 changed");
+        assert!(got[n..2 * n].iter().all(|&b| bf16::from_bits(b).is_nan()), "request 1 must be NaN");
+    }
 }
 
 /// The shared device-data contract (include/graphsafe_kernels/mla.h, "Device data") through the
@@ -500,7 +503,7 @@ fn sm90_fp8_device_data_follows_the_shared_contract() {
         (KvFormatKind::Fp8DsMla, 16, 64, vec![65, 64, 4097]),
         (KvFormatKind::Fp8PerTensor, 32, 128, vec![1, 2, 300]),
         (KvFormatKind::Fp8PerTensor, 128, 64, vec![300, 1, 640]),
-        (KvFormatKind::Fp8DsMla, 64, 128, vec![129, 1000, 2]),
+        (KvFormatKind::Fp8DsMla, 64, 128, vec![129, 2, 1000]),
     ] {
         fp8_device_data_contract(&stream, Shape { kind, heads, page, seq_lens: lens, splits: None, scale: 1.0 / 64.0, seed: 990 });
     }
@@ -529,5 +532,46 @@ fn sm90_fp8_nan_codes_read_as_finite_values() {
         decode(&args(&p), &mut ws, &stream).unwrap();
         let out = bf16_out(&p, &stream);
         assert!(out.iter().all(|v| v.is_finite() && v.abs() < 131072.0), "{kind}: a NaN code came out as {:?}", out.iter().find(|v| !v.is_finite() || v.abs() >= 131072.0));
+    }
+}
+
+/// The 656-byte format's stages hold exactly bf16(scale · e4m3) and the rope as stored, and its
+/// math is the native path's, so a decode over it must equal, bit for bit, the native decode over
+/// a bf16 cache holding those values: a value the dequantisation got wrong or raced (the N
+/// kernel's raw ring, the M64 kernel's in-place conversion) shows here even where it would hide
+/// inside the reference test's tolerance.
+#[test]
+fn sm90_ds_mla_equals_native_over_its_dequantised_values_bit_for_bit() {
+    let Some((ctx, stream)) = gpu() else { return };
+    if !hopper(&ctx) {
+        return;
+    }
+    let mut ws = Workspace::new(&stream, 0).unwrap();
+    let cases: [(usize, usize, Vec<i32>, Option<u32>); 6] = [
+        (16, 64, vec![4096, 77, 1000], None),
+        (32, 128, vec![3000, 129], Some(5)),
+        (64, 64, vec![2048, 1, 640], None),
+        (96, 64, vec![700, 1500], None),
+        (128, 128, vec![4096, 333], None),
+        (128, 64, vec![9000], Some(16)),
+    ];
+    for (heads, page, seq_lens, splits) in cases {
+        let s = Shape { kind: KvFormatKind::Fp8DsMla, heads, page, seq_lens, splits, scale: 1.0 / 64.0, seed: 1000 + heads as u64 };
+        let p = build(&stream, &s);
+        decode(&args(&p), &mut ws, &stream).unwrap();
+        let fp8 = (p.out.to_host_vec::<u16>(&stream).unwrap(), p.lse.to_host_vec::<u32>(&stream).unwrap());
+        let bits: Vec<u16> = p.host.2.iter().map(|&v| bf16::from_f32(v).to_bits()).collect();
+        assert!(p.host.2.iter().all(|&v| bf16::from_f32(v).to_f32() == v), "the dequantised values are bf16 values");
+        let native_kv = DeviceBuffer::from_host(&stream, &bits).unwrap();
+        let mut a = args(&p);
+        a.kv_cache = Tensor::contiguous(&native_kv, DType::Bf16, &[p.pages, s.page, 576]);
+        a.kv_format = KvFormat::Native;
+        p.out.memset_u8(0xFF, &stream).unwrap();
+        p.lse.memset_u8(0xFF, &stream).unwrap();
+        decode(&a, &mut ws, &stream).unwrap();
+        let native = (p.out.to_host_vec::<u16>(&stream).unwrap(), p.lse.to_host_vec::<u32>(&stream).unwrap());
+        assert!(fp8.0 == native.0, "{heads} heads {:?}: output differs from the native decode of the same values", s.seq_lens);
+        assert!(fp8.1 == native.1, "{heads} heads {:?}: lse differs", s.seq_lens);
+        eprintln!("{heads} heads, page {page}, lengths {:?}: the 656-byte decode equals the bf16 one bit for bit", s.seq_lens);
     }
 }
