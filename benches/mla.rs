@@ -3,7 +3,7 @@
 //! timed), achieved bandwidth (KV + Q + O bytes / time) and TFLOP/s (B·S·H·2·(576+512) / time);
 //! the baseline in the same run is a device-to-device copy (read + write bytes / time), the HBM
 //! rate this GPU actually reaches. Then the fp8 KV caches (per-tensor and DeepSeek's 656-byte
-//! token) against bf16 of the same shapes at 16 and 32 heads. Prints the tables and one
+//! token) against bf16 of the same shapes at 16, 32 and 128 heads. Prints the tables and one
 //! `BENCH_JSON` line.
 
 #[path = "common/timing.rs"]
@@ -87,14 +87,15 @@ fn main() {
     }
     println!();
     println!("fp8 KV caches against bf16 of the same shape (page 64, {FP8_CALLS} calls between two events, median of 30; bf16/fp8 t = bf16 time / this time, > 1: faster)");
-    println!("{:>6} {:>6} {:>6} {:>12} {:>10} {:>9} {:>8} {:>11}", "heads", "batch", "seq", "kv", "us/call", "GB/s", "of copy", "bf16/fp8 t");
+    println!("{:>6} {:>6} {:>6} {:>12} {:>10} {:>9} {:>8} {:>9} {:>11}", "heads", "batch", "seq", "kv", "us/call", "GB/s", "of copy", "TFLOP/s", "bf16/fp8 t");
     let mut fp8_json = Vec::new();
     for r in &fp8 {
         let bf16_us = fp8.iter().find(|b| (b.heads, b.batch, b.seq, b.kind) == (r.heads, r.batch, r.seq, KvFormatKind::Native)).map_or(f64::NAN, |b| b.us);
         let gbs = r.bytes / r.us / 1e3;
-        println!("{:>6} {:>6} {:>6} {:>12} {:>10.1} {gbs:>9.0} {:>8.2} {:>11.2}", r.heads, r.batch, r.seq, r.kind.to_string(), r.us, gbs / copy_gbs, bf16_us / r.us);
+        let tf = (r.batch * r.seq * r.heads) as f64 * 2.0 * (576.0 + 512.0) / r.us / 1e6;
+        println!("{:>6} {:>6} {:>6} {:>12} {:>10.1} {gbs:>9.0} {:>8.2} {tf:>9.1} {:>11.2}", r.heads, r.batch, r.seq, r.kind.to_string(), r.us, gbs / copy_gbs, bf16_us / r.us);
         fp8_json.push(format!(
-            "{{\"heads\":{},\"batch\":{},\"seq\":{},\"kv\":\"{}\",\"us\":{:.2},\"gb_s\":{gbs:.1},\"of_copy\":{:.3},\"speedup_vs_bf16\":{:.3}}}",
+            "{{\"heads\":{},\"batch\":{},\"seq\":{},\"kv\":\"{}\",\"us\":{:.2},\"gb_s\":{gbs:.1},\"of_copy\":{:.3},\"tflop_s\":{tf:.2},\"speedup_vs_bf16\":{:.3}}}",
             r.heads, r.batch, r.seq, r.kind, r.us, gbs / copy_gbs, bf16_us / r.us
         ));
     }
@@ -143,11 +144,12 @@ struct Fp8Row {
     bytes: f64,
 }
 
-/// bf16, per-tensor fp8 and 656-byte fp8 caches of the same shapes (16 and 32 heads, the heads the
-/// fp8 path runs), the three timed one after another in the same process.
+/// bf16, per-tensor fp8 and 656-byte fp8 caches of the same shapes (16 and 32 heads: the N kernel,
+/// memory-bound; 128 heads: the M64 kernel, compute-bound), the three timed one after another in
+/// the same process.
 fn fp8_rows(ctx: &std::sync::Arc<Context>, stream: &Stream, ws: &mut Workspace) -> Vec<Fp8Row> {
     let mut rows = Vec::new();
-    for &(heads, batch, seq) in &[(16usize, 64usize, 4096usize), (16, 128, 8192), (32, 64, 4096)] {
+    for &(heads, batch, seq) in &[(16usize, 64usize, 4096usize), (16, 128, 8192), (32, 64, 4096), (128, 64, 4096)] {
         for kind in KvFormatKind::ALL {
             let case = Case::new(ctx, stream, heads, batch, seq, kind);
             let args = case.args();

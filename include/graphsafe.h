@@ -149,7 +149,7 @@
  * MLA KV-cache format: fp8 e4m3 `[num_pages, page_size, 576]` with one f32 scale for the whole
  * cache (`kv_scale`, read on the device when the kernel runs, so an engine may update it between
  * replays): K = V = scale · e4m3 (vLLM's fp8 KV cache). q bf16 (GRAPHSAFE_DTYPE_BF16), output
- * bf16; sm_90 only, 16 or 32 heads.
+ * bf16; sm_90 only.
  */
 #define GRAPHSAFE_MLA_KV_FP8_PER_TENSOR 1
 
@@ -157,7 +157,7 @@
  * MLA KV-cache format: DeepSeek V3.2's token (FlashMLA's fp8 cache), bytes
  * `[num_pages, page_size, GRAPHSAFE_MLA_DS_MLA_TOKEN_BYTES]`: 512 e4m3 latent values, 4 f32
  * scales (one per 128 latent values), 64 bf16 rope values. q bf16 (GRAPHSAFE_DTYPE_BF16), output
- * bf16; sm_90 only, 16 or 32 heads.
+ * bf16; sm_90 only.
  */
 #define GRAPHSAFE_MLA_KV_FP8_DS_MLA 2
 
@@ -380,8 +380,7 @@ typedef struct {
    */
   int batch;
   /**
-   * Query heads (128 on sm_100; a multiple of 16 up to 128 on sm_90, 16 or 32 with an fp8
-   * KV-cache format).
+   * Query heads (128 on sm_100; a multiple of 16 up to 128 on sm_90, with any KV-cache format).
    */
   int num_heads;
   /**
@@ -1015,8 +1014,7 @@ int graphsafe_mla_plan(int arch,
  * As graphsafe_mla_plan, for a decode of `args->dtype` = `dtype` queries over a cache stored as
  * `kv_format` (GRAPHSAFE_MLA_KV_*; graphsafe_mla_decode_kv): refuses what that decode would,
  * with GRAPHSAFE_ERROR_INVALID_ARGUMENT naming the argument: an fp8 format on sm_100
- * (`kv_format`), or on sm_90 with `dtype` other than GRAPHSAFE_DTYPE_BF16 (`dtype`) or heads
- * other than 16 or 32 (`num_heads`). The splits and workspace do not depend on the format (they
+ * (`kv_format`), or on sm_90 with `dtype` other than GRAPHSAFE_DTYPE_BF16 (`dtype`). The splits and workspace do not depend on the format (they
  * equal graphsafe_mla_plan's for GRAPHSAFE_DTYPE_BF16, so graphsafe_mla_worst_case with bf16 is
  * the pre-grow size for the fp8 formats too). Host-only: works without a GPU. Thread-safe.
  *

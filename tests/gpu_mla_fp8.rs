@@ -1,5 +1,6 @@
-//! MLA decode over fp8 KV caches on the sm90 kernel (16 and 32 heads): numerics against the f64
-//! CPU reference of the dequantised cache over 26 shapes, every e4m3 code dequantised exactly,
+//! MLA decode over fp8 KV caches on the sm90 kernels (16 and 32 heads: the N kernel's raw ring;
+//! 48..128 heads: the M64 kernel's in-place dequantisation): numerics against the f64
+//! CPU reference of the dequantised cache over 40 shapes, every e4m3 code dequantised exactly,
 //! captured replay bit-identical to eager (and reading the per-tensor scale at replay), and a
 //! capture with too small a workspace refused with nothing captured. Skips without a Hopper GPU
 //! (fails instead under GRAPHSAFE_REQUIRE_GPU=1 when there is no GPU at all).
@@ -227,17 +228,25 @@ fn shapes() -> Vec<Shape> {
             s(kind, 16, 64, (1..=12).map(|i| i * 97).collect(), None, 1.0 / 64.0, k + 12),
             // A negative scale: the softmax's maximum must be taken of the scaled scores.
             s(kind, 32, 64, vec![500, 77], None, -1.0 / 32.0, k + 13),
+            // 48..128 heads: the M64 kernel (64-head groups; 48 and 96 leave a group part-empty).
+            s(kind, 64, 64, vec![1], None, 1.0 / 64.0, k + 21),
+            s(kind, 128, 128, vec![63, 64, 65], None, 1.0 / 32.0, k + 22),
+            s(kind, 48, 64, vec![700, 0, 129], None, 1.0 / 64.0, k + 23),
+            s(kind, 128, 64, vec![4096, 1000], Some(3), 1.0 / 64.0, k + 24),
+            s(kind, 96, 128, vec![300, 5000], Some(7), 1.0 / 4096.0, k + 25),
+            s(kind, 128, 64, vec![640; 2], None, 0.25, k + 26),
+            s(kind, 64, 64, vec![500, 77], None, -1.0 / 32.0, k + 27),
         ]);
     }
     v
 }
 
 #[test]
-fn sm90_fp8_matches_the_dequantized_reference_over_26_shapes() {
+fn sm90_fp8_matches_the_dequantized_reference_over_40_shapes() {
     let Some(stream) = hopper_gpu() else { return };
     let mut ws = Workspace::new(&stream, 0).unwrap();
     let all = shapes();
-    assert!(all.len() >= 20);
+    assert_eq!(all.len(), 40);
     let mut worst = (0f64, 0f64);
     for s in &all {
         let p = build(&stream, s);
@@ -279,9 +288,10 @@ fn sm90_fp8_matches_the_dequantized_reference_over_26_shapes() {
 fn sm90_fp8_dequantises_every_code_exactly() {
     let Some(stream) = hopper_gpu() else { return };
     let mut ws = Workspace::new(&stream, 0).unwrap();
-    for kind in [KvFormatKind::Fp8PerTensor, KvFormatKind::Fp8DsMla] {
+    // 16 heads: the N kernel; 128: the M64 kernel's in-place dequantisation.
+    for (kind, heads) in [(KvFormatKind::Fp8PerTensor, 16), (KvFormatKind::Fp8DsMla, 16), (KvFormatKind::Fp8PerTensor, 128), (KvFormatKind::Fp8DsMla, 128)] {
         for scale in [1.0f32, 0.375, 1.0 / 3.0, 2f32.powi(-12), 7.5, -0.5] {
-            let s = Shape { kind, heads: 16, page: 64, seq_lens: vec![1; 2], splits: None, scale, seed: 900 };
+            let s = Shape { kind, heads, page: 64, seq_lens: vec![1; 2], splits: None, scale, seed: 900 };
             let mut p = build(&stream, &s);
             // Token 0 of each request's page: codes 0..=255 twice in the latent, NaN codes as 0.
             let latent: Vec<u8> = (0..512).map(|d| (d % 256) as u8).map(|c| if c & 0x7F == 0x7F { 0 } else { c }).collect();
@@ -295,12 +305,12 @@ fn sm90_fp8_dequantises_every_code_exactly() {
             decode(&args(&p), &mut ws, &stream).unwrap();
             let out = p.out.to_host_vec::<u16>(&stream).unwrap();
             for b in 0..2 {
-                for h in 0..16 {
+                for h in 0..heads {
                     for d in 0..512 {
                         // As values: a -0 code comes out as +0 (the accumulator starts at +0).
                         let want = bf16::from_f32(e4m3_value(latent[d]) * groups[d / 128]).to_f32();
-                        let got = bf16::from_bits(out[(b * 16 + h) * 512 + d]).to_f32();
-                        assert_eq!(got, want, "{kind} scale {scale}: request {b} head {h} dim {d} (code {:#04x})", latent[d]);
+                        let got = bf16::from_bits(out[(b * heads + h) * 512 + d]).to_f32();
+                        assert_eq!(got, want, "{kind} {heads} heads, scale {scale}: request {b} head {h} dim {d} (code {:#04x})", latent[d]);
                     }
                 }
             }
@@ -315,6 +325,8 @@ fn sm90_fp8_captured_replay_equals_eager_and_reads_the_scale_at_replay() {
     for s in [
         Shape { kind: KvFormatKind::Fp8PerTensor, heads: 16, page: 64, seq_lens: vec![4000, 1, 77, 2048], splits: None, scale: 1.0 / 64.0, seed: 950 },
         Shape { kind: KvFormatKind::Fp8DsMla, heads: 32, page: 128, seq_lens: vec![9000], splits: Some(40), scale: 1.0 / 64.0, seed: 951 },
+        Shape { kind: KvFormatKind::Fp8PerTensor, heads: 128, page: 64, seq_lens: vec![3000, 1, 700], splits: None, scale: 1.0 / 64.0, seed: 952 },
+        Shape { kind: KvFormatKind::Fp8DsMla, heads: 64, page: 128, seq_lens: vec![9000, 64], splits: Some(12), scale: 1.0 / 64.0, seed: 953 },
     ] {
         let p = build(&stream, &s);
         let a = args(&p);
@@ -376,30 +388,33 @@ fn sm90_fp8_garbage_scales_stay_in_their_requests_and_never_hang() {
     let Some(stream) = hopper_gpu() else { return };
     let mut ws = Workspace::new(&stream, 0).unwrap();
     let lens = vec![300, 300, 300];
-    // Per-tensor: NaN, then 0.
-    let s = Shape { kind: KvFormatKind::Fp8PerTensor, heads: 16, page: 64, seq_lens: lens.clone(), splits: None, scale: f32::NAN, seed: 970 };
-    let p = build(&stream, &s);
-    decode(&args(&p), &mut ws, &stream).unwrap();
-    assert!(bf16_out(&p, &stream).iter().all(|v| v.is_nan()), "a NaN scale must give NaN everywhere");
-    assert!(p.lse.to_host_vec::<f32>(&stream).unwrap().iter().all(|v| v.is_nan()), "and a NaN LSE, not an empty request's -inf");
-    p.scale.copy_from_host(&[0.0f32], &stream).unwrap();
-    decode(&args(&p), &mut ws, &stream).unwrap();
-    assert!(bf16_out(&p, &stream).iter().all(|&v| v == 0.0), "a zero scale makes K = V = 0: the output is 0");
-    let lse = p.lse.to_host_vec::<f32>(&stream).unwrap();
-    assert!(lse.iter().all(|&l| (l - 300f32.ln()).abs() < 1e-3), "uniform softmax over 300 tokens: {lse:?}");
+    // 16 heads: the N kernel; 128: the M64 kernel (whose scales are read before being overwritten in place).
+    for heads in [16usize, 128] {
+        // Per-tensor: NaN, then 0.
+        let s = Shape { kind: KvFormatKind::Fp8PerTensor, heads, page: 64, seq_lens: lens.clone(), splits: None, scale: f32::NAN, seed: 970 };
+        let p = build(&stream, &s);
+        decode(&args(&p), &mut ws, &stream).unwrap();
+        assert!(bf16_out(&p, &stream).iter().all(|v| v.is_nan()), "a NaN scale must give NaN everywhere");
+        assert!(p.lse.to_host_vec::<f32>(&stream).unwrap().iter().all(|v| v.is_nan()), "and a NaN LSE, not an empty request's -inf");
+        p.scale.copy_from_host(&[0.0f32], &stream).unwrap();
+        decode(&args(&p), &mut ws, &stream).unwrap();
+        assert!(bf16_out(&p, &stream).iter().all(|&v| v == 0.0), "a zero scale makes K = V = 0: the output is 0");
+        let lse = p.lse.to_host_vec::<f32>(&stream).unwrap();
+        assert!(lse.iter().all(|&l| (l - 300f32.ln()).abs() < 1e-3), "uniform softmax over 300 tokens: {lse:?}");
 
-    // 656-byte cache: one NaN group scale in request 1's first token.
-    let s = Shape { kind: KvFormatKind::Fp8DsMla, heads: 16, page: 64, seq_lens: lens.clone(), splits: None, scale: 1.0 / 64.0, seed: 971 };
-    let mut p = build(&stream, &s);
-    decode(&args(&p), &mut ws, &stream).unwrap();
-    let clean = p.out.to_host_vec::<u16>(&stream).unwrap();
-    edit_first_token(&mut p, &stream, &[1], |t| t[512..516].copy_from_slice(&f32::NAN.to_le_bytes()));
-    decode(&args(&p), &mut ws, &stream).unwrap();
-    let got = p.out.to_host_vec::<u16>(&stream).unwrap();
-    let n = 16 * 512;
-    assert_eq!(&got[..n], &clean[..n], "request 0 changed");
-    assert_eq!(&got[2 * n..], &clean[2 * n..], "request 2 changed");
-    assert!(got[n..2 * n].iter().all(|&b| bf16::from_bits(b).is_nan()), "request 1 must be NaN");
+        // 656-byte cache: one NaN group scale in request 1's first token.
+        let s = Shape { kind: KvFormatKind::Fp8DsMla, heads, page: 64, seq_lens: lens.clone(), splits: None, scale: 1.0 / 64.0, seed: 971 };
+        let mut p = build(&stream, &s);
+        decode(&args(&p), &mut ws, &stream).unwrap();
+        let clean = p.out.to_host_vec::<u16>(&stream).unwrap();
+        edit_first_token(&mut p, &stream, &[1], |t| t[512..516].copy_from_slice(&f32::NAN.to_le_bytes()));
+        decode(&args(&p), &mut ws, &stream).unwrap();
+        let got = p.out.to_host_vec::<u16>(&stream).unwrap();
+        let n = heads * 512;
+        assert_eq!(&got[..n], &clean[..n], "request 0 changed");
+        assert_eq!(&got[2 * n..], &clean[2 * n..], "request 2 changed");
+        assert!(got[n..2 * n].iter().all(|&b| bf16::from_bits(b).is_nan()), "request 1 must be NaN");
+    }
 }
 
 /// The shared device-data contract (include/graphsafe_kernels/mla.h, "Device data") through the
@@ -464,6 +479,8 @@ fn sm90_fp8_device_data_follows_the_shared_contract() {
         (KvFormatKind::Fp8DsMla, 32, 128, vec![129, 1, 1000]),
         (KvFormatKind::Fp8DsMla, 16, 64, vec![65, 64, 4097]),
         (KvFormatKind::Fp8PerTensor, 32, 128, vec![1, 2, 300]),
+        (KvFormatKind::Fp8PerTensor, 128, 64, vec![300, 1, 640]),
+        (KvFormatKind::Fp8DsMla, 64, 128, vec![129, 2, 1000]),
     ] {
         fp8_device_data_contract(&stream, Shape { kind, heads, page, seq_lens: lens, splits: None, scale: 1.0 / 64.0, seed: 990 });
     }
@@ -475,8 +492,8 @@ fn sm90_fp8_device_data_follows_the_shared_contract() {
 fn sm90_fp8_nan_codes_read_as_finite_values() {
     let Some(stream) = hopper_gpu() else { return };
     let mut ws = Workspace::new(&stream, 0).unwrap();
-    for kind in [KvFormatKind::Fp8PerTensor, KvFormatKind::Fp8DsMla] {
-        let s = Shape { kind, heads: 16, page: 64, seq_lens: vec![1], splits: None, scale: 1.0, seed: 995 };
+    for (kind, heads) in [(KvFormatKind::Fp8PerTensor, 16), (KvFormatKind::Fp8DsMla, 16), (KvFormatKind::Fp8PerTensor, 128), (KvFormatKind::Fp8DsMla, 128)] {
+        let s = Shape { kind, heads, page: 64, seq_lens: vec![1], splits: None, scale: 1.0, seed: 995 };
         let mut p = build(&stream, &s);
         edit_first_token(&mut p, &stream, &[0], |t| {
             for (d, code) in t[..512].iter_mut().enumerate() {
@@ -489,5 +506,46 @@ fn sm90_fp8_nan_codes_read_as_finite_values() {
         decode(&args(&p), &mut ws, &stream).unwrap();
         let out = bf16_out(&p, &stream);
         assert!(out.iter().all(|v| v.is_finite() && v.abs() < 131072.0), "{kind}: a NaN code came out as {:?}", out.iter().find(|v| !v.is_finite() || v.abs() >= 131072.0));
+    }
+}
+
+/// The 656-byte format's stages hold exactly bf16(scale · e4m3) and the rope as stored, and its
+/// math is the native path's, so a decode over it must equal, bit for bit, the native decode over
+/// a bf16 cache holding those values: a value the dequantisation got wrong or raced (the N
+/// kernel's raw ring, the M64 kernel's in-place conversion) shows here even where it would hide
+/// inside the reference test's tolerance.
+#[test]
+fn sm90_ds_mla_equals_native_over_its_dequantised_values_bit_for_bit() {
+    let Some((ctx, stream)) = gpu() else { return };
+    if !hopper(&ctx) {
+        return;
+    }
+    let mut ws = Workspace::new(&stream, 0).unwrap();
+    let cases: [(usize, usize, Vec<i32>, Option<u32>); 6] = [
+        (16, 64, vec![4096, 77, 1000], None),
+        (32, 128, vec![3000, 129], Some(5)),
+        (64, 64, vec![2048, 1, 640], None),
+        (96, 64, vec![700, 1500], None),
+        (128, 128, vec![4096, 333], None),
+        (128, 64, vec![9000], Some(16)),
+    ];
+    for (heads, page, seq_lens, splits) in cases {
+        let s = Shape { kind: KvFormatKind::Fp8DsMla, heads, page, seq_lens, splits, scale: 1.0 / 64.0, seed: 1000 + heads as u64 };
+        let p = build(&stream, &s);
+        decode(&args(&p), &mut ws, &stream).unwrap();
+        let fp8 = (p.out.to_host_vec::<u16>(&stream).unwrap(), p.lse.to_host_vec::<u32>(&stream).unwrap());
+        let bits: Vec<u16> = p.host.2.iter().map(|&v| bf16::from_f32(v).to_bits()).collect();
+        assert!(p.host.2.iter().all(|&v| bf16::from_f32(v).to_f32() == v), "the dequantised values are bf16 values");
+        let native_kv = DeviceBuffer::from_host(&stream, &bits).unwrap();
+        let mut a = args(&p);
+        a.kv_cache = Tensor::contiguous(&native_kv, DType::Bf16, &[p.pages, s.page, 576]);
+        a.kv_format = KvFormat::Native;
+        p.out.memset_u8(0xFF, &stream).unwrap();
+        p.lse.memset_u8(0xFF, &stream).unwrap();
+        decode(&a, &mut ws, &stream).unwrap();
+        let native = (p.out.to_host_vec::<u16>(&stream).unwrap(), p.lse.to_host_vec::<u32>(&stream).unwrap());
+        assert!(fp8.0 == native.0, "{heads} heads {:?}: output differs from the native decode of the same values", s.seq_lens);
+        assert!(fp8.1 == native.1, "{heads} heads {:?}: lse differs", s.seq_lens);
+        eprintln!("{heads} heads, page {page}, lengths {:?}: the 656-byte decode equals the bf16 one bit for bit", s.seq_lens);
     }
 }

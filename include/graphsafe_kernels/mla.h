@@ -249,7 +249,7 @@ int gs_mla_sm90_workspace_bytes(int32_t batch, int32_t num_heads, int32_t num_sp
 /**
  * Launches the sm90 decode (splits > 1: the split kernel, then the combine kernel) on `stream`.
  * bf16 or fp16 q/KV (GS_MLA_KV_NATIVE), or bf16 q over an fp8 cache (the other GsMlaKvFormat
- * values: 16 or 32 heads); page_size 64 or 128. An fp8 code 0x7F or 0xFF (e4m3's NaN) is read as a
+ * values, every head count); page_size 64 or 128. An fp8 code 0x7F or 0xFF (e4m3's NaN) is read as a
  * finite value below 2^17 (times its scale), not as NaN: caches written by saturating conversions
  * never hold it. GS_ERR_WORKSPACE_TOO_SMALL (nothing launched) when
  * workspace_bytes is below gs_mla_sm90_workspace_bytes. Only present when sm_90a was built.

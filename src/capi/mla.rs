@@ -22,12 +22,12 @@ pub const GRAPHSAFE_MLA_KV_NATIVE: c_int = 0;
 /// MLA KV-cache format: fp8 e4m3 `[num_pages, page_size, 576]` with one f32 scale for the whole
 /// cache (`kv_scale`, read on the device when the kernel runs, so an engine may update it between
 /// replays): K = V = scale · e4m3 (vLLM's fp8 KV cache). q bf16 (GRAPHSAFE_DTYPE_BF16), output
-/// bf16; sm_90 only, 16 or 32 heads.
+/// bf16; sm_90 only.
 pub const GRAPHSAFE_MLA_KV_FP8_PER_TENSOR: c_int = 1;
 /// MLA KV-cache format: DeepSeek V3.2's token (FlashMLA's fp8 cache), bytes
 /// `[num_pages, page_size, GRAPHSAFE_MLA_DS_MLA_TOKEN_BYTES]`: 512 e4m3 latent values, 4 f32
 /// scales (one per 128 latent values), 64 bf16 rope values. q bf16 (GRAPHSAFE_DTYPE_BF16), output
-/// bf16; sm_90 only, 16 or 32 heads.
+/// bf16; sm_90 only.
 pub const GRAPHSAFE_MLA_KV_FP8_DS_MLA: c_int = 2;
 /// Bytes per token of a GRAPHSAFE_MLA_KV_FP8_DS_MLA cache.
 pub const GRAPHSAFE_MLA_DS_MLA_TOKEN_BYTES: c_int = 656;
@@ -64,8 +64,7 @@ pub struct GraphsafeMlaDecodeArgs {
     pub dtype: c_int,
     /// Requests.
     pub batch: c_int,
-    /// Query heads (128 on sm_100; a multiple of 16 up to 128 on sm_90, 16 or 32 with an fp8
-    /// KV-cache format).
+    /// Query heads (128 on sm_100; a multiple of 16 up to 128 on sm_90, with any KV-cache format).
     pub num_heads: c_int,
     /// [batch, heads, 512].
     pub q_nope: u64,
@@ -164,8 +163,8 @@ impl Kv {
 
 /// What the decode refuses for an fp8 KV-cache format (the op's rule, `MlaDecodeArgs::plan`),
 /// named by the C arguments: no fp8 format on sm_100 (`arch` `None`: the back-end is not known
-/// yet, so only the rules every back-end shares), and on sm_90 bf16 q and 16 or 32 heads.
-fn check_kv_format(arch: Option<MlaArch>, format: KvFormatKind, dtype: c_int, num_heads: c_int) -> Result<(), Fail> {
+/// yet, so only the rules every back-end shares), and on sm_90 bf16 q.
+fn check_kv_format(arch: Option<MlaArch>, format: KvFormatKind, dtype: c_int) -> Result<(), Fail> {
     if format == KvFormatKind::Native {
         return Ok(());
     }
@@ -176,10 +175,6 @@ fn check_kv_format(arch: Option<MlaArch>, format: KvFormatKind, dtype: c_int, nu
     }
     if dtype != GRAPHSAFE_DTYPE_BF16 {
         return Err(crate::Error::invalid("dtype", format!("GRAPHSAFE_DTYPE_BF16 with kv_format {name}"), dtype).into());
-    }
-    if num_heads != 16 && num_heads != 32 {
-        let want = format!("16 or 32 with kv_format {name} (the sm_90 kernel of 48..128 heads has no fp8 path yet)");
-        return Err(crate::Error::invalid("num_heads", want, num_heads).into());
     }
     Ok(())
 }
@@ -241,8 +236,7 @@ pub unsafe extern "C" fn graphsafe_mla_plan(arch: c_int, dtype: c_int, num_heads
 /// As graphsafe_mla_plan, for a decode of `args->dtype` = `dtype` queries over a cache stored as
 /// `kv_format` (GRAPHSAFE_MLA_KV_*; graphsafe_mla_decode_kv): refuses what that decode would,
 /// with GRAPHSAFE_ERROR_INVALID_ARGUMENT naming the argument: an fp8 format on sm_100
-/// (`kv_format`), or on sm_90 with `dtype` other than GRAPHSAFE_DTYPE_BF16 (`dtype`) or heads
-/// other than 16 or 32 (`num_heads`). The splits and workspace do not depend on the format (they
+/// (`kv_format`), or on sm_90 with `dtype` other than GRAPHSAFE_DTYPE_BF16 (`dtype`). The splits and workspace do not depend on the format (they
 /// equal graphsafe_mla_plan's for GRAPHSAFE_DTYPE_BF16, so graphsafe_mla_worst_case with bf16 is
 /// the pre-grow size for the fp8 formats too). Host-only: works without a GPU. Thread-safe.
 ///
@@ -278,7 +272,7 @@ unsafe fn mla_plan(arch: c_int, dtype: c_int, kv_format: c_int, num_heads: c_int
     let format = format_of(kv_format)?;
     let req = (requested_splits != 0).then_some(requested_splits as i64);
     let back_end = crate::arch::mla_for_abi(arch)?;
-    check_kv_format(Some(back_end), format, dtype, num_heads)?;
+    check_kv_format(Some(back_end), format, dtype)?;
     let (n, bytes) = match back_end {
         MlaArch::Sm100 => {
             if num_heads != 128 {
@@ -430,7 +424,7 @@ unsafe fn read_args(args: *const GraphsafeMlaDecodeArgs, kv: *const GraphsafeMla
         // SAFETY: non-null; the caller's contract.
         Kv::of(&unsafe { read(kv, "kv")? })?
     };
-    check_kv_format(None, kv.format, a.dtype, a.num_heads)?;
+    check_kv_format(None, kv.format, a.dtype)?;
     Ok((a, kv))
 }
 
@@ -534,11 +528,11 @@ mod tests {
                     let Ok(native) = op(GRAPHSAFE_MLA_KV_NATIVE) else { continue };
                     for format in [GRAPHSAFE_MLA_KV_FP8_PER_TENSOR, GRAPHSAFE_MLA_KV_FP8_DS_MLA] {
                         let kind = format_of(format).unwrap();
-                        let ours = check_kv_format(Some(arch), kind, dtype, heads);
+                        let ours = check_kv_format(Some(arch), kind, dtype);
                         let theirs = op(format);
                         assert_eq!(ours.is_ok(), theirs.is_ok(), "{arch:?} dtype {dtype} heads {heads} {kind}: C {:?}, op {theirs:?}", ours.err().map(|f| f.1));
                         // What every back-end refuses is refused before the back-end is known.
-                        if check_kv_format(None, kind, dtype, heads).is_err() {
+                        if check_kv_format(None, kind, dtype).is_err() {
                             assert!(ours.is_err());
                         }
                         let cc = match arch {
@@ -558,8 +552,8 @@ mod tests {
                 }
             }
         }
-        // sm_90, bf16, 16 and 32 heads, both formats.
-        assert_eq!(accepted, 4);
+        // sm_90, bf16, every head count (16, 32, 48, 64, 128), both formats.
+        assert_eq!(accepted, 10);
     }
 
     #[test]

@@ -12,7 +12,8 @@
 //   * 16 or 32 heads ("N"): tokens as M, heads as N (wgmma m64n16/m64n32), so no MMA row is padding;
 //     the two warpgroups take alternate tiles and merge at the end.
 //   * splits > 1: fp32 partial O and LSE to the workspace, then the combine kernel.
-//   * fp8 caches (16 or 32 heads): the N kernel with a dequantising producer (fp8.cuh).
+//   * fp8 caches (bf16 queries): both kernels with a dequantising producer (fp8.cuh): a raw ring
+//     beside the stages for the N kernel, the raw tile in its own stage for M64.
 // No allocation, no legacy stream, no atomics: deterministic and capturable.
 #include <atomic>
 #include <climits>
@@ -40,8 +41,8 @@ int validate(const GsMlaDecodeArgs* a) {
     case GS_MLA_KV_FP8_PER_TENSOR:
       if (a->kv_scale == nullptr || (reinterpret_cast<uintptr_t>(a->kv_scale) & 3u) != 0) return GS_ERR_INVALID_ARGUMENT;
       [[fallthrough]];
-    case GS_MLA_KV_FP8_DS_MLA:  // bf16 queries; the N kernel only (16 or 32 heads)
-      if (a->dtype != GS_DTYPE_BF16 || (a->num_heads != 16 && a->num_heads != 32)) return GS_ERR_INVALID_ARGUMENT;
+    case GS_MLA_KV_FP8_DS_MLA:  // bf16 queries, any head count the kernels take
+      if (a->dtype != GS_DTYPE_BF16) return GS_ERR_INVALID_ARGUMENT;
       break;
     default: return GS_ERR_INVALID_ARGUMENT;
   }
@@ -86,19 +87,37 @@ int launch_n_format(const GsMlaDecodeArgs& a, const Maps& m, const Params& p, cu
   return launch_n<N, F16, kKvNative>(a, m, p, stream);
 }
 
+template <bool F16, int KV>
+int launch_m64(const GsMlaDecodeArgs& a, const Maps& m, const Params& p, cudaStream_t stream) {
+  constexpr auto k = mla_sm90_m64_kernel<F16, KV>;
+  if (int st = ensure_smem<k>(a.device, kM64Smem); st != GS_OK) return st;
+  k<<<dim3((a.num_heads + 63) / 64, a.num_splits, a.batch), dim3(kThreads), kM64Smem, stream>>>(m.kv, m.scale, m.rope, p);
+  return GS_OK;
+}
+
+// 48..128 heads: the seesaw kernel for a bf16/fp16 cache, the M64 kernel (in-place dequantisation)
+// for an fp8 one.
+template <bool F16>
+int launch_m64_format(const GsMlaDecodeArgs& a, const Maps& m, const Params& p, cudaStream_t stream) {
+  if constexpr (!F16) {
+    if (a.kv_format == GS_MLA_KV_FP8_PER_TENSOR) return launch_m64<false, kKvFp8PerTensor>(a, m, p, stream);
+    if (a.kv_format == GS_MLA_KV_FP8_DS_MLA) return launch_m64<false, kKvFp8DsMla>(a, m, p, stream);
+  }
+  constexpr auto k = mla_sm90_seesaw_kernel<F16>;
+  if (int st = ensure_smem<k>(a.device, kSeesawSmem); st != GS_OK) return st;
+  k<<<dim3((a.num_heads + 63) / 64, a.num_splits, a.batch), dim3(kThreads), kSeesawSmem, stream>>>(m.kv, p);
+  return GS_OK;
+}
+
 template <bool F16>
 int launch(const GsMlaDecodeArgs& a, const Maps& maps, const Params& p, cudaStream_t stream) {
-  const dim3 block(kThreads);
-  const CUtensorMap& map = maps.kv;
   cudaError_t e;
   if (a.num_heads == 16) {
     if (int st = launch_n_format<16, F16>(a, maps, p, stream); st != GS_OK) return st;
   } else if (a.num_heads == 32) {
     if (int st = launch_n_format<32, F16>(a, maps, p, stream); st != GS_OK) return st;
   } else {
-    constexpr auto k = mla_sm90_seesaw_kernel<F16>;
-    if (int st = ensure_smem<k>(a.device, kSeesawSmem); st != GS_OK) return st;
-    k<<<dim3((a.num_heads + 63) / 64, a.num_splits, a.batch), block, kSeesawSmem, stream>>>(map, p);
+    if (int st = launch_m64_format<F16>(a, maps, p, stream); st != GS_OK) return st;
   }
   if ((e = cudaGetLastError()) != cudaSuccess) return graphsafe::cuda_failed(e);
   if (a.num_splits > 1) {

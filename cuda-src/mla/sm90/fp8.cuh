@@ -8,7 +8,9 @@
 // bytes in flight per SM without registers (the producer has 152 or 104 per thread), and it does the
 // page-table addressing and the 656-byte token stride for us. The cost is one more shared-memory
 // write and read of the raw bytes (36 KiB per tile), which the N kernel (16/32 heads, memory-bound)
-// has room for.
+// has room for. The M64 kernel (48..128 heads) has no room for a ring (Q and its two stages take
+// 216 of the 227 KiB): produce_fp8_in_place lands a tile's raw bytes in the front of its own stage
+// and dequantises them there, back to front (below).
 #pragma once
 
 #include <cuda_fp8.h>
@@ -166,6 +168,101 @@ __device__ __forceinline__ void produce_fp8_tiles(const CUtensorMap* lat_map, co
       fence_proxy_async();  // the math warpgroups read the stage through the async proxy (wgmma)
       mbar_arrive(full0 + 8 * s);
     }
+  }
+}
+
+// The fp8 producer of the M64 kernel, on all 128 threads of the producer warpgroup: tile i's raw
+// bytes land (TMA) in the front of its own stage s = i % 2, as 64-column blocks of the whole tile
+// (block c = dims 64c..64c+63, 64 rows x 64 B, row-major, unswizzled: 4 KiB at 4 KiB c; the
+// 656-byte format's scales after its 8 latent blocks, its bf16 rope by TMA straight into block 8),
+// and are dequantised in place into the stage's bf16 layout, block c = 8 (7) down to 0.
+//
+// Why back to front, with a barrier between each block's loads and its stores: bf16 block c
+// (8 KiB at 8 KiB c) covers raw blocks 2c and 2c + 1 (and, for c = 4, the scales): raw data of
+// blocks >= c only. Every thread loads its codes of block c (and read its scales at the start)
+// before the barrier of block c, and stores block c after it, so no store can overwrite raw bytes
+// that some thread has yet to read. Blocks 5..8 overwrite no raw bytes at all.
+// Thread pt takes rows pt / 4 and 32 + pt / 4, quarter pt % 4 of each raw row (16 codes -> two
+// 16-byte chunks of the bf16 row at their swizzled places), like dequant_half. A stage is refilled
+// only after the math warpgroups released it (empty), and is full once all 128 threads arrived
+// (and, for the 656-byte format, the rope's TMA landed: thread 0 adds it to the phase's bytes
+// before its own arrival).
+template <int KV>
+__device__ __forceinline__ void produce_fp8_in_place(const CUtensorMap* lat_map, const CUtensorMap* scale_map,
+                                                     const CUtensorMap* rope_map, const Params& p, int b,
+                                                     const SplitRange& sr, uint8_t* stages, uint32_t full0,
+                                                     uint32_t empty0, uint32_t rawfull0, int pt) {
+  using R = Fp8Raw<KV>;
+  constexpr int kRawBlock = kTileS * 64;                  // one raw column block of a tile: 4 KiB
+  constexpr int kScaleOff = R::kLatBlocks * kRawBlock;    // the 656-byte format's scales: 64 x 16 B
+  constexpr int kRawBytes = kScaleOff + (KV == kKvFp8DsMla ? kTileS * 16 : 0);
+  // Clear of block 8, where the 656-byte format's rope lands by TMA while the raw bytes wait.
+  static_assert(kRawBytes <= 8 * kBlockBytes, "the raw tile must stay clear of block 8");
+  const int64_t pt_row = int64_t(b) * p.page_table_stride;
+  const uint32_t stages_a = smem_u32(stages);
+  const int r = pt >> 2, q = pt & 3;
+  for (int i = 0; i < sr.n; ++i) {
+    const int s = i & 1;
+    uint8_t* stage = stages + s * kStageBytes;
+    const uint32_t st = stages_a + s * kStageBytes, raw_bar = rawfull0 + 8 * s, full = full0 + 8 * s;
+    int row = 0;
+    if (pt == 0) {  // the page-table read's latency passes while the stage drains
+      const int tok = (sr.tile0 + i) * kTileS;
+      const int page = min(max(__ldg(p.page_table + pt_row + tok / p.page_size), 0), p.num_pages - 1);
+      row = page * p.page_size + tok % p.page_size;
+    }
+    if (i >= 2) mbar_wait(empty0 + 8 * s, ((i >> 1) - 1) & 1);
+    if (pt == 0) {
+      mbar_arrive_expect_tx(raw_bar, kRawBytes);
+#pragma unroll
+      for (int c = 0; c < R::kLatBlocks; ++c)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) tma_load_2d(st + c * kRawBlock + h * (kRawBlock / 2), lat_map, c * 64, row + h * R::kHalf, raw_bar);
+      if constexpr (KV == kKvFp8DsMla) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) tma_load_2d(st + kScaleOff + h * R::kHalf * 16, scale_map, kNope, row + h * R::kHalf, raw_bar);
+        mbar_expect_tx(full, kTileS * 128);
+#pragma unroll
+        for (int h = 0; h < 2; ++h) tma_load_2d(st + 8 * kBlockBytes + h * R::kHalf * 128, rope_map, R::kRopeOff, row + h * R::kHalf, full);
+      }
+    }
+    mbar_wait(raw_bar, (i >> 1) & 1);
+    float4 sa = make_float4(1.f, 1.f, 1.f, 1.f), sb = sa;
+    if constexpr (KV == kKvFp8DsMla) {
+      sa = *reinterpret_cast<const float4*>(stage + kScaleOff + r * 16);
+      sb = *reinterpret_cast<const float4*>(stage + kScaleOff + (r + R::kHalf) * 16);
+    }
+#pragma unroll 1
+    for (int c = R::kLatBlocks - 1; c >= 0; --c) {
+      const uint4 va = *reinterpret_cast<const uint4*>(stage + c * kRawBlock + r * 64 + q * 16);
+      const uint4 vb = *reinterpret_cast<const uint4*>(stage + c * kRawBlock + (r + R::kHalf) * 64 + q * 16);
+      named_bar_sync(1, 128);  // every thread holds its codes of blocks >= c: their raw bytes are dead
+#pragma unroll
+      for (int t = 0; t < 2; ++t) {
+        const uint4 v = t == 0 ? va : vb;
+        const int rr = r + t * R::kHalf, sw = rr & 7;
+        uint4 lo, hi;
+        if constexpr (KV == kKvFp8PerTensor) {
+          convert4_exact(v.x, lo.x, lo.y);
+          convert4_exact(v.y, lo.z, lo.w);
+          convert4_exact(v.z, hi.x, hi.y);
+          convert4_exact(v.w, hi.z, hi.w);
+        } else {
+          const float4 sc = t == 0 ? sa : sb;
+          const int k = c >> 1;
+          const float f = k == 0 ? sc.x : k == 1 ? sc.y : k == 2 ? sc.z : sc.w;
+          convert4_scaled(v.x, f, lo.x, lo.y);
+          convert4_scaled(v.y, f, lo.z, lo.w);
+          convert4_scaled(v.z, f, hi.x, hi.y);
+          convert4_scaled(v.w, f, hi.z, hi.w);
+        }
+        uint8_t* dst = stage + c * kBlockBytes + rr * 128;
+        *reinterpret_cast<uint4*>(dst + (((2 * q) ^ sw) << 4)) = lo;
+        *reinterpret_cast<uint4*>(dst + (((2 * q + 1) ^ sw) << 4)) = hi;
+      }
+    }
+    fence_proxy_async();  // the math warpgroups read the stage through the async proxy (wgmma)
+    mbar_arrive(full);
   }
 }
 

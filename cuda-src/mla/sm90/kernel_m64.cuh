@@ -1,30 +1,36 @@
-// The sm90 MLA split kernel "M64" (48..128 heads); see kernels.cuh and decode.cu.
+// The sm90 MLA split kernel "M64" (48..128 heads, fp8 caches); see kernels.cuh and decode.cu. A
+// bf16/fp16 cache at these head counts takes the seesaw kernel (kernel_seesaw.cuh), which replaced
+// this kernel's native path in the sixth session (0.74x -> 1.0x and more of its time per call).
 #pragma once
 
+#include "mla/sm90/fp8.cuh"
 #include "mla/sm90/split.cuh"
 #include "mla/sm90/wgmma_ops.cuh"
 
 namespace graphsafe::mla_sm90 {
 
 // =================================================================================================
-// Kernel "M64": heads as the MMA's M. One CTA = (64-head group, split, request); for 48..128 heads.
+// Kernel "M64": heads as the MMA's M. One CTA = (64-head group, split, request); for 48..128 heads
+// over an fp8 cache (the tile is dequantised to bf16 in shared memory, then read like a bf16 tile).
 //
 //   warpgroup 0: S = Q.K^T (m64n64k16 x 36, Q and K from shared memory), online softmax in
 //                registers, P (bf16/fp16) into the tile's rope block (dead once S is done), then
 //                O[:, 0:256] += P.V (m64n256k16 x 4).
 //   warpgroup 1: waits for P, O[:, 256:512] += P.V.
-//   warpgroup 2: TMA producer (one thread), two stages of 64 tokens.
+//   warpgroup 2: the producer, two stages of 64 tokens, all 128 threads: TMA of the raw tile into
+//                its stage and an in-place dequantisation (fp8.cuh, produce_fp8_in_place).
 // WG0 issues S(i+1) while both warpgroups' P.V(i) are still running on the tensor cores.
-// Shared memory: Q 72 KiB + 2 x 72 KiB KV stages + row scales + barriers (one full barrier per box
-// and stage: WG0's S waits box by box).
+// Shared memory: Q 72 KiB + 2 x 72 KiB KV stages + row scales + barriers and 2 raw-tile barriers.
 // =================================================================================================
 constexpr int kM64OStride = 520;  // floats per row of the fp32 O staging (conflict-free float2 stores)
-// Barriers: full(s, c) per stage and box (9 pairs), empty[2], pready[2], math.
-constexpr int kM64Bars = 2 * kBlocks + 2 + 2 + 1;
-constexpr int kM64Smem = 3 * kStageBytes + (128 + 64 + 64) * 4 + kM64Bars * 8 + 1024;
+constexpr int kM64Smem = 3 * kStageBytes + (128 + 64 + 64) * 4 + 9 * 8 + 1024;
 
-template <bool F16>
-__global__ void __launch_bounds__(kThreads, 1) mla_sm90_m64_kernel(const __grid_constant__ CUtensorMap kv_map, const Params p) {
+template <bool F16, int KV>
+__global__ void __launch_bounds__(kThreads, 1)
+    mla_sm90_m64_kernel(const __grid_constant__ CUtensorMap kv_map, const __grid_constant__ CUtensorMap scale_map,
+                        const __grid_constant__ CUtensorMap rope_map, const Params p) {
+  static_assert(KV != kKvNative && !F16, "the M64 kernel reads fp8 caches with bf16 queries");
+  static_assert(kM64Smem <= 232448, "M64 kernel: shared memory");
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = smem_base_1k(smem_raw);
   const int tid = threadIdx.x;
@@ -43,15 +49,17 @@ __global__ void __launch_bounds__(kThreads, 1) mla_sm90_m64_kernel(const __grid_
   float* s_inv_l = s_alpha + 128;                                     // [64]
   float* s_lse = s_inv_l + 64;                                        // [64]
   const uint32_t bars = smem_u32(s_lse + 64);
-  // full(s, c) = full0 + 16 c + 8 s (one per box: S starts on the first box that lands).
-  const uint32_t full0 = bars, empty0 = bars + 16 * kBlocks, pready0 = empty0 + 16, math_bar = pready0 + 16;
+  const uint32_t full0 = bars, empty0 = bars + 16, pready0 = bars + 32, math_bar = bars + 48;
   const uint32_t sq_a = smem_u32(sq), skv_a = smem_u32(skv);
 
-  if (!enter_roles_with<kBlocks + 2, kMathRegs, kProducerRegs>(
-          tid, bars, {1u, 1u, 1u, 1u, 1u, 1u, 1u, 1u, 1u, uint32_t(kMathThreads), 128u}, 0u, [&](int pt) {
-            if (pt == 0) produce_tiles_boxes(&kv_map, p, b, sr, skv_a, full0, empty0);
-          }))
-    return;
+  {
+    // Full barriers: one arrival per producer thread. Raw tiles: the TMA's expect_tx.
+    const uint32_t rawfull0 = math_bar + 8;
+    if (!enter_roles_with<3, kMathRegs, kProducerRegs, 2>(tid, bars, {128u, uint32_t(kMathThreads), 128u}, 1u, [&](int pt) {
+          produce_fp8_in_place<KV>(&kv_map, &scale_map, &rope_map, p, b, sr, skv, full0, empty0, rawfull0, pt);
+        }))
+      return;
+  }
 
   uint32_t math_phase = 0;
   load_q<64>(sq, p, b, head0, rows, tid, kMathThreads);
@@ -65,32 +73,36 @@ __global__ void __launch_bounds__(kThreads, 1) mla_sm90_m64_kernel(const __grid_
 #pragma unroll
   for (int i = 0; i < 128; ++i) o[i] = 0.f;
 
+  // The per-tensor fp8 scale multiplies every K and V (the stages hold the codes' exact values):
+  // applied to the scores before they are masked and their maximum taken, and to the output's
+  // normalisation, as in the N kernel (kernel_n.cuh says why in that order).
+  const float kv_scale = KV == kKvFp8PerTensor ? __ldg(p.kv_scale) : 1.f;
   if (wg == 0) {
-    const float sl2 = p.scale_log2;
+    const float sl2_scores = p.scale_log2 * kv_scale;
+    const float sl2 = KV == kKvFp8PerTensor ? 1.f : sl2_scores;  // what the softmax below multiplies by
     float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.f, l1 = 0.f;
     const uint64_t dq = sw128_desc(sq_a, 16, 1024);
     for (int i = 0; i < sr.n; ++i) {
       const int s = i & 1;
       const uint32_t st = skv_a + s * kStageBytes;
+      mbar_wait(full0 + 8 * s, (i >> 1) & 1);
       float sc[32];
       const uint64_t dk = sw128_desc(st, 16, 1024);
-      // Box by box: wait for it, fence, issue its 4 k-steps, commit (a wait between wgmma issues
-      // without the fence makes ptxas serialise every wgmma: C7520).
+      wg_fence();
 #pragma unroll
-      for (int c = 0; c < kBlocks; ++c) {
-        mbar_wait(full0 + 16 * c + 8 * s, (i >> 1) & 1);
-        wg_fence();
-#pragma unroll
-        for (int k = 4 * c; k < 4 * c + 4; ++k) {
-          const uint32_t off = uint32_t((k >> 2) * kBlockBytes + (k & 3) * 32) >> 4;
-          Wgmma<64, F16>::template ss<0, 0>(sc, dq + off, dk + off, k > 0 ? 1u : 0u);
-        }
-        wg_commit();
+      for (int k = 0; k < 36; ++k) {
+        const uint32_t off = uint32_t((k >> 2) * kBlockBytes + (k & 3) * 32) >> 4;
+        Wgmma<64, F16>::template ss<0, 0>(sc, dq + off, dk + off, k > 0 ? 1u : 0u);
       }
+      wg_commit();
       wg_wait<0>();  // S(i), and P.V(i-1) issued last iteration
       reg_fence(sc);
       reg_fence(o);
       if (i > 0) mbar_arrive(empty0 + 8 * ((i - 1) & 1));
+      if constexpr (KV == kKvFp8PerTensor) {
+#pragma unroll
+        for (int k = 0; k < 32; ++k) sc[k] *= sl2_scores;
+      }
 
       // Online softmax on rows r0, r1; columns 8j + 2q + {0,1} (j = 0..7).
       const int valid = sr.seq - (sr.tile0 + i) * kTileS;  // >= 1
@@ -164,8 +176,8 @@ __global__ void __launch_bounds__(kThreads, 1) mla_sm90_m64_kernel(const __grid_
     l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
     l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
     if (q == 0) {
-      s_inv_l[r0] = 1.f / l0;
-      s_inv_l[r1] = 1.f / l1;
+      s_inv_l[r0] = 1.f / l0 * kv_scale;
+      s_inv_l[r1] = 1.f / l1 * kv_scale;
       s_lse[r0] = (m0 + __log2f(l0)) * kLn2;
       s_lse[r1] = (m1 + __log2f(l1)) * kLn2;
     }

@@ -9,7 +9,7 @@
 //
 // The kernels, one file each, in the order they are defined in decode.cu's translation unit:
 //   split.cuh       what both split kernels share (tile range, Q staging, producer, prologue, stores)
-//   kernel_m64.cuh  "M64": heads as the MMA's M, 48..128 heads
+//   kernel_m64.cuh  "M64": heads as the MMA's M, 48..128 heads over an fp8 cache (in-place dequantisation)
 //   kernel_seesaw.cuh  "seesaw": the same heads, two warpgroups over pairs of tiles (bf16/fp16)
 //   kernel_n.cuh    "N": heads as the MMA's N, 16 or 32 heads
 //   combine.cuh     the combine kernel of splits > 1

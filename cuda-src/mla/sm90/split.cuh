@@ -88,28 +88,6 @@ __device__ __forceinline__ void produce_tiles(const CUtensorMap* map, const Para
   }
 }
 
-// The producer with one full barrier per 64-column box (fine-grained TMA): full(s, c) at
-// full0 + 16 c + 8 s completes when box c of stage s has landed, so S can start on box 0 while
-// the rest of the tile is still in flight.
-__device__ __forceinline__ void produce_tiles_boxes(const CUtensorMap* map, const Params& p, int b, const SplitRange& sr,
-                                                    uint32_t stages, uint32_t full0, uint32_t empty0) {
-  const int64_t pt_row = int64_t(b) * p.page_table_stride;
-  for (int i = 0; i < sr.n; ++i) {
-    const int s = i & 1;
-    const int tok = (sr.tile0 + i) * kTileS;
-    const int page = min(max(__ldg(p.page_table + pt_row + tok / p.page_size), 0), p.num_pages - 1);
-    const int row = page * p.page_size + tok % p.page_size;
-    if (i >= 2) mbar_wait(empty0 + 8 * s, ((i >> 1) - 1) & 1);
-    const uint32_t dst = stages + s * kStageBytes;
-#pragma unroll
-    for (int c = 0; c < kBlocks; ++c) {
-      const uint32_t bar = full0 + 16 * c + 8 * s;
-      mbar_arrive_expect_tx(bar, kBlockBytes);
-      tma_load_2d(dst + c * kBlockBytes, map, c * 64, row, bar);
-    }
-  }
-}
-
 // The warp-specialised prologue both split kernels share. Thread 0 initialises the barriers, 8
 // bytes each from `bars`: kPairs two-stage pairs with the given arrival counts (full[2] first;
 // empty[2] next), then the math barrier (kMathThreads), then kExtra barriers of `extra_count` arrivals.

@@ -61,8 +61,8 @@ pub enum PlanOp {
         #[arg(long, default_value = "bf16")]
         dtype: String,
         /// How the KV cache is stored: native (in --dtype), fp8 (e4m3 with one f32 scale) or
-        /// fp8-ds-mla (DeepSeek V3.2's 656-byte token). The fp8 formats: sm_90, bf16 q, 16 or 32
-        /// heads; the workspace does not depend on the format.
+        /// fp8-ds-mla (DeepSeek V3.2's 656-byte token). The fp8 formats: sm_90, bf16 q, every head
+        /// count; the workspace does not depend on the format.
         #[arg(long = "kv-format", default_value = "native")]
         kv_format: String,
         /// Ask for this many KV splits instead of the default rule (validated against it).

@@ -38,7 +38,7 @@ pub enum KvFormat<M> {
     /// `[pages, page_size, 576]` fp8 e4m3 with one f32 scale for the whole cache, `scale` (f32
     /// `[1]`, device memory, read when the kernel runs: an engine may update it between replays):
     /// K = V = scale · e4m3, exactly (the scale is applied to the fp32 scores and output). vLLM's
-    /// fp8 KV cache. Queries bf16, output bf16. sm_90, 16 or 32 heads.
+    /// fp8 KV cache. Queries bf16, output bf16. sm_90, every head count it takes.
     Fp8PerTensor {
         /// f32 `[1]`.
         scale: Tensor<M>,
@@ -235,9 +235,6 @@ impl<M: DeviceMemory> MlaDecodeArgs<M> {
             }
             if dt != DType::Bf16 {
                 return Err(Error::invalid("q_nope.dtype", format!("bf16 with kv_format {format}"), dt));
-            }
-            if heads != 16 && heads != 32 {
-                return Err(Error::invalid("q_nope.shape[1] (heads)", format!("16 or 32 with kv_format {format} (the sm_90 kernel of 48..128 heads has no fp8 path yet)"), heads));
             }
         }
         let (kv_dt, kv_row) = format.cache_element(dt);
