@@ -84,7 +84,7 @@ __device__ __forceinline__ void produce_tiles(const CUtensorMap* map, const Para
     mbar_arrive_expect_tx(full0 + 8 * s, kStageBytes);
     const uint32_t dst = stages + s * kStageBytes;
 #pragma unroll
-    for (int c = 0; c < kBlocks; ++c) tma_load_2d(dst + c * kBlockBytes, map, c * 64, row, full0 + 8 * s);
+    for (int c = 0; c < kBlocks; ++c) tma_load_2d_evict_first(dst + c * kBlockBytes, map, c * 64, row, full0 + 8 * s);
   }
 }
 
