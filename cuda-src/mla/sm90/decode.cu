@@ -121,7 +121,12 @@ int launch(const GsMlaDecodeArgs& a, const Maps& maps, const Params& p, cudaStre
   }
   if ((e = cudaGetLastError()) != cudaSuccess) return graphsafe::cuda_failed(e);
   if (a.num_splits > 1) {
-    mla_sm90_combine_kernel<F16><<<dim3(a.num_heads, a.batch, kCombineChunks), dim3(128), 0, stream>>>(p);
+    // A warp a head only when there are enough heads to fill the GPU with such chains.
+    if (a.num_splits <= kCombineFewSplits && int64_t(a.batch) * a.num_heads >= kCombineWarpHeads) {
+      mla_sm90_combine_kernel<F16, 1><<<dim3((a.num_heads + 3) / 4, a.batch), dim3(128), 0, stream>>>(p);
+    } else {
+      mla_sm90_combine_kernel<F16, 16><<<dim3(a.num_heads, a.batch), dim3(combine_threads<16>()), 0, stream>>>(p);
+    }
     if ((e = cudaGetLastError()) != cudaSuccess) return graphsafe::cuda_failed(e);
   }
   return GS_OK;
