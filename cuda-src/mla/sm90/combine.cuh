@@ -14,7 +14,9 @@ namespace graphsafe::mla_sm90 {
 // split, two splits at a time. With few splits (<= kCombineFewSplits) and many heads in all
 // (batch x heads >= kCombineWarpHeads) a block is four heads, a warp each; otherwise a block is one
 // head and its 16 warps take splits s = w, w + 16, ..., added in a fixed order at the end. Both are
-// deterministic. Splits with LSE = -inf (empty) are never read.
+// deterministic for a given (batch x heads, splits); the two add in different orders, so a
+// request's last bits may differ between a batch below and above the threshold. Splits with
+// LSE = -inf (empty) are never read.
 // (The first version, a block per 128-dim chunk of a head, ran four times as many chains of the
 // same length: 34 us for 128 heads x 64 requests x 2 splits, 30 us at 16 x 16,384 x 4 splits, on
 // the H200.)

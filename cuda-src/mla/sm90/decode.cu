@@ -5,14 +5,17 @@
 //   * KV tiles of 64 tokens (one tile never crosses a page: pages are 64 or 128 tokens) are
 //     streamed by a producer warp with TMA (a 2-D tensor map over the cache viewed as
 //     [num_pages * page_size, 576]; nine 64 x 64 boxes per tile, 128-byte swizzle) into two stages.
-//   * 48..128 heads ("M64"): a CTA per (64-head group, split, request); warpgroup 0 computes
-//     S = Q.K^T with wgmma m64n64k16 (Q resident in shared memory), the online softmax, and
-//     writes P into the tile's dead rope block; both warpgroups accumulate half of O = P.V each
-//     (wgmma m64n256k16, V read MN-major from the same tile).
+//   * 48..128 heads, bf16/fp16 cache ("seesaw", kernel_seesaw.cuh): a CTA per (64-head group,
+//     split, request); the tiles in pairs, each warpgroup computes S = Q.K^T (wgmma m64n64k16, Q
+//     resident in shared memory) and the softmax of one tile of the pair and owns half of O's
+//     columns, so one's softmax runs under the other's wgmma.
+//   * 48..128 heads, fp8 cache ("M64", kernel_m64.cuh): the same CTA; warpgroup 0 computes S and
+//     the online softmax and writes P into the tile's dead rope block; both warpgroups accumulate
+//     half of O = P.V each (wgmma m64n256k16, V read MN-major from the same tile).
 //   * 16 or 32 heads ("N"): tokens as M, heads as N (wgmma m64n16/m64n32), so no MMA row is padding;
 //     the two warpgroups take alternate tiles and merge at the end.
 //   * splits > 1: fp32 partial O and LSE to the workspace, then the combine kernel.
-//   * fp8 caches (bf16 queries): both kernels with a dequantising producer (fp8.cuh): a raw ring
+//   * fp8 caches (bf16 queries): N and M64 with a dequantising producer (fp8.cuh): a raw ring
 //     beside the stages for the N kernel, the raw tile in its own stage for M64.
 // No allocation, no legacy stream, no atomics: deterministic and capturable.
 #include <atomic>

@@ -46,8 +46,8 @@ pub enum KvFormat<M> {
     /// DeepSeek V3.2's 656-byte token (FlashMLA's fp8 cache), u8 `[pages, page_size, 656]`: 512
     /// e4m3 latent values, 4 f32 scales (one per 128 latent values), 64 bf16 rope values.
     /// K = V = bf16(scale_g · e4m3) for the latent (the product in f32, rounded once to bf16, as
-    /// FlashMLA's fp8 kernels dequantise), the rope as stored. Queries bf16, output bf16. sm_90, 16
-    /// or 32 heads.
+    /// FlashMLA's fp8 kernels dequantise), the rope as stored. Queries bf16, output bf16. sm_90, every
+    /// head count it takes.
     Fp8DsMla,
 }
 
