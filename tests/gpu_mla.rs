@@ -187,6 +187,12 @@ fn shapes() -> Vec<Shape> {
         s(Fp16, 16, 64, vec![8192; 128], None, 40),
         s(Bf16, 128, 64, vec![3, 64, 65], Some(2), 41),
         s(Bf16, 80, 128, vec![256; 2], Some(2), 42),
+        // The combine's two layouts (combine.cuh): a warp a head (batch x heads >= 1024 and at
+        // most 8 splits), odd and even split counts, bf16 and fp16; 16 warps a head with 8 splits.
+        s(Bf16, 128, 64, vec![2000; 8], Some(5), 43),
+        s(Fp16, 64, 64, vec![1500, 7, 1500, 900, 1500, 1500, 64, 1500, 1500, 1500, 1, 1500, 1500, 1500, 1500, 333], Some(3), 44),
+        s(Bf16, 48, 64, vec![1300; 22], Some(8), 45),
+        s(Bf16, 16, 64, vec![900, 5], Some(8), 46),
     ]);
     v
 }
