@@ -22,7 +22,6 @@ namespace graphsafe::mla_sm90 {
 // WG0 issues S(i+1) while both warpgroups' P.V(i) are still running on the tensor cores.
 // Shared memory: Q 72 KiB + 2 x 72 KiB KV stages + row scales + barriers and 2 raw-tile barriers.
 // =================================================================================================
-constexpr int kM64OStride = 520;  // floats per row of the fp32 O staging (conflict-free float2 stores)
 constexpr int kM64Smem = 3 * kStageBytes + (128 + 64 + 64) * 4 + 9 * 8 + 1024;
 
 template <bool F16, int KV>
@@ -209,15 +208,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   // Epilogue: normalise, stage fp32 rows in the (now idle) KV stages, store coalesced.
   mbar_sync(math_bar, math_phase);
   float* so = reinterpret_cast<float*>(skv);
-  const float i0 = s_inv_l[r0], i1 = s_inv_l[r1];
-  const int cbase = wg * 256 + 2 * q;
-#pragma unroll
-  for (int j = 0; j < 32; ++j) {
-    *reinterpret_cast<float2*>(so + r0 * kM64OStride + cbase + 8 * j) = make_float2(o[4 * j] * i0, o[4 * j + 1] * i0);
-    *reinterpret_cast<float2*>(so + r1 * kM64OStride + cbase + 8 * j) = make_float2(o[4 * j + 2] * i1, o[4 * j + 3] * i1);
-  }
-  mbar_sync(math_bar, math_phase);
-  store_rows<F16>(so, kM64OStride, rows, head0, s_lse, p, b, split, tid, kMathThreads);
+  stage_and_store_o64<F16>(so, o, wg * 256, q, r0, r1, s_inv_l[r0], s_inv_l[r1], math_bar, math_phase, rows, head0, s_lse, p, b,
+                           split, tid);
 }
 
 }  // namespace graphsafe::mla_sm90

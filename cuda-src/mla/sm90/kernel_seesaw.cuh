@@ -365,15 +365,8 @@ __global__ void __launch_bounds__(kThreads, 1) mla_sm90_seesaw_kernel(const __gr
     s_lse[r0] = (m0 + __log2f(lt0)) * kLn2;
     s_lse[r1] = (m1 + __log2f(lt1)) * kLn2;
   }
-  float* so = reinterpret_cast<float*>(skv);
-  const int cbase = wg * 256 + 2 * q;
-#pragma unroll
-  for (int j = 0; j < 32; ++j) {
-    *reinterpret_cast<float2*>(so + r0 * kM64OStride + cbase + 8 * j) = make_float2(o[4 * j] * i0, o[4 * j + 1] * i0);
-    *reinterpret_cast<float2*>(so + r1 * kM64OStride + cbase + 8 * j) = make_float2(o[4 * j + 2] * i1, o[4 * j + 3] * i1);
-  }
-  mbar_sync(math_bar, math_phase);
-  store_rows<F16>(so, kM64OStride, rows, head0, s_lse, p, b, split, tid, kMathThreads);
+  stage_and_store_o64<F16>(reinterpret_cast<float*>(skv), o, wg * 256, q, r0, r1, i0, i1, math_bar, math_phase, rows, head0, s_lse,
+                           p, b, split, tid);
 }
 
 }  // namespace graphsafe::mla_sm90

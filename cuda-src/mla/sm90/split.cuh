@@ -173,6 +173,24 @@ __device__ __forceinline__ void store_rows(const float* so, int stride, int rows
   }
 }
 
+// The 64-row kernels' (M64, seesaw) output: a math warpgroup's 64 x 256 accumulator (the MMA's
+// m64n256 layout, columns col0 + 8 j + 2 q, rows r0 and r1 = r0 + 8) times the rows' 1/l, staged
+// as fp32 rows in shared memory, then, after the math barrier, stored coalesced by store_rows.
+constexpr int kOStageStride = 520;  // floats per staged row (conflict-free float2 stores)
+template <bool F16>
+__device__ __forceinline__ void stage_and_store_o64(float* so, const float (&o)[128], int col0, int q, int r0, int r1, float i0,
+                                                    float i1, uint32_t math_bar, uint32_t& math_phase, int rows, int head0,
+                                                    const float* s_lse, const Params& p, int b, int split, int tid) {
+  const int cbase = col0 + 2 * q;
+#pragma unroll
+  for (int j = 0; j < 32; ++j) {
+    *reinterpret_cast<float2*>(so + r0 * kOStageStride + cbase + 8 * j) = make_float2(o[4 * j] * i0, o[4 * j + 1] * i0);
+    *reinterpret_cast<float2*>(so + r1 * kOStageStride + cbase + 8 * j) = make_float2(o[4 * j + 2] * i1, o[4 * j + 3] * i1);
+  }
+  mbar_sync(math_bar, math_phase);
+  store_rows<F16>(so, kOStageStride, rows, head0, s_lse, p, b, split, tid, kMathThreads);
+}
+
 // An empty split (or seq_len 0): one split writes zeros and LSE = -inf; a partial writes only
 // LSE = -inf, which tells the combine kernel to skip (never read) its partial O.
 template <bool F16>
