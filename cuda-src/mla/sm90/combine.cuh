@@ -21,6 +21,8 @@ namespace graphsafe::mla_sm90 {
 // same length: 34 us for 128 heads x 64 requests x 2 splits, 30 us at 16 x 16,384 x 4 splits, on
 // the H200.)
 // =================================================================================================
+// Not tuned: a warp a head was measured faster at 2 and 4 splits; 16 warps a head at 64 and 128
+// splits (and at 8 with few heads); the bound 8 between them is a guess.
 constexpr int kCombineFewSplits = 8;
 constexpr int kCombineWarpHeads = 1024;  // 16 x 64 x 2 splits took 93.0 -> 90.9 us with a warp a head, 16 x 16 x 8 89.4 -> 93.0
 

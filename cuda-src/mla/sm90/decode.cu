@@ -101,7 +101,7 @@ int launch_m64(const GsMlaDecodeArgs& a, const Maps& m, const Params& p, cudaStr
 // 48..128 heads: the seesaw kernel for a bf16/fp16 cache, the M64 kernel (in-place dequantisation)
 // for an fp8 one.
 template <bool F16>
-int launch_m64_format(const GsMlaDecodeArgs& a, const Maps& m, const Params& p, cudaStream_t stream) {
+int launch_head_groups(const GsMlaDecodeArgs& a, const Maps& m, const Params& p, cudaStream_t stream) {
   if constexpr (!F16) {
     if (a.kv_format == GS_MLA_KV_FP8_PER_TENSOR) return launch_m64<false, kKvFp8PerTensor>(a, m, p, stream);
     if (a.kv_format == GS_MLA_KV_FP8_DS_MLA) return launch_m64<false, kKvFp8DsMla>(a, m, p, stream);
@@ -120,7 +120,7 @@ int launch(const GsMlaDecodeArgs& a, const Maps& maps, const Params& p, cudaStre
   } else if (a.num_heads == 32) {
     if (int st = launch_n_format<32, F16>(a, maps, p, stream); st != GS_OK) return st;
   } else {
-    if (int st = launch_m64_format<F16>(a, maps, p, stream); st != GS_OK) return st;
+    if (int st = launch_head_groups<F16>(a, maps, p, stream); st != GS_OK) return st;
   }
   if ((e = cudaGetLastError()) != cudaSuccess) return graphsafe::cuda_failed(e);
   if (a.num_splits > 1) {
