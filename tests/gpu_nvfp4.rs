@@ -216,6 +216,37 @@ fn w4a16_matches_the_dequantized_reference() {
 }
 
 #[test]
+fn w4a16_stream_k_matches_the_reference_and_replays() {
+    // The stream-K schedule in both of its configurations (m = 1: BM 8; m = 13: BM 16, which
+    // w4a16_stream_k_captured_replay_equals_eager, at m = 2, does not reach) with a k that is not a
+    // multiple of 64 (every tile's last k-block half empty): CTA ranges across tile boundaries,
+    // partial tiles through the workspace and the fixup kernel, against the f64 reference and
+    // through a captured replay.
+    let Some((ctx, mut stream)) = gpu() else { return };
+    if !hopper(&ctx) {
+        return;
+    }
+    let (n, k) = (8192usize, 24544usize);
+    let alpha = DeviceBuffer::from_host(&stream, &[0.5f32]).unwrap();
+    let mut ws = Workspace::new(&stream, 0).unwrap();
+    for &m in &[1usize, 13] {
+        let p = w4a16_problem(&stream, m, n, k, 91 + m as u64);
+        let d = DeviceBuffer::alloc_zeroed(&stream, m * n * 2).unwrap();
+        let plan = nvfp4::w4a16_gemm(&Tensor::contiguous(&p.a, DType::Bf16, &[m, k]), &p.w, &alpha, &Tensor::contiguous(&d, DType::Bf16, &[m, n]), &mut ws, &stream).unwrap();
+        assert!(plan.workspace_bytes > 0, "m={m}: expected the stream-K schedule with partial tiles, got {plan:?}");
+        let got = d.to_host_vec::<u16>(&stream).unwrap();
+        let e = max_rel_err(&got, &p.reference, 0.5);
+        eprintln!("stream-K m={m} n={n} k={k} workspace={}: normalized error {e:.2e}", plan.workspace_bytes);
+        assert!(e < 1e-2, "m={m}: normalized error {e:.3e}");
+        alpha.copy_from_host(&[1.0f32], &stream).unwrap();
+        nvfp4::w4a16_gemm(&Tensor::contiguous(&p.a, DType::Bf16, &[m, k]), &p.w, &alpha, &Tensor::contiguous(&d, DType::Bf16, &[m, n]), &mut ws, &stream).unwrap();
+        let eager = d.to_host_vec::<u16>(&stream).unwrap();
+        check_captured_replay(&mut stream, &p, &alpha, &d, &mut ws, &plan, &eager, Replays { count: 3, fill: 0x5A, grow: true });
+        alpha.copy_from_host(&[0.5f32], &stream).unwrap();
+    }
+}
+
+#[test]
 fn w4a16_captured_replay_equals_eager_and_reads_alpha_at_replay() {
     let Some((ctx, mut stream)) = gpu() else { return };
     if !hopper(&ctx) {
