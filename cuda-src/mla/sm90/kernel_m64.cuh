@@ -61,7 +61,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
 
   uint32_t math_phase = 0;
-  load_q<64>(sq, p, b, head0, rows, tid, kMathThreads);
+  load_q<64, kMathThreads>(sq, p, b, head0, rows, tid);
   fence_proxy_async();
   mbar_sync(math_bar, math_phase);
 

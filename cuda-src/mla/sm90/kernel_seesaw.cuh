@@ -114,7 +114,7 @@ __global__ void __launch_bounds__(kThreads, 1) mla_sm90_seesaw_kernel(const __gr
     return;
 
   uint32_t math_phase = 0;
-  load_q<64>(sq, p, b, head0, rows, tid, kMathThreads);
+  load_q<64, kMathThreads>(sq, p, b, head0, rows, tid);
   fence_proxy_async();
   mbar_sync(math_bar, math_phase);
 

@@ -34,27 +34,43 @@ __device__ __forceinline__ SplitRange split_range(const Params& p, int b, int sp
 }
 
 // Q rows [head0, head0 + valid) of request b into `sq` (ROWS rows, swizzled K-major blocks of
-// ROWS x 128 B); rows past `valid` are zero.
-template <int ROWS>
-__device__ __forceinline__ void load_q(uint8_t* sq, const Params& p, int b, int head0, int valid, int t, int nt) {
-  for (int idx = t; idx < ROWS * 72; idx += nt) {
-    const int r = idx / 72, c = idx - r * 72;
-    uint4 v = make_uint4(0u, 0u, 0u, 0u);
-    if (r < valid) {
-      const int h = head0 + r;
-      const uint16_t* src = c < 64 ? p.q_nope + b * p.q_nope_sb + h * p.q_nope_sh + c * 8
-                                   : p.q_pe + b * p.q_pe_sb + h * p.q_pe_sh + (c - 64) * 8;
-      if (p.q_vec) {
-        v = __ldg(reinterpret_cast<const uint4*>(src));
-      } else {
-        uint16_t e[8];
+// ROWS x 128 B); rows past `valid` are zero. NT threads (t = 0..NT-1) share the work; each issues
+// a batch of kQBatch loads before the batch's first store: a loop of load -> store pairs waits one
+// L2 round trip per item (64 rows: 18 per thread, several microseconds before the first S product,
+// which the KV tiles already in shared memory cannot hide).
+constexpr int kQBatch = 9;
+template <int ROWS, int NT>
+__device__ __forceinline__ void load_q(uint8_t* sq, const Params& p, int b, int head0, int valid, int t) {
+  constexpr int kItems = ROWS * 72;  // 16-byte pieces: 64 nope + 8 rope per row
+#pragma unroll 1
+  for (int base = t; base < kItems; base += kQBatch * NT) {
+    uint4 v[kQBatch];
 #pragma unroll
-        for (int k = 0; k < 8; ++k) e[k] = __ldg(src + k);
-        v = make_uint4(e[0] | (uint32_t(e[1]) << 16), e[2] | (uint32_t(e[3]) << 16), e[4] | (uint32_t(e[5]) << 16),
-                       e[6] | (uint32_t(e[7]) << 16));
+    for (int j = 0; j < kQBatch; ++j) {
+      const int idx = base + j * NT;
+      const int r = idx / 72, c = idx - r * 72;
+      v[j] = make_uint4(0u, 0u, 0u, 0u);
+      if (idx < kItems && r < valid) {
+        const int h = head0 + r;
+        const uint16_t* src = c < 64 ? p.q_nope + b * p.q_nope_sb + h * p.q_nope_sh + c * 8
+                                     : p.q_pe + b * p.q_pe_sb + h * p.q_pe_sh + (c - 64) * 8;
+        if (p.q_vec) {
+          v[j] = __ldg(reinterpret_cast<const uint4*>(src));
+        } else {
+          uint16_t e[8];
+#pragma unroll
+          for (int k = 0; k < 8; ++k) e[k] = __ldg(src + k);
+          v[j] = make_uint4(e[0] | (uint32_t(e[1]) << 16), e[2] | (uint32_t(e[3]) << 16), e[4] | (uint32_t(e[5]) << 16),
+                            e[6] | (uint32_t(e[7]) << 16));
+        }
       }
     }
-    *reinterpret_cast<uint4*>(sq + (c >> 3) * (ROWS * 128) + r * 128 + (((c & 7) ^ (r & 7)) << 4)) = v;
+#pragma unroll
+    for (int j = 0; j < kQBatch; ++j) {
+      const int idx = base + j * NT;
+      const int r = idx / 72, c = idx - r * 72;
+      if (idx < kItems) *reinterpret_cast<uint4*>(sq + (c >> 3) * (ROWS * 128) + r * 128 + (((c & 7) ^ (r & 7)) << 4)) = v[j];
+    }
   }
 }
 
