@@ -35,9 +35,12 @@ __device__ __forceinline__ SplitRange split_range(const Params& p, int b, int sp
 
 // Q rows [head0, head0 + valid) of request b into `sq` (ROWS rows, swizzled K-major blocks of
 // ROWS x 128 B); rows past `valid` are zero. NT threads (t = 0..NT-1) share the work; each issues
-// a batch of kQBatch loads before the batch's first store: a loop of load -> store pairs waits one
-// L2 round trip per item (64 rows: 18 per thread, several microseconds before the first S product,
-// which the KV tiles already in shared memory cannot hide).
+// a batch of kQBatch loads before the batch's first store: a loop of load -> store pairs waited one
+// L2 round trip per item (64 rows: 18 per thread). H200, same output bits: 128 heads 16 x 16384
+// 153 -> 148 us, 16 heads 16 x 16384 90.5 -> 87 us. Even so Q is ready about 5.5 us after kernel
+// entry and the first S product starts at about 7.3 (globaltimer probes, 128 heads); issuing the
+// loads at kernel entry, before the seq_len read and the barrier set-up, measured no better
+// (docs/benchmarks.md, seventh session).
 constexpr int kQBatch = 9;
 template <int ROWS, int NT>
 __device__ __forceinline__ void load_q(uint8_t* sq, const Params& p, int b, int head0, int valid, int t) {
