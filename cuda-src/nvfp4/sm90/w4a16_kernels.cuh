@@ -342,11 +342,17 @@ __global__ void __launch_bounds__(threads_for(BM), MINB) w4a16_gemm_kernel(const
 template <int BM>
 __global__ void __launch_bounds__(kConsumers) w4a16_fixup_kernel(const Params p) {
   grid_launch_dependents();  // the next kernel may start its prologue: this one only reads slots
+  // Every CTA waits for the GEMM, also one with nothing to add: a chain of programmatically
+  // dependent grids is ordered only if each grid completes after its predecessor. When no tile is
+  // shared (every CTA boundary on a tile boundary, as for k <= 64 where a chunk is a whole tile,
+  // while the grid does not divide the tiles, so the plan still launches this kernel) a return
+  // before the wait let this grid complete while GEMM CTAs still wrote D, and the next kernel's
+  // wait (on this grid only) then let it read D too early. Found by review, not yet by a test.
+  grid_dependency_wait();
   const int64_t n_tile = blockIdx.x;
   const int64_t c_first = streamk_owner(n_tile * p.kblocks, p.units, p.ctas);
   const int64_t c_last = streamk_owner((n_tile + 1) * p.kblocks - 1, p.units, p.ctas);
   if (c_first == c_last) return;  // the GEMM wrote this tile directly
-  grid_dependency_wait();
   const int ct = threadIdx.x;
   const float f = __ldg(p.alpha) * __ldg(p.factor);
   constexpr int kQ = BM / 8;
