@@ -41,7 +41,7 @@ __device__ __forceinline__ SplitRange split_range(const Params& p, int b, int sp
 // entry and the first S product starts at about 7.3 (globaltimer probes, 128 heads); issuing the
 // loads at kernel entry, before the seq_len read and the barrier set-up, measured no better
 // (docs/benchmarks.md, seventh session).
-constexpr int kQBatch = 9;
+constexpr int kQBatch = 9;  // 64 rows: 18 pieces a thread in two batches, 36 registers held at a time
 template <int ROWS, int NT>
 __device__ __forceinline__ void load_q(uint8_t* sq, const Params& p, int b, int head0, int valid, int t) {
   constexpr int kItems = ROWS * 72;  // 16-byte pieces: 64 nope + 8 rope per row
