@@ -239,6 +239,9 @@ __device__ __forceinline__ void produce_fp8_in_place(const CUtensorMap* lat_map,
       named_bar_sync(1, 128);  // every thread holds its codes of blocks >= c: their raw bytes are dead
 #pragma unroll
       for (int t = 0; t < 2; ++t) {
+        // dequant_half's conversion, written again: a shared helper (tried) gives the same
+        // instruction counts but another schedule in all five fp8 kernels' sm_90a SASS, which
+        // needs a run on the H200 before it can replace measured code.
         const uint4 v = t == 0 ? va : vb;
         const int rr = r + t * R::kHalf, sw = rr & 7;
         uint4 lo, hi;
