@@ -555,6 +555,10 @@ fn sm90_device_data_follows_the_shared_contract() {
         Shape { dtype: KvDtype::Bf16, heads: 128, page: 64, seq_lens: vec![700, 64, 4000, 129, 1], splits: None, seed: 80 },
         Shape { dtype: KvDtype::Fp16, heads: 16, page: 128, seq_lens: vec![300, 300, 300], splits: Some(4), seed: 81 },
         Shape { dtype: KvDtype::Bf16, heads: 64, page: 64, seq_lens: vec![2048, 5, 2048, 2048], splits: Some(2), seed: 82 },
+        // The seesaw kernel's clustered splits: one cluster for all 4 splits (it writes out itself),
+        // and 16 splits in clusters of 8 (two partials for the combine), each with empty requests.
+        Shape { dtype: KvDtype::Bf16, heads: 128, page: 64, seq_lens: vec![700, 64, 4000, 129, 1], splits: Some(4), seed: 83 },
+        Shape { dtype: KvDtype::Fp16, heads: 64, page: 64, seq_lens: vec![700, 64, 4000, 129, 1], splits: Some(16), seed: 84 },
     ] {
         device_data_contract(&ctx, &stream, s);
     }
@@ -591,4 +595,45 @@ fn sm100_device_data_follows_the_shared_contract_on_blackwell() {
     a.lse = None;
     decode(&a, &mut ws, &stream).unwrap();
     assert_eq!(p.out.to_host_vec::<u16>(&stream).unwrap(), with_lse);
+}
+
+/// A NaN in the cache (a rope value of one token: its scores are NaN for every head) makes its
+/// request's whole output and LSE NaN, whatever the split count (the NaN split's partial goes
+/// through the cluster reduction or the combine, or is the output), and leaves the other request
+/// bit-identical to the run without it.
+#[test]
+fn sm90_a_nan_in_the_cache_makes_its_request_nan_at_every_split_count() {
+    let Some((ctx, stream)) = gpu() else { return };
+    if !hopper(&ctx) {
+        return;
+    }
+    let s = Shape { dtype: KvDtype::Bf16, heads: 128, page: 64, seq_lens: vec![3000, 3000], splits: None, seed: 95 };
+    let p = build(&stream, &s);
+    let clean = p.kv.to_host_vec::<u16>(&stream).unwrap();
+    let table = p.page_table.to_host_vec::<i32>(&stream).unwrap();
+    let tok = 1234usize; // of request 0
+    let page = table[tok / s.page] as usize;
+    let mut dirty = clean.clone();
+    dirty[(page * s.page + tok % s.page) * 576 + 520] = 0x7FC0; // bf16 NaN
+    let mut ws = Workspace::new(&stream, 0).unwrap();
+    let (h, row) = (s.heads, s.heads * 512);
+    for splits in [1u32, 4, 8, 16, 64] {
+        let mut a = args(&p);
+        a.num_splits = Some(splits);
+        let run = |kv: &[u16], ws: &mut Workspace| {
+            p.kv.copy_from_host(kv, &stream).unwrap();
+            p.out.memset_u8(0, &stream).unwrap();
+            p.lse.memset_u8(0, &stream).unwrap();
+            decode(&a, ws, &stream).unwrap();
+            (p.out.to_host_vec::<u16>(&stream).unwrap(), p.lse.to_host_vec::<f32>(&stream).unwrap())
+        };
+        let (out_c, lse_c) = run(&clean, &mut ws);
+        let (out_n, lse_n) = run(&dirty, &mut ws);
+        assert!(out_c.iter().all(|&v| v & 0x7FFF <= 0x7F80) && lse_c.iter().all(|v| v.is_finite()), "splits {splits}: clean run");
+        let finite = out_n[..row].iter().filter(|&&v| v & 0x7FFF <= 0x7F80).count();
+        assert_eq!(finite, 0, "splits {splits}: {finite} of request 0's outputs are not NaN");
+        assert!(lse_n[..h].iter().all(|v| v.is_nan()), "splits {splits}: request 0's LSE");
+        assert_eq!(out_n[row..], out_c[row..], "splits {splits}: request 1 changed");
+        assert_eq!(lse_n[h..].iter().map(|v| v.to_bits()).collect::<Vec<_>>(), lse_c[h..].iter().map(|v| v.to_bits()).collect::<Vec<_>>(), "splits {splits}");
+    }
 }

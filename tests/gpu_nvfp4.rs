@@ -537,3 +537,67 @@ fn quantize_reads_what_the_previous_kernel_just_wrote() {
     }
     eprintln!("quantize after its producer: 3 eager rounds and 5 replays bit-identical");
 }
+
+/// A stream-K W4A16 GEMM in which no tile is shared (k <= 64: a chunk is a whole tile) while the
+/// CTA count does not divide the tiles, so the plan still launches the fixup kernel, which then
+/// has nothing to add. The kernel after it in the programmatic chain (a quantize of D, waiting on
+/// the fixup only) must still see the finished D: the fixup grid may complete only after the GEMM.
+/// D is filled with NaN before each GEMM, so a read of D too early shows in the quantized codes.
+#[test]
+fn quantize_after_a_stream_k_gemm_with_no_shared_tile_sees_the_finished_d() {
+    let Some((ctx, mut stream)) = gpu() else { return };
+    if !hopper(&ctx) {
+        return;
+    }
+    // BM = 8 runs 4 CTAs a SM; stream-K needs >= 40 chunks a CTA; one tile more than 160 a SM
+    // leaves the grid (4 a SM) not dividing the tiles.
+    let sm = ctx.sm_count() as usize;
+    let (m, k, tiles) = (1usize, 64usize, 160 * sm + 1);
+    let n = tiles * 128;
+    let g = w4a16_problem(&stream, m, n, k, 31);
+    let plan = nvfp4::plan(nvfp4::Nvfp4Arch::Sm90, m as i64, n as i64, k as i64, DType::Bf16, sm as i64).unwrap();
+    assert!(plan.workspace_bytes > 0, "({m}, {n}, {k}) does not launch the stream-K fixup on {sm} SMs: {plan:?}");
+    let alpha = DeviceBuffer::from_host(&stream, &[1.0f32]).unwrap();
+    let d = DeviceBuffer::alloc_zeroed(&stream, m * n * 2).unwrap();
+    let mut ws = Workspace::new(&stream, 0).unwrap();
+    let (at, dt) = (Tensor::contiguous(&g.a, DType::Bf16, &[m, k]), Tensor::contiguous(&d, DType::Bf16, &[m, n]));
+    nvfp4::w4a16_gemm(&at, &g.w, &alpha, &dt, &mut ws, &stream).unwrap();
+    let dh = d.to_host_vec::<u16>(&stream).unwrap();
+    let e = max_rel_err(&dh, &g.reference, 1.0);
+    assert!(e <= 1e-2, "GEMM normalized error {e:.3e}");
+    // D quantized as [tiles, 128] (the same bytes), against the host quantize of the finished D.
+    let df: Vec<f32> = dh.iter().map(|&b| bf16::from_bits(b).to_f32()).collect();
+    let gd = r::global_scale(&df);
+    let (want_p, want_s) = r::quantize(&df, tiles, 128, gd);
+    let gdb = DeviceBuffer::from_host(&stream, &[gd]).unwrap();
+    let (qp, qs) = (DeviceBuffer::alloc(&ctx, n / 2).unwrap(), DeviceBuffer::alloc(&ctx, r::scale_bytes(tiles, 128)).unwrap());
+    let q = Nvfp4Matrix { packed: &qp, scales: &qs, global_scale: &gdb, rows: tiles, k: 128 };
+    let d2t = Tensor::contiguous(&d, DType::Bf16, &[tiles, 128]);
+    for round in 0..5 {
+        d.memset_u8(0xFF, &stream).unwrap(); // bf16 NaN everywhere
+        qp.memset_u8(0xAB, &stream).unwrap();
+        nvfp4::w4a16_gemm(&at, &g.w, &alpha, &dt, &mut ws, &stream).unwrap();
+        nvfp4::quantize(&d2t, &gdb, &q, &stream).unwrap();
+        assert_eq!(d.to_host_vec::<u16>(&stream).unwrap(), dh, "eager round {round}: D");
+        assert_eq!(qp.to_host_vec::<u8>(&stream).unwrap(), want_p, "eager round {round}: codes of D");
+        assert_eq!(qs.to_host_vec::<u8>(&stream).unwrap(), want_s, "eager round {round}: scales of D");
+    }
+    let exec = {
+        let mut cap = stream.begin_capture(CaptureMode::ThreadLocal).unwrap();
+        let w = cap.bind_workspace(&mut ws).unwrap();
+        let (ca, cal, cd, cg) = (cap.bind_buffer(&g.a).unwrap(), cap.bind_buffer(&alpha).unwrap(), cap.bind_buffer(&d).unwrap(), cap.bind_buffer(&gdb).unwrap());
+        let (cp, cs) = (cap.bind_buffer(&qp).unwrap(), cap.bind_buffer(&qs).unwrap());
+        let cw = g.w.bind(&mut cap).unwrap();
+        nvfp4::w4a16_gemm_captured(&Tensor::contiguous(ca, DType::Bf16, &[m, k]), &cw, &cal, &Tensor::contiguous(cd.clone(), DType::Bf16, &[m, n]), &w, &cap).unwrap();
+        nvfp4::quantize_captured(&Tensor::contiguous(cd, DType::Bf16, &[tiles, 128]), &cg, &Nvfp4Matrix { packed: cp, scales: cs, global_scale: cg.clone(), rows: tiles, k: 128 }, &cap).unwrap();
+        cap.end().unwrap().instantiate().unwrap()
+    };
+    for replay in 0..5 {
+        d.memset_u8(0xFF, &stream).unwrap();
+        qp.memset_u8(0xAB, &stream).unwrap();
+        exec.launch(&stream).unwrap();
+        assert_eq!(qp.to_host_vec::<u8>(&stream).unwrap(), want_p, "replay {replay}: codes of D");
+        assert_eq!(qs.to_host_vec::<u8>(&stream).unwrap(), want_s, "replay {replay}: scales of D");
+    }
+    eprintln!("stream-K with an idle fixup (m={m} n={n} k={k}, workspace {}): 5 eager rounds and 5 replays, D quantized after it bit-identical", plan.workspace_bytes);
+}
