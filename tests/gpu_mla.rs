@@ -607,7 +607,7 @@ fn sm90_a_nan_in_the_cache_makes_its_request_nan_at_every_split_count() {
     if !hopper(&ctx) {
         return;
     }
-    let s = Shape { dtype: KvDtype::Bf16, heads: 128, page: 64, seq_lens: vec![3000, 3000], splits: None, seed: 95 };
+    let s = Shape { dtype: KvDtype::Bf16, heads: 128, page: 64, seq_lens: vec![5000, 5000], splits: None, seed: 95 };
     let p = build(&stream, &s);
     let clean = p.kv.to_host_vec::<u16>(&stream).unwrap();
     let table = p.page_table.to_host_vec::<i32>(&stream).unwrap();
