@@ -555,8 +555,8 @@ fn sm90_device_data_follows_the_shared_contract() {
         Shape { dtype: KvDtype::Bf16, heads: 128, page: 64, seq_lens: vec![700, 64, 4000, 129, 1], splits: None, seed: 80 },
         Shape { dtype: KvDtype::Fp16, heads: 16, page: 128, seq_lens: vec![300, 300, 300], splits: Some(4), seed: 81 },
         Shape { dtype: KvDtype::Bf16, heads: 64, page: 64, seq_lens: vec![2048, 5, 2048, 2048], splits: Some(2), seed: 82 },
-        // The seesaw kernel's clustered splits: one cluster for all 4 splits (it writes out itself),
-        // and 16 splits in clusters of 8 (two partials for the combine), each with empty requests.
+        // The seesaw kernel at 4 and 16 splits with empty requests (the split counts at which the
+        // cluster reduction of branch wip/seesaw-cluster writes out itself / leaves two partials).
         Shape { dtype: KvDtype::Bf16, heads: 128, page: 64, seq_lens: vec![700, 64, 4000, 129, 1], splits: Some(4), seed: 83 },
         Shape { dtype: KvDtype::Fp16, heads: 64, page: 64, seq_lens: vec![700, 64, 4000, 129, 1], splits: Some(16), seed: 84 },
     ] {
