@@ -598,9 +598,9 @@ fn sm100_device_data_follows_the_shared_contract_on_blackwell() {
 }
 
 /// A NaN in the cache (a rope value of one token: its scores are NaN for every head) makes its
-/// request's whole output and LSE NaN, whatever the split count (the NaN split's partial goes
-/// through the cluster reduction or the combine, or is the output), and leaves the other request
-/// bit-identical to the run without it.
+/// request's whole output and LSE NaN, whatever the split count (at 1 split the NaN tile's CTA
+/// writes the output; at 4..64 its partial goes through the combine),
+/// and leaves the other request bit-identical to the run without it.
 #[test]
 fn sm90_a_nan_in_the_cache_makes_its_request_nan_at_every_split_count() {
     let Some((ctx, stream)) = gpu() else { return };
