@@ -59,8 +59,8 @@ fn main() {
                 let args = case.args();
                 let plan = plan_or_exit(&args, &mut ws, &stream);
                 // Batched like the other tables: one call between two events also timed the
-                // GPU's wait for the host to enqueue it (0.74 of copy at 16 heads 64 x 4096
-                // where 20 calls a sample gave 0.79, same H200 session).
+                // GPU's wait for the host to enqueue it (16 heads 64 x 4096: 0.74 of copy one call
+                // a sample, 0.79-0.81 with 20, on the H200 in the same session).
                 let us = time_batched(&ctx, &stream, || decode(&args, &mut ws, &stream).map(|_| ()).unwrap());
                 rows.push((heads, batch, seq, plan.num_splits, us, case.bytes() / us / 1e3, case.flops() / us / 1e6));
             }
