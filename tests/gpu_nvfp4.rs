@@ -539,10 +539,11 @@ fn quantize_reads_what_the_previous_kernel_just_wrote() {
 }
 
 /// A stream-K W4A16 GEMM in which no tile is shared (k <= 64: a chunk is a whole tile) while the
-/// CTA count does not divide the tiles, so the plan still launches the fixup kernel, which then
-/// has nothing to add. The kernel after it in the programmatic chain (a quantize of D, waiting on
-/// the fixup only) must still see the finished D: the fixup grid may complete only after the GEMM.
-/// D is filled with NaN before each GEMM, so a read of D too early shows in the quantized codes.
+/// CTA count does not divide the tiles. The plan once launched the fixup kernel here with nothing
+/// to add (and sized a workspace for it); it now derives that no tile is shared and launches the
+/// GEMM alone, with no workspace. The kernel after it in the programmatic chain (a quantize of D)
+/// must see the finished D. D is filled with NaN before each GEMM, so a read of D too early shows
+/// in the quantized codes.
 #[test]
 fn quantize_after_a_stream_k_gemm_with_no_shared_tile_sees_the_finished_d() {
     let Some((ctx, mut stream)) = gpu() else { return };
@@ -556,7 +557,7 @@ fn quantize_after_a_stream_k_gemm_with_no_shared_tile_sees_the_finished_d() {
     let n = tiles * 128;
     let g = w4a16_problem(&stream, m, n, k, 31);
     let plan = nvfp4::plan(nvfp4::Nvfp4Arch::Sm90, m as i64, n as i64, k as i64, DType::Bf16, sm as i64).unwrap();
-    assert!(plan.workspace_bytes > 0, "({m}, {n}, {k}) does not launch the stream-K fixup on {sm} SMs: {plan:?}");
+    assert_eq!(plan.workspace_bytes, 0, "({m}, {n}, {k}) shares no tile on {sm} SMs, yet its plan sizes a fixup workspace: {plan:?}");
     let alpha = DeviceBuffer::from_host(&stream, &[1.0f32]).unwrap();
     let d = DeviceBuffer::alloc_zeroed(&stream, m * n * 2).unwrap();
     let mut ws = Workspace::new(&stream, 0).unwrap();
@@ -599,5 +600,5 @@ fn quantize_after_a_stream_k_gemm_with_no_shared_tile_sees_the_finished_d() {
         assert_eq!(qp.to_host_vec::<u8>(&stream).unwrap(), want_p, "replay {replay}: codes of D");
         assert_eq!(qs.to_host_vec::<u8>(&stream).unwrap(), want_s, "replay {replay}: scales of D");
     }
-    eprintln!("stream-K with an idle fixup (m={m} n={n} k={k}, workspace {}): 5 eager rounds and 5 replays, D quantized after it bit-identical", plan.workspace_bytes);
+    eprintln!("stream-K with no shared tile (m={m} n={n} k={k}, no fixup, no workspace): 5 eager rounds and 5 replays, D quantized after it bit-identical");
 }

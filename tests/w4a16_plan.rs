@@ -26,14 +26,17 @@ fn model(m: i64, n: i64, k: i64, sm: i64) -> Option<(u128, u128)> {
     let (tiles, kblocks) = (n.div_ceil(128), k.div_ceil(64));
     let prepared = 256 + tiles * kblocks * 4608;
     // m <= 32 with at least 40 chunks per CTA slot: stream-K over C = min(SMs x CTAs per SM, 2^16)
-    // CTAs; when C does not divide the tile count, two partial-tile slots per CTA of
+    // CTAs, CTA c starting at chunk floor(c x chunks / C); when a start falls inside a tile (that
+    // tile is shared: the fixup kernel adds it), two partial-tile slots per CTA of
     // BM / 8 x 256 float4. Otherwise the tile grid, whose split-K reduces in the cluster's shared
     // memory: no workspace.
     let (bm, per_sm) = if m <= 8 { (8, 4) } else if m <= 16 { (16, 3) } else { (32, 2) };
     let slots = sm as u128 * per_sm;
     let ws = if m <= 32 && tiles * kblocks >= 40 * slots {
         let ctas = slots.min(1 << 16);
-        if tiles % ctas != 0 { ctas * 2 * bm * 512 } else { 0 }
+        let units = tiles * kblocks;
+        let shared = (1..ctas).any(|c| (c * units / ctas) % kblocks != 0);
+        if shared { ctas * 2 * bm * 512 } else { 0 }
     } else {
         0
     };

@@ -342,16 +342,13 @@ __global__ void __launch_bounds__(threads_for(BM), MINB) w4a16_gemm_kernel(const
 template <int BM>
 __global__ void __launch_bounds__(kConsumers) w4a16_fixup_kernel(const Params p) {
   grid_launch_dependents();  // the next kernel may start its prologue: this one only reads slots
-  // Every CTA waits for the GEMM, also one with nothing to add: a chain of programmatically
-  // dependent grids is ordered only if each grid completes after its predecessor. When no tile is
-  // shared (every CTA boundary on a tile boundary, as for k <= 64 where a chunk is a whole tile,
-  // while the grid does not divide the tiles, so the plan still launches this kernel) a return
-  // before the wait let this grid complete while GEMM CTAs still wrote D, and the next kernel's
-  // wait (on this grid only) then let it read D too early. Found by review; gpu_nvfp4's
-  // quantize_after_a_stream_k_gemm_with_no_shared_tile_sees_the_finished_d runs this configuration
-  // but passed with the old order too on the H200 (the window did not open there). Such a plan
-  // could skip this kernel and its workspace altogether (no CTA boundary inside a tile), which
-  // make_plan does not yet derive: a plan change, to be measured on the GPU first.
+  // Every CTA waits for the GEMM, also one whose tile is not shared: a chain of programmatically
+  // dependent grids is ordered only if each grid completes after its predecessor, and a return
+  // before the wait would let this grid complete while GEMM CTAs still write D (the next kernel
+  // waits on this grid only, and would read D too early). Found by review, when the plan still
+  // launched this kernel with no tile shared (k <= 64). make_plan now launches it only when some
+  // tile is shared, whose CTA's wait alone would order the grid; every CTA waiting keeps that
+  // order independent of the plan.
   grid_dependency_wait();
   const int64_t n_tile = blockIdx.x;
   const int64_t c_first = streamk_owner(n_tile * p.kblocks, p.units, p.ctas);

@@ -28,7 +28,7 @@
 // dependent, so it is resident and waiting when the GEMM ends) adds each shared tile's slots in
 // CTA order (deterministic) and writes D. Every slot the second kernel reads was written by the
 // GEMM launched just before it: no counters, nothing to zero, a dirty workspace cannot matter.
-// Workspace (only when C does not divide the tile count, i.e. some tile can be shared):
+// Workspace (only when some tile is shared: k > 64 and C does not divide the tile count, see make_plan):
 //   slots  float4 [C][2 (first, last segment of the CTA)][BM / 8][256 consumer threads]
 //   total = C * 2 * BM * 512 bytes
 //
@@ -105,7 +105,7 @@ struct Plan {
   int64_t kb_per_split;
   int64_t units;       // stream-K: chunks = tiles_n * kblocks
   int64_t ctas;        // stream-K: the grid
-  bool fixup;          // stream-K: some tile may be shared between CTAs (the second kernel runs)
+  bool fixup;          // stream-K: some tile is shared between CTAs (the second kernel runs)
   uint64_t workspace_bytes;
 };
 
@@ -154,7 +154,14 @@ constexpr Plan make_plan(int32_t m, int32_t n, int32_t k, int32_t sm_count) {
     int64_t ctas = slots < p.units ? slots : p.units;
     if (ctas > kMaxStreamKCtas) ctas = kMaxStreamKCtas;
     p.ctas = ctas;
-    p.fixup = p.tiles_n % ctas != 0;
+    // A tile is shared iff some CTA boundary floor(c * units / ctas), 0 < c < ctas, falls inside
+    // it, i.e. is not a multiple of kblocks. With kblocks = 1 every boundary is a tile boundary.
+    // With ctas | tiles_n every boundary is c * (tiles_n / ctas) * kblocks. Otherwise, with
+    // g = gcd(tiles_n, ctas) and c' = ctas / g >= 2, c * tiles_n mod c' runs over every nonzero
+    // residue as c runs over 1..c'-1; at residue c' - 1 the boundary lies
+    // floor((c' - 1) * kblocks / c') >= 1 chunks into its tile when kblocks >= 2. So exactly:
+    // (tests/w4a16_plan.rs checks it against the boundaries themselves.)
+    p.fixup = p.kblocks > 1 && p.tiles_n % ctas != 0;
     if (p.fixup) p.workspace_bytes = uint64_t(ctas) * 2u * uint64_t(p.bm) * 512u;  // < 2^16 * 2^15
   }
   return p;
