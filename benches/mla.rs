@@ -1,21 +1,39 @@
 //! MLA decode throughput on the GPU it finds: bf16 KV, page 64, batch 64/128, seq 4096/8192,
-//! 16/128 heads. Per configuration: median time per call (CUDA events around 20 calls, 2 warm-up
-//! samples, 30 timed), achieved bandwidth (KV + Q + O bytes / time) and TFLOP/s (B·S·H·2·(576+512) / time);
-//! the baseline in the same run is a device-to-device copy (read + write bytes / time), the HBM
-//! rate this GPU actually reaches. Then the fp8 KV caches (per-tensor and DeepSeek's 656-byte
-//! token) against bf16 of the same shapes at 16, 32 and 128 heads. Prints the tables and one
-//! `BENCH_JSON` line.
+//! 16/128 heads, then batch 16 x 16,384 and batch 1 x 65,536, then the fp8 KV caches (per-tensor
+//! and DeepSeek's 656-byte token) against bf16 of the same shapes at 16, 32 and 128 heads.
+//!
+//! Honest inputs, the FlashMLA anchor's (benches/anchors/flashmla): random queries and cache
+//! (constant data inflates tensor-core throughput: 128 heads read 650-700 TFLOP/s on zeros where
+//! the anchor's random inputs gave 520-575 on the same H200), every request at full length, its
+//! pages in a random order over the cache. Timing as an engine runs decode, inside a CUDA graph:
+//! [`CALLS`] calls captured into one graph, median of 30 event-timed replays after 2 warm-up ones;
+//! beside it the same calls launched eagerly (median of 30 batches of [`CALLS`]), which adds the
+//! host's enqueueing and the launch gaps a graph removes. Per row: µs per call, achieved bandwidth
+//! (KV + Q + O bytes / time), TFLOP/s (B·S·H·2·(576+512) / time); the baseline in the same run is a
+//! device-to-device copy (read + write bytes / time), the HBM rate this GPU actually reaches.
+//! Prints the tables and one `BENCH_JSON` line.
 
 #[path = "common/timing.rs"]
 mod timing;
-use timing::median;
 use graphsafe::driver::{Context, DeviceBuffer, Event, Stream};
-use graphsafe::ops::mla::{decode, KvDtype, KvFormat, KvFormatKind, MlaDecodeArgs};
-use graphsafe::ops::tensor::{DType, Tensor};
+use graphsafe::graph::CaptureMode;
+use graphsafe::ops::mla::{decode, decode_captured, KvDtype, KvFormat, KvFormatKind, MlaDecodeArgs, MlaDecodePlan};
+use graphsafe::ops::tensor::{DType, DeviceMemory, Tensor};
 use graphsafe::workspace::Workspace;
+use std::sync::Arc;
+use timing::median;
 
+/// Calls per timed sample (one graph, or one eager batch): enough that a sample is long against
+/// the events' resolution and, eagerly, that the host's enqueueing runs ahead of the GPU.
+const CALLS: usize = 20;
 
-fn time_us(ctx: &std::sync::Arc<Context>, stream: &Stream, warm: usize, iters: usize, mut f: impl FnMut()) -> f64 {
+/// Tokens per page of every case.
+const PAGE: usize = 64;
+
+/// The largest case's tokens (128 x 8,192): every case's cache is a prefix of one random cache.
+const MAX_TOKENS: usize = 128 * 8192;
+
+fn time_us(ctx: &Arc<Context>, stream: &Stream, warm: usize, iters: usize, mut f: impl FnMut()) -> f64 {
     for _ in 0..warm {
         f();
     }
@@ -31,6 +49,35 @@ fn time_us(ctx: &std::sync::Arc<Context>, stream: &Stream, warm: usize, iters: u
     median(v)
 }
 
+/// One timed configuration.
+struct Row {
+    heads: usize,
+    batch: usize,
+    seq: usize,
+    kind: KvFormatKind,
+    splits: u32,
+    /// µs per call replayed in a graph.
+    us: f64,
+    /// µs per call launched eagerly.
+    eager_us: f64,
+    bytes: f64,
+}
+
+impl Row {
+    fn gbs(&self) -> f64 {
+        self.bytes / self.us / 1e3
+    }
+    fn tflops(&self) -> f64 {
+        (self.batch * self.seq * self.heads) as f64 * 2.0 * 1088.0 / self.us / 1e6
+    }
+    fn json(&self, copy_gbs: f64, extra: &str) -> String {
+        format!(
+            "{{\"heads\":{},\"batch\":{},\"seq\":{},\"kv\":\"{}\",\"splits\":{},\"us\":{:.2},\"eager_us\":{:.2},\"gb_s\":{:.1},\"tflop_s\":{:.2},\"of_copy\":{:.3}{extra}}}",
+            self.heads, self.batch, self.seq, self.kind, self.splits, self.us, self.eager_us, self.gbs(), self.tflops(), self.gbs() / copy_gbs
+        )
+    }
+}
+
 fn main() {
     let ctx = match Context::new(0) {
         Ok(c) => c,
@@ -39,7 +86,7 @@ fn main() {
             std::process::exit(if std::env::var("GRAPHSAFE_REQUIRE_GPU").as_deref() == Ok("1") { 1 } else { 0 });
         }
     };
-    let stream = Stream::new(&ctx).unwrap();
+    let mut stream = Stream::new(&ctx).unwrap();
     let info = ctx.device().info().unwrap();
 
     // Baseline: what HBM delivers to a plain copy here.
@@ -49,181 +96,189 @@ fn main() {
     let copy_gbs = 2.0 * n as f64 / copy_us / 1e3;
     drop((src, dst));
 
-    let page = PAGE;
-    let mut rows = Vec::new();
+    let caches = Caches::new(&stream);
     let mut ws = Workspace::new(&stream, 0).unwrap();
+    let mut run = |heads, batch, seq, kind| Case::new(&stream, &caches, heads, batch, seq, kind).time(&ctx, &mut stream, &mut ws);
+    let mut main_rows = Vec::new();
     for &heads in &[16usize, 128] {
         for &batch in &[64usize, 128] {
             for &seq in &[4096usize, 8192] {
-                let case = Case::new(&ctx, &stream, heads, batch, seq, KvFormatKind::Native);
-                let args = case.args();
-                let plan = plan_or_exit(&args, &mut ws, &stream);
-                // Batched like the other tables: one call between two events also timed the
-                // GPU's wait for the host to enqueue it (16 heads 64 x 4096: 0.74 of copy one call
-                // a sample, 0.79-0.81 with 20, on the H200 in the same session).
-                let us = time_batched(&ctx, &stream, || decode(&args, &mut ws, &stream).map(|_| ()).unwrap());
-                rows.push((heads, batch, seq, plan.num_splits, us, case.bytes() / us / 1e3, case.flops() / us / 1e6));
+                main_rows.push(run(heads, batch, seq, KvFormatKind::Native));
             }
         }
     }
-    let fp8 = fp8_rows(&ctx, &stream, &mut ws);
-    let long = long_rows(&ctx, &stream, &mut ws);
-    println!("MLA decode on {} ({} SMs), bf16, page {page}; copy baseline {copy_gbs:.0} GB/s; {FP8_CALLS} calls between two events, median of 30", info.name, info.sm_count);
-    println!("{:>6} {:>6} {:>6} {:>7} {:>10} {:>9} {:>8} {:>9}", "heads", "batch", "seq", "splits", "us/call", "GB/s", "of copy", "TFLOP/s");
-    let mut json = Vec::new();
-    for (h, b, s, sp, us, gbs, tf) in &rows {
-        println!("{h:>6} {b:>6} {s:>6} {sp:>7} {us:>10.1} {gbs:>9.0} {:>8.2} {tf:>9.1}", gbs / copy_gbs);
-        json.push(format!(
-            "{{\"heads\":{h},\"batch\":{b},\"seq\":{s},\"splits\":{sp},\"us\":{us:.2},\"gb_s\":{gbs:.1},\"tflop_s\":{tf:.2},\"of_copy\":{:.3}}}",
-            gbs / copy_gbs
-        ));
+    let long: Vec<Row> = [(128usize, 16usize, 16384usize), (128, 1, 65536), (16, 1, 65536)].iter().map(|&(h, b, s)| run(h, b, s, KvFormatKind::Native)).collect();
+    let mut fp8 = Vec::new();
+    for &(heads, batch, seq) in &[(16usize, 64usize, 4096usize), (16, 128, 8192), (32, 64, 4096), (128, 64, 4096)] {
+        for kind in KvFormatKind::ALL {
+            fp8.push(run(heads, batch, seq, kind));
+        }
     }
-    println!();
-    println!("Long requests, bf16, page 64 ({FP8_CALLS} calls between two events, median of 30)");
-    println!("{:>6} {:>6} {:>6} {:>7} {:>10} {:>9} {:>8} {:>9}", "heads", "batch", "seq", "splits", "us/call", "GB/s", "of copy", "TFLOP/s");
-    let mut long_json = Vec::new();
-    for (h, b, s, sp, us, gbs, tf) in &long {
-        println!("{h:>6} {b:>6} {s:>6} {sp:>7} {us:>10.1} {gbs:>9.0} {:>8.2} {tf:>9.1}", gbs / copy_gbs);
-        long_json.push(format!("{{\"heads\":{h},\"batch\":{b},\"seq\":{s},\"splits\":{sp},\"us\":{us:.2},\"gb_s\":{gbs:.1},\"tflop_s\":{tf:.2}}}"));
-    }
-    println!();
-    println!("fp8 KV caches against bf16 of the same shape (page 64, {FP8_CALLS} calls between two events, median of 30; bf16/fp8 t = bf16 time / this time, > 1: faster)");
-    println!("{:>6} {:>6} {:>6} {:>12} {:>10} {:>9} {:>8} {:>9} {:>11}", "heads", "batch", "seq", "kv", "us/call", "GB/s", "of copy", "TFLOP/s", "bf16/fp8 t");
-    let mut fp8_json = Vec::new();
-    for r in &fp8 {
-        let bf16_us = fp8.iter().find(|b| (b.heads, b.batch, b.seq, b.kind) == (r.heads, r.batch, r.seq, KvFormatKind::Native)).map_or(f64::NAN, |b| b.us);
-        let gbs = r.bytes / r.us / 1e3;
-        let tf = (r.batch * r.seq * r.heads) as f64 * 2.0 * (576.0 + 512.0) / r.us / 1e6;
-        println!("{:>6} {:>6} {:>6} {:>12} {:>10.1} {gbs:>9.0} {:>8.2} {tf:>9.1} {:>11.2}", r.heads, r.batch, r.seq, r.kind.to_string(), r.us, gbs / copy_gbs, bf16_us / r.us);
-        fp8_json.push(format!(
-            "{{\"heads\":{},\"batch\":{},\"seq\":{},\"kv\":\"{}\",\"us\":{:.2},\"gb_s\":{gbs:.1},\"of_copy\":{:.3},\"tflop_s\":{tf:.2},\"speedup_vs_bf16\":{:.3}}}",
-            r.heads, r.batch, r.seq, r.kind, r.us, gbs / copy_gbs, bf16_us / r.us
-        ));
-    }
+
+    println!("MLA decode on {} ({} SMs), page {PAGE}, random inputs and page order; copy baseline {copy_gbs:.0} GB/s", info.name, info.sm_count);
+    println!("us/call: {CALLS} calls in one graph, median of 30 replays; eager: the same calls launched one by one, median of 30 batches");
+    let header = || println!("{:>6} {:>6} {:>6} {:>12} {:>7} {:>9} {:>9} {:>9} {:>8} {:>9}", "heads", "batch", "seq", "kv", "splits", "us/call", "eager us", "GB/s", "of copy", "TFLOP/s");
+    let line = |r: &Row, extra: &str| {
+        println!(
+            "{:>6} {:>6} {:>6} {:>12} {:>7} {:>9.1} {:>9.1} {:>9.0} {:>8.3} {:>9.1}{extra}",
+            r.heads, r.batch, r.seq, r.kind.to_string(), r.splits, r.us, r.eager_us, r.gbs(), r.gbs() / copy_gbs, r.tflops()
+        )
+    };
+    println!("\nbf16 cache");
+    header();
+    main_rows.iter().for_each(|r| line(r, ""));
+    println!("\nLong requests, bf16 cache");
+    header();
+    long.iter().for_each(|r| line(r, ""));
+    println!("\nfp8 caches against bf16 of the same shape (bf16/fp8 t = bf16 time / this time, > 1: faster)");
+    println!("{:>6} {:>6} {:>6} {:>12} {:>7} {:>9} {:>9} {:>9} {:>8} {:>9} {:>11}", "heads", "batch", "seq", "kv", "splits", "us/call", "eager us", "GB/s", "of copy", "TFLOP/s", "bf16/fp8 t");
+    let speedup = |r: &Row| fp8.iter().find(|b| (b.heads, b.batch, b.seq, b.kind) == (r.heads, r.batch, r.seq, KvFormatKind::Native)).map_or(f64::NAN, |b| b.us / r.us);
+    fp8.iter().for_each(|r| line(r, &format!(" {:>11.2}", speedup(r))));
+
+    let js = |rows: &[Row], with_speedup: bool| {
+        rows.iter().map(|r| r.json(copy_gbs, &if with_speedup { format!(",\"speedup_vs_bf16\":{:.3}", speedup(r)) } else { String::new() })).collect::<Vec<_>>().join(",")
+    };
     println!(
-        "BENCH_JSON {{\"bench\":\"mla\",\"device\":\"{}\",\"copy_gb_s\":{copy_gbs:.1},\"rows\":[{}],\"long_rows\":[{}],\"fp8_rows\":[{}]}}",
+        "BENCH_JSON {{\"bench\":\"mla\",\"device\":\"{}\",\"timing\":\"graph\",\"copy_gb_s\":{copy_gbs:.1},\"rows\":[{}],\"long_rows\":[{}],\"fp8_rows\":[{}]}}",
         info.name,
-        json.join(","),
-        long_json.join(","),
-        fp8_json.join(",")
+        js(&main_rows, false),
+        js(&long, false),
+        js(&fp8, true)
     );
 }
 
-/// Batch 16 x 16,384 and batch 1 x 65,536 at 128 heads (issue 12's compute-bound and long-request
-/// shapes) and batch 1 x 65,536 at 16 heads: (heads, batch, seq, splits, us, GB/s, TFLOP/s).
-fn long_rows(ctx: &std::sync::Arc<Context>, stream: &Stream, ws: &mut Workspace) -> Vec<(usize, usize, usize, u32, f64, f64, f64)> {
-    let mut rows = Vec::new();
-    for &(heads, batch, seq) in &[(128usize, 16usize, 16384usize), (128, 1, 65536), (16, 1, 65536)] {
-        let case = Case::new(ctx, stream, heads, batch, seq, KvFormatKind::Native);
-        let args = case.args();
-        let plan = plan_or_exit(&args, ws, stream);
-        let us = time_batched(ctx, stream, || decode(&args, ws, stream).map(|_| ()).unwrap());
-        rows.push((heads, batch, seq, plan.num_splits, us, case.bytes() / us / 1e3, case.flops() / us / 1e6));
-    }
-    rows
+/// xorshift64*: fast deterministic random words.
+fn random_u64s(n: usize, seed: u64) -> impl Iterator<Item = u64> {
+    let mut s = seed | 1;
+    (0..n).map(move |_| {
+        s ^= s >> 12;
+        s ^= s << 25;
+        s ^= s >> 27;
+        s.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    })
 }
 
-/// Calls per timed sample of the long-request and fp8 tables: enough that the host's enqueueing
-/// runs ahead of the GPU, so the events time the kernels, not the launch overhead.
-const FP8_CALLS: usize = 20;
+/// Random bf16 bits, about N(0, 0.1²) (a sum of four uniforms), clamped to [-1, 1] like the
+/// anchor's `randn / 10`.
+fn random_bf16(n: usize, seed: u64) -> Vec<u16> {
+    random_u64s(n, seed)
+        .map(|w| {
+            let u = |i: u32| ((w >> (16 * i)) & 0xffff) as f32 / 65536.0 - 0.5;
+            let x = (u(0) + u(1) + u(2) + u(3)) * (0.1 / (4.0f32 / 12.0).sqrt());
+            half::bf16::from_f32(x.clamp(-1.0, 1.0)).to_bits()
+        })
+        .collect()
+}
 
-/// Median time per call over 30 samples of [`FP8_CALLS`] calls between two events.
-fn time_batched(ctx: &std::sync::Arc<Context>, stream: &Stream, mut call: impl FnMut()) -> f64 {
-    time_us(ctx, stream, 2, 30, || {
-        for _ in 0..FP8_CALLS {
-            call();
+/// Random e4m3 codes of magnitude below 2 (bit 6, the exponent's top bit, cleared: never a NaN).
+fn random_e4m3(n: usize, seed: u64) -> Vec<u8> {
+    let mut v: Vec<u8> = random_u64s(n.div_ceil(8), seed).flat_map(|w| w.to_le_bytes()).map(|b| b & 0xbf).collect();
+    v.truncate(n);
+    v
+}
+
+/// One random cache per format, [`MAX_TOKENS`] tokens each; a case uses the first pages.
+struct Caches {
+    native: DeviceBuffer,
+    per_tensor: DeviceBuffer,
+    ds_mla: DeviceBuffer,
+    /// The per-tensor format's scale (f32 [1]).
+    scale: DeviceBuffer,
+}
+
+impl Caches {
+    fn new(stream: &Stream) -> Caches {
+        let native = DeviceBuffer::from_host(stream, &random_bf16(MAX_TOKENS * 576, 1)).unwrap();
+        let per_tensor = DeviceBuffer::from_host(stream, &random_e4m3(MAX_TOKENS * 576, 2)).unwrap();
+        // 656-byte tokens: 512 e4m3 latent values, 4 f32 scales (0.05..0.15), 64 bf16 rope values.
+        let latent = random_e4m3(MAX_TOKENS * 512, 3);
+        let rope = random_bf16(MAX_TOKENS * 64, 4);
+        let scales: Vec<u64> = random_u64s(MAX_TOKENS, 5).collect();
+        let mut ds = vec![0u8; MAX_TOKENS * 656];
+        for (t, tok) in ds.chunks_exact_mut(656).enumerate() {
+            tok[..512].copy_from_slice(&latent[t * 512..][..512]);
+            for g in 0..4 {
+                let s = 0.05 + 0.1 * ((scales[t] >> (16 * g)) & 0xffff) as f32 / 65536.0;
+                tok[512 + 4 * g..][..4].copy_from_slice(&s.to_le_bytes());
+            }
+            for (d, r) in rope[t * 64..][..64].iter().enumerate() {
+                tok[528 + 2 * d..][..2].copy_from_slice(&r.to_le_bytes());
+            }
         }
-    }) / FP8_CALLS as f64
+        let ds_mla = DeviceBuffer::from_host(stream, &ds).unwrap();
+        let scale = DeviceBuffer::from_host(stream, &[0.1f32]).unwrap();
+        Caches { native, per_tensor, ds_mla, scale }
+    }
+
+    fn of(&self, kind: KvFormatKind) -> &DeviceBuffer {
+        match kind {
+            KvFormatKind::Native => &self.native,
+            KvFormatKind::Fp8PerTensor => &self.per_tensor,
+            KvFormatKind::Fp8DsMla => &self.ds_mla,
+        }
+    }
 }
 
-struct Fp8Row {
+/// One decode shape: random q (nope and rope of a head side by side), out, lse, every request at
+/// the full length, its pages a random permutation of the cache's first `batch * seq / PAGE`.
+struct Case<'c> {
     heads: usize,
     batch: usize,
     seq: usize,
     kind: KvFormatKind,
-    us: f64,
-    bytes: f64,
-}
-
-/// bf16, per-tensor fp8 and 656-byte fp8 caches of the same shapes (16 and 32 heads: the N kernel,
-/// memory-bound; 128 heads: the M64 kernel, compute-bound), the three timed one after another in
-/// the same process.
-fn fp8_rows(ctx: &std::sync::Arc<Context>, stream: &Stream, ws: &mut Workspace) -> Vec<Fp8Row> {
-    let mut rows = Vec::new();
-    for &(heads, batch, seq) in &[(16usize, 64usize, 4096usize), (16, 128, 8192), (32, 64, 4096), (128, 64, 4096)] {
-        for kind in KvFormatKind::ALL {
-            let case = Case::new(ctx, stream, heads, batch, seq, kind);
-            let args = case.args();
-            plan_or_exit(&args, ws, stream);
-            let us = time_batched(ctx, stream, || decode(&args, ws, stream).map(|_| ()).unwrap());
-            rows.push(Fp8Row { heads, batch, seq, kind, us, bytes: case.bytes() });
-        }
-    }
-    rows
-}
-
-/// Tokens per page of every case.
-const PAGE: usize = 64;
-
-/// One decode shape's device memory: q (nope and rope of a head side by side), out, lse, every
-/// request at the full length, its pages interleaved across the cache as a serving engine's
-/// allocator leaves them, the cache in `kind`'s format (values do not change the timing: bf16 ~1.0,
-/// e4m3 1.5 and 0) and a per-tensor scale of 1.
-struct Case {
-    heads: usize,
-    batch: usize,
-    seq: usize,
-    kind: KvFormatKind,
+    caches: &'c Caches,
     q: DeviceBuffer,
     out: DeviceBuffer,
     lse: DeviceBuffer,
     seq_lens: DeviceBuffer,
     page_table: DeviceBuffer,
-    kv: DeviceBuffer,
-    scale: DeviceBuffer,
 }
 
-impl Case {
-    fn new(ctx: &std::sync::Arc<Context>, stream: &Stream, heads: usize, batch: usize, seq: usize, kind: KvFormatKind) -> Case {
-        let pages_per = seq / PAGE;
-        let pt: Vec<i32> = (0..batch * pages_per).map(|i| ((i % pages_per) * batch + i / pages_per) as i32).collect();
-        let kv = DeviceBuffer::alloc(ctx, batch * seq * kind.token_bytes(KvDtype::Bf16)).unwrap();
-        kv.memset_u32(0x3c00_3c00, stream).unwrap();
+impl<'c> Case<'c> {
+    fn new(stream: &Stream, caches: &'c Caches, heads: usize, batch: usize, seq: usize, kind: KvFormatKind) -> Case<'c> {
+        let pages = batch * seq / PAGE;
+        assert!(batch * seq <= MAX_TOKENS);
+        // Fisher-Yates over the pages.
+        let mut pt: Vec<i32> = (0..pages as i32).collect();
+        for (i, r) in (1..pages).rev().zip(random_u64s(pages, (heads * 1_000_003 + batch * 1009 + seq) as u64)) {
+            pt.swap(i, (r % (i as u64 + 1)) as usize);
+        }
         Case {
             heads,
             batch,
             seq,
             kind,
-            q: DeviceBuffer::alloc_zeroed(stream, batch * heads * 576 * 2).unwrap(),
+            caches,
+            q: DeviceBuffer::from_host(stream, &random_bf16(batch * heads * 576, 7 + seq as u64)).unwrap(),
             out: DeviceBuffer::alloc_zeroed(stream, batch * heads * 512 * 2).unwrap(),
             lse: DeviceBuffer::alloc_zeroed(stream, batch * heads * 4).unwrap(),
             seq_lens: DeviceBuffer::from_host(stream, &vec![seq as i32; batch]).unwrap(),
             page_table: DeviceBuffer::from_host(stream, &pt).unwrap(),
-            kv,
-            scale: DeviceBuffer::from_host(stream, &[1.0f32]).unwrap(),
         }
     }
 
-    fn args(&self) -> MlaDecodeArgs<&DeviceBuffer> {
+    /// The decode's arguments over memory `m` gives for each of this case's buffers (the buffers
+    /// themselves for an eager call, their capture bindings for a captured one).
+    fn args<'a, M: DeviceMemory + Clone>(&'a self, mut m: impl FnMut(&'a DeviceBuffer) -> M) -> MlaDecodeArgs<M> {
         let (batch, heads, pages_per) = (self.batch, self.heads, self.seq / PAGE);
         let pages = batch * pages_per;
         let (kv_dt, kv_row) = self.kind.cache_element(DType::Bf16);
         let kv_format = match self.kind {
             KvFormatKind::Native => KvFormat::Native,
-            KvFormatKind::Fp8PerTensor => KvFormat::Fp8PerTensor { scale: Tensor::contiguous(&self.scale, DType::F32, &[1]) },
+            KvFormatKind::Fp8PerTensor => KvFormat::Fp8PerTensor { scale: Tensor::contiguous(m(&self.caches.scale), DType::F32, &[1]) },
             KvFormatKind::Fp8DsMla => KvFormat::Fp8DsMla,
         };
-        let kv_cache = Tensor::contiguous(&self.kv, kv_dt, &[pages, PAGE, kv_row]);
+        let q = m(&self.q);
         MlaDecodeArgs {
-            q_nope: Tensor::strided(&self.q, 0, DType::Bf16, &[batch, heads, 512], &[heads * 576, 576, 1]),
-            q_pe: Tensor::strided(&self.q, 1024, DType::Bf16, &[batch, heads, 64], &[heads * 576, 576, 1]),
-            kv_cache,
+            q_nope: Tensor::strided(q.clone(), 0, DType::Bf16, &[batch, heads, 512], &[heads * 576, 576, 1]),
+            q_pe: Tensor::strided(q, 1024, DType::Bf16, &[batch, heads, 64], &[heads * 576, 576, 1]),
+            kv_cache: Tensor::contiguous(m(self.caches.of(self.kind)), kv_dt, &[pages, PAGE, kv_row]),
             kv_format,
-            seq_lens: Tensor::contiguous(&self.seq_lens, DType::I32, &[batch]),
-            page_table: Tensor::contiguous(&self.page_table, DType::I32, &[batch, pages_per]),
-            out: Tensor::contiguous(&self.out, DType::Bf16, &[batch, heads, 512]),
-            lse: Some(Tensor::contiguous(&self.lse, DType::F32, &[batch, heads])),
-            sm_scale: 0.0723,
+            seq_lens: Tensor::contiguous(m(&self.seq_lens), DType::I32, &[batch]),
+            page_table: Tensor::contiguous(m(&self.page_table), DType::I32, &[batch, pages_per]),
+            out: Tensor::contiguous(m(&self.out), DType::Bf16, &[batch, heads, 512]),
+            lse: Some(Tensor::contiguous(m(&self.lse), DType::F32, &[batch, heads])),
+            sm_scale: 1.0 / 576f32.sqrt(),
             max_seq_len: self.seq as u32,
             num_splits: None,
         }
@@ -234,14 +289,33 @@ impl Case {
         (self.batch * self.seq * self.kind.token_bytes(KvDtype::Bf16) + self.batch * self.heads * (576 + 512) * 2) as f64
     }
 
-    /// B·S·H·2·(576 + 512).
-    fn flops(&self) -> f64 {
-        (self.batch * self.seq * self.heads) as f64 * 2.0 * 1088.0
+    /// Times the case captured and eagerly; the first (untimed) eager call grows the workspace.
+    fn time(&self, ctx: &Arc<Context>, stream: &mut Stream, ws: &mut Workspace) -> Row {
+        let eager = self.args(|b| b);
+        let plan = plan_or_exit(&eager, ws, stream);
+        let exec = {
+            let mut cap = stream.begin_capture(CaptureMode::ThreadLocal).unwrap();
+            let w = cap.bind_workspace(ws).unwrap();
+            let ca = self.args(|b| cap.bind_buffer(b).unwrap());
+            for _ in 0..CALLS {
+                assert_eq!(decode_captured(&ca, &w, &cap).unwrap(), plan);
+            }
+            drop(ca);
+            cap.end().unwrap().instantiate().unwrap()
+        };
+        let us = time_us(ctx, stream, 2, 30, || exec.launch(stream).unwrap()) / CALLS as f64;
+        drop(exec);
+        let eager_us = time_us(ctx, stream, 2, 30, || {
+            for _ in 0..CALLS {
+                decode(&eager, ws, stream).unwrap();
+            }
+        }) / CALLS as f64;
+        Row { heads: self.heads, batch: self.batch, seq: self.seq, kind: self.kind, splits: plan.num_splits, us, eager_us, bytes: self.bytes() }
     }
 }
 
 /// The first (untimed) call, which also grows the workspace; its plan, or the bench exits.
-fn plan_or_exit(args: &MlaDecodeArgs<&DeviceBuffer>, ws: &mut Workspace, stream: &Stream) -> graphsafe::ops::mla::MlaDecodePlan {
+fn plan_or_exit(args: &MlaDecodeArgs<&DeviceBuffer>, ws: &mut Workspace, stream: &Stream) -> MlaDecodePlan {
     decode(args, ws, stream).unwrap_or_else(|e| {
         eprintln!("mla bench: {e}");
         std::process::exit(1);
