@@ -37,6 +37,11 @@ __global__ void __launch_bounds__(combine_threads<kWarpsPerHead>()) mla_sm90_com
   constexpr int kHeadsPerBlock = kWarpsPerHead == 1 ? 4 : 1;
   __shared__ float s_w[kHeadsPerBlock][256];
   __shared__ float4 s_acc[kWarpsPerHead > 1 ? kWarpsPerHead - 1 : 1][4][32];
+  // After the N kernel it is launched programmatically dependent (decode.cu): wait for the
+  // partials (a no-op after the other kernels, launched plainly). The next grid (the next decode's
+  // N kernel) may be scheduled at once: it waits for this whole grid before it touches memory.
+  grid_dependency_wait();
+  grid_launch_dependents();
   const int t = threadIdx.x, lane = t & 31, warp = t >> 5;
   const int hl = warp / kWarpsPerHead, wi = warp % kWarpsPerHead;
   const int h = blockIdx.x * kHeadsPerBlock + hl, b = blockIdx.y;
@@ -118,8 +123,8 @@ __global__ void __launch_bounds__(combine_threads<kWarpsPerHead>()) mla_sm90_com
     float4 v0[4], v1[4];
 #pragma unroll
     for (int k = 0; k < 4; ++k) {
-      v0[k] = w0 != 0.f ? __ldg(reinterpret_cast<const float4*>(src + s * split_stride + 128 * k)) : make_float4(0.f, 0.f, 0.f, 0.f);
-      v1[k] = w1 != 0.f ? __ldg(reinterpret_cast<const float4*>(src + (s + kStep) * split_stride + 128 * k))
+      v0[k] = w0 != 0.f ? __ldcg(reinterpret_cast<const float4*>(src + s * split_stride + 128 * k)) : make_float4(0.f, 0.f, 0.f, 0.f);
+      v1[k] = w1 != 0.f ? __ldcg(reinterpret_cast<const float4*>(src + (s + kStep) * split_stride + 128 * k))
                         : make_float4(0.f, 0.f, 0.f, 0.f);
     }
 #pragma unroll
@@ -132,7 +137,7 @@ __global__ void __launch_bounds__(combine_threads<kWarpsPerHead>()) mla_sm90_com
     const float w0 = s_w[hl][s];
     if (w0 != 0.f) {
 #pragma unroll
-      for (int k = 0; k < 4; ++k) fma4(acc[k], w0, __ldg(reinterpret_cast<const float4*>(src + s * split_stride + 128 * k)));
+      for (int k = 0; k < 4; ++k) fma4(acc[k], w0, __ldcg(reinterpret_cast<const float4*>(src + s * split_stride + 128 * k)));
     }
   }
   if constexpr (kWarpsPerHead > 1) {

@@ -72,13 +72,39 @@ struct Maps {
   CUtensorMap kv, scale, rope;
 };
 
+// A launch with programmatic stream serialization: the grid may be scheduled while the kernel
+// before it on the stream drains (once that one triggers, or as its CTAs exit), and waits for it
+// with griddepcontrol.wait before touching memory. Under capture it becomes a programmatic graph
+// edge. Used for the N kernel (16/32 heads) and the combine after it, the memory-bound path: each
+// grid's CTAs are then launched onto SMs as the previous grid's CTAs exit, instead of after that
+// whole grid has completed (H200, graphs of 10 decodes: 16 heads 64 x 4096 86.7 -> 84.6 us, 32
+// heads 95.1 -> 91.5, 16 heads 16 x 16384 87.6 -> 85.3, 1 x 65536 unchanged). The seesaw and M64
+// kernels are launched plainly: with PDL they measured slower at 128 heads (1 x 65536: 62.2 against
+// 57.3 us, docs/benchmarks.md, eighth session).
+// Every load in the N kernel and the combine of data an earlier grid may write goes through L2
+// (ld.global.cg: the grids overlap, and L1 is not coherent across them); TMA reads L2 too.
+template <typename... KArgs, typename... Args>
+cudaError_t launch_pdl(void (*kernel)(KArgs...), dim3 grid, dim3 block, int smem, cudaStream_t stream, Args... args) {
+  cudaLaunchAttribute attr[1] = {};
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t lc = {};
+  lc.gridDim = grid;
+  lc.blockDim = block;
+  lc.dynamicSmemBytes = size_t(smem);
+  lc.stream = stream;
+  lc.attrs = attr;
+  lc.numAttrs = 1;
+  return cudaLaunchKernelEx(&lc, kernel, args...);
+}
+
 template <int N, bool F16, int KV>
 int launch_n(const GsMlaDecodeArgs& a, const Maps& m, const Params& p, cudaStream_t stream) {
   constexpr auto k = mla_sm90_n_kernel<N, F16, KV>;
   constexpr int smem = NLayout<N, KV>::kSmem;
   if (int st = ensure_smem<k>(a.device, smem); st != GS_OK) return st;
-  k<<<dim3(1, a.num_splits, a.batch), dim3(kThreads), smem, stream>>>(m.kv, m.scale, m.rope, p);
-  return GS_OK;
+  const cudaError_t e = launch_pdl(k, dim3(1, a.num_splits, a.batch), dim3(kThreads), smem, stream, m.kv, m.scale, m.rope, p);
+  return e == cudaSuccess ? GS_OK : graphsafe::cuda_failed(e);
 }
 
 template <int N, bool F16>
@@ -125,12 +151,17 @@ int launch(const GsMlaDecodeArgs& a, const Maps& maps, const Params& p, cudaStre
   if ((e = cudaGetLastError()) != cudaSuccess) return graphsafe::cuda_failed(e);
   if (a.num_splits > 1) {
     // A warp a head only when there are enough heads to fill the GPU with such chains.
-    if (a.num_splits <= kCombineFewSplits && int64_t(a.batch) * a.num_heads >= kCombineWarpHeads) {
-      mla_sm90_combine_kernel<F16, 1><<<dim3((a.num_heads + 3) / 4, a.batch), dim3(128), 0, stream>>>(p);
+    const bool warp_a_head = a.num_splits <= kCombineFewSplits && int64_t(a.batch) * a.num_heads >= kCombineWarpHeads;
+    const dim3 grid = warp_a_head ? dim3((a.num_heads + 3) / 4, a.batch) : dim3(a.num_heads, a.batch);
+    const dim3 block = dim3(warp_a_head ? 128 : combine_threads<16>());
+    const auto combine = warp_a_head ? mla_sm90_combine_kernel<F16, 1> : mla_sm90_combine_kernel<F16, 16>;
+    if (a.num_heads == 16 || a.num_heads == 32) {  // after the N kernel (see launch_pdl)
+      e = launch_pdl(combine, grid, block, 0, stream, p);
     } else {
-      mla_sm90_combine_kernel<F16, 16><<<dim3(a.num_heads, a.batch), dim3(combine_threads<16>()), 0, stream>>>(p);
+      combine<<<grid, block, 0, stream>>>(p);
+      e = cudaGetLastError();
     }
-    if ((e = cudaGetLastError()) != cudaSuccess) return graphsafe::cuda_failed(e);
+    if (e != cudaSuccess) return graphsafe::cuda_failed(e);
   }
   return GS_OK;
 }

@@ -123,7 +123,7 @@ __device__ __forceinline__ void produce_fp8_tiles(const CUtensorMap* lat_map, co
   // Cache row of the first token of half-tile h (a half never crosses a page: pages are 64 or 128).
   auto cache_row = [&](int h) {
     const int tok = (sr.tile0 + (h >> 1)) * kTileS + (h & 1) * R::kHalf;
-    const int page = min(max(__ldg(p.page_table + pt_row + tok / p.page_size), 0), p.num_pages - 1);
+    const int page = min(max(__ldcg(p.page_table + pt_row + tok / p.page_size), 0), p.num_pages - 1);
     return page * p.page_size + tok % p.page_size;
   };
   const uint32_t raw_a = smem_u32(raw), stages_a = smem_u32(stages);

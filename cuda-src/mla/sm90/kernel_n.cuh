@@ -46,6 +46,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   uint8_t* smem = smem_base_1k(smem_raw);
   const int tid = threadIdx.x;
   const int split = blockIdx.y, b = blockIdx.z;
+  // Launched programmatically dependent (decode.cu, launch_n): nothing an earlier kernel may write
+  // (seq_lens, the page table, q, the cache, the scale, out) is touched before this.
+  grid_dependency_wait();
   const SplitRange sr = split_range(p, b, split);
   if (sr.n == 0) {
     write_empty<F16>(p, b, split, 0, N, tid, kThreads);
@@ -75,7 +78,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
 
   uint32_t math_phase = 0;
-  load_q<N, kMathThreads>(sq, p, b, 0, N, tid);
+  load_q<N, kMathThreads, true>(sq, p, b, 0, N, tid);
   fence_proxy_async();
   mbar_sync(math_bar, math_phase);
 
@@ -86,7 +89,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   // output's normalisation at the end, so the stages hold the codes' exact values. It is device
   // data of any sign (or zero, or NaN), so the scores are scaled before they are masked and their
   // maximum taken (scaling a maximum by a negative scale gives the minimum; -inf times 0 is NaN).
-  const float kv_scale = KV == kKvFp8PerTensor ? __ldg(p.kv_scale) : 1.f;
+  const float kv_scale = KV == kKvFp8PerTensor ? __ldcg(p.kv_scale) : 1.f;
   const float sl2_scores = p.scale_log2 * kv_scale;
   const float sl2 = KV == kKvFp8PerTensor ? 1.f : sl2_scores;  // what the softmax below multiplies by
   float o[8][R];
@@ -193,6 +196,11 @@ __global__ void __launch_bounds__(kThreads, 1)
     mbar_arrive(empty0 + 8 * w);
   }
 
+  // No griddepcontrol.launch_dependents here: the kernel after this one (the combine, or the next
+  // decode's N kernel) is scheduled as this grid's CTAs exit. Triggering after the loop instead put
+  // waiting combine CTAs on the SMs early and measured slower with many splits (H200, graphs of 10
+  // calls: 16 heads 1 x 65536 at 128 splits 36.0 against 34.8 us without PDL, 32 heads 45.5
+  // against 43.2 without the trigger; docs/benchmarks.md, ninth session).
   // Merge the two warpgroups: per-head sums, then O = (O0 e0 + O1 e1) / (l0 e0 + l1 e1).
 #pragma unroll
   for (int k = 0; k < 2 * J; ++k) {

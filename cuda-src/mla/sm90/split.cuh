@@ -41,8 +41,11 @@ __device__ __forceinline__ SplitRange split_range(const Params& p, int b, int sp
 // entry and the first S product starts at about 7.3 (globaltimer probes, 128 heads); issuing the
 // loads at kernel entry, before the seq_len read and the barrier set-up, measured no better
 // (docs/benchmarks.md, seventh session).
+// kL2Only: load through L2 only (ld.global.cg), for a kernel launched programmatically dependent
+// (the N kernel): q may have been written by the grid before it, which overlaps this one, and L1
+// is not coherent across grids. The plainly launched kernels read q through the read-only path.
 constexpr int kQBatch = 9;  // 64 rows: 18 pieces a thread in two batches, 36 registers held at a time
-template <int ROWS, int NT>
+template <int ROWS, int NT, bool kL2Only = false>
 __device__ __forceinline__ void load_q(uint8_t* sq, const Params& p, int b, int head0, int valid, int t) {
   constexpr int kItems = ROWS * 72;  // 16-byte pieces: 64 nope + 8 rope per row
 #pragma unroll 1
@@ -58,11 +61,11 @@ __device__ __forceinline__ void load_q(uint8_t* sq, const Params& p, int b, int 
         const uint16_t* src = c < 64 ? p.q_nope + b * p.q_nope_sb + h * p.q_nope_sh + c * 8
                                      : p.q_pe + b * p.q_pe_sb + h * p.q_pe_sh + (c - 64) * 8;
         if (p.q_vec) {
-          v[j] = __ldg(reinterpret_cast<const uint4*>(src));
+          v[j] = kL2Only ? __ldcg(reinterpret_cast<const uint4*>(src)) : __ldg(reinterpret_cast<const uint4*>(src));
         } else {
           uint16_t e[8];
 #pragma unroll
-          for (int k = 0; k < 8; ++k) e[k] = __ldg(src + k);
+          for (int k = 0; k < 8; ++k) e[k] = kL2Only ? __ldcg(src + k) : __ldg(src + k);
           v[j] = make_uint4(e[0] | (uint32_t(e[1]) << 16), e[2] | (uint32_t(e[3]) << 16), e[4] | (uint32_t(e[5]) << 16),
                             e[6] | (uint32_t(e[7]) << 16));
         }
@@ -87,7 +90,9 @@ __device__ __forceinline__ void zero_tail_rows(uint8_t* stage, int valid, int t,
   }
 }
 
-// The producer: one thread streams the split's tiles into two stages with TMA.
+// The producer of the N kernel's bf16/fp16 path: one thread streams the split's tiles into two
+// stages with TMA (the page table read through L2 only: the kernel is launched programmatically
+// dependent, see load_q).
 // full[s] completes when a tile has landed; empty[s] when the consumers are done with it.
 __device__ __forceinline__ void produce_tiles(const CUtensorMap* map, const Params& p, int b, const SplitRange& sr,
                                               uint32_t stages, uint32_t full0, uint32_t empty0) {
@@ -97,7 +102,7 @@ __device__ __forceinline__ void produce_tiles(const CUtensorMap* map, const Para
     const int tok = (sr.tile0 + i) * kTileS;
     // Issued before the wait below. A page index out of range is clamped into the cache, the rule
     // the sm100 path's sanitize pre-pass applies too (graphsafe_kernels/mla.h, "Device data").
-    const int page = min(max(__ldg(p.page_table + pt_row + tok / p.page_size), 0), p.num_pages - 1);
+    const int page = min(max(__ldcg(p.page_table + pt_row + tok / p.page_size), 0), p.num_pages - 1);
     const int row = page * p.page_size + tok % p.page_size;
     if (i >= 2) mbar_wait(empty0 + 8 * s, ((i >> 1) - 1) & 1);
     mbar_arrive_expect_tx(full0 + 8 * s, kStageBytes);
