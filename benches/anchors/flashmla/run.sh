@@ -40,7 +40,10 @@ if [ -z "${CUTLASS_INCLUDE:-}" ]; then
   fi
 fi
 
-echo "run: FlashMLA $(cat .gpu/anchors/flashmla-src/FLASHMLA_COMMIT 2>/dev/null || echo '?'), graphsafe $(git rev-parse --short HEAD 2>/dev/null || echo '?'), nvcc: $(command -v nvcc || echo none)"
+# The commit can be stale on a copied working tree (the GPU machine's copy keeps an older .git), so
+# also the hash of the sources the graphsafe side is built from.
+src_hash=$(find cuda-src include -type f | LC_ALL=C sort | xargs cat | sha1sum | cut -c1-12)
+echo "run: FlashMLA $(cat .gpu/anchors/flashmla-src/FLASHMLA_COMMIT 2>/dev/null || echo '?'), graphsafe $(git rev-parse --short HEAD 2>/dev/null || echo '?') (cuda-src + include sha1 $src_hash), nvcc: $(command -v nvcc || echo none)"
 nvcc --version 2>/dev/null | tail -1 || true
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader 2>/dev/null || true
 
