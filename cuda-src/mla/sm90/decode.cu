@@ -81,8 +81,10 @@ struct Maps {
 // heads 95.1 -> 91.5, 16 heads 16 x 16384 87.6 -> 85.3, 1 x 65536 unchanged). The seesaw and M64
 // kernels are launched plainly: with PDL they measured slower at 128 heads (1 x 65536: 62.2 against
 // 57.3 us, docs/benchmarks.md, eighth session).
-// Every load in the N kernel and the combine of data an earlier grid may write goes through L2
-// (ld.global.cg: the grids overlap, and L1 is not coherent across them); TMA reads L2 too.
+// Both wait (griddepcontrol.wait) before their first access to memory, so the grid before them has
+// completed and flushed whenever they read; their loads of data an earlier grid may write still go
+// through L2 (ld.global.cg: q, the bf16 producer's page table, kv_scale, the partials; TMA reads L2
+// too), except the fp8 producer's page table, where that measured slower (fp8.cuh, cache_row).
 template <typename... KArgs, typename... Args>
 cudaError_t launch_pdl(void (*kernel)(KArgs...), dim3 grid, dim3 block, int smem, cudaStream_t stream, Args... args) {
   cudaLaunchAttribute attr[1] = {};
