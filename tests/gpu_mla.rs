@@ -637,3 +637,62 @@ fn sm90_a_nan_in_the_cache_makes_its_request_nan_at_every_split_count() {
         assert_eq!(lse_n[h..].iter().map(|v| v.to_bits()).collect::<Vec<_>>(), lse_c[h..].iter().map(|v| v.to_bits()).collect::<Vec<_>>(), "splits {splits}");
     }
 }
+
+/// Invariant 13 (docs/ARCHITECTURE.md) for the sm90 N kernel and its combine, both launched
+/// programmatically dependent: a decode whose q_nope is the output the decode just before it on
+/// the stream wrote, with nothing between them. B's N kernel may be resident while A's combine
+/// still runs (the combine lets the next grid launch at entry), so a read of q before its
+/// griddepcontrol.wait would see the NaN A's output is filled with first. The two decodes share a
+/// workspace, so B's combine reading the partials before B's N kernel finished would add A's.
+/// Eager rounds and graph replays, bit-identical to B run alone from a copy of A's output.
+#[test]
+fn sm90_n_kernel_reads_what_the_previous_decode_just_wrote() {
+    let Some((ctx, mut stream)) = gpu() else { return };
+    if !hopper(&ctx) {
+        return;
+    }
+    let lens = vec![3000, 4096, 77, 2500];
+    let sa = Shape { dtype: KvDtype::Bf16, heads: 16, page: 64, seq_lens: lens.clone(), splits: Some(4), seed: 90 };
+    let sb = Shape { seed: 91, ..sa.clone() };
+    let (pa, pb) = (build(&stream, &sa), build(&stream, &sb));
+    let mut ws = Workspace::new(&stream, 0).unwrap();
+    let aa = args(&pa);
+    let plan = decode(&aa, &mut ws, &stream).unwrap();
+    assert!(plan.num_splits > 1, "the combine must run: {plan:?}");
+    let out_a = pa.out.to_host_vec::<u16>(&stream).unwrap();
+    // B alone, its q_nope a copy of A's output uploaded from the host.
+    let q_copy = DeviceBuffer::from_host(&stream, &out_a).unwrap();
+    let mut ab = args(&pb);
+    ab.q_nope = Tensor::contiguous(&q_copy, DType::Bf16, &[pb.batch, 16, 512]);
+    decode(&ab, &mut ws, &stream).unwrap();
+    let (want_out, want_lse) = (pb.out.to_host_vec::<u16>(&stream).unwrap(), pb.lse.to_host_vec::<u32>(&stream).unwrap());
+    assert!(to_f32(&want_out, KvDtype::Bf16).iter().all(|v| v.is_finite()), "B alone: non-finite output");
+    // B reading A's output buffer directly, right after A.
+    ab.q_nope = Tensor::contiguous(&pa.out, DType::Bf16, &[pb.batch, 16, 512]);
+    for round in 0..5 {
+        pa.out.memset_u8(0xFF, &stream).unwrap(); // bf16 NaN
+        pb.out.memset_u8(0, &stream).unwrap();
+        decode(&aa, &mut ws, &stream).unwrap();
+        decode(&ab, &mut ws, &stream).unwrap();
+        assert_eq!(pa.out.to_host_vec::<u16>(&stream).unwrap(), out_a, "eager round {round}: A");
+        assert_eq!(pb.out.to_host_vec::<u16>(&stream).unwrap(), want_out, "eager round {round}: B's output");
+        assert_eq!(pb.lse.to_host_vec::<u32>(&stream).unwrap(), want_lse, "eager round {round}: B's LSE");
+    }
+    let exec = {
+        let mut cap = stream.begin_capture(CaptureMode::ThreadLocal).unwrap();
+        let w = cap.bind_workspace(&mut ws).unwrap();
+        let ca = captured_args(&mut cap, &pa, &aa);
+        let mut cb = captured_args(&mut cap, &pb, &ab);
+        cb.q_nope = ab.q_nope.clone().with_mem(cap.bind_buffer(&pa.out).unwrap());
+        decode_captured(&ca, &w, &cap).unwrap();
+        decode_captured(&cb, &w, &cap).unwrap();
+        cap.end().unwrap().instantiate().unwrap()
+    };
+    for replay in 0..5 {
+        pa.out.memset_u8(0xFF, &stream).unwrap();
+        pb.out.memset_u8(0, &stream).unwrap();
+        exec.launch(&stream).unwrap();
+        assert_eq!(pb.out.to_host_vec::<u16>(&stream).unwrap(), want_out, "replay {replay}: B's output");
+        assert_eq!(pb.lse.to_host_vec::<u32>(&stream).unwrap(), want_lse, "replay {replay}: B's LSE");
+    }
+}
