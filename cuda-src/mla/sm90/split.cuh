@@ -41,9 +41,11 @@ __device__ __forceinline__ SplitRange split_range(const Params& p, int b, int sp
 // entry and the first S product starts at about 7.3 (globaltimer probes, 128 heads); issuing the
 // loads at kernel entry, before the seq_len read and the barrier set-up, measured no better
 // (docs/benchmarks.md, seventh session).
-// kL2Only: load through L2 only (ld.global.cg), for a kernel launched programmatically dependent
-// (the N kernel): q may have been written by the grid before it, which overlaps this one, and L1
-// is not coherent across grids. The plainly launched kernels read q through the read-only path.
+// kL2Only: load through L2 only (ld.global.cg), for the N kernel, launched programmatically
+// dependent: q may come from the grid just before it, whose CTAs overlap this grid's. The load
+// follows griddepcontrol.wait (that grid has completed and flushed), so the read-only path would
+// see q too; L2-only is the conservative choice where it costs nothing measurable (fp8.cuh's
+// page-table read is where it did). The plainly launched kernels read q through the read-only path.
 constexpr int kQBatch = 9;  // 64 rows: 18 pieces a thread in two batches, 36 registers held at a time
 template <int ROWS, int NT, bool kL2Only = false>
 __device__ __forceinline__ void load_q(uint8_t* sq, const Params& p, int b, int head0, int valid, int t) {
