@@ -6,22 +6,25 @@
 //! (constant data inflates tensor-core throughput: 128 heads read 650-700 TFLOP/s on zeros where
 //! the anchor's random inputs gave 520-575 on the same H200), every request at full length, its
 //! pages in a random order over the cache. Timing as an engine runs decode, inside a CUDA graph:
-//! [`CALLS`] calls captured into one graph, median of 30 event-timed replays after 2 warm-up ones;
+//! [`CALLS`] calls captured into one graph, median of 30 event-timed replays after 3 warm-up ones;
 //! beside it the same calls launched eagerly (median of 30 batches of [`CALLS`]), which adds the
 //! host's enqueueing and the launch gaps a graph removes. Per row: µs per call, achieved bandwidth
 //! (KV + Q + O bytes / time), TFLOP/s (B·S·H·2·(576+512) / time); the baseline in the same run is a
 //! device-to-device copy (read + write bytes / time), the HBM rate this GPU actually reaches.
 //! Prints the tables and one `BENCH_JSON` line.
 
+#[path = "common/random.rs"]
+mod random;
 #[path = "common/timing.rs"]
 mod timing;
-use graphsafe::driver::{Context, DeviceBuffer, Event, Stream};
+use graphsafe::driver::{Context, DeviceBuffer, Stream};
 use graphsafe::graph::CaptureMode;
 use graphsafe::ops::mla::{decode, decode_captured, KvDtype, KvFormat, KvFormatKind, MlaDecodeArgs, MlaDecodePlan};
 use graphsafe::ops::tensor::{DType, DeviceMemory, Tensor};
 use graphsafe::workspace::Workspace;
 use std::sync::Arc;
-use timing::median;
+use random::{random_bytes, random_u64s};
+use timing::gpu_times;
 
 /// Calls per timed sample (one graph, or one eager batch): enough that a sample is long against
 /// the events' resolution and, eagerly, that the host's enqueueing runs ahead of the GPU.
@@ -33,20 +36,9 @@ const PAGE: usize = 64;
 /// The largest case's tokens (128 x 8,192): every case's cache is a prefix of one random cache.
 const MAX_TOKENS: usize = 128 * 8192;
 
-fn time_us(ctx: &Arc<Context>, stream: &Stream, warm: usize, iters: usize, mut f: impl FnMut()) -> f64 {
-    for _ in 0..warm {
-        f();
-    }
-    let (s, e) = (Event::new(ctx, true).unwrap(), Event::new(ctx, true).unwrap());
-    let mut v = Vec::with_capacity(iters);
-    for _ in 0..iters {
-        s.record(stream).unwrap();
-        f();
-        e.record(stream).unwrap();
-        e.synchronize().unwrap();
-        v.push(e.elapsed_ms(&s).unwrap() as f64 * 1e3);
-    }
-    median(v)
+/// Median µs of `iters` event-timed calls of `f` after warm-up (one contender).
+fn time_us(ctx: &Arc<Context>, stream: &Stream, iters: usize, mut f: impl FnMut()) -> f64 {
+    gpu_times(stream, ctx, 1, iters, &mut [&mut f])[0]
 }
 
 /// One timed configuration.
@@ -92,7 +84,7 @@ fn main() {
     // Baseline: what HBM delivers to a plain copy here.
     let n = 1usize << 30;
     let (src, dst) = (DeviceBuffer::alloc_zeroed(&stream, n).unwrap(), DeviceBuffer::alloc(&ctx, n).unwrap());
-    let copy_us = time_us(&ctx, &stream, 3, 20, || dst.copy_from_device(&src, &stream).unwrap());
+    let copy_us = time_us(&ctx, &stream, 20, || dst.copy_from_device(&src, &stream).unwrap());
     let copy_gbs = 2.0 * n as f64 / copy_us / 1e3;
     drop((src, dst));
 
@@ -147,16 +139,6 @@ fn main() {
     );
 }
 
-/// xorshift64*: fast deterministic random words.
-fn random_u64s(n: usize, seed: u64) -> impl Iterator<Item = u64> {
-    let mut s = seed | 1;
-    (0..n).map(move |_| {
-        s ^= s >> 12;
-        s ^= s << 25;
-        s ^= s >> 27;
-        s.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    })
-}
 
 /// Random bf16 bits, about N(0, 0.1²) (a sum of four uniforms), clamped to [-1, 1] like the
 /// anchor's `randn / 10`.
@@ -172,9 +154,7 @@ fn random_bf16(n: usize, seed: u64) -> Vec<u16> {
 
 /// Random e4m3 codes of magnitude below 2 (bit 6, the exponent's top bit, cleared: never a NaN).
 fn random_e4m3(n: usize, seed: u64) -> Vec<u8> {
-    let mut v: Vec<u8> = random_u64s(n.div_ceil(8), seed).flat_map(|w| w.to_le_bytes()).map(|b| b & 0xbf).collect();
-    v.truncate(n);
-    v
+    random_bytes(n, seed).into_iter().map(|b| b & 0xbf).collect()
 }
 
 /// One random cache per format, [`MAX_TOKENS`] tokens each; a case uses the first pages.
@@ -303,9 +283,9 @@ impl<'c> Case<'c> {
             drop(ca);
             cap.end().unwrap().instantiate().unwrap()
         };
-        let us = time_us(ctx, stream, 2, 30, || exec.launch(stream).unwrap()) / CALLS as f64;
+        let us = time_us(ctx, stream, 30, || exec.launch(stream).unwrap()) / CALLS as f64;
         drop(exec);
-        let eager_us = time_us(ctx, stream, 2, 30, || {
+        let eager_us = time_us(ctx, stream, 30, || {
             for _ in 0..CALLS {
                 decode(&eager, ws, stream).unwrap();
             }

@@ -16,6 +16,8 @@
 
 #[path = "common/cublaslt.rs"]
 mod cublaslt;
+#[path = "common/random.rs"]
+mod random;
 #[path = "common/timing.rs"]
 mod timing;
 
@@ -26,37 +28,18 @@ use graphsafe::ops::nvfp4::{self, Nvfp4Matrix, PreparedWeight};
 use graphsafe::ops::tensor::{DType, Tensor};
 use graphsafe::workspace::Workspace;
 use std::sync::Arc;
+use random::{random_bytes, random_u64s};
 use timing::median;
 
 /// Bytes the rotation of one contender's weights must cover (5× the H200's L2).
 const ROTATE_BYTES: usize = 256 << 20;
 
-/// xorshift64*: fast deterministic random bytes.
-fn random_u64s(n: usize, seed: u64) -> Vec<u64> {
-    let mut s = seed | 1;
-    (0..n)
-        .map(|_| {
-            s ^= s >> 12;
-            s ^= s << 25;
-            s ^= s >> 27;
-            s.wrapping_mul(0x2545_F491_4F6C_DD1D)
-        })
-        .collect()
-}
-
-fn random_bytes(n: usize, seed: u64) -> Vec<u8> {
-    let mut v: Vec<u8> = random_u64s(n.div_ceil(8), seed).iter().flat_map(|w| w.to_le_bytes()).collect();
-    v.truncate(n);
-    v
-}
-
 /// Random bf16 bits, uniform in (-1, 1).
 fn random_bf16(n: usize, seed: u64) -> Vec<u16> {
     random_u64s(n.div_ceil(2), seed)
-        .iter()
         .flat_map(|w| {
             let f = |x: u32| half::bf16::from_f32((x >> 8) as f32 / (1u32 << 24) as f32 * 2.0 - 1.0).to_bits();
-            [f(*w as u32), f((*w >> 32) as u32)]
+            [f(w as u32), f((w >> 32) as u32)]
         })
         .take(n)
         .collect()
