@@ -195,7 +195,7 @@ fn m90_workspace(b: i64, h: i64, s: u128) -> u128 {
         return 0;
     }
     let rows = b as u128 * s * h as u128;
-    r256(rows * 512 * 4) + r256(rows * 4)
+    r256(rows * 512 * 2) + r256(rows * 4)
 }
 
 fn m90_plan(b: i64, h: i64, seq: i64, sm: i64, req: Option<i64>) -> Option<(u128, u128)> {

@@ -241,8 +241,9 @@ int gs_mla_sm90_num_splits(int32_t batch, int32_t num_heads, int32_t max_seq_len
                            int32_t* out_splits);
 
 /**
- * Workspace bytes of the sm90 decode: fp32 partial O [batch, splits, heads, 512] then fp32 partial
- * LSE [batch, splits, heads], each region 256-byte aligned; 0 for one split.
+ * Workspace bytes of the sm90 decode: partial O [batch, splits, heads, 512] in the output dtype (2
+ * bytes each) then fp32 partial LSE [batch, splits, heads], each region 256-byte aligned; 0 for one
+ * split.
  */
 int gs_mla_sm90_workspace_bytes(int32_t batch, int32_t num_heads, int32_t num_splits, uint64_t* out_bytes);
 

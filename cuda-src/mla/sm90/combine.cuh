@@ -10,8 +10,8 @@ namespace graphsafe::mla_sm90 {
 //
 // The kernel is latency-bound (an LSE load, then the partial O loads, then the store, per head), so
 // what matters is how many of those chains run at once and how many loads each keeps in flight.
-// One warp owns a head's whole 512-dim row (lane = dims 4 lane + 128 k, k = 0..3): 4 float4 loads a
-// split, two splits at a time. With few splits (<= kCombineFewSplits) and many heads in all
+// One warp owns a head's whole 512-dim row (lane = dims 4 lane + 128 k, k = 0..3): four 8-byte
+// loads a split, two splits at a time. With few splits (<= kCombineFewSplits) and many heads in all
 // (batch x heads >= kCombineWarpHeads) a block is four heads, a warp each; otherwise a block is one
 // head and its 16 warps take splits s = w, w + 16, ..., added in a fixed order at the end. Both are
 // deterministic for a given (batch x heads, splits); the two add in different orders, so a
@@ -105,8 +105,9 @@ __global__ void __launch_bounds__(combine_threads<kWarpsPerHead>()) mla_sm90_com
     __syncwarp();
   }
 
-  const float* src = p.ws_o + (int64_t(b) * S * H + h) * kNope + lane * 4;
+  const uint16_t* src = p.ws_o + (int64_t(b) * S * H + h) * kNope + lane * 4;  // partials in the output dtype
   const int64_t split_stride = int64_t(H) * kNope;
+  auto load4 = [](const uint16_t* a) { return unpack4<F16>(__ldcg(reinterpret_cast<const uint2*>(a))); };
   float4 acc[4];
 #pragma unroll
   for (int k = 0; k < 4; ++k) acc[k] = make_float4(0.f, 0.f, 0.f, 0.f);
@@ -118,13 +119,13 @@ __global__ void __launch_bounds__(combine_threads<kWarpsPerHead>()) mla_sm90_com
   };
   constexpr int kStep = kWarpsPerHead;
   int s = wi;
-  for (; s + kStep < S; s += 2 * kStep) {  // two splits, eight float4 loads in flight
+  for (; s + kStep < S; s += 2 * kStep) {  // two splits, eight loads in flight
     const float w0 = s_w[hl][s], w1 = s_w[hl][s + kStep];
     float4 v0[4], v1[4];
 #pragma unroll
     for (int k = 0; k < 4; ++k) {
-      v0[k] = w0 != 0.f ? __ldcg(reinterpret_cast<const float4*>(src + s * split_stride + 128 * k)) : make_float4(0.f, 0.f, 0.f, 0.f);
-      v1[k] = w1 != 0.f ? __ldcg(reinterpret_cast<const float4*>(src + (s + kStep) * split_stride + 128 * k))
+      v0[k] = w0 != 0.f ? load4(src + s * split_stride + 128 * k) : make_float4(0.f, 0.f, 0.f, 0.f);
+      v1[k] = w1 != 0.f ? load4(src + (s + kStep) * split_stride + 128 * k)
                         : make_float4(0.f, 0.f, 0.f, 0.f);
     }
 #pragma unroll
@@ -137,7 +138,7 @@ __global__ void __launch_bounds__(combine_threads<kWarpsPerHead>()) mla_sm90_com
     const float w0 = s_w[hl][s];
     if (w0 != 0.f) {
 #pragma unroll
-      for (int k = 0; k < 4; ++k) fma4(acc[k], w0, __ldcg(reinterpret_cast<const float4*>(src + s * split_stride + 128 * k)));
+      for (int k = 0; k < 4; ++k) fma4(acc[k], w0, load4(src + s * split_stride + 128 * k));
     }
   }
   if constexpr (kWarpsPerHead > 1) {

@@ -14,7 +14,7 @@
 //     half of O = P.V each (wgmma m64n256k16, V read MN-major from the same tile).
 //   * 16 or 32 heads ("N"): tokens as M, heads as N (wgmma m64n16/m64n32), so no MMA row is padding;
 //     the two warpgroups take alternate tiles and merge at the end.
-//   * splits > 1: fp32 partial O and LSE to the workspace, then the combine kernel.
+//   * splits > 1: partial O (in the output dtype) and fp32 LSE to the workspace, then the combine kernel.
 //   * fp8 caches (bf16 queries): N and M64 with a dequantising producer (fp8.cuh): a raw ring
 //     beside the stages for the N kernel, the raw tile in its own stage for M64.
 // No allocation, no legacy stream, no atomics: deterministic and capturable.
@@ -201,8 +201,8 @@ extern "C" int gs_mla_sm90_decode(const GsMlaDecodeArgs* args, void* workspace, 
   p.lse = a.lse;
   if (a.num_splits > 1) {
     const uint64_t rows = uint64_t(a.batch) * a.num_splits * a.num_heads;
-    p.ws_o = static_cast<float*>(workspace);
-    p.ws_lse = reinterpret_cast<float*>(static_cast<uint8_t*>(workspace) + ((rows * kNope * 4 + 255) & ~uint64_t{255}));
+    p.ws_o = static_cast<uint16_t*>(workspace);
+    p.ws_lse = reinterpret_cast<float*>(static_cast<uint8_t*>(workspace) + ((rows * kNope * 2 + 255) & ~uint64_t{255}));
   }
   p.scale_log2 = a.sm_scale * kLog2e;
   p.kv_scale = a.kv_scale;

@@ -27,7 +27,7 @@
 //
 // Workspace (splits > 1 only; 0 for one split), laid out as the decode writes it:
 //
-//   O region   fp32 [batch, splits, heads, 512]   at byte 0
+//   O region   bf16/fp16 (the output dtype) [batch, splits, heads, 512]   at byte 0
 //   LSE region fp32 [batch, splits, heads]        at byte round_up(O bytes, 256)
 //   total = round_up(O bytes, 256) + round_up(LSE bytes, 256)
 #include <algorithm>
@@ -85,7 +85,7 @@ extern "C" int gs_mla_sm90_workspace_bytes(int32_t batch, int32_t num_heads, int
   }
   uint64_t rows = 0, o = 0, lse = 0, total = 0;
   const bool ok = ck::mul(uint64_t(batch) * uint64_t(num_splits), uint64_t(num_heads), &rows) &&
-                  ck::mul(rows, GS_MLA_LATENT_DIM * sizeof(float), &o) && ck::round_up(o, 256, &o) &&
+                  ck::mul(rows, GS_MLA_LATENT_DIM * sizeof(uint16_t), &o) && ck::round_up(o, 256, &o) &&
                   ck::mul(rows, sizeof(float), &lse) && ck::round_up(lse, 256, &lse) && ck::add(o, lse, &total);
   if (!ok) return GS_ERR_INVALID_ARGUMENT;
   *out_bytes = total;

@@ -48,7 +48,7 @@ struct Params {
   uint16_t* out;
   int64_t out_sb, out_sh;
   float* lse;     // [batch, heads] or null
-  float* ws_o;    // splits > 1: fp32 [batch, splits, heads, 512]
+  uint16_t* ws_o;  // splits > 1: [batch, splits, heads, 512] in the output dtype (split.cuh, store_rows)
   float* ws_lse;  // splits > 1: fp32 [batch, splits, heads]
   float scale_log2;  // sm_scale * log2(e)
   const float* kv_scale;  // GS_MLA_KV_FP8_PER_TENSOR: the cache's f32 scale (device data)
@@ -101,6 +101,18 @@ __device__ __forceinline__ uint16_t to_bits(float a) {
   } else {
     __nv_bfloat16 v = __float2bfloat16_rn(a);
     return *reinterpret_cast<uint16_t*>(&v);
+  }
+}
+// The inverse of two pack2 calls: four 16-bit values (bf16 or fp16) as floats, exactly.
+template <bool F16>
+__device__ __forceinline__ float4 unpack4(uint2 u) {
+  if constexpr (F16) {
+    const float2 a = __half22float2(*reinterpret_cast<const __half2*>(&u.x));
+    const float2 b = __half22float2(*reinterpret_cast<const __half2*>(&u.y));
+    return make_float4(a.x, a.y, b.x, b.y);
+  } else {
+    return make_float4(__uint_as_float(u.x << 16), __uint_as_float(u.x & 0xFFFF0000u), __uint_as_float(u.y << 16),
+                       __uint_as_float(u.y & 0xFFFF0000u));
   }
 }
 
