@@ -78,7 +78,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
 
   uint32_t math_phase = 0;
-  load_q<N, kMathThreads, true>(sq, p, b, 0, N, tid);
+  load_q<N, kMathThreads>(sq, p, b, 0, N, tid);
   fence_proxy_async();
   mbar_sync(math_bar, math_phase);
 

@@ -34,22 +34,41 @@ __device__ __forceinline__ SplitRange split_range(const Params& p, int b, int sp
 }
 
 // Q rows [head0, head0 + valid) of request b into `sq` (ROWS rows, swizzled K-major blocks of
-// ROWS x 128 B); rows past `valid` are zero. NT threads (t = 0..NT-1) share the work; each issues
-// a batch of kQBatch loads before the batch's first store: a loop of load -> store pairs waited one
-// L2 round trip per item (64 rows: 18 per thread). H200, same output bits: 128 heads 16 x 16384
-// 153 -> 148 us, 16 heads 16 x 16384 90.5 -> 87 us. Even so Q is ready about 5.5 us after kernel
-// entry and the first S product starts at about 7.3 (globaltimer probes, 128 heads); issuing the
-// loads at kernel entry, before the seq_len read and the barrier set-up, measured no better
-// (docs/benchmarks.md, seventh session).
-// kL2Only: load through L2 only (ld.global.cg), for the N kernel, launched programmatically
-// dependent: q may come from the grid just before it, whose CTAs overlap this grid's. The load
-// follows griddepcontrol.wait (that grid has completed and flushed), so the read-only path would
-// see q too; L2-only is the conservative choice where it costs nothing measurable (fp8.cuh's
-// page-table read is where it did). The plainly launched kernels read q through the read-only path.
-constexpr int kQBatch = 9;  // 64 rows: 18 pieces a thread in two batches, 36 registers held at a time
-template <int ROWS, int NT, bool kL2Only = false>
+// ROWS x 128 B); rows past `valid` are zero. NT threads (t = 0..NT-1) share the work.
+// Aligned q (p.q_vec): every 16-byte piece by cp.async.cg (L2 only, no registers), all of a thread's
+// pieces in flight at once, one wait. H200, scratch harness, graphs of 10, outputs bit-identical:
+// Q staged 4.8 -> 3.2 us after kernel entry and the first S product 6.0 -> 4.4 (globaltimer probes,
+// 128 heads 1 x 65,536); 128 heads 1 x 65,536 43.2 -> 41.7 us, 4 x 16,384 44.0 -> 42.4, 16 x 16,384
+// 117.5 -> 115.8, 64 x 4096 114.1 -> 112.6; 32 heads 64 x 4096 89.3 -> 88.7; 16 heads 64 x 4096
+// 83.6 -> 83.8 (noise level). Register loads in batches of 9 (the path before) took 4.8 us; in one
+// batch of 18, 1-2 % slower than cp.async.
+// Unaligned q: register loads of 16-bit elements in batches of kQBatch pieces before the batch's
+// stores (a load -> store pair per piece waited one L2 round trip each).
+// Both read through L2 only: the N kernel is launched programmatically dependent and q may come
+// from the grid just before it. The load follows griddepcontrol.wait (that grid has completed and
+// flushed), so the read-only path would see q too; L2-only is the conservative choice where it
+// costs nothing measurable (fp8.cuh's page-table read is where it did).
+constexpr int kQBatch = 9;  // unaligned path: 9 pieces a batch, 36 registers held at a time
+template <int ROWS, int NT>
 __device__ __forceinline__ void load_q(uint8_t* sq, const Params& p, int b, int head0, int valid, int t) {
   constexpr int kItems = ROWS * 72;  // 16-byte pieces: 64 nope + 8 rope per row
+  auto piece = [&](int r, int c) -> const uint16_t* {
+    const int h = head0 + r;
+    return c < 64 ? p.q_nope + b * p.q_nope_sb + h * p.q_nope_sh + c * 8 : p.q_pe + b * p.q_pe_sb + h * p.q_pe_sh + (c - 64) * 8;
+  };
+  auto dst = [&](int r, int c) { return sq + (c >> 3) * (ROWS * 128) + r * 128 + (((c & 7) ^ (r & 7)) << 4); };
+  if (p.q_vec) {
+    for (int idx = t; idx < kItems; idx += NT) {
+      const int r = idx / 72, c = idx - r * 72;
+      if (r < valid) {
+        cp_async_16_cg(dst(r, c), piece(r, c));
+      } else {
+        *reinterpret_cast<uint4*>(dst(r, c)) = make_uint4(0u, 0u, 0u, 0u);
+      }
+    }
+    cp_async_wait_all();
+    return;
+  }
 #pragma unroll 1
   for (int base = t; base < kItems; base += kQBatch * NT) {
     uint4 v[kQBatch];
@@ -59,25 +78,19 @@ __device__ __forceinline__ void load_q(uint8_t* sq, const Params& p, int b, int 
       const int r = idx / 72, c = idx - r * 72;
       v[j] = make_uint4(0u, 0u, 0u, 0u);
       if (idx < kItems && r < valid) {
-        const int h = head0 + r;
-        const uint16_t* src = c < 64 ? p.q_nope + b * p.q_nope_sb + h * p.q_nope_sh + c * 8
-                                     : p.q_pe + b * p.q_pe_sb + h * p.q_pe_sh + (c - 64) * 8;
-        if (p.q_vec) {
-          v[j] = kL2Only ? __ldcg(reinterpret_cast<const uint4*>(src)) : __ldg(reinterpret_cast<const uint4*>(src));
-        } else {
-          uint16_t e[8];
+        const uint16_t* src = piece(r, c);
+        uint16_t e[8];
 #pragma unroll
-          for (int k = 0; k < 8; ++k) e[k] = kL2Only ? __ldcg(src + k) : __ldg(src + k);
-          v[j] = make_uint4(e[0] | (uint32_t(e[1]) << 16), e[2] | (uint32_t(e[3]) << 16), e[4] | (uint32_t(e[5]) << 16),
-                            e[6] | (uint32_t(e[7]) << 16));
-        }
+        for (int k = 0; k < 8; ++k) e[k] = __ldcg(src + k);
+        v[j] = make_uint4(e[0] | (uint32_t(e[1]) << 16), e[2] | (uint32_t(e[3]) << 16), e[4] | (uint32_t(e[5]) << 16),
+                          e[6] | (uint32_t(e[7]) << 16));
       }
     }
 #pragma unroll
     for (int j = 0; j < kQBatch; ++j) {
       const int idx = base + j * NT;
       const int r = idx / 72, c = idx - r * 72;
-      if (idx < kItems) *reinterpret_cast<uint4*>(sq + (c >> 3) * (ROWS * 128) + r * 128 + (((c & 7) ^ (r & 7)) << 4)) = v[j];
+      if (idx < kItems) *reinterpret_cast<uint4*>(dst(r, c)) = v[j];
     }
   }
 }
