@@ -35,7 +35,6 @@ template <bool F16, int kWarpsPerHead>
 __global__ void __launch_bounds__(combine_threads<kWarpsPerHead>()) mla_sm90_combine_kernel(const Params p) {
   static_assert(kWarpsPerHead == 1 || kWarpsPerHead == 16, "four heads a block, or one head on 16 warps");
   constexpr int kHeadsPerBlock = kWarpsPerHead == 1 ? 4 : 1;
-  __shared__ float s_w[kHeadsPerBlock][256];
   // 16 warps a head: each warp's sum over its splits, then one dim per thread (512 threads = 512 dims).
   __shared__ float s_red[kWarpsPerHead > 1 ? kWarpsPerHead : 1][kWarpsPerHead > 1 ? kNope : 1];
   // After the N kernel it is launched programmatically dependent (decode.cu): wait for the
@@ -51,12 +50,38 @@ __global__ void __launch_bounds__(combine_threads<kWarpsPerHead>()) mla_sm90_com
   // block-uniform there; with one warp a head nothing below synchronises more than the warp.
   if (h >= H) return;
   const float* lse = p.ws_lse + int64_t(b) * S * H + h;
+  const uint16_t* src = p.ws_o + (int64_t(b) * S * H + h) * kNope + lane * 4;  // partials in the output dtype
+  const int64_t split_stride = int64_t(H) * kNope;
+  auto load_raw = [&](int s, int k) { return __ldcg(reinterpret_cast<const uint2*>(src + s * split_stride + 128 * k)); };
+  constexpr int kStep = kWarpsPerHead;  // a warp takes splits wi, wi + kStep, ...
+  // The first kAhead of a warp's splits are loaded at entry, beside the LSEs, before their weights
+  // are known: the LSE round trip and theirs overlap. An empty split's partial (never written) is
+  // loaded too, from inside the workspace, and dropped: a weight of 0 skips its product. Two, not
+  // more: four made the 16-warp block 76 registers and halved its blocks per SM (slower wherever a
+  // grid needs more than one wave, docs/benchmarks.md, tenth session).
+  constexpr int kAhead = 2;
+  uint2 ahead[kAhead][4];
+  float ahead_lse[kAhead];
+#pragma unroll
+  for (int j = 0; j < kAhead; ++j) {
+    const int s = wi + j * kStep;
+    ahead_lse[j] = -INFINITY;
+    if (s < S) {
+      ahead_lse[j] = lse[int64_t(s) * H];
+#pragma unroll
+      for (int k = 0; k < 4; ++k) ahead[j][k] = load_raw(s, k);
+    }
+  }
+  constexpr int kLsePerLane = 256 / 32;  // num_splits <= 256 (decode.cu validates)
+  float lv[kLsePerLane];
+#pragma unroll
+  for (int i = 0; i < kLsePerLane; ++i) lv[i] = lane + 32 * i < S ? lse[int64_t(lane + 32 * i) * H] : -INFINITY;
   float mx = -INFINITY;
   bool nan = false;
-  for (int s = lane; s < S; s += 32) {
-    const float v = lse[int64_t(s) * H];
-    mx = fmaxf(mx, v);
-    nan |= v != v;
+#pragma unroll
+  for (int i = 0; i < kLsePerLane; ++i) {
+    mx = fmaxf(mx, lv[i]);
+    nan |= lv[i] != lv[i];
   }
 #pragma unroll
   for (int k = 16; k > 0; k >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, k));
@@ -91,24 +116,13 @@ __global__ void __launch_bounds__(combine_threads<kWarpsPerHead>()) mla_sm90_com
     }
     return;
   }
+  auto weight = [&](float v) { return v == -INFINITY ? 0.f : expf(v - mx); };
   float sum = 0.f;
-  for (int s = lane; s < S; s += 32) {
-    const float v = lse[int64_t(s) * H];
-    const float wgt = v == -INFINITY ? 0.f : expf(v - mx);
-    if (wi == 0) s_w[hl][s] = wgt;
-    sum += wgt;
-  }
+#pragma unroll
+  for (int i = 0; i < kLsePerLane; ++i) sum += weight(lv[i]);
 #pragma unroll
   for (int k = 16; k > 0; k >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, k);
-  if constexpr (kWarpsPerHead > 1) {
-    __syncthreads();
-  } else {
-    __syncwarp();
-  }
 
-  const uint16_t* src = p.ws_o + (int64_t(b) * S * H + h) * kNope + lane * 4;  // partials in the output dtype
-  const int64_t split_stride = int64_t(H) * kNope;
-  auto load4 = [](const uint16_t* a) { return unpack4<F16>(__ldcg(reinterpret_cast<const uint2*>(a))); };
   float4 acc[4];
 #pragma unroll
   for (int k = 0; k < 4; ++k) acc[k] = make_float4(0.f, 0.f, 0.f, 0.f);
@@ -118,28 +132,40 @@ __global__ void __launch_bounds__(combine_threads<kWarpsPerHead>()) mla_sm90_com
     a.z = fmaf(w, v.z, a.z);
     a.w = fmaf(w, v.w, a.w);
   };
-  constexpr int kStep = kWarpsPerHead;
-  int s = wi;
-  for (; s + kStep < S; s += 2 * kStep) {  // two splits, eight loads in flight
-    const float w0 = s_w[hl][s], w1 = s_w[hl][s + kStep];
-    float4 v0[4], v1[4];
+  // Splits in increasing order within a warp; a split of weight 0 adds nothing (as before, when
+  // it added 0 * 0): deterministic, and bit-identical to the layout before the loads moved.
 #pragma unroll
-    for (int k = 0; k < 4; ++k) {
-      v0[k] = w0 != 0.f ? load4(src + s * split_stride + 128 * k) : make_float4(0.f, 0.f, 0.f, 0.f);
-      v1[k] = w1 != 0.f ? load4(src + (s + kStep) * split_stride + 128 * k)
-                        : make_float4(0.f, 0.f, 0.f, 0.f);
+  for (int j = 0; j < kAhead; ++j) {
+    const float w = weight(ahead_lse[j]);  // 0 past S too (ahead_lse = -inf)
+    if (w != 0.f) {
+#pragma unroll
+      for (int k = 0; k < 4; ++k) fma4(acc[k], w, unpack4<F16>(ahead[j][k]));
     }
+  }
+  int s = wi + kAhead * kStep;
+  for (; s + kStep < S; s += 2 * kStep) {  // two splits, eight loads in flight, their LSEs beside them
+    const float v0 = lse[int64_t(s) * H], v1 = lse[int64_t(s + kStep) * H];
+    uint2 u0[4], u1[4];
 #pragma unroll
     for (int k = 0; k < 4; ++k) {
-      fma4(acc[k], w0, v0[k]);
-      fma4(acc[k], w1, v1[k]);
+      u0[k] = load_raw(s, k);
+      u1[k] = load_raw(s + kStep, k);
+    }
+    const float w0 = weight(v0), w1 = weight(v1);
+    if (w0 != 0.f) {
+#pragma unroll
+      for (int k = 0; k < 4; ++k) fma4(acc[k], w0, unpack4<F16>(u0[k]));
+    }
+    if (w1 != 0.f) {
+#pragma unroll
+      for (int k = 0; k < 4; ++k) fma4(acc[k], w1, unpack4<F16>(u1[k]));
     }
   }
   if (s < S) {
-    const float w0 = s_w[hl][s];
+    const float w0 = weight(lse[int64_t(s) * H]);
     if (w0 != 0.f) {
 #pragma unroll
-      for (int k = 0; k < 4; ++k) fma4(acc[k], w0, load4(src + s * split_stride + 128 * k));
+      for (int k = 0; k < 4; ++k) fma4(acc[k], w0, unpack4<F16>(load_raw(s, k)));
     }
   }
   const float inv = 1.f / sum;
