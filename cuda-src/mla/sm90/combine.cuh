@@ -16,7 +16,9 @@ namespace graphsafe::mla_sm90 {
 // head and its 16 warps take splits s = w, w + 16, ..., added in a fixed order at the end. Both are
 // deterministic for a given (batch x heads, splits); the two add in different orders, so a
 // request's last bits may differ between a batch below and above the threshold. Splits with
-// LSE = -inf (empty) are never read.
+// LSE = -inf (empty) never enter the sums: a warp's first two partials are loaded before the
+// weights are known (their bytes, never written for an empty split, are then dropped); later ones
+// only with their LSE beside them.
 // (The first version, a block per 128-dim chunk of a head, ran four times as many chains of the
 // same length: 34 us for 128 heads x 64 requests x 2 splits, 30 us at 16 x 16,384 x 4 splits, on
 // the H200.)
