@@ -41,7 +41,7 @@ __device__ __forceinline__ SplitRange split_range(const Params& p, int b, int sp
 // 128 heads 1 x 65,536); 128 heads 1 x 65,536 43.2 -> 41.7 us, 4 x 16,384 44.0 -> 42.4, 16 x 16,384
 // 117.5 -> 115.8, 64 x 4096 114.1 -> 112.6; 32 heads 64 x 4096 89.3 -> 88.7; 16 heads 64 x 4096
 // 83.6 -> 83.8 (noise level). Register loads in batches of 9 (the path before) took 4.8 us; in one
-// batch of 18, 1-2 % slower than cp.async.
+// batch of 18, 1-3 % slower than cp.async.
 // Unaligned q: register loads of 16-bit elements in batches of kQBatch pieces before the batch's
 // stores (a load -> store pair per piece waited one L2 round trip each).
 // Both read through L2 only: the N kernel is launched programmatically dependent and q may come
