@@ -21,9 +21,11 @@
 #include <atomic>
 #include <climits>
 #include <cmath>
+#include "common/launch.cuh"
 #include "common/status.cuh"
 #include "graphsafe_kernels/mla.h"
 #include "mla/sm90/kernels.cuh"
+#include "mla/sm90/workspace.h"
 
 using namespace graphsafe::mla_sm90;
 
@@ -72,41 +74,25 @@ struct Maps {
   CUtensorMap kv, scale, rope;
 };
 
-// A launch with programmatic stream serialization: the grid may be scheduled while the kernel
-// before it on the stream drains (once that one triggers, or as its CTAs exit), and waits for it
-// with griddepcontrol.wait before touching memory. Under capture it becomes a programmatic graph
-// edge. Used for the N kernel (16/32 heads) and the combine after it, the memory-bound path: each
-// grid's CTAs are then launched onto SMs as the previous grid's CTAs exit, instead of after that
-// whole grid has completed (H200, graphs of 10 decodes: 16 heads 64 x 4096 86.7 -> 84.6 us, 32
-// heads 95.1 -> 91.5, 16 heads 16 x 16384 87.6 -> 85.3, 1 x 65536 unchanged). The seesaw and M64
-// kernels are launched plainly: with PDL they measured slower at 128 heads (1 x 65536: 62.2 against
-// 57.3 us with an L2 prefetch before the wait, eighth session; 16 x 16384 125.0 against 120.1 us
-// waiting at entry with no prefetch, tenth session; docs/benchmarks.md).
+// Launches with programmatic stream serialization (launch_pdl, common/launch.cuh) for the N kernel
+// (16/32 heads) and the combine after it, the memory-bound path: each grid's CTAs are then launched
+// onto SMs as the previous grid's CTAs exit, instead of after that whole grid has completed (H200,
+// graphs of 10 decodes: 16 heads 64 x 4096 86.7 -> 84.6 us, 32 heads 95.1 -> 91.5, 16 heads
+// 16 x 16384 87.6 -> 85.3, 1 x 65536 unchanged). The seesaw and M64 kernels are launched plainly:
+// with PDL they measured slower at 128 heads (1 x 65536: 62.2 against 57.3 us with an L2 prefetch
+// before the wait, eighth session; 16 x 16384 125.0 against 120.1 us waiting at entry with no
+// prefetch, tenth session; docs/benchmarks.md).
 // Both wait (griddepcontrol.wait) before their first access to memory, so the grid before them has
 // completed and flushed whenever they read; their loads of data an earlier grid may write still go
 // through L2 (ld.global.cg: q, the bf16 producer's page table, kv_scale, the partials; TMA reads L2
 // too), except the fp8 producer's page table, where that measured slower (fp8.cuh, cache_row).
-template <typename... KArgs, typename... Args>
-cudaError_t launch_pdl(void (*kernel)(KArgs...), dim3 grid, dim3 block, int smem, cudaStream_t stream, Args... args) {
-  cudaLaunchAttribute attr[1] = {};
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  cudaLaunchConfig_t lc = {};
-  lc.gridDim = grid;
-  lc.blockDim = block;
-  lc.dynamicSmemBytes = size_t(smem);
-  lc.stream = stream;
-  lc.attrs = attr;
-  lc.numAttrs = 1;
-  return cudaLaunchKernelEx(&lc, kernel, args...);
-}
 
 template <int N, bool F16, int KV>
 int launch_n(const GsMlaDecodeArgs& a, const Maps& m, const Params& p, cudaStream_t stream) {
   constexpr auto k = mla_sm90_n_kernel<N, F16, KV>;
   constexpr int smem = NLayout<N, KV>::kSmem;
   if (int st = ensure_smem<k>(a.device, smem); st != GS_OK) return st;
-  const cudaError_t e = launch_pdl(k, dim3(1, a.num_splits, a.batch), dim3(kThreads), smem, stream, m.kv, m.scale, m.rope, p);
+  const cudaError_t e = graphsafe::launch_pdl(k, dim3(1, a.num_splits, a.batch), dim3(kThreads), smem, stream, m.kv, m.scale, m.rope, p);
   return e == cudaSuccess ? GS_OK : graphsafe::cuda_failed(e);
 }
 
@@ -141,16 +127,17 @@ int launch_head_groups(const GsMlaDecodeArgs& a, const Maps& m, const Params& p,
   return GS_OK;
 }
 
+// 16 and 32 heads run the N kernel (heads as the MMA's N, one CTA per split and request); every
+// other supported count the head-group kernels. The combine's launch follows the same choice.
+constexpr bool runs_n_kernel(int32_t num_heads) { return num_heads == 16 || num_heads == 32; }
+
 template <bool F16>
 int launch(const GsMlaDecodeArgs& a, const Maps& maps, const Params& p, cudaStream_t stream) {
   cudaError_t e;
-  if (a.num_heads == 16) {
-    if (int st = launch_n_format<16, F16>(a, maps, p, stream); st != GS_OK) return st;
-  } else if (a.num_heads == 32) {
-    if (int st = launch_n_format<32, F16>(a, maps, p, stream); st != GS_OK) return st;
-  } else {
-    if (int st = launch_head_groups<F16>(a, maps, p, stream); st != GS_OK) return st;
-  }
+  const int st = !runs_n_kernel(a.num_heads) ? launch_head_groups<F16>(a, maps, p, stream)
+                 : a.num_heads == 16          ? launch_n_format<16, F16>(a, maps, p, stream)
+                                              : launch_n_format<32, F16>(a, maps, p, stream);
+  if (st != GS_OK) return st;
   if ((e = cudaGetLastError()) != cudaSuccess) return graphsafe::cuda_failed(e);
   if (a.num_splits > 1) {
     // A warp a head only when there are enough heads to fill the GPU with such chains.
@@ -158,8 +145,8 @@ int launch(const GsMlaDecodeArgs& a, const Maps& maps, const Params& p, cudaStre
     const dim3 grid = warp_a_head ? dim3((a.num_heads + 3) / 4, a.batch) : dim3(a.num_heads, a.batch);
     const dim3 block = dim3(warp_a_head ? 128 : combine_threads<16>());
     const auto combine = warp_a_head ? mla_sm90_combine_kernel<F16, 1> : mla_sm90_combine_kernel<F16, 16>;
-    if (a.num_heads == 16 || a.num_heads == 32) {  // after the N kernel (see launch_pdl)
-      e = launch_pdl(combine, grid, block, 0, stream, p);
+    if (runs_n_kernel(a.num_heads)) {  // programmatically dependent after the N kernel (see above)
+      e = graphsafe::launch_pdl(combine, grid, block, 0, stream, p);
     } else {
       combine<<<grid, block, 0, stream>>>(p);
       e = cudaGetLastError();
@@ -201,9 +188,13 @@ extern "C" int gs_mla_sm90_decode(const GsMlaDecodeArgs* args, void* workspace, 
   p.out_sh = a.out_stride_head;
   p.lse = a.lse;
   if (a.num_splits > 1) {
-    const uint64_t rows = uint64_t(a.batch) * a.num_splits * a.num_heads;
+    // The layout gs_mla_sm90_workspace_bytes sized (and checked for overflow) above.
+    namespace ws = graphsafe::mla_sm90_workspace;
+    static_assert(sizeof(*p.ws_o) == ws::kPartialElemBytes && kNope == GS_MLA_LATENT_DIM, "workspace.h's layout");
+    ws::Layout layout{};
+    if (!ws::layout(uint64_t(a.batch) * a.num_splits * a.num_heads, &layout)) return GS_ERR_INVALID_ARGUMENT;
     p.ws_o = static_cast<uint16_t*>(workspace);
-    p.ws_lse = reinterpret_cast<float*>(static_cast<uint8_t*>(workspace) + ((rows * kNope * 2 + 255) & ~uint64_t{255}));
+    p.ws_lse = reinterpret_cast<float*>(static_cast<uint8_t*>(workspace) + layout.lse_offset);
   }
   p.scale_log2 = a.sm_scale * kLog2e;
   p.kv_scale = a.kv_scale;

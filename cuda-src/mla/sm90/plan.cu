@@ -25,15 +25,13 @@
 // (ceil(C * s' / sm) * ceil(s / s') <= ceil(C * s / sm)) would be no worse at T tiles either, and
 // the smallest minimiser at T would not be s. (s <= cap, so the cap at s tiles is s itself.)
 //
-// Workspace (splits > 1 only; 0 for one split), laid out as the decode writes it:
-//
-//   O region   bf16/fp16 (the output dtype) [batch, splits, heads, 512]   at byte 0
-//   LSE region fp32 [batch, splits, heads]        at byte round_up(O bytes, 256)
-//   total = round_up(O bytes, 256) + round_up(LSE bytes, 256)
+// Workspace (splits > 1 only; 0 for one split): the layout of mla/sm90/workspace.h, which the
+// decode points its kernels into.
 #include <algorithm>
 #include <climits>
 #include <cstdint>
 #include "common/checked.cuh"
+#include "mla/sm90/workspace.h"
 #include "graphsafe_kernels/mla.h"
 
 namespace ck = graphsafe::checked;
@@ -83,11 +81,11 @@ extern "C" int gs_mla_sm90_workspace_bytes(int32_t batch, int32_t num_heads, int
     *out_bytes = 0;
     return GS_OK;
   }
-  uint64_t rows = 0, o = 0, lse = 0, total = 0;
-  const bool ok = ck::mul(uint64_t(batch) * uint64_t(num_splits), uint64_t(num_heads), &rows) &&
-                  ck::mul(rows, GS_MLA_LATENT_DIM * sizeof(uint16_t), &o) && ck::round_up(o, 256, &o) &&
-                  ck::mul(rows, sizeof(float), &lse) && ck::round_up(lse, 256, &lse) && ck::add(o, lse, &total);
-  if (!ok) return GS_ERR_INVALID_ARGUMENT;
-  *out_bytes = total;
+  uint64_t rows = 0;
+  graphsafe::mla_sm90_workspace::Layout ws{};
+  if (!ck::mul(uint64_t(batch) * uint64_t(num_splits), uint64_t(num_heads), &rows) ||
+      !graphsafe::mla_sm90_workspace::layout(rows, &ws))
+    return GS_ERR_INVALID_ARGUMENT;
+  *out_bytes = ws.total;
   return GS_OK;
 }

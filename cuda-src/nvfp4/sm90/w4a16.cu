@@ -53,8 +53,9 @@
 #include <cuda_runtime.h>
 #include <atomic>
 #include <cstdint>
-#include "common/status.cuh"
+#include "common/launch.cuh"
 #include "common/sm90.cuh"
+#include "common/status.cuh"
 #include "graphsafe_kernels/nvfp4.h"
 #include "nvfp4/sm90/w4a16_plan.cuh"
 #include "nvfp4/sm90/w4a16_kernels.cuh"
@@ -136,29 +137,10 @@ int launch(const void* a, int64_t ld_a, Params p, const Plan& plan, int m, int k
     p.kb_per_split = int(cdiv(plan.kblocks, s));
     grid.z = unsigned(s);
   }
-  cudaLaunchAttribute attrs[2] = {};
-  attrs[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attrs[0].val.programmaticStreamSerializationAllowed = 1;
-  attrs[1].id = cudaLaunchAttributeClusterDimension;
-  attrs[1].val.clusterDim.x = 1;
-  attrs[1].val.clusterDim.y = 1;
-  attrs[1].val.clusterDim.z = grid.z;
-  cudaLaunchConfig_t lc = {};
-  lc.gridDim = grid;
-  lc.blockDim = dim3(threads);
-  lc.dynamicSmemBytes = smem;
-  lc.stream = stream;
-  lc.attrs = attrs;
-  lc.numAttrs = grid.z > 1 ? 2 : 1;
-  cudaError_t e = cudaLaunchKernelEx(&lc, kernel, map, p);
-  if (e == cudaSuccess && kStreamK && plan.fixup) {
-    cudaLaunchConfig_t fc = lc;
-    fc.gridDim = dim3(unsigned(plan.tiles_n), 1, 1);
-    fc.blockDim = dim3(kConsumers);
-    fc.dynamicSmemBytes = 0;
-    fc.numAttrs = 1;
-    e = cudaLaunchKernelEx(&fc, fixup, p);
-  }
+  // The splits of a tile (grid.z > 1) form one cluster: they reduce through distributed shared memory.
+  cudaError_t e = launch_pdl_cluster(kernel, grid, dim3(threads), smem, stream, grid.z, map, p);
+  if (e == cudaSuccess && kStreamK && plan.fixup)
+    e = launch_pdl(fixup, dim3(unsigned(plan.tiles_n), 1, 1), dim3(kConsumers), 0, stream, p);
   if (e == cudaSuccess) e = cudaGetLastError();
   return e == cudaSuccess ? GS_OK : graphsafe::cuda_failed(e);
 }
