@@ -100,7 +100,10 @@ int clusters_fit(int device, int size, int smem, int threads, int64_t clusters, 
 template <int C, bool kStreamK>
 int launch(const void* a, int64_t ld_a, Params p, const Plan& plan, int m, int k, cudaStream_t stream) {
   constexpr Config cfg = kConfigs[C];
-  constexpr auto kernel = w4a16_gemm_kernel<cfg.bm, cfg.stages, cfg.ctas_per_sm, kStreamK>;
+  // BM = 256: the kernel without the split-K reduction for an unsplit grid (w4a16_kernels.cuh).
+  constexpr bool kSplitApart = cfg.bm == 256 && !kStreamK;
+  constexpr auto split_kernel = w4a16_gemm_kernel<cfg.bm, cfg.stages, cfg.ctas_per_sm, kStreamK, true>;
+  constexpr auto kernel = w4a16_gemm_kernel<cfg.bm, cfg.stages, cfg.ctas_per_sm, kStreamK, !kSplitApart>;
   constexpr auto fixup = w4a16_fixup_kernel<cfg.bm>;
   constexpr int smem = Smem<cfg.bm, cfg.stages>::kBytes;
   constexpr int threads = threads_for(cfg.bm);
@@ -119,6 +122,9 @@ int launch(const void* a, int64_t ld_a, Params p, const Plan& plan, int m, int k
   int device = 0;
   if (cudaError_t e = cudaGetDevice(&device); e != cudaSuccess) return graphsafe::cuda_failed(e);
   if (int st = ensure_smem<kernel>(device, smem); st != GS_OK) return st;
+  if (kSplitApart && plan.splits > 1) {
+    if (int st = ensure_smem<split_kernel>(device, smem); st != GS_OK) return st;
+  }
   dim3 grid(unsigned(plan.tiles_n), unsigned(plan.tiles_m), 1);
   if constexpr (kStreamK) {
     grid = dim3(unsigned(plan.ctas), 1, 1);
@@ -127,7 +133,7 @@ int launch(const void* a, int64_t ld_a, Params p, const Plan& plan, int m, int k
     int64_t s = plan.splits;
     while (s > 1) {
       bool fits = false;
-      if (int st = clusters_fit<kernel>(device, int(s), smem, threads, plan.tiles, &fits); st != GS_OK) return st;
+      if (int st = clusters_fit<split_kernel>(device, int(s), smem, threads, plan.tiles, &fits); st != GS_OK) return st;
       if (fits) break;
       do {
         --s;
@@ -138,7 +144,7 @@ int launch(const void* a, int64_t ld_a, Params p, const Plan& plan, int m, int k
     grid.z = unsigned(s);
   }
   // The splits of a tile (grid.z > 1) form one cluster: they reduce through distributed shared memory.
-  cudaError_t e = launch_pdl_cluster(kernel, grid, dim3(threads), smem, stream, grid.z, map, p);
+  cudaError_t e = launch_pdl_cluster(grid.z > 1 ? split_kernel : kernel, grid, dim3(threads), smem, stream, grid.z, map, p);
   if (e == cudaSuccess && kStreamK && plan.fixup)
     e = launch_pdl(fixup, dim3(unsigned(plan.tiles_n), 1, 1), dim3(kConsumers), 0, stream, p);
   if (e == cudaSuccess) e = cudaGetLastError();

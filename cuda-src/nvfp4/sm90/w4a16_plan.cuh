@@ -42,8 +42,9 @@
 // The split count: the largest s <= min(8, kblocks / 4) such that tiles * s CTAs fit in one wave
 // (sm_count * CTAs per SM) and no split is empty; the launcher lowers it further if the device
 // cannot hold that many clusters at once (cudaOccupancyMaxActiveClusters: GPCs fragment them).
-// BM = 256 (chosen only when its tiles fill the GPU) never splits. Measured on an H200:
-// benches/NOTES-nvfp4.md.
+// m > 128 takes 256-row tiles (split like the others, their accumulators staged over the idle
+// stage buffers) unless 128-row ones are estimated faster (make_plan's cost). Measured on an
+// H200: benches/NOTES-nvfp4.md.
 #pragma once
 
 #include <cstdint>
@@ -119,31 +120,44 @@ constexpr Plan make_plan(int32_t m, int32_t n, int32_t k, int32_t sm_count) {
   p.tiles_n = cdiv(n, kTileN);
   p.kblocks = cdiv(k, kBlockK);
   const int64_t sm = sm_count > 0 ? sm_count : 1;
+  // The split count of configuration cc over `tiles` tiles: the largest balanced s <= the cap
+  // whose CTAs fit in one wave, else 1.
+  auto splits_for = [&](int cc, int64_t tiles) {
+    const int64_t slots = sm * kConfigs[cc].ctas_per_sm;  // <= 4 * (2^31 - 1)
+    int64_t max_s = p.kblocks / kMinKBlocksPerSplit;
+    if (max_s > kMaxSplits) max_s = kMaxSplits;
+    for (int64_t t = max_s; t > 1; --t) {
+      const int64_t kb = cdiv(p.kblocks, t);
+      if (cdiv(p.kblocks, kb) != t) continue;  // unbalanced: a split would be empty
+      if (tiles * t <= slots) return t;
+    }
+    return int64_t{1};
+  };
   int c = 0;
   if (m <= 8) c = 0;
   else if (m <= 16) c = 1;
   else if (m <= 32) c = 2;
   else if (m <= 64) c = (p.tiles_n >= sm) ? 3 : 6;  // tiles_m == 1
   else if (m <= 128) c = 4;
-  else c = (cdiv(m, 256) * p.tiles_n >= sm) ? 5 : 4;  // 128-row tiles while 256 cannot fill the GPU
+  else {
+    // 256-row tiles (configuration 5) or 128-row tiles (4), by waves x rows x k-blocks per split
+    // over each one's rate: per SM, 256-row tiles ran 1.27x the FLOP rate of 128-row ones on an
+    // H200 (m = 256, 28672 x 8192: 6.5 TFLOP/s per busy SM; 8192 x 8192: 5.1), as each
+    // dequantized weight feeds twice the activation rows. Ties go to 256.
+    auto cost = [&](int cc) {
+      const int64_t bm = kConfigs[cc].bm, tiles = cdiv(m, bm) * p.tiles_n, s = splits_for(cc, tiles);
+      const int64_t waves = cdiv(tiles * s, sm * kConfigs[cc].ctas_per_sm);
+      // In double: waves reach 2^35 with one SM, and the product would overflow 64 bits.
+      return double(waves) * double(bm) * double(cdiv(p.kblocks, s)) / (cc == 5 ? 1.27 : 1.0);
+    };
+    c = cost(5) <= cost(4) ? 5 : 4;
+  }
   p.config = c;
   p.bm = kConfigs[c].bm;
   p.tiles_m = cdiv(m, p.bm);
   p.tiles = p.tiles_m * p.tiles_n;  // <= 2^15 * 2^17
-  const int64_t slots = sm * kConfigs[c].ctas_per_sm;  // <= 3 * (2^31 - 1)
-  int64_t s = 1;
-  if (c != 5) {  // 256-row tiles are only chosen when they fill the GPU; their accumulators fill smem
-    int64_t max_s = p.kblocks / kMinKBlocksPerSplit;
-    if (max_s > kMaxSplits) max_s = kMaxSplits;
-    for (int64_t t = max_s; t > 1; --t) {
-      const int64_t kb = cdiv(p.kblocks, t);
-      if (cdiv(p.kblocks, kb) != t) continue;  // unbalanced: a split would be empty
-      if (p.tiles * t <= slots) {
-        s = t;
-        break;
-      }
-    }
-  }
+  const int64_t slots = sm * kConfigs[c].ctas_per_sm;  // <= 4 * (2^31 - 1)
+  int64_t s = splits_for(c, p.tiles);
   p.splits = s;
   p.kb_per_split = cdiv(p.kblocks, s);
   p.units = p.tiles_n * p.kblocks;  // < 2^35
