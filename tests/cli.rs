@@ -151,8 +151,18 @@ fn plan_nvfp4_prints_the_tile_per_m() {
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let tiles: Vec<(u64, u64, u64)> = v["plans"].as_array().unwrap().iter().map(|p| (p["tile"]["m"].as_u64().unwrap(), p["tile"]["n"].as_u64().unwrap(), p["tile"]["cluster_m"].as_u64().unwrap())).collect();
     assert_eq!(tiles, vec![(128, 128, 1), (256, 128, 2), (256, 256, 2)]);
-    let text = String::from_utf8(graphsafe(&["plan", "nvfp4", "--m", "1,16", "--n", "8192", "--k", "8192", "--arch", "sm_90"]).stdout).unwrap();
-    assert!(text.contains("weight-only kernel"), "{text}");
+    // Hopper: the weight-only kernel's schedule per m (split-K over 8 and 6 ways at m 1 and 16,
+    // stream-K at m 1 on the larger weight, 256-row tiles split 2 ways at m 256), in text and JSON.
+    let text = String::from_utf8(graphsafe(&["plan", "nvfp4", "--m", "1,16,256", "--n", "8192", "--k", "8192", "--arch", "sm_90"]).stdout).unwrap();
+    for row in ["8-row tiles x 8 splits, 512 CTAs", "16-row tiles x 6 splits, 384 CTAs", "256-row tiles x 2 splits, 128 CTAs"] {
+        assert!(text.contains(row), "{row}: {text}");
+    }
+    let text = String::from_utf8(graphsafe(&["plan", "nvfp4", "--m", "1", "--n", "28672", "--k", "8192", "--arch", "sm_90"]).stdout).unwrap();
+    assert!(text.contains("8-row stream-K, 528 CTAs +fixup"), "{text}");
+    let out = graphsafe(&["plan", "nvfp4", "--m", "256", "--n", "8192", "--k", "8192", "--arch", "sm_90", "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let s = &v["plans"][0]["schedule"];
+    assert_eq!((s["rows_per_cta"].as_u64(), s["splits"].as_u64(), s["stream_k"].as_bool()), (Some(256), Some(2), Some(false)), "{v}");
     // The arch table's names: a family row, the GPUs it adds (B300, DGX Spark), the old spelling.
     for (arch, back_end, sms) in [("sm_100f", "sm100", 148), ("sm_103", "sm100", 148), ("sm_100a", "sm100", 148), ("sm_121", "sm120", 170), ("sm_120f", "sm120", 170), ("sm_90a", "sm90", 132)] {
         let out = graphsafe(&["plan", "nvfp4", "--m", "1", "--n", "8192", "--k", "8192", "--arch", arch, "--json"]);

@@ -5,7 +5,7 @@
 //! than sized; the C ABI's graphsafe_nvfp4_plan says the same wherever its `int` arguments reach.
 
 use graphsafe::capi::{graphsafe_nvfp4_plan, GraphsafeNvfp4Plan, GRAPHSAFE_ARCH_SM90, GRAPHSAFE_DTYPE_BF16, GRAPHSAFE_ERROR_INVALID_ARGUMENT, GRAPHSAFE_OK};
-use graphsafe::ops::nvfp4::{self, Nvfp4Arch};
+use graphsafe::ops::nvfp4::{self, Nvfp4Arch, W4a16Schedule};
 use graphsafe::ops::tensor::DType;
 use graphsafe::Error;
 
@@ -67,6 +67,7 @@ fn check(m: i64, n: i64, k: i64, sm: i64) -> bool {
             assert_eq!(u128::from(p.workspace_bytes), ws, "workspace of ({m}, {n}, {k}) on {sm} SMs");
             assert_eq!((p.m as i64, p.n as i64, p.k as i64), (m, n, k));
             assert!(p.tile.is_none());
+            check_schedule(m, n, k, sm, &p.schedule.expect("a Hopper plan carries the kernel's schedule"), ws);
             // What C callers are told (int arguments, u64 sizes, a zero tile on Hopper) is the model too.
             if let Some(c) = c_plan(m, n, k, sm) {
                 let c = c.unwrap_or_else(|s| panic!("graphsafe_nvfp4_plan({m}, {n}, {k}) on {sm} SMs returned {s}"));
@@ -86,6 +87,61 @@ fn check(m: i64, n: i64, k: i64, sm: i64) -> bool {
         }
         (want, got) => panic!("({m}, {n}, {k}) on {sm} SMs: model {want:?}, planner {got:?}"),
     }
+}
+
+/// What the schedule must satisfy for the kernel to be launchable and its cluster reduction and
+/// stream-K fixup to cover every tile exactly once.
+fn check_schedule(m: i64, n: i64, k: i64, sm: i64, s: &W4a16Schedule, ws: u128) {
+    let at = format!("({m}, {n}, {k}) on {sm} SMs: {s:?}");
+    let (m, n, k) = (m as u128, n as u128, k as u128);
+    let bm = s.rows_per_cta as u128;
+    assert!([8, 16, 32, 64, 128, 256].contains(&bm) && (1..=4).contains(&s.ctas_per_sm), "{at}");
+    // m <= 128 fits one tile of the smallest configuration that holds it (64 rows come in two).
+    if m <= 128 {
+        let want = [8u128, 16, 32, 64, 128].into_iter().find(|&b| b >= m).unwrap();
+        assert_eq!(bm, want, "{at}");
+    } else {
+        assert!(bm >= 128, "{at}");
+    }
+    let slots = sm as u128 * s.ctas_per_sm as u128;
+    let kblocks = k.div_ceil(64);
+    assert_eq!(s.fixup, ws > 0, "the fixup runs exactly when it has a workspace: {at}");
+    if s.stream_k {
+        assert!(m <= 32 && s.splits == 1 && (s.ctas as u128) == slots.min(n.div_ceil(128) * kblocks).min(1 << 16), "{at}");
+    } else {
+        assert!(!s.fixup && (1..=8).contains(&s.splits), "{at}");
+        let (tiles, splits) = (m.div_ceil(bm) * n.div_ceil(128), s.splits as u128);
+        assert_eq!(s.ctas as u128, tiles * splits, "{at}");
+        if splits > 1 {
+            // One wave, at least 4 k-blocks per split, no split empty.
+            let per = kblocks.div_ceil(splits);
+            assert!(tiles * splits <= slots && kblocks / splits >= 4 && kblocks.div_ceil(per) == splits, "{at}");
+        }
+    }
+}
+
+/// The choices measured on an H200 (benches/NOTES-nvfp4.md) and the ones tests/gpu_nvfp4.rs relies
+/// on for its cluster shapes: (m, n, k) -> (rows per CTA, CTAs per SM, splits) on 132 SMs.
+#[test]
+fn w4a16_schedules_on_an_h200_are_the_measured_ones() {
+    for ((m, n, k), want) in [
+        ((256i64, 8192i64, 8192i64), (256u32, 1u32, 2u32)), // 256-row tiles split 2 ways: 52.4 -> 46.9 us
+        ((200, 8192, 8192), (256, 1, 2)),
+        ((300, 28672, 8192), (128, 1, 1)), // the cost model keeps 128-row tiles here (395 -> 321 us)
+        ((4096, 8192, 8192), (256, 1, 1)),
+        ((64, 8192, 8192), (64, 1, 2)),  // 64 tiles: one CTA per SM, split over the cluster
+        ((64, 28672, 8192), (64, 2, 1)), // 224 tiles fill the GPU at two per SM
+        ((200, 4096, 2048), (256, 1, 4)), // tests/gpu_nvfp4.rs's 4-way and 2-way 256-row splits
+        ((256, 8192, 1024), (256, 1, 2)),
+    ] {
+        let s = nvfp4::plan(Nvfp4Arch::Sm90, m, n, k, DType::Bf16, 132).unwrap().schedule.unwrap();
+        assert_eq!((s.rows_per_cta, s.ctas_per_sm, s.splits), want, "({m}, {n}, {k}): {s:?}");
+        assert!(!s.stream_k);
+    }
+    let s = nvfp4::plan(Nvfp4Arch::Sm90, 1, 28672, 8192, DType::Bf16, 132).unwrap().schedule.unwrap();
+    assert!(s.stream_k && s.ctas == 528 && s.fixup, "{s:?}");
+    // Blackwell plans have a CUTLASS tile and no W4A16 schedule.
+    assert!(nvfp4::plan(Nvfp4Arch::Sm100, 1, 8192, 8192, DType::Bf16, 148).unwrap().schedule.is_none());
 }
 
 /// xorshift64*.

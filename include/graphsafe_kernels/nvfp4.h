@@ -98,6 +98,23 @@ int gs_nvfp4_w4a16_check_shape(int32_t m, int32_t n, int32_t k);
  */
 int gs_nvfp4_w4a16_workspace_bytes(int32_t m, int32_t n, int32_t k, int32_t sm_count, uint64_t* out_bytes);
 
+/** The schedule the sm90 W4A16 GEMM plans for one shape (gs_nvfp4_w4a16_schedule). */
+typedef struct GsW4a16Schedule {
+  int64_t ctas;           /* CTAs launched: tiles x splits, or the stream-K grid */
+  int32_t rows_per_cta;   /* activation rows per CTA tile (8, 16, 32, 64, 128 or 256) */
+  int32_t ctas_per_sm;    /* the occupancy that tile is built for */
+  int32_t stream_k;       /* 1: stream-K over the weight chunks; 0: a grid of tiles */
+  int32_t splits;         /* tile grid: split-K ways, one cluster per tile (at most: the launcher
+                             lowers it where the device cannot hold that many clusters at once) */
+  int32_t fixup;          /* stream-K: 1 when a tile is shared and a second kernel adds it */
+} GsW4a16Schedule;
+
+/**
+ * The schedule of (m, n, k) on sm_count SMs (host-only): GS_ERR_INVALID_ARGUMENT where
+ * gs_nvfp4_w4a16_check_shape refuses the shape or sm_count <= 0.
+ */
+int gs_nvfp4_w4a16_schedule(int32_t m, int32_t n, int32_t k, int32_t sm_count, GsW4a16Schedule* out);
+
 /**
  * D[m, n] (bf16, row stride ld_d) = alpha[0] * A[m, k] (bf16, row stride ld_a) x W^T, W prepared by
  * gs_nvfp4_w4a16_prepare. alpha is a device fp32 scalar (it may change between graph replays).

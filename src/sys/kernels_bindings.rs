@@ -286,6 +286,25 @@ unsafe extern "C" {
         out_bytes: *mut u64,
     ) -> ::std::os::raw::c_int;
 }
+#[repr(C)]
+#[derive(Debug, Default, Copy, Clone)]
+pub struct GsW4a16Schedule {
+    pub ctas: i64,
+    pub rows_per_cta: i32,
+    pub ctas_per_sm: i32,
+    pub stream_k: i32,
+    pub splits: i32,
+    pub fixup: i32,
+}
+unsafe extern "C" {
+    pub fn gs_nvfp4_w4a16_schedule(
+        m: i32,
+        n: i32,
+        k: i32,
+        sm_count: i32,
+        out: *mut GsW4a16Schedule,
+    ) -> ::std::os::raw::c_int;
+}
 unsafe extern "C" {
     pub fn gs_nvfp4_w4a16_gemm(
         a: *const ::std::os::raw::c_void,

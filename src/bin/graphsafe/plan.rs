@@ -10,7 +10,7 @@ use graphsafe::ops::tensor::{DType, Tensor};
 #[derive(Subcommand)]
 pub enum PlanOp {
     /// NVFP4 GEMM D[M,N] = A[M,K]·W[N,K]ᵀ: tile and workspace per M (Blackwell: CUTLASS block-scaled;
-    /// Hopper: weight-only kernel, with the prepared weight's size).
+    /// Hopper: the weight-only kernel's schedule, with the prepared weight's size).
     Nvfp4 {
         /// Rows of A, comma separated (e.g. 1,16,256,4096).
         #[arg(long, value_delimiter = ',', required = true, allow_negative_numbers = true)]
@@ -231,11 +231,18 @@ fn nvfp4_plan(ms: &[i64], n: i64, k: i64, arch: &str, out: &str, sm_count: Optio
         return Ok(());
     }
     println!("NVFP4 GEMM plan: {arch:?}, N {n}, K {k}, {sms} SMs, {out} out");
-    println!("{:>8} {:>22} {:>16} {:>16}", "m", "tile (cluster)", "workspace bytes", "prepared weight");
+    println!("{:>8} {:>34} {:>16} {:>16}", "m", "tile (cluster) / schedule", "workspace bytes", "prepared weight");
     for p in &plans {
-        let tile = p.tile.map_or("weight-only kernel".to_string(), |t| format!("{}x{}x{} ({}x{})", t.m, t.n, t.k, t.cluster_m, t.cluster_n));
+        let tile = match (p.tile, p.schedule) {
+            (Some(t), _) => format!("{}x{}x{} ({}x{})", t.m, t.n, t.k, t.cluster_m, t.cluster_n),
+            // Hopper: the weight-only kernel's tile is 128 weight rows x rows_per_cta activation rows.
+            (None, Some(s)) if s.stream_k => format!("{}-row stream-K, {} CTAs{}", s.rows_per_cta, s.ctas, if s.fixup { " +fixup" } else { "" }),
+            (None, Some(s)) if s.splits == 1 => format!("{}-row tiles, {} CTAs", s.rows_per_cta, s.ctas),
+            (None, Some(s)) => format!("{}-row tiles x {} splits, {} CTAs", s.rows_per_cta, s.splits, s.ctas),
+            (None, None) => "-".to_string(),
+        };
         let prep = p.prepared_weight_bytes.map_or("-".to_string(), |b| b.to_string());
-        println!("{:>8} {:>22} {:>16} {:>16}", p.m, tile, p.workspace_bytes, prep);
+        println!("{:>8} {:>34} {:>16} {:>16}", p.m, tile, p.workspace_bytes, prep);
     }
     Ok(())
 }

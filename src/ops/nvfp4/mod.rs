@@ -69,6 +69,27 @@ pub struct Tile {
     pub cluster_n: u32,
 }
 
+/// How the Hopper W4A16 kernel runs one shape (host planning, `cuda-src/nvfp4/sm90/w4a16_plan.cuh`):
+/// what decides its speed, for reading benchmarks and choosing shapes; nothing here is needed to
+/// call it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct W4a16Schedule {
+    /// Activation rows per CTA tile (8, 16, 32, 64, 128 or 256); each CTA covers 128 weight rows.
+    pub rows_per_cta: u32,
+    /// CTAs per SM that tile is built for.
+    pub ctas_per_sm: u32,
+    /// Stream-K (small m, many weight chunks): each CTA streams an equal run of chunks; otherwise
+    /// a grid of tiles.
+    pub stream_k: bool,
+    /// CTAs launched: tiles × splits, or the stream-K grid.
+    pub ctas: u64,
+    /// Tile grid: split-K ways, the splits of a tile one cluster reducing in shared memory; an
+    /// upper bound (the launcher lowers it where the device cannot hold that many clusters at once).
+    pub splits: u32,
+    /// Stream-K: a tile is shared between CTAs, and a second kernel adds its parts.
+    pub fixup: bool,
+}
+
 /// What a GEMM of one shape needs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
 pub struct Nvfp4Plan {
@@ -86,6 +107,8 @@ pub struct Nvfp4Plan {
     pub workspace_bytes: u64,
     /// Bytes of the prepared weight (Hopper only).
     pub prepared_weight_bytes: Option<u64>,
+    /// The W4A16 kernel's schedule (Hopper only).
+    pub schedule: Option<W4a16Schedule>,
 }
 
 /// An NVFP4 matrix [rows, k] in device memory.

@@ -1,7 +1,8 @@
 //! Planning (`cuda-src/nvfp4/plan.cu`, `sm90/plan.cu`): scale sizes, the Blackwell tile, and the
-//! workspace and prepared-weight sizes of one GEMM shape. Host code; runs without a GPU.
+//! workspace and prepared-weight sizes (and on Hopper the kernel's schedule) of one GEMM shape.
+//! Host code; runs without a GPU.
 
-use super::{Nvfp4Arch, Nvfp4Plan, Tile};
+use super::{Nvfp4Arch, Nvfp4Plan, Tile, W4a16Schedule};
 use crate::error::{positive, Error, Result};
 use crate::ops::tensor::DType;
 use crate::sys::glue::{nvfp4 as glue, GlueDtype};
@@ -53,14 +54,23 @@ pub fn plan(arch: Nvfp4Arch, m: i64, n: i64, kk: i64, out: DType, sm_count: i64)
     let mm = positive("m", m)?;
     let (nn, k32) = check_nk(n, kk)?;
     let sm = positive("sm_count", sm_count)?;
-    let (tile, workspace_bytes, prepared) = match arch {
+    let (tile, workspace_bytes, prepared, schedule) = match arch {
         Nvfp4Arch::Sm90 => {
             if out != DType::Bf16 {
                 return Err(Error::invalid("d.dtype", "bf16 (the Hopper W4A16 kernel)", out));
             }
             glue::w4a16_check_shape(mm, nn, k32)
                 .map_err(|_| Error::invalid("shape (m, n, k)", "a shape the sm90 W4A16 kernel supports (see its README section)", format!("({m}, {n}, {kk})")))?;
-            (None, glue::w4a16_workspace_bytes(mm, nn, k32, sm)?, Some(glue::w4a16_prepared_bytes(nn, k32)?))
+            let s = glue::w4a16_schedule(mm, nn, k32, sm)?;
+            let schedule = W4a16Schedule {
+                rows_per_cta: s.rows_per_cta as u32,
+                ctas_per_sm: s.ctas_per_sm as u32,
+                stream_k: s.stream_k != 0,
+                ctas: s.ctas as u64,
+                splits: s.splits as u32,
+                fixup: s.fixup != 0,
+            };
+            (None, glue::w4a16_workspace_bytes(mm, nn, k32, sm)?, Some(glue::w4a16_prepared_bytes(nn, k32)?), Some(schedule))
         }
         _ => {
             // CUTLASS's block-scaled layouts index scale factors with int32 strides.
@@ -75,8 +85,8 @@ pub fn plan(arch: Nvfp4Arch, m: i64, n: i64, kk: i64, out: DType, sm_count: i64)
                 }
             }
             let t = gemm_tile(arch, m)?;
-            (Some(t), glue::gemm_workspace_bytes(arch.number(), mm, nn, k32, out_dtype(out)?, sm)?, None)
+            (Some(t), glue::gemm_workspace_bytes(arch.number(), mm, nn, k32, out_dtype(out)?, sm)?, None, None)
         }
     };
-    Ok(Nvfp4Plan { arch, m: mm as u32, n: nn as u32, k: k32 as u32, tile, workspace_bytes, prepared_weight_bytes: prepared })
+    Ok(Nvfp4Plan { arch, m: mm as u32, n: nn as u32, k: k32 as u32, tile, workspace_bytes, prepared_weight_bytes: prepared, schedule })
 }

@@ -37,6 +37,12 @@ pub(crate) fn w4a16_workspace_bytes(m: i32, n: i32, kk: i32, sm_count: i32) -> R
     out("gs_nvfp4_w4a16_workspace_bytes", |o| unsafe { k::gs_nvfp4_w4a16_workspace_bytes(m, n, kk, sm_count, o) })
 }
 
+/// The Hopper W4A16 GEMM's schedule of (m, n, k) on `sm_count` SMs (what the launcher plans).
+pub(crate) fn w4a16_schedule(m: i32, n: i32, kk: i32, sm_count: i32) -> Result<k::GsW4a16Schedule> {
+    // SAFETY: host function; the out-pointer is a live local.
+    out("gs_nvfp4_w4a16_schedule", |o| unsafe { k::gs_nvfp4_w4a16_schedule(m, n, kk, sm_count, o) })
+}
+
 /// Bytes of an [n, k] weight prepared for the W4A16 GEMM.
 pub(crate) fn w4a16_prepared_bytes(n: i32, kk: i32) -> Result<u64> {
     // SAFETY: host function; the out-pointer is a live local.
