@@ -98,7 +98,10 @@ int gs_nvfp4_w4a16_check_shape(int32_t m, int32_t n, int32_t k);
  */
 int gs_nvfp4_w4a16_workspace_bytes(int32_t m, int32_t n, int32_t k, int32_t sm_count, uint64_t* out_bytes);
 
-/** The schedule the sm90 W4A16 GEMM plans for one shape (gs_nvfp4_w4a16_schedule). */
+/**
+ * The schedule the sm90 W4A16 GEMM plans for one shape (gs_nvfp4_w4a16_schedule). Stream-K's
+ * second (fixup) kernel runs exactly when gs_nvfp4_w4a16_workspace_bytes is non-zero.
+ */
 typedef struct GsW4a16Schedule {
   int64_t ctas;           /* CTAs launched: tiles x splits, or the stream-K grid */
   int32_t rows_per_cta;   /* activation rows per CTA tile (8, 16, 32, 64, 128 or 256) */
@@ -106,7 +109,6 @@ typedef struct GsW4a16Schedule {
   int32_t stream_k;       /* 1: stream-K over the weight chunks; 0: a grid of tiles */
   int32_t splits;         /* tile grid: split-K ways, one cluster per tile (at most: the launcher
                              lowers it where the device cannot hold that many clusters at once) */
-  int32_t fixup;          /* stream-K: 1 when a tile is shared and a second kernel adds it */
 } GsW4a16Schedule;
 
 /**

@@ -294,7 +294,6 @@ pub struct GsW4a16Schedule {
     pub ctas_per_sm: i32,
     pub stream_k: i32,
     pub splits: i32,
-    pub fixup: i32,
 }
 unsafe extern "C" {
     pub fn gs_nvfp4_w4a16_schedule(

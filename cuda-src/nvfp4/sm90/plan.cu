@@ -1,7 +1,7 @@
 // graphsafe-build: archs=host kind=object mem_mib=300
 // Host-only queries of graphsafe's Hopper weight-only NVFP4 GEMM (W4A16): prepared-weight size,
-// shape support, workspace size and schedule. Built on every build (no GPU code), so the op layer and the
-// planners work without a GPU. The rules live in w4a16_plan.cuh, which the launcher shares.
+// shape support, workspace size and schedule. Built on every build (no GPU code), so the op layer
+// and the planners work without a GPU. The rules live in w4a16_plan.cuh, which the launcher shares.
 #include "graphsafe_kernels/nvfp4.h"
 #include "nvfp4/sm90/w4a16_plan.cuh"
 
@@ -31,6 +31,5 @@ extern "C" int gs_nvfp4_w4a16_schedule(int32_t m, int32_t n, int32_t k, int32_t 
   out->stream_k = p.streamk ? 1 : 0;
   out->ctas = p.streamk ? p.ctas : p.tiles * p.splits;
   out->splits = int32_t(p.splits);
-  out->fixup = p.fixup ? 1 : 0;
   return GS_OK;
 }

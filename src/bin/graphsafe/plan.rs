@@ -236,7 +236,7 @@ fn nvfp4_plan(ms: &[i64], n: i64, k: i64, arch: &str, out: &str, sm_count: Optio
         let tile = match (p.tile, p.schedule) {
             (Some(t), _) => format!("{}x{}x{} ({}x{})", t.m, t.n, t.k, t.cluster_m, t.cluster_n),
             // Hopper: the weight-only kernel's tile is 128 weight rows x rows_per_cta activation rows.
-            (None, Some(s)) if s.stream_k => format!("{}-row stream-K, {} CTAs{}", s.rows_per_cta, s.ctas, if s.fixup { " +fixup" } else { "" }),
+            (None, Some(s)) if s.stream_k => format!("{}-row stream-K, {} CTAs{}", s.rows_per_cta, s.ctas, if p.workspace_bytes > 0 { " +fixup" } else { "" }),
             (None, Some(s)) if s.splits == 1 => format!("{}-row tiles, {} CTAs", s.rows_per_cta, s.ctas),
             (None, Some(s)) => format!("{}-row tiles x {} splits, {} CTAs", s.rows_per_cta, s.splits, s.ctas),
             (None, None) => "-".to_string(),

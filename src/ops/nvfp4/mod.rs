@@ -79,15 +79,14 @@ pub struct W4a16Schedule {
     /// CTAs per SM that tile is built for.
     pub ctas_per_sm: u32,
     /// Stream-K (small m, many weight chunks): each CTA streams an equal run of chunks; otherwise
-    /// a grid of tiles.
+    /// a grid of tiles. Where a CTA's run starts inside a tile, that tile is shared and a second
+    /// (fixup) kernel adds its parts: exactly when the plan's `workspace_bytes` is non-zero.
     pub stream_k: bool,
     /// CTAs launched: tiles × splits, or the stream-K grid.
     pub ctas: u64,
     /// Tile grid: split-K ways, the splits of a tile one cluster reducing in shared memory; an
     /// upper bound (the launcher lowers it where the device cannot hold that many clusters at once).
     pub splits: u32,
-    /// Stream-K: a tile is shared between CTAs, and a second kernel adds its parts.
-    pub fixup: bool,
 }
 
 /// What a GEMM of one shape needs.

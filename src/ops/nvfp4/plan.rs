@@ -68,7 +68,6 @@ pub fn plan(arch: Nvfp4Arch, m: i64, n: i64, kk: i64, out: DType, sm_count: i64)
                 stream_k: s.stream_k != 0,
                 ctas: s.ctas as u64,
                 splits: s.splits as u32,
-                fixup: s.fixup != 0,
             };
             (None, glue::w4a16_workspace_bytes(mm, nn, k32, sm)?, Some(glue::w4a16_prepared_bytes(nn, k32)?), Some(schedule))
         }
