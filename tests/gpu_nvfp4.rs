@@ -322,8 +322,10 @@ fn w4a16_cluster_splits_and_ragged_shapes_match_the_reference() {
     // for m <= 8, 3 for m <= 16, 2 for m <= 32) over 528 CTAs with shared tiles (m 1), over 528
     // CTAs that own whole tiles (528 | 528 tiles: no fixup; m 3), over 396 CTAs (m 9) and 264 (m
     // 17) with shared tiles; then the tile grid with cluster splits (m <= 32 with fewer chunks,
-    // and m 33, 70, 128; 256-row tiles split 4 and 2 ways at m 200 and 256), ragged n and k, more
-    // CTA slots than chunks. (tests/w4a16_plan.rs checks these schedules on the CPU.)
+    // and m 33, 70, 128; 256-row tiles split 4 and 2 ways at m 200 and 256; partial tiles whose
+    // activation rows past m are left unloaded: m 129 (3 of 4 boxes, 8 splits), 300 (1 box in the
+    // second tile, 4 splits)), ragged n and k, more CTA slots than chunks. (tests/w4a16_plan.rs
+    // checks these schedules on the CPU.)
     let shapes = [
         (1usize, 16384usize, 10752usize),
         (9, 16384, 8192),
@@ -342,6 +344,8 @@ fn w4a16_cluster_splits_and_ragged_shapes_match_the_reference() {
         (70, 352, 416),
         (200, 4096, 2048),
         (256, 8192, 1024),
+        (129, 2048, 2048),
+        (300, 2048, 1024),
     ];
     // One workspace for every shape: each stream-K shape finds it dirty with the previous shapes'
     // partial tiles (the GEMM must write every slot it reads).

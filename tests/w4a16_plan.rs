@@ -132,6 +132,8 @@ fn w4a16_schedules_on_an_h200_are_the_measured_ones() {
         ((64, 28672, 8192), (64, 2, 1)), // 224 tiles fill the GPU at two per SM
         ((200, 4096, 2048), (256, 1, 4)), // tests/gpu_nvfp4.rs's 4-way and 2-way 256-row splits
         ((256, 8192, 1024), (256, 1, 2)),
+        ((129, 2048, 2048), (256, 1, 8)), // and its partial 256-row tiles: 3 boxes of 4, 1 of 4
+        ((300, 2048, 1024), (256, 1, 4)),
     ] {
         let s = nvfp4::plan(Nvfp4Arch::Sm90, m, n, k, DType::Bf16, 132).unwrap().schedule.unwrap();
         assert_eq!((s.rows_per_cta, s.ctas_per_sm, s.splits), want, "({m}, {n}, {k}): {s:?}");

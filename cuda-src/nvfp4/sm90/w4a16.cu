@@ -113,7 +113,7 @@ int launch(const void* a, int64_t ld_a, Params p, const Plan& plan, int m, int k
   CUtensorMap map;
   const cuuint64_t dims[2] = {cuuint64_t(k), cuuint64_t(m)};
   const cuuint64_t strides[1] = {cuuint64_t(ld_a) * 2};
-  const cuuint32_t box[2] = {cuuint32_t(kBlockK), cuuint32_t(cfg.bm)};
+  const cuuint32_t box[2] = {cuuint32_t(kBlockK), cuuint32_t(kActBoxRows<cfg.bm>)};
   const cuuint32_t elem_strides[2] = {1, 1};
   if (encode(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<void*>(a), dims, strides, box, elem_strides,
              CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,

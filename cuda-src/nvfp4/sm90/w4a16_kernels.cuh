@@ -21,6 +21,9 @@ constexpr int kConsumers = 256;  // two consumer warpgroups
 constexpr int threads_for(int bm) { return bm == 256 ? 384 : 288; }
 constexpr int kRegsConsumer = 232;  // setmaxnreg for the BM = 256 configuration
 constexpr int kRegsProducer = 40;
+// Rows of one activation TMA box (the tensor map's box height, see the producer): 64 from BM = 128.
+template <int BM>
+constexpr int kActBoxRows = BM < 128 ? BM : 64;
 
 struct Params {
   const uint8_t* chunks;  // prepared + kHeaderBytes
@@ -131,13 +134,23 @@ __global__ void __launch_bounds__(threads_for(BM), MINB) w4a16_gemm_kernel(const
       int s = 0;
       uint32_t ph = 0;
       int64_t kb = u0 % p.kblocks;
+      // BM >= 128 loads the activations in boxes of kActBoxRows rows, only those holding rows < m:
+      // boxes mostly past m ran slow (m = 136 of a 256-row tile: 57.5 us against 46.5 at m = 200
+      // on an H200, long-scoreboard stalls 45 % against 14 %). The rows of a partial tile left
+      // unloaded hold stale shared memory; they only feed output columns >= m, never stored.
+      const int act_rows = BM < 128 ? BM : min(BM, p.m - m_tile * BM);
+      const int act_boxes = (act_rows + kActBoxRows<BM> - 1) / kActBoxRows<BM>;
+      const uint32_t act_bytes = uint32_t(act_boxes) * uint32_t(kActBoxRows<BM> * kBlockK * 2);
 #pragma unroll 1
       for (int64_t u = u0; u < u1; ++u) {
         if (u - u0 >= STAGES) mbar_wait(empty0 + 8 * s, ph ^ 1u);
         const uint32_t bar = full0 + 8 * s;
-        mbar_arrive_expect_tx(bar, L::kA + kChunkBytes);
+        mbar_arrive_expect_tx(bar, act_bytes + kChunkBytes);
         bulk_g2s(smem_u32(sw + s * kChunkBytes), p.chunks + size_t(u) * kChunkBytes, kChunkBytes, bar);
-        tma_load_2d(sa + s * L::kA, &tmap_a, int32_t(kb) * kBlockK, m_tile * BM, bar);
+#pragma unroll 1
+        for (int b = 0; b < act_boxes; ++b)
+          tma_load_2d(sa + s * L::kA + b * (kActBoxRows<BM> * kBlockK * 2), &tmap_a, int32_t(kb) * kBlockK,
+                      m_tile * BM + b * kActBoxRows<BM>, bar);
         if (++kb == p.kblocks) kb = 0;
         if (++s == STAGES) {
           s = 0;
