@@ -1,5 +1,6 @@
-//! MLA decode over fp8 KV caches on the sm90 kernels (16 and 32 heads: the N kernel's raw ring;
-//! 48..128 heads: the M64 kernel's in-place dequantisation): numerics against the f64
+//! MLA decode over fp8 KV caches on the sm90 kernels (16 and 32 heads: the N8 kernel for the
+//! per-tensor cache, the N kernel's raw ring for the 656-byte one; 48..128 heads: the M64 kernel's
+//! in-place dequantisation): numerics against the f64
 //! CPU reference of the dequantised cache over 40 shapes, every e4m3 code dequantised exactly,
 //! captured replay bit-identical to eager (and reading the per-tensor scale at replay), and a
 //! capture with too small a workspace refused with nothing captured. Skips without a Hopper GPU
@@ -506,6 +507,52 @@ fn sm90_fp8_nan_codes_read_as_finite_values() {
         decode(&args(&p), &mut ws, &stream).unwrap();
         let out = bf16_out(&p, &stream);
         assert!(out.iter().all(|v| v.is_finite() && v.abs() < 131072.0), "{kind}: a NaN code came out as {:?}", out.iter().find(|v| !v.is_finite() || v.abs() >= 131072.0));
+    }
+}
+
+/// At 16 and 32 heads the per-tensor cache runs the N8 kernel, which converts without a NaN check
+/// and reruns a split with NaN codes read as +448 when its output came out NaN. Pinned exactly: a
+/// request whose tokens hold NaN codes (0x7F and 0xFF) must equal, bit for bit, the same request
+/// with those codes replaced by 0x7E (+448), and the other requests of the batch must equal a
+/// decode without any NaN code (the rerun is per split and request). Two splits, so a rerun split's
+/// partials meet a clean split's in the combine.
+#[test]
+fn sm90_fp8_nan_codes_rerun_as_448_and_stay_in_their_request() {
+    let Some(stream) = hopper_gpu() else { return };
+    let mut ws = Workspace::new(&stream, 0).unwrap();
+    for heads in [16, 32] {
+        let s = Shape { kind: KvFormatKind::Fp8PerTensor, heads, page: 64, seq_lens: vec![300, 200, 129], splits: Some(2), scale: 1.0 / 64.0, seed: 4242 };
+        let mut clean = build(&stream, &s);
+        decode(&args(&clean), &mut ws, &stream).unwrap();
+        let base = bf16_out(&clean, &stream);
+        let poison = |t: &mut [u8]| {
+            for (d, code) in t[..576].iter_mut().enumerate() {
+                if d % 5 == 0 {
+                    *code = if d % 2 == 0 { 0x7F } else { 0xFF };
+                }
+            }
+        };
+        let as_448 = |t: &mut [u8]| {
+            for (d, code) in t[..576].iter_mut().enumerate() {
+                if d % 5 == 0 {
+                    *code = 0x7E;
+                }
+            }
+        };
+        let mut nan = build(&stream, &s);
+        edit_first_token(&mut nan, &stream, &[1], poison);
+        decode(&args(&nan), &mut ws, &stream).unwrap();
+        let got = bf16_out(&nan, &stream);
+        edit_first_token(&mut clean, &stream, &[1], as_448);
+        decode(&args(&clean), &mut ws, &stream).unwrap();
+        let want = bf16_out(&clean, &stream);
+        let row = heads * 512;
+        for b in 0..3 {
+            let (g, w) = (&got[b * row..(b + 1) * row], if b == 1 { &want[b * row..(b + 1) * row] } else { &base[b * row..(b + 1) * row] });
+            let diff = g.iter().zip(w).position(|(x, y)| x.to_bits() != y.to_bits());
+            assert!(diff.is_none(), "{heads} heads, request {b}: element {diff:?} differs ({:?} vs {:?})", diff.map(|i| g[i]), diff.map(|i| w[i]));
+        }
+        assert!(got[row..2 * row].iter().all(|v| v.is_finite()), "{heads} heads: the NaN-coded request came out non-finite");
     }
 }
 

@@ -15,8 +15,10 @@
 //   * 16 or 32 heads ("N"): tokens as M, heads as N (wgmma m64n16/m64n32), so no MMA row is padding;
 //     the two warpgroups take alternate tiles and merge at the end.
 //   * splits > 1: partial O (in the output dtype) and fp32 LSE to the workspace, then the combine kernel.
-//   * fp8 caches (bf16 queries): N and M64 with a dequantising producer (fp8.cuh): a raw ring
-//     beside the stages for the N kernel, the raw tile in its own stage for M64.
+//   * fp8 caches (bf16 queries): 16/32 heads with a per-tensor scale ("N8", kernel_n_fp8.cuh): no
+//     bf16 stages; a ring of raw tiles that the math warps convert straight into the A registers
+//     of fp16 wgmmas. The 656-byte format at 16/32 heads: the N kernel with a dequantising producer
+//     (fp8.cuh, a raw ring beside the stages); 48..128 heads: M64, the raw tile in its own stage.
 // No allocation, no legacy stream, no atomics: deterministic and capturable.
 #include <atomic>
 #include <climits>
@@ -68,8 +70,9 @@ int validate(const GsMlaDecodeArgs* a) {
 }
 
 // The tensor maps of a launch: the cache's (bf16: 64 x 64 boxes, 128-byte swizzle; fp8: 64-byte x
-// 32-row boxes, unswizzled, over the cache as [tokens, token bytes]), and for the 656-byte format
-// its scales (16 bytes x 32 rows) and rope (128 bytes x 32 rows, swizzled as a bf16 block).
+// 32-row boxes, unswizzled, over the cache as [tokens, token bytes]; the N8 kernel's per-tensor fp8:
+// 64-byte x 64-row boxes, 64-byte swizzle), and for the 656-byte format its scales (16 bytes x 32
+// rows) and rope (128 bytes x 32 rows, swizzled as a bf16 block).
 struct Maps {
   CUtensorMap kv, scale, rope;
 };
@@ -96,10 +99,20 @@ int launch_n(const GsMlaDecodeArgs& a, const Maps& m, const Params& p, cudaStrea
   return e == cudaSuccess ? GS_OK : graphsafe::cuda_failed(e);
 }
 
+// The per-tensor fp8 cache at 16/32 heads: the N8 kernel (kernel_n_fp8.cuh), launched like the N kernel.
+template <int N>
+int launch_n8(const GsMlaDecodeArgs& a, const Maps& m, const Params& p, cudaStream_t stream) {
+  constexpr auto k = mla_sm90_n8_kernel<N>;
+  constexpr int smem = N8Layout<N>::kSmem;
+  if (int st = ensure_smem<k>(a.device, smem); st != GS_OK) return st;
+  const cudaError_t e = graphsafe::launch_pdl(k, dim3(1, a.num_splits, a.batch), dim3(kThreads), smem, stream, m.kv, p);
+  return e == cudaSuccess ? GS_OK : graphsafe::cuda_failed(e);
+}
+
 template <int N, bool F16>
 int launch_n_format(const GsMlaDecodeArgs& a, const Maps& m, const Params& p, cudaStream_t stream) {
   if constexpr (!F16) {
-    if (a.kv_format == GS_MLA_KV_FP8_PER_TENSOR) return launch_n<N, false, kKvFp8PerTensor>(a, m, p, stream);
+    if (a.kv_format == GS_MLA_KV_FP8_PER_TENSOR) return launch_n8<N>(a, m, p, stream);
     if (a.kv_format == GS_MLA_KV_FP8_DS_MLA) return launch_n<N, false, kKvFp8DsMla>(a, m, p, stream);
   }
   return launch_n<N, F16, kKvNative>(a, m, p, stream);
@@ -220,7 +233,12 @@ extern "C" int gs_mla_sm90_decode(const GsMlaDecodeArgs* args, void* workspace, 
     maps.scale = maps.rope = maps.kv;
   } else {
     const cuuint64_t row = a.kv_format == GS_MLA_KV_FP8_DS_MLA ? GS_MLA_DS_MLA_TOKEN_BYTES : kDim;
-    ok = encode_map(&maps.kv, true, row, 64, kTileS / 2, CU_TENSOR_MAP_SWIZZLE_NONE);
+    if (a.kv_format == GS_MLA_KV_FP8_PER_TENSOR && runs_n_kernel(a.num_heads)) {
+      // The N8 kernel: whole 64-row tiles of 64-byte column blocks, 64-byte swizzled.
+      ok = encode_map(&maps.kv, true, row, 64, kTileS, CU_TENSOR_MAP_SWIZZLE_64B);
+    } else {
+      ok = encode_map(&maps.kv, true, row, 64, kTileS / 2, CU_TENSOR_MAP_SWIZZLE_NONE);
+    }
     if (a.kv_format == GS_MLA_KV_FP8_DS_MLA) {
       ok = ok && encode_map(&maps.scale, true, row, 16, kTileS / 2, CU_TENSOR_MAP_SWIZZLE_NONE) &&
            encode_map(&maps.rope, true, row, 128, kTileS / 2, CU_TENSOR_MAP_SWIZZLE_128B);

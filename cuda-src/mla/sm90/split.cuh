@@ -127,29 +127,18 @@ __device__ __forceinline__ void produce_tiles(const CUtensorMap* map, const Para
   }
 }
 
-// The warp-specialised prologue both split kernels share. Thread 0 initialises the barriers, 8
-// bytes each from `bars`: kPairs two-stage pairs with the given arrival counts (full[2] first;
-// empty[2] next), then the math barrier (kMathThreads), then kExtra barriers of `extra_count` arrivals.
-// Then the producer warpgroup gives its registers to the math warpgroups (kMathR per math thread,
-// kProdR per producer thread), runs `produce(pt)` on each of its 128 threads (pt = 0..127), and
-// returns false (the kernel returns: exited threads do not hold up the math barrier). The math
-// threads take the registers and return true.
-template <int kPairs, int kMathR, int kProdR, int kExtra = 0, class Produce>
-__device__ __forceinline__ bool enter_roles_with(int tid, uint32_t bars, const uint32_t (&pair_counts)[kPairs],
-                                                 uint32_t extra_count, Produce&& produce) {
+// The warp-specialised prologue of the split kernels. Thread 0 runs `init` (the kernel's barriers)
+// and fences it. Then the producer warpgroup gives its registers to the math warpgroups (kMathR per
+// math thread, kProdR per producer thread), runs `produce(pt)` on each of its 128 threads (pt =
+// 0..127), and returns false (the kernel returns: exited threads do not hold up the math barrier).
+// The math threads take the registers and return true.
+template <int kMathR, int kProdR, class Init, class Produce>
+__device__ __forceinline__ bool enter_roles_init(int tid, Init&& init, Produce&& produce) {
   // setmaxnreg moves registers only within the CTA's launch allocation (kThreads x the launch
   // bound's 168): an increase the decreases do not pay for blocks forever.
   static_assert(2 * 128 * kMathR + 128 * kProdR <= kThreads * kLaunchRegs, "register split exceeds the CTA's allocation");
-  const uint32_t math_bar = bars + 16 * kPairs;
   if (tid == 0) {
-#pragma unroll
-    for (int i = 0; i < kPairs; ++i) {
-      mbar_init(bars + 16 * i, pair_counts[i]);
-      mbar_init(bars + 16 * i + 8, pair_counts[i]);
-    }
-    mbar_init(math_bar, kMathThreads);
-#pragma unroll
-    for (int i = 0; i < kExtra; ++i) mbar_init(math_bar + 8 + 8 * i, extra_count);
+    init();
     fence_barrier_init();
   }
   __syncthreads();
@@ -161,6 +150,28 @@ __device__ __forceinline__ bool enter_roles_with(int tid, uint32_t bars, const u
   }
   regs_increase<kMathR>();
   return true;
+}
+
+// The prologue with the barrier layout the stage-pair kernels use, 8 bytes each from `bars`:
+// kPairs two-stage pairs with the given arrival counts (full[2] first; empty[2] next), then the
+// math barrier (kMathThreads), then kExtra barriers of `extra_count` arrivals.
+template <int kPairs, int kMathR, int kProdR, int kExtra = 0, class Produce>
+__device__ __forceinline__ bool enter_roles_with(int tid, uint32_t bars, const uint32_t (&pair_counts)[kPairs],
+                                                 uint32_t extra_count, Produce&& produce) {
+  const uint32_t math_bar = bars + 16 * kPairs;
+  return enter_roles_init<kMathR, kProdR>(
+      tid,
+      [&] {
+#pragma unroll
+        for (int i = 0; i < kPairs; ++i) {
+          mbar_init(bars + 16 * i, pair_counts[i]);
+          mbar_init(bars + 16 * i + 8, pair_counts[i]);
+        }
+        mbar_init(math_bar, kMathThreads);
+#pragma unroll
+        for (int i = 0; i < kExtra; ++i) mbar_init(math_bar + 8 + 8 * i, extra_count);
+      },
+      produce);
 }
 
 // The prologue with the TMA producer (full barriers: one arrival, the producer's expect_tx).

@@ -1,0 +1,500 @@
+// The sm90 MLA split kernel "N8": 16 or 32 heads over an fp8 e4m3 cache with one per-tensor scale
+// (GS_MLA_KV_FP8_PER_TENSOR). See kernels.cuh and decode.cu.
+#pragma once
+
+#include <type_traits>
+#include "mla/sm90/split.cuh"
+#include "mla/sm90/wgmma_ops.cuh"
+
+namespace graphsafe::mla_sm90 {
+
+// =================================================================================================
+// Kernel "N8": the N kernel's shape (tokens as the MMA's M, heads as its N; one CTA per split and
+// request; two math warpgroups on alternate tiles, merged at the end) with no bf16 copy of a tile.
+// The producer (one thread) streams raw 36 KiB tiles by TMA into a ring of five; each math thread
+// loads its operand bytes from the raw tile and converts them (cvt.rn.f16x2.e4m3x2: exact, one
+// instruction per two values) straight into the A registers of register-sourced wgmmas:
+//   S^T = K.Q^T   A = K, the thread's two token rows, 16 bytes per 64-dim block and row;
+//   O^T = V^T.P^T A = V^T, the thread's 16 dims of four tokens a k16 step, paired by byte_perm.
+// Why: the fourth session's design (fp8.cuh: dequantise into the bf16 stages the math reads) was
+// slower than bf16 (0.87x at 16 heads 64 x 4096): a stage could be refilled only after its
+// warpgroup released it, so conversion and math added, and the bf16 stages left room for 1.5 raw
+// tiles in flight. Here the conversion runs on the math warps beside their own wgmmas, and the
+// ring holds five raw tiles (184 KiB).
+// The math is fp16 x fp16 -> f32: every e4m3 value is an exact fp16, and Q (bf16) is staged as fp16
+// times 2^k_h per head (k_h puts the head's largest |q| in [2^14, 2^15), so bf16's 8 significant
+// bits fit; only values below 2^-28 of the head's largest lose bits), and the scores are scaled
+// back by 2^-k_h in f32. P is fp16 (more bits than bf16's 8 in [0, 1]).
+// The operands' k orders are permuted so each thread reads whole 16-byte pieces: for the QK^T step
+// 4c + j, fragment position 2q + e holds dim 64c + 16q + 4j + e and position 2q + 8 + e dim
+// 64c + 16q + 4j + 2 + e (Q is staged in that order); for the PV step ks, position 2q + e holds
+// token 16ks + 4e + q and 2q + 8 + e token 16ks + 4(e + 2) + q (P^T is stored in that order), and
+// the m64 rows of the eight O^T blocks are the dims 16u + 2mb (row g) and 16u + 2mb + 1 (row g + 8)
+// of the thread's dim group u (the epilogue stores them back in order).
+// The raw tile: nine 4 KiB column blocks (dims 64c..64c+63) of 64 rows x 64 B, 64-byte swizzled by
+// the TMA (16-byte chunk k of row r at chunk k ^ ((r >> 1) & 3)), so both loads are conflict-free.
+// =================================================================================================
+template <int N>
+struct N8Layout {
+  static constexpr int kRawBlock = kTileS * 64;         // one 64-dim column block of a raw tile
+  static constexpr int kRawTile = kBlocks * kRawBlock;  // 36 KiB
+  static constexpr int kQBytes = N * 128 * kBlocks;     // fp16 Q, K-major swizzled blocks (1 KiB multiple)
+  static constexpr int kPBytes = N * 128;               // one warpgroup's P^T: [N heads x 64 tokens] fp16
+  static constexpr int kOStride = 516;                  // floats per head row of the O staging
+  static constexpr int kFloats = 8 * N + N + 2 * N + 2 * N + N;  // s_red, s_qf, s_m, s_l, s_lse
+  static constexpr int kFixed = 1024 + kQBytes + 2 * kPBytes + kFloats * 4;
+  static constexpr int kSlots = 5;
+  static constexpr int kBarBytes = (2 * kSlots + 2) * 8;  // full, empty, math, verdict
+  static constexpr int kSmem = kFixed + kSlots * kRawTile + kBarBytes;
+  static_assert(kSmem + 32 <= 232448, "N8 kernel: shared memory (the static ints included)");
+  static_assert(N * kOStride * 4 <= kSlots * kRawTile, "the O staging reuses the ring");
+};
+
+// Four e4m3 codes (one 32-bit word) -> two f16x2 words: bytes 0-1 -> lo, bytes 2-3 -> hi. Exact for
+// every finite code. kClamp: the NaN codes (0x7F, 0xFF) come out as 448 (min.f16x2 returns the
+// non-NaN operand), else as fp16 NaNs. The clamp costs one instruction per register, 16 % of the
+// kernel's time at 16 heads (H200, 64 x 4096: 56.0 against 48.2 us), so the kernel runs without it
+// and reruns a split with it only if its output came out NaN (see the kernel).
+template <bool kClamp>
+__device__ __forceinline__ void e4m3x4_to_f16x2x2(uint32_t w, uint32_t& lo, uint32_t& hi) {
+  if constexpr (kClamp) {
+    asm("{\n.reg .b16 l, h;\n.reg .b32 a, b;\nmov.b32 {l, h}, %2;\ncvt.rn.f16x2.e4m3x2 a, l;\ncvt.rn.f16x2.e4m3x2 b, h;\n"
+        "min.f16x2 %0, a, %3;\nmin.f16x2 %1, b, %3;\n}"
+        : "=r"(lo), "=r"(hi)
+        : "r"(w), "r"(0x5F005F00u));  // 448 in both halves
+  } else {
+    asm("{\n.reg .b16 l, h;\nmov.b32 {l, h}, %2;\ncvt.rn.f16x2.e4m3x2 %0, l;\ncvt.rn.f16x2.e4m3x2 %1, h;\n}"
+        : "=r"(lo), "=r"(hi)
+        : "r"(w));
+  }
+}
+// True on every participating thread if `x` is true on any of the `threads` threads of named barrier `id`.
+__device__ __forceinline__ bool named_bar_or(uint32_t id, uint32_t threads, bool x) {
+  uint32_t r;
+  asm volatile("{\n.reg .pred i, o;\nsetp.ne.u32 i, %1, 0;\nbarrier.red.or.pred o, %2, %3, i;\nselp.u32 %0, 1, 0, o;\n}"
+               : "=r"(r)
+               : "r"(uint32_t(x)), "r"(id), "r"(threads)
+               : "memory");
+  return r != 0;
+}
+__device__ __forceinline__ uint32_t u4_word(const uint4& v, int i) { return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w; }
+
+// The QK^T fragment position (0..15) that holds physical offset `off` (0..63) of a 64-dim block,
+// and its k16 step j within the block: the inverse of the dim order above.
+__device__ __forceinline__ int n8_q_pos(int off, int& j) {
+  const int q = off >> 4, r = off & 3;
+  j = (off >> 2) & 3;
+  return r < 2 ? 2 * q + r : 8 + 2 * q + (r - 2);
+}
+
+// Q rows of request b as fp16 times 2^k_h into `sq` (K-major, 128-byte swizzled blocks of N x 128 B,
+// in the permuted k order) and 2^-k_h into s_qf[h]. Warp wq (of 8) takes heads wq, wq + 8, ...; a
+// lane takes 16-byte pieces lane, lane + 32, lane + 64 (< 72) of each: all loads first, then the
+// per-head maximum by shuffles, then the converted stores.
+template <int N>
+__device__ __forceinline__ void load_q_f16_scaled(uint8_t* sq, float* s_qf, const Params& p, int b, int t) {
+  constexpr int kHeads = N / 8;
+  const int wq = t >> 5, lane = t & 31;
+  uint4 v[kHeads][3];
+#pragma unroll
+  for (int hh = 0; hh < kHeads; ++hh) {
+    const int h = wq + 8 * hh;
+#pragma unroll
+    for (int k = 0; k < 3; ++k) {
+      const int c = lane + 32 * k;
+      v[hh][k] = make_uint4(0u, 0u, 0u, 0u);
+      if (c < 72) {
+        const uint16_t* src = c < 64 ? p.q_nope + b * p.q_nope_sb + h * p.q_nope_sh + c * 8
+                                     : p.q_pe + b * p.q_pe_sb + h * p.q_pe_sh + (c - 64) * 8;
+        if (p.q_vec) {
+          v[hh][k] = __ldcg(reinterpret_cast<const uint4*>(src));
+        } else {
+          uint16_t e[8];
+#pragma unroll
+          for (int i = 0; i < 8; ++i) e[i] = __ldcg(src + i);
+          v[hh][k] = make_uint4(e[0] | (uint32_t(e[1]) << 16), e[2] | (uint32_t(e[3]) << 16),
+                                e[4] | (uint32_t(e[5]) << 16), e[6] | (uint32_t(e[7]) << 16));
+        }
+      }
+    }
+  }
+#pragma unroll
+  for (int hh = 0; hh < kHeads; ++hh) {
+    const int h = wq + 8 * hh;
+    float m = 0.f;  // fmaxf drops NaNs: a NaN stays NaN through the conversion below anyway
+#pragma unroll
+    for (int k = 0; k < 3; ++k) {
+      const float4 a = unpack4<false>(make_uint2(v[hh][k].x, v[hh][k].y));
+      const float4 c = unpack4<false>(make_uint2(v[hh][k].z, v[hh][k].w));
+      m = fmaxf(m, fmaxf(fmaxf(fabsf(a.x), fabsf(a.y)), fmaxf(fabsf(a.z), fabsf(a.w))));
+      m = fmaxf(m, fmaxf(fmaxf(fabsf(c.x), fabsf(c.y)), fmaxf(fabsf(c.z), fabsf(c.w))));
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+    // k_h = 14 - floor(log2 m), clamped so 2^k_h and 2^-k_h are normal floats; 0 for a head of
+    // zeros or with an infinity (its scores are infinite or NaN whatever the scale).
+    const int ex = int((__float_as_uint(m) >> 23) & 0xFFu) - 127;
+    const int kh = (m == 0.f || ex == 128) ? 0 : min(max(14 - ex, -113), 120);
+    const float f = __uint_as_float(uint32_t(127 + kh) << 23);
+    if (lane == 0) s_qf[h] = __uint_as_float(uint32_t(127 - kh) << 23);
+#pragma unroll
+    for (int k = 0; k < 3; ++k) {
+      const int c = lane + 32 * k;
+      if (c >= 72) continue;
+      const float4 a = unpack4<false>(make_uint2(v[hh][k].x, v[hh][k].y));
+      const float4 d = unpack4<false>(make_uint2(v[hh][k].z, v[hh][k].w));
+      const uint32_t w[4] = {pack2<true>(a.x * f, a.y * f), pack2<true>(a.z * f, a.w * f), pack2<true>(d.x * f, d.y * f),
+                             pack2<true>(d.z * f, d.w * f)};
+      const int blk = c >> 3, off = (c & 7) * 8;  // dims 64 blk + off .. + 7
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        int j;
+        const int pos = n8_q_pos(off + 2 * i, j);
+        const int kl = 16 * j + pos;
+        *reinterpret_cast<uint32_t*>(sq + blk * (N * 128) + h * 128 + (((kl >> 3) ^ (h & 7)) << 4) + (kl & 7) * 2) = w[i];
+      }
+    }
+  }
+}
+
+// The producer of the N8 kernel (one thread): the split's tiles into the ring of raw slots, as ring
+// sequence numbers seq0 + i (a rerun continues the sequence). full[s]: the tile landed
+// (expect_tx); empty[s]: the 128 threads of the warpgroup that used it are done reading it. The
+// page table through the read-only path, as fp8.cuh's cache_row explains.
+template <int kSlots>
+__device__ __forceinline__ void produce_raw_ring(const CUtensorMap* map, const Params& p, int b, const SplitRange& sr,
+                                                 int seq0, uint32_t ring, uint32_t full0, uint32_t empty0) {
+  using L = N8Layout<16>;  // the slot geometry does not depend on N
+  const int64_t pt_row = int64_t(b) * p.page_table_stride;
+  for (int i = 0; i < sr.n; ++i) {
+    const int seq = seq0 + i, s = seq % kSlots;
+    const int tok = (sr.tile0 + i) * kTileS;
+    const int page = min(max(__ldg(p.page_table + pt_row + tok / p.page_size), 0), p.num_pages - 1);
+    const int row = page * p.page_size + tok % p.page_size;
+    if (seq >= kSlots) mbar_wait(empty0 + 8 * s, ((seq / kSlots) - 1) & 1);
+    mbar_arrive_expect_tx(full0 + 8 * s, L::kRawTile);
+    const uint32_t dst = ring + s * L::kRawTile;
+#pragma unroll
+    for (int c = 0; c < kBlocks; ++c) tma_load_2d_evict_first(dst + c * L::kRawBlock, map, c * 64, row, full0 + 8 * s);
+  }
+}
+
+template <int N>
+__global__ void __launch_bounds__(kThreads, 1)
+    mla_sm90_n8_kernel(const __grid_constant__ CUtensorMap kv_map, const Params p) {
+  static_assert(N == 16 || N == 32, "N8 kernel: 16 or 32 heads");
+  constexpr int R = N / 2;  // accumulator registers per m64nN tile
+  constexpr int J = N / 8;  // 8-column groups
+  constexpr int kVBuf = N == 16 ? 2 : 1;  // V fragment buffers (32 registers each; 32 heads have no room for two)
+  using L = N8Layout<N>;
+  extern __shared__ uint8_t smem_raw[];
+  uint8_t* smem = smem_base_1k(smem_raw);
+  const int tid = threadIdx.x;
+  const int split = blockIdx.y, b = blockIdx.z;
+  // Launched programmatically dependent (decode.cu, launch_n8): nothing an earlier kernel may write
+  // is touched before this.
+  grid_dependency_wait();
+  const SplitRange sr = split_range(p, b, split);
+  if (sr.n == 0) {
+    write_empty<false>(p, b, split, 0, N, tid, kThreads);
+    return;
+  }
+
+  uint8_t* ring = smem;                                   // kSlots raw tiles (4 KiB aligned)
+  uint8_t* sq = ring + L::kSlots * L::kRawTile;           // fp16 Q
+  uint8_t* sp = sq + L::kQBytes;                          // [2 warpgroups] P^T
+  float* s_red = reinterpret_cast<float*>(sp + 2 * L::kPBytes);  // [2 wg][4 warps][N]
+  float* s_qf = s_red + 8 * N;                            // [N] 2^-k_h
+  float* s_m = s_qf + N;                                  // [2][N]
+  float* s_l = s_m + 2 * N;                               // [2][N]
+  float* s_lse = s_l + 2 * N;                             // [N]
+  const uint32_t bars = smem_u32(s_lse + N);
+  const uint32_t full0 = bars, empty0 = bars + 8 * L::kSlots, math_bar = bars + 16 * L::kSlots, verdict_bar = math_bar + 8;
+  const uint32_t ring_a = smem_u32(ring);
+  __shared__ int s_rerun;
+
+  if (!enter_roles_init<kMathRegs, kProducerRegs>(
+          tid,
+          [&] {
+#pragma unroll 1
+            for (int s = 0; s < L::kSlots; ++s) {
+              mbar_init(full0 + 8 * s, 1);
+              mbar_init(empty0 + 8 * s, 128);
+            }
+            mbar_init(math_bar, kMathThreads);
+            mbar_init(verdict_bar, 1);
+          },
+          [&](int pt) {
+            if (pt != 0) return;
+            produce_raw_ring<L::kSlots>(&kv_map, p, b, sr, 0, ring_a, full0, empty0);
+            mbar_wait(verdict_bar, 0);
+            if (s_rerun) produce_raw_ring<L::kSlots>(&kv_map, p, b, sr, sr.n, ring_a, full0, empty0);
+          }))
+    return;
+
+  uint32_t math_phase = 0;
+  load_q_f16_scaled<N>(sq, s_qf, p, b, tid);
+  fence_proxy_async();
+  mbar_sync(math_bar, math_phase);
+
+  const int w = tid >> 7;  // warpgroup: takes tiles i with i % 2 == w
+  const int lt = tid & 127, warp = lt >> 5, lane = lt & 31, q = lane & 3, g = lane >> 2;
+  const int ta = warp * 16 + g, tb = ta + 8;  // S^T rows (tokens) of this thread
+  // The per-tensor scale multiplies every K and V: applied to the scores here (after 2^-k_h, each
+  // product in f32 on its own) and to the output's normalisation at the end. It is device data of
+  // any sign (or zero, or NaN), so the scores are scaled before they are masked and their maximum
+  // taken.
+  const float kv_scale = __ldcg(p.kv_scale);
+  const float sl2 = p.scale_log2 * kv_scale;
+  float qf[2 * J];  // per owned head 8j + 2q + e, index 2j + e
+#pragma unroll
+  for (int j = 0; j < J; ++j)
+#pragma unroll
+    for (int e = 0; e < 2; ++e) qf[2 * j + e] = s_qf[8 * j + 2 * q + e];
+  float o[8][R], mrun[2 * J], lp[2 * J];  // lp, mrun: per owned head 8j + 2q + e, index 2j + e
+  auto reset = [&] {
+#pragma unroll
+    for (int mb = 0; mb < 8; ++mb)
+#pragma unroll
+      for (int k = 0; k < R; ++k) o[mb][k] = 0.f;
+#pragma unroll
+    for (int k = 0; k < 2 * J; ++k) {
+      mrun[k] = -INFINITY;
+      lp[k] = 0.f;
+    }
+  };
+  const uint64_t dq = sw128_desc(smem_u32(sq), 16, 1024);
+  uint8_t* pb = sp + w * L::kPBytes;
+  const uint64_t dp = sw128_desc(smem_u32(pb), 16, 1024);
+  // K: rows ta and tb, chunk q of each 64-byte row (swizzled).
+  const uint32_t k_off0 = uint32_t(ta * 64 + ((q ^ ((ta >> 1) & 3)) << 4));
+  const uint32_t k_off1 = uint32_t(tb * 64 + ((q ^ ((tb >> 1) & 3)) << 4));
+  // V: the thread's dim group u (dims 16u..16u+15, chunk u & 3 of block u >> 2), chosen so that the
+  // two g of a quarter warp (which read the same four token rows) take chunks that differ in bit 1:
+  // with the swizzle their eight 16-byte loads then hit eight distinct bank groups.
+  const int u = warp * 8 + (((g & 1) << 1) | ((g >> 1) & 1) | (g & 4));
+  uint32_t v_off[4];  // token 4jt + q of a k16 step (step ks adds 16 rows = 1 KiB: the swizzle repeats)
+#pragma unroll
+  for (int jt = 0; jt < 4; ++jt) {
+    const int t = 4 * jt + q;
+    v_off[jt] = uint32_t((u >> 2) * L::kRawBlock + t * 64 + (((u & 3) ^ ((t >> 1) & 3)) << 4));
+  }
+  // P^T column (the PV step's fragment position) of tokens ta and tb: the inverse of the token order.
+  auto p_col = [](int t) {
+    const int r = t & 15, e = r >> 2, qq = r & 3;
+    return (t & ~15) + (e < 2 ? 2 * qq + e : 8 + 2 * qq + (e - 2));
+  };
+  const int kla = p_col(ta), klb = p_col(tb);
+
+  // One pass over the split's tiles (ring sequence numbers seq0 + i), tile i in warpgroup i % 2.
+  auto pass = [&](auto clamp, int seq0) {
+    constexpr bool kClamp = decltype(clamp)::value;
+    reset();
+    for (int i = w; i < sr.n; i += 2) {
+      const int seq = seq0 + i, slot = seq % L::kSlots;
+      const uint8_t* raw = ring + slot * L::kRawTile;
+      mbar_wait(full0 + 8 * slot, (seq / L::kSlots) & 1);
+
+      // ---- S^T = K.Q^T: block c's two 16-byte pieces -> four k16 steps of A registers -------------
+      float sc[R];
+      uint32_t ka[2][4][4];
+#pragma unroll
+      for (int c = 0; c < kBlocks; ++c) {
+        const uint4 x0 = *reinterpret_cast<const uint4*>(raw + c * L::kRawBlock + k_off0);
+        const uint4 x1 = *reinterpret_cast<const uint4*>(raw + c * L::kRawBlock + k_off1);
+        if (c >= 2) wg_wait<1>();  // block c - 2's wgmmas (the last readers of ka[c & 1]) are done
+        uint32_t(&a)[4][4] = ka[c & 1];
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          e4m3x4_to_f16x2x2<kClamp>(u4_word(x0, j), a[j][0], a[j][2]);
+          e4m3x4_to_f16x2x2<kClamp>(u4_word(x1, j), a[j][1], a[j][3]);
+        }
+        wg_fence();
+#pragma unroll
+        for (int j = 0; j < 4; ++j)
+          WgmmaRSF16<N>::rs(sc, a[j], dq + (uint32_t(c * (N * 128) + j * 32) >> 4), (c | j) != 0 ? 1u : 0u);
+        wg_commit();
+      }
+      wg_wait<0>();
+      reg_fence(sc);
+#pragma unroll
+      for (int j = 0; j < J; ++j)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          sc[4 * j + e] = (sc[4 * j + e] * qf[2 * j + e]) * sl2;
+          sc[4 * j + 2 + e] = (sc[4 * j + 2 + e] * qf[2 * j + e]) * sl2;
+        }
+
+      // ---- online softmax (as the N kernel's), P^T in the PV step's token order ------------------
+      const int valid = sr.seq - (sr.tile0 + i) * kTileS;
+      float cm[2 * J];
+#pragma unroll
+      for (int j = 0; j < J; ++j) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          if (ta >= valid) sc[4 * j + e] = -INFINITY;
+          if (tb >= valid) sc[4 * j + 2 + e] = -INFINITY;
+          float m = fmaxf(sc[4 * j + e], sc[4 * j + 2 + e]);
+          m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 4));
+          m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 8));
+          m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 16));
+          cm[2 * j + e] = m;
+        }
+      }
+      if (g == 0) {
+#pragma unroll
+        for (int j = 0; j < J; ++j)
+#pragma unroll
+          for (int e = 0; e < 2; ++e) s_red[(w * 4 + warp) * N + 8 * j + 2 * q + e] = cm[2 * j + e];
+      }
+      named_bar_sync(2 + w, 128);
+      float alpha[2 * J];
+#pragma unroll
+      for (int j = 0; j < J; ++j) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int h = 8 * j + 2 * q + e, k = 2 * j + e;
+          const float* red = s_red + w * 4 * N + h;
+          const float tm = fmaxf(fmaxf(red[0], red[N]), fmaxf(red[2 * N], red[3 * N]));
+          const float mn = fmaxf(mrun[k], tm);
+          alpha[k] = ex2(mrun[k] - mn);
+          mrun[k] = mn;
+          const float pa = ex2(sc[4 * j + e] - mn);
+          const float pv = ex2(sc[4 * j + 2 + e] - mn);
+          lp[k] = lp[k] * alpha[k] + pa + pv;
+          *reinterpret_cast<uint16_t*>(pb + h * 128 + (((kla >> 3) ^ (h & 7)) << 4) + (kla & 7) * 2) = to_bits<true>(pa);
+          *reinterpret_cast<uint16_t*>(pb + h * 128 + (((klb >> 3) ^ (h & 7)) << 4) + (klb & 7) * 2) = to_bits<true>(pv);
+        }
+      }
+      fence_proxy_async();
+      named_bar_sync(2 + w, 128);
+
+#pragma unroll
+      for (int mb = 0; mb < 8; ++mb)
+#pragma unroll
+        for (int j = 0; j < J; ++j)
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            o[mb][4 * j + e] *= alpha[2 * j + e];
+            o[mb][4 * j + 2 + e] *= alpha[2 * j + e];
+          }
+
+      // ---- O^T += V^T.P^T: per k16 step, four tokens' 16 dims -> eight m64 blocks' A registers ----
+      uint32_t va[kVBuf][8][4];
+#pragma unroll
+      for (int ks = 0; ks < 4; ++ks) {
+        uint4 tv[4];
+#pragma unroll
+        for (int jt = 0; jt < 4; ++jt) tv[jt] = *reinterpret_cast<const uint4*>(raw + v_off[jt] + ks * 1024);
+        // The last reads of this slot: hand it back (every thread arrives after its own loads).
+        if (ks == 3) mbar_arrive(empty0 + 8 * slot);
+        // Tokens past seq_len hold whatever the cache holds (maybe NaN codes): P = 0 would not clear them.
+        if (valid < kTileS) {
+#pragma unroll
+          for (int jt = 0; jt < 4; ++jt)
+            if (16 * ks + 4 * jt + q >= valid) tv[jt] = make_uint4(0u, 0u, 0u, 0u);
+        }
+        if (ks >= kVBuf) wg_wait<kVBuf - 1>();  // the last readers of va[ks % kVBuf] are done
+        uint32_t(&a)[8][4] = va[ks % kVBuf];
+#pragma unroll
+        for (int v = 0; v < 4; ++v)
+#pragma unroll
+          for (int pr = 0; pr < 2; ++pr) {
+            const uint32_t x = u4_word(tv[2 * pr], v), y = u4_word(tv[2 * pr + 1], v);
+            // [x.b0, y.b0, x.b1, y.b1]: dims 4v and 4v + 1 of the pair of tokens; then dims 4v + 2, + 3.
+            e4m3x4_to_f16x2x2<kClamp>(__byte_perm(x, y, 0x5140u), a[2 * v][2 * pr], a[2 * v][2 * pr + 1]);
+            e4m3x4_to_f16x2x2<kClamp>(__byte_perm(x, y, 0x7362u), a[2 * v + 1][2 * pr], a[2 * v + 1][2 * pr + 1]);
+          }
+        wg_fence();
+#pragma unroll
+        for (int mb = 0; mb < 8; ++mb) WgmmaRSF16<N>::rs(o[mb], a[mb], dp + (uint32_t(ks * 32) >> 4), 1u);
+        wg_commit();
+      }
+      wg_wait<0>();
+#pragma unroll
+      for (int mb = 0; mb < 8; ++mb) reg_fence(o[mb]);
+    }
+  };
+  pass(std::false_type{}, 0);
+  // An NaN anywhere in this thread's output or sums: an e4m3 NaN code (read as NaN without the
+  // clamp), or NaN from the data itself (q, the scale, infinite scores). Then the whole split runs
+  // again with NaN codes read as 448, the header's contract; real NaNs come out NaN again.
+  float probe = 0.f;
+#pragma unroll
+  for (int k = 0; k < 2 * J; ++k) probe += lp[k];
+#pragma unroll
+  for (int mb = 0; mb < 8; ++mb)
+#pragma unroll
+    for (int k = 0; k < R; ++k) probe += o[mb][k] * 0.f;  // 0 for finite o, NaN for NaN or inf
+  const bool rerun = named_bar_or(1, kMathThreads, isnan(probe));
+  if (tid == 0) {
+    s_rerun = rerun;
+    mbar_arrive(verdict_bar);  // the producer streams the tiles again, or exits
+  }
+  if (rerun) pass(std::true_type{}, sr.n);
+
+  // Merge the two warpgroups (as the N kernel): per-head sums, then O = (O0 e0 + O1 e1) / (l0 e0 + l1 e1).
+#pragma unroll
+  for (int k = 0; k < 2 * J; ++k) {
+    lp[k] += __shfl_xor_sync(0xffffffffu, lp[k], 4);
+    lp[k] += __shfl_xor_sync(0xffffffffu, lp[k], 8);
+    lp[k] += __shfl_xor_sync(0xffffffffu, lp[k], 16);
+  }
+  if (g == 0) {
+#pragma unroll
+    for (int j = 0; j < J; ++j)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) s_red[(w * 4 + warp) * N + 8 * j + 2 * q + e] = lp[2 * j + e];
+  }
+  named_bar_sync(2 + w, 128);
+  if (warp == 0 && g == 0) {
+#pragma unroll
+    for (int j = 0; j < J; ++j)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int h = 8 * j + 2 * q + e;
+        const float* red = s_red + w * 4 * N + h;
+        s_m[w * N + h] = mrun[2 * j + e];
+        s_l[w * N + h] = ((red[0] + red[N]) + red[2 * N]) + red[3 * N];
+      }
+  }
+  mbar_sync(math_bar, math_phase);  // both warpgroups are past their last tile: the ring is free
+  float coef[2 * J];
+#pragma unroll
+  for (int j = 0; j < J; ++j)
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const int h = 8 * j + 2 * q + e;
+      const float ma = s_m[h], mb = s_m[N + h];
+      const float mm = fmaxf(ma, mb);  // finite: warpgroup 0 always has a tile
+      const float ea = ex2(ma - mm), eb = ex2(mb - mm);
+      const float l = s_l[h] * ea + s_l[N + h] * eb;
+      coef[2 * j + e] = (w == 0 ? ea : eb) / l * kv_scale;
+      if (w == 0 && warp == 0 && g == 0) s_lse[h] = (mm + __log2f(l)) * kLn2;
+    }
+  float* so = reinterpret_cast<float*>(ring);  // [N heads][kOStride]
+  for (int pass = 0; pass < 2; ++pass) {
+    if (pass == w) {
+#pragma unroll
+      for (int mb = 0; mb < 8; ++mb)
+#pragma unroll
+        for (int j = 0; j < J; ++j)
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            const int h = 8 * j + 2 * q + e;
+            float2* x = reinterpret_cast<float2*>(so + h * L::kOStride + 16 * u + 2 * mb);  // dims (row g, row g + 8)
+            const float2 v = make_float2(o[mb][4 * j + e] * coef[2 * j + e], o[mb][4 * j + 2 + e] * coef[2 * j + e]);
+            if (w == 0) {
+              *x = v;
+            } else {
+              const float2 y = *x;
+              *x = make_float2(y.x + v.x, y.y + v.y);
+            }
+          }
+    }
+    mbar_sync(math_bar, math_phase);
+  }
+  store_rows<false>(so, L::kOStride, N, 0, s_lse, p, b, split, tid, kMathThreads);
+}
+
+}  // namespace graphsafe::mla_sm90
