@@ -1,7 +1,8 @@
-// The fp8 KV caches of the sm90 N kernel (GS_MLA_KV_FP8_PER_TENSOR, GS_MLA_KV_FP8_DS_MLA): a
-// producer warpgroup that streams raw fp8 half-tiles with TMA into a small ring of raw slots and
-// dequantises them into the same bf16 stages, in the same 128-byte-swizzled layout, that the TMA
-// producer of a bf16 cache writes. The math warpgroups are unchanged: they cannot tell the two
+// The fp8 KV caches of the sm90 N and M64 kernels. The N kernel (16/32 heads, the 656-byte format
+// GS_MLA_KV_FP8_DS_MLA; the per-tensor format there runs the N8 kernel, kernel_n_fp8.cuh, which
+// converts in its math warps and is faster): a producer warpgroup that streams raw fp8 half-tiles
+// with TMA into a small ring of raw slots and dequantises them into the same bf16 stages, in the
+// same 128-byte-swizzled layout, that the TMA producer of a bf16 cache writes. The math warpgroups are unchanged: they cannot tell the two
 // producers apart except by the full barrier's arrival count (128 here, one per producer thread).
 //
 // Why a raw ring in shared memory and not loads into registers: the TMA keeps a whole tile of
@@ -74,6 +75,7 @@ __device__ __forceinline__ void convert4_scaled(uint32_t v, float s, uint32_t& l
 // 16 codes become two 16-byte chunks (2q, 2q + 1) of the bf16 row, at their swizzled places.
 template <int KV>
 __device__ __forceinline__ void dequant_half(const uint8_t* raw, uint8_t* stage, int half, int pt) {
+  static_assert(KV == kKvFp8DsMla, "the N kernel's raw ring serves the 656-byte format only (per-tensor: kernel_n_fp8.cuh)");
   using R = Fp8Raw<KV>;
   const int r = pt >> 2, q = pt & 3, row = half * R::kHalf + r, sw = row & 7;
   const uint8_t* src = raw + r * 64 + q * 16;
@@ -89,18 +91,11 @@ __device__ __forceinline__ void dequant_half(const uint8_t* raw, uint8_t* stage,
   for (int c = 0; c < R::kLatBlocks; ++c) {
     const uint4 v = in[c];
     uint4 a, b;
-    if constexpr (KV == kKvFp8PerTensor) {
-      convert4_exact(v.x, a.x, a.y);
-      convert4_exact(v.y, a.z, a.w);
-      convert4_exact(v.z, b.x, b.y);
-      convert4_exact(v.w, b.z, b.w);
-    } else {
-      const float s = (c >> 1) == 0 ? sc.x : (c >> 1) == 1 ? sc.y : (c >> 1) == 2 ? sc.z : sc.w;
-      convert4_scaled(v.x, s, a.x, a.y);
-      convert4_scaled(v.y, s, a.z, a.w);
-      convert4_scaled(v.z, s, b.x, b.y);
-      convert4_scaled(v.w, s, b.z, b.w);
-    }
+    const float s = (c >> 1) == 0 ? sc.x : (c >> 1) == 1 ? sc.y : (c >> 1) == 2 ? sc.z : sc.w;
+    convert4_scaled(v.x, s, a.x, a.y);
+    convert4_scaled(v.y, s, a.z, a.w);
+    convert4_scaled(v.z, s, b.x, b.y);
+    convert4_scaled(v.w, s, b.z, b.w);
     *reinterpret_cast<uint4*>(dst + c * kBlockBytes + (((2 * q) ^ sw) << 4)) = a;
     *reinterpret_cast<uint4*>(dst + c * kBlockBytes + (((2 * q + 1) ^ sw) << 4)) = b;
   }

@@ -12,8 +12,9 @@ namespace graphsafe::mla_sm90 {
 // Tokens are the M dimension: S^T = K.Q^T (m64nNk16 x 36), O^T = V^T.P^T (m64nNk16 x 8 x 4, V read
 // MN-major from the same tile bytes). The two warpgroups take alternate tiles, each with its own
 // stage, running max/sum and full O^T; the CTA merges the two at the end. Warpgroup 2 produces:
-// TMA of a bf16/fp16 cache straight into the stages, or for an fp8 cache (KV != kKvNative) TMA
-// into a ring of raw slots and a dequantisation into the stages (fp8.cuh).
+// TMA of a bf16/fp16 cache straight into the stages, or for the 656-byte fp8 cache (KV ==
+// kKvFp8DsMla) TMA into a ring of raw slots and a dequantisation into the stages (fp8.cuh). The
+// per-tensor fp8 cache runs the N8 kernel instead (kernel_n_fp8.cuh).
 // =================================================================================================
 template <int N, int KV = kKvNative>
 struct NLayout {
@@ -21,8 +22,7 @@ struct NLayout {
   static constexpr int kOStride = 516;                // floats per head row of the O staging
   // Raw fp8 half-tile slots: as many as fit beside Q and the two stages (3 for 16 heads, 2 for 32).
   static constexpr int kSlots = KV == kKvNative ? 0 : N == 16 ? 3 : 2;
-  static constexpr int kSlotBytes = KV == kKvNative ? 0 : KV == kKvFp8PerTensor ? Fp8Raw<kKvFp8PerTensor>::kBytes
-                                                                                   : Fp8Raw<kKvFp8DsMla>::kBytes;
+  static constexpr int kSlotBytes = KV == kKvNative ? 0 : Fp8Raw<kKvFp8DsMla>::kBytes;
   static constexpr int kRawBytes = kSlots * kSlotBytes;
   static constexpr int kSmem = kQBytes + 2 * kStageBytes + kRawBytes + (8 * N + 2 * N + 2 * N + N) * 4 + (5 + kSlots) * 8 + 1024;
   // The fp8 producer dequantises on all 128 threads and needs more than the TMA producer's 40
@@ -38,6 +38,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                       const __grid_constant__ CUtensorMap rope_map, const Params p) {
   static_assert(N == 16 || N == 32, "N kernel: 16 or 32 heads");
   static_assert(KV == kKvNative || !F16, "fp8 caches take bf16 queries");
+  static_assert(KV != kKvFp8PerTensor, "the per-tensor fp8 cache at 16/32 heads runs the N8 kernel (kernel_n_fp8.cuh)");
   constexpr int R = N / 2;  // accumulator registers per m64nN tile
   constexpr int J = N / 8;  // 8-column groups
   using L = NLayout<N, KV>;
@@ -85,13 +86,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int w = tid >> 7;  // warpgroup: takes tiles i with i % 2 == w, always in stage w
   const int lt = tid & 127, warp = lt >> 5, lane = lt & 31, q = lane & 3, g = lane >> 2;
   const int ta = warp * 16 + g, tb = ta + 8;  // S^T rows (tokens) of this thread
-  // The per-tensor fp8 scale multiplies every K and V: applied to the scores here and to the
-  // output's normalisation at the end, so the stages hold the codes' exact values. It is device
-  // data of any sign (or zero, or NaN), so the scores are scaled before they are masked and their
-  // maximum taken (scaling a maximum by a negative scale gives the minimum; -inf times 0 is NaN).
-  const float kv_scale = KV == kKvFp8PerTensor ? __ldcg(p.kv_scale) : 1.f;
-  const float sl2_scores = p.scale_log2 * kv_scale;
-  const float sl2 = KV == kKvFp8PerTensor ? 1.f : sl2_scores;  // what the softmax below multiplies by
+  const float sl2 = p.scale_log2;  // what the softmax below multiplies the scores by
   float o[8][R];
 #pragma unroll
   for (int mb = 0; mb < 8; ++mb)
@@ -121,10 +116,6 @@ __global__ void __launch_bounds__(kThreads, 1)
     wg_commit();
     wg_wait<0>();
     reg_fence(sc);
-    if constexpr (KV == kKvFp8PerTensor) {
-#pragma unroll
-      for (int k = 0; k < R; ++k) sc[k] *= sl2_scores;
-    }
 
     const int valid = sr.seq - (sr.tile0 + i) * kTileS;
     float cm[2 * J];
@@ -237,7 +228,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       const float mm = fmaxf(ma, mb);  // finite: warpgroup 0 always has a tile
       const float ea = ex2(ma - mm), eb = ex2(mb - mm);
       const float l = s_l[h] * ea + s_l[N + h] * eb;
-      coef[2 * j + e] = (w == 0 ? ea : eb) / l * kv_scale;
+      coef[2 * j + e] = (w == 0 ? ea : eb) / l;
       if (w == 0 && warp == 0 && g == 0) s_lse[h] = (mm + __log2f(l)) * kLn2;
     }
   float* so = reinterpret_cast<float*>(skv);  // [N heads][kOStride]
