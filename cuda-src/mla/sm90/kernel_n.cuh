@@ -2,6 +2,7 @@
 #pragma once
 
 #include "mla/sm90/fp8.cuh"
+#include "mla/sm90/n_softmax.cuh"
 #include "mla/sm90/split.cuh"
 #include "mla/sm90/wgmma_ops.cuh"
 
@@ -118,60 +119,19 @@ __global__ void __launch_bounds__(kThreads, 1)
     reg_fence(sc);
 
     const int valid = sr.seq - (sr.tile0 + i) * kTileS;
-    float cm[2 * J];
-#pragma unroll
-    for (int j = 0; j < J; ++j) {
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        if (ta >= valid) sc[4 * j + e] = -INFINITY;
-        if (tb >= valid) sc[4 * j + 2 + e] = -INFINITY;
-        float m = fmaxf(sc[4 * j + e], sc[4 * j + 2 + e]);
-        m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 4));
-        m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 8));
-        m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 16));
-        cm[2 * j + e] = m;
-      }
-    }
-    if (g == 0) {
-#pragma unroll
-      for (int j = 0; j < J; ++j)
-#pragma unroll
-        for (int e = 0; e < 2; ++e) s_red[(w * 4 + warp) * N + 8 * j + 2 * q + e] = cm[2 * j + e];
-    }
-    named_bar_sync(2 + w, 128);
+    NSoftmax<N>::tile_max(sc, valid, ta, tb, g, q, w, warp, s_red);
 
     float alpha[2 * J];
     uint8_t* pb = stage + 8 * kBlockBytes;  // P^T: K-major [N heads x 64 tokens]
-#pragma unroll
-    for (int j = 0; j < J; ++j) {
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const int h = 8 * j + 2 * q + e, k = 2 * j + e;
-        const float* red = s_red + w * 4 * N + h;
-        const float tm = fmaxf(fmaxf(red[0], red[N]), fmaxf(red[2 * N], red[3 * N]));
-        const float mn = fmaxf(mrun[k], tm * sl2);
-        alpha[k] = ex2(mrun[k] - mn);
-        mrun[k] = mn;
-        const float pa = ex2(fmaf(sc[4 * j + e], sl2, -mn));
-        const float pv = ex2(fmaf(sc[4 * j + 2 + e], sl2, -mn));
-        lp[k] = lp[k] * alpha[k] + pa + pv;
-        *reinterpret_cast<uint16_t*>(pb + h * 128 + (((ta >> 3) ^ (h & 7)) << 4) + (ta & 7) * 2) = to_bits<F16>(pa);
-        *reinterpret_cast<uint16_t*>(pb + h * 128 + (((tb >> 3) ^ (h & 7)) << 4) + (tb & 7) * 2) = to_bits<F16>(pv);
-      }
-    }
+    NSoftmax<N>::update(sc, sl2, mrun, lp, alpha, s_red, w, q, [&](int h, float pa, float pv) {
+      *reinterpret_cast<uint16_t*>(pb + h * 128 + (((ta >> 3) ^ (h & 7)) << 4) + (ta & 7) * 2) = to_bits<F16>(pa);
+      *reinterpret_cast<uint16_t*>(pb + h * 128 + (((tb >> 3) ^ (h & 7)) << 4) + (tb & 7) * 2) = to_bits<F16>(pv);
+    });
     if (valid < kTileS) zero_tail_rows(stage, valid, lt, 128);
     fence_proxy_async();
     named_bar_sync(2 + w, 128);
 
-#pragma unroll
-    for (int mb = 0; mb < 8; ++mb)
-#pragma unroll
-      for (int j = 0; j < J; ++j)
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          o[mb][4 * j + e] *= alpha[2 * j + e];
-          o[mb][4 * j + 2 + e] *= alpha[2 * j + e];
-        }
+    NSoftmax<N>::rescale(o, alpha);
     const uint64_t dv = sw128_desc(st, kBlockBytes, 1024);
     const uint64_t dp = sw128_desc(st + 8 * kBlockBytes, 16, 1024);
     wg_fence();
@@ -193,44 +153,10 @@ __global__ void __launch_bounds__(kThreads, 1)
   // calls: 16 heads 1 x 65536 at 128 splits 36.0 against 34.8 us without PDL, 32 heads 45.5
   // against 43.2 without the trigger; docs/benchmarks.md, ninth session).
   // Merge the two warpgroups: per-head sums, then O = (O0 e0 + O1 e1) / (l0 e0 + l1 e1).
-#pragma unroll
-  for (int k = 0; k < 2 * J; ++k) {
-    lp[k] += __shfl_xor_sync(0xffffffffu, lp[k], 4);
-    lp[k] += __shfl_xor_sync(0xffffffffu, lp[k], 8);
-    lp[k] += __shfl_xor_sync(0xffffffffu, lp[k], 16);
-  }
-  if (g == 0) {
-#pragma unroll
-    for (int j = 0; j < J; ++j)
-#pragma unroll
-      for (int e = 0; e < 2; ++e) s_red[(w * 4 + warp) * N + 8 * j + 2 * q + e] = lp[2 * j + e];
-  }
-  named_bar_sync(2 + w, 128);
-  if (warp == 0 && g == 0) {
-#pragma unroll
-    for (int j = 0; j < J; ++j)
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const int h = 8 * j + 2 * q + e;
-        const float* red = s_red + w * 4 * N + h;
-        s_m[w * N + h] = mrun[2 * j + e];
-        s_l[w * N + h] = ((red[0] + red[N]) + red[2 * N]) + red[3 * N];
-      }
-  }
+  NSoftmax<N>::publish(lp, mrun, s_red, s_m, s_l, g, q, w, warp);
   mbar_sync(math_bar, math_phase);
   float coef[2 * J];
-#pragma unroll
-  for (int j = 0; j < J; ++j)
-#pragma unroll
-    for (int e = 0; e < 2; ++e) {
-      const int h = 8 * j + 2 * q + e;
-      const float ma = s_m[h], mb = s_m[N + h];
-      const float mm = fmaxf(ma, mb);  // finite: warpgroup 0 always has a tile
-      const float ea = ex2(ma - mm), eb = ex2(mb - mm);
-      const float l = s_l[h] * ea + s_l[N + h] * eb;
-      coef[2 * j + e] = (w == 0 ? ea : eb) / l;
-      if (w == 0 && warp == 0 && g == 0) s_lse[h] = (mm + __log2f(l)) * kLn2;
-    }
+  NSoftmax<N>::coefficients(coef, s_m, s_l, s_lse, 1.f, g, q, w, warp);
   float* so = reinterpret_cast<float*>(skv);  // [N heads][kOStride]
   for (int pass = 0; pass < 2; ++pass) {
     if (pass == w) {

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <type_traits>
+#include "mla/sm90/n_softmax.cuh"
 #include "mla/sm90/split.cuh"
 #include "mla/sm90/wgmma_ops.cuh"
 
@@ -325,59 +326,18 @@ __global__ void __launch_bounds__(kThreads, 1)
           sc[4 * j + 2 + e] = (sc[4 * j + 2 + e] * qf[2 * j + e]) * sl2;
         }
 
-      // ---- online softmax (as the N kernel's), P^T in the PV step's token order ------------------
+      // ---- online softmax (n_softmax.cuh; sl2 = 1: the scores are scaled above), P^T in the PV step's token order
       const int valid = sr.seq - (sr.tile0 + i) * kTileS;
-      float cm[2 * J];
-#pragma unroll
-      for (int j = 0; j < J; ++j) {
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          if (ta >= valid) sc[4 * j + e] = -INFINITY;
-          if (tb >= valid) sc[4 * j + 2 + e] = -INFINITY;
-          float m = fmaxf(sc[4 * j + e], sc[4 * j + 2 + e]);
-          m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 4));
-          m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 8));
-          m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 16));
-          cm[2 * j + e] = m;
-        }
-      }
-      if (g == 0) {
-#pragma unroll
-        for (int j = 0; j < J; ++j)
-#pragma unroll
-          for (int e = 0; e < 2; ++e) s_red[(w * 4 + warp) * N + 8 * j + 2 * q + e] = cm[2 * j + e];
-      }
-      named_bar_sync(2 + w, 128);
+      NSoftmax<N>::tile_max(sc, valid, ta, tb, g, q, w, warp, s_red);
       float alpha[2 * J];
-#pragma unroll
-      for (int j = 0; j < J; ++j) {
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const int h = 8 * j + 2 * q + e, k = 2 * j + e;
-          const float* red = s_red + w * 4 * N + h;
-          const float tm = fmaxf(fmaxf(red[0], red[N]), fmaxf(red[2 * N], red[3 * N]));
-          const float mn = fmaxf(mrun[k], tm);
-          alpha[k] = ex2(mrun[k] - mn);
-          mrun[k] = mn;
-          const float pa = ex2(sc[4 * j + e] - mn);
-          const float pv = ex2(sc[4 * j + 2 + e] - mn);
-          lp[k] = lp[k] * alpha[k] + pa + pv;
-          *reinterpret_cast<uint16_t*>(pb + h * 128 + (((kla >> 3) ^ (h & 7)) << 4) + (kla & 7) * 2) = to_bits<true>(pa);
-          *reinterpret_cast<uint16_t*>(pb + h * 128 + (((klb >> 3) ^ (h & 7)) << 4) + (klb & 7) * 2) = to_bits<true>(pv);
-        }
-      }
+      NSoftmax<N>::update(sc, 1.f, mrun, lp, alpha, s_red, w, q, [&](int h, float pa, float pv) {
+        *reinterpret_cast<uint16_t*>(pb + h * 128 + (((kla >> 3) ^ (h & 7)) << 4) + (kla & 7) * 2) = to_bits<true>(pa);
+        *reinterpret_cast<uint16_t*>(pb + h * 128 + (((klb >> 3) ^ (h & 7)) << 4) + (klb & 7) * 2) = to_bits<true>(pv);
+      });
       fence_proxy_async();
       named_bar_sync(2 + w, 128);
 
-#pragma unroll
-      for (int mb = 0; mb < 8; ++mb)
-#pragma unroll
-        for (int j = 0; j < J; ++j)
-#pragma unroll
-          for (int e = 0; e < 2; ++e) {
-            o[mb][4 * j + e] *= alpha[2 * j + e];
-            o[mb][4 * j + 2 + e] *= alpha[2 * j + e];
-          }
+      NSoftmax<N>::rescale(o, alpha);
 
       // ---- O^T += V^T.P^T: per k16 step, four tokens' 16 dims -> eight m64 blocks' A registers ----
       uint32_t va[kVBuf][8][4];
@@ -433,45 +393,11 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
   if (rerun) pass(std::true_type{}, sr.n);
 
-  // Merge the two warpgroups (as the N kernel): per-head sums, then O = (O0 e0 + O1 e1) / (l0 e0 + l1 e1).
-#pragma unroll
-  for (int k = 0; k < 2 * J; ++k) {
-    lp[k] += __shfl_xor_sync(0xffffffffu, lp[k], 4);
-    lp[k] += __shfl_xor_sync(0xffffffffu, lp[k], 8);
-    lp[k] += __shfl_xor_sync(0xffffffffu, lp[k], 16);
-  }
-  if (g == 0) {
-#pragma unroll
-    for (int j = 0; j < J; ++j)
-#pragma unroll
-      for (int e = 0; e < 2; ++e) s_red[(w * 4 + warp) * N + 8 * j + 2 * q + e] = lp[2 * j + e];
-  }
-  named_bar_sync(2 + w, 128);
-  if (warp == 0 && g == 0) {
-#pragma unroll
-    for (int j = 0; j < J; ++j)
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const int h = 8 * j + 2 * q + e;
-        const float* red = s_red + w * 4 * N + h;
-        s_m[w * N + h] = mrun[2 * j + e];
-        s_l[w * N + h] = ((red[0] + red[N]) + red[2 * N]) + red[3 * N];
-      }
-  }
+  // Merge the two warpgroups (as the N kernel), the per-tensor scale in the coefficients.
+  NSoftmax<N>::publish(lp, mrun, s_red, s_m, s_l, g, q, w, warp);
   mbar_sync(math_bar, math_phase);  // both warpgroups are past their last tile: the ring is free
   float coef[2 * J];
-#pragma unroll
-  for (int j = 0; j < J; ++j)
-#pragma unroll
-    for (int e = 0; e < 2; ++e) {
-      const int h = 8 * j + 2 * q + e;
-      const float ma = s_m[h], mb = s_m[N + h];
-      const float mm = fmaxf(ma, mb);  // finite: warpgroup 0 always has a tile
-      const float ea = ex2(ma - mm), eb = ex2(mb - mm);
-      const float l = s_l[h] * ea + s_l[N + h] * eb;
-      coef[2 * j + e] = (w == 0 ? ea : eb) / l * kv_scale;
-      if (w == 0 && warp == 0 && g == 0) s_lse[h] = (mm + __log2f(l)) * kLn2;
-    }
+  NSoftmax<N>::coefficients(coef, s_m, s_l, s_lse, kv_scale, g, q, w, warp);
   float* so = reinterpret_cast<float*>(ring);  // [N heads][kOStride]
   for (int pass = 0; pass < 2; ++pass) {
     if (pass == w) {
