@@ -12,7 +12,8 @@
 //! Prints a table and one `BENCH_JSON` line. Run: `cargo bench --bench nvfp4`.
 //!
 //! Environment: `NVFP4_BENCH_ONLY=quant,w4a16` picks parts; `NVFP4_BENCH_SHAPES=1x8192x8192,...`
-//! (m x n x k) picks GEMM shapes; `NVFP4_BENCH_QUICK=1` replays each graph once (for ncu).
+//! (m x n x k) picks GEMM shapes, `NVFP4_BENCH_QSHAPES=4096x8192,...` (m x k) quantize shapes;
+//! `NVFP4_BENCH_QUICK=1` replays each graph once (for ncu).
 
 #[path = "common/cublaslt.rs"]
 mod cublaslt;
@@ -106,28 +107,56 @@ fn main() {
     json.push(format!("{{\"kind\":\"copy\",\"gb_s\":{copy_gbs:.1}}}"));
 
     if want(&only, "quant") {
-        // Quantize: read bf16, write codes and scales. Random inputs; a graph of calls.
-        println!("{:>8} {:>8} {:>10} {:>9} {:>8}", "m", "k", "quant us", "GB/s", "of copy");
-        for &(m, k) in &[(1usize, 8192usize), (16, 8192), (4096, 8192), (4096, 28672), (16384, 8192)] {
-            let x = DeviceBuffer::from_host(&stream, &random_bf16(m * k, (m * k) as u64)).unwrap();
-            let gs = DeviceBuffer::alloc_zeroed(&stream, 4).unwrap();
-            nvfp4::global_scale(&Tensor::contiguous(&x, DType::Bf16, &[m, k]), &gs, &stream).unwrap();
+        // Quantize: read bf16, write codes and scales. Random inputs, rotated (inputs and outputs)
+        // over copies covering >= 256 MB where that takes at most 64 copies, so large shapes are
+        // read from HBM as an engine's fresh activations would be, not from L2 left by the last
+        // call; a graph of enough calls that one replay runs >= 400 us, so the host's graph-launch
+        // latency (between the start event and the first kernel) is not charged to the kernel.
+        println!("{:>8} {:>8} {:>10} {:>9} {:>8} {:>7} {:>6}", "m", "k", "quant us", "GB/s", "of copy", "copies", "calls");
+        let mut qshapes = vec![(1usize, 8192usize), (16, 8192), (4096, 8192), (4096, 28672), (16384, 8192)];
+        if let Ok(list) = std::env::var("NVFP4_BENCH_QSHAPES") {
+            qshapes = list
+                .split(',')
+                .map(|s| {
+                    let v: Vec<usize> = s.split('x').map(|x| x.trim().parse().expect("NVFP4_BENCH_QSHAPES: m x k")).collect();
+                    (v[0], v[1])
+                })
+                .collect();
+        }
+        for &(m, k) in &qshapes {
             let sb = nvfp4::scale_bytes(m as i64, k as i64).unwrap() as usize;
-            let (p, s) = (DeviceBuffer::alloc(&ctx, m * k / 2).unwrap(), DeviceBuffer::alloc(&ctx, sb).unwrap());
-            let calls = if m * k >= 1 << 24 { 4 } else { 50 };
+            let bytes = m * k * 2 + m * k / 2 + sb;
+            let copies = ROTATE_BYTES.div_ceil(bytes).clamp(2, 64);
+            let mut sets = Vec::new();
+            for c in 0..copies {
+                let x = DeviceBuffer::from_host(&stream, &random_bf16(m * k, (m * k + c) as u64)).unwrap();
+                let gs = DeviceBuffer::alloc_zeroed(&stream, 4).unwrap();
+                nvfp4::global_scale(&Tensor::contiguous(&x, DType::Bf16, &[m, k]), &gs, &stream).unwrap();
+                let (p, s) = (DeviceBuffer::alloc(&ctx, m * k / 2).unwrap(), DeviceBuffer::alloc(&ctx, sb).unwrap());
+                sets.push((x, gs, p, s));
+            }
+            let per_call_guess_us = (bytes as f64 / 3.0e6).max(2.0);
+            let calls = ((400.0 / per_call_guess_us).ceil() as usize).div_ceil(copies).max(1) * copies;
             let exec = {
                 let mut cap = stream.begin_capture(CaptureMode::ThreadLocal).unwrap();
-                let (cx, cg, cp, cs) = (cap.bind_buffer(&x).unwrap(), cap.bind_buffer(&gs).unwrap(), cap.bind_buffer(&p).unwrap(), cap.bind_buffer(&s).unwrap());
-                let q = Nvfp4Matrix { packed: cp, scales: cs, global_scale: cg.clone(), rows: m, k };
-                for _ in 0..calls {
-                    nvfp4::quantize_captured(&Tensor::contiguous(cx.clone(), DType::Bf16, &[m, k]), &cg, &q, &cap).unwrap();
+                let mut bound = Vec::new();
+                for (x, gs, p, s) in &sets {
+                    bound.push((cap.bind_buffer(x).unwrap(), cap.bind_buffer(gs).unwrap(), cap.bind_buffer(p).unwrap(), cap.bind_buffer(s).unwrap()));
+                }
+                for i in 0..calls {
+                    let (cx, cg, cp, cs) = &bound[i % copies];
+                    let q = Nvfp4Matrix { packed: cp.clone(), scales: cs.clone(), global_scale: cg.clone(), rows: m, k };
+                    nvfp4::quantize_captured(&Tensor::contiguous(cx.clone(), DType::Bf16, &[m, k]), cg, &q, &cap).unwrap();
                 }
                 cap.end().unwrap().instantiate().unwrap()
             };
             let us = replay_times(&ctx, &stream, &[&exec], batches(15))[0] / calls as f64;
-            let gbs = (m * k * 2 + m * k / 2 + sb) as f64 / us / 1e3;
-            println!("{m:>8} {k:>8} {us:>10.2} {gbs:>9.0} {:>8.2}", gbs / copy_gbs);
-            json.push(format!("{{\"kind\":\"quantize\",\"m\":{m},\"k\":{k},\"us\":{us:.3},\"gb_s\":{gbs:.1},\"of_copy\":{:.3}}}", gbs / copy_gbs));
+            let gbs = bytes as f64 / us / 1e3;
+            println!("{m:>8} {k:>8} {us:>10.2} {gbs:>9.0} {:>8.2} {copies:>7} {calls:>6}", gbs / copy_gbs);
+            json.push(format!(
+                "{{\"kind\":\"quantize\",\"m\":{m},\"k\":{k},\"us\":{us:.3},\"gb_s\":{gbs:.1},\"of_copy\":{:.3},\"copies\":{copies},\"calls\":{calls}}}",
+                gbs / copy_gbs
+            ));
         }
     }
 
