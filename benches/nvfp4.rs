@@ -112,7 +112,7 @@ fn main() {
         // read from HBM as an engine's fresh activations would be, not from L2 left by the last
         // call; a graph of enough calls that one replay runs >= 400 us, so the host's graph-launch
         // latency (between the start event and the first kernel) is not charged to the kernel.
-        println!("{:>8} {:>8} {:>10} {:>9} {:>8} {:>7} {:>6}", "m", "k", "quant us", "GB/s", "of copy", "copies", "calls");
+        println!("{:>8} {:>8} {:>10} {:>9} {:>8} {:>7} {:>6} {:>8} {:>7}", "m", "k", "quant us", "GB/s", "of copy", "copies", "calls", "copy us", "copy/q");
         let mut qshapes = vec![(1usize, 8192usize), (16, 8192), (4096, 8192), (4096, 28672), (16384, 8192)];
         if let Ok(list) = std::env::var("NVFP4_BENCH_QSHAPES") {
             qshapes = list
@@ -150,11 +150,29 @@ fn main() {
                 }
                 cap.end().unwrap().instantiate().unwrap()
             };
-            let us = replay_times(&ctx, &stream, &[&exec], batches(15))[0] / calls as f64;
+            // A device-to-device copy moving the same bytes (half read, half written), captured and
+            // rotated the same way: what HBM gives one op of this size, launch ramp and tail included.
+            let half = (bytes / 2).div_ceil(16) * 16;
+            let cbufs: Vec<(DeviceBuffer, DeviceBuffer)> =
+                (0..copies).map(|_| (DeviceBuffer::alloc_zeroed(&stream, half).unwrap(), DeviceBuffer::alloc(&ctx, half).unwrap())).collect();
+            let copy_exec = {
+                let mut cap = stream.begin_capture(CaptureMode::ThreadLocal).unwrap();
+                let mut bound = Vec::new();
+                for (a, b) in &cbufs {
+                    bound.push((cap.bind_buffer(a).unwrap(), cap.bind_buffer(b).unwrap()));
+                }
+                for i in 0..calls {
+                    let (src, dst) = &bound[i % copies];
+                    cap.copy(dst, src).unwrap();
+                }
+                cap.end().unwrap().instantiate().unwrap()
+            };
+            let t = replay_times(&ctx, &stream, &[&exec, &copy_exec], batches(15));
+            let (us, cus) = (t[0] / calls as f64, t[1] / calls as f64);
             let gbs = bytes as f64 / us / 1e3;
-            println!("{m:>8} {k:>8} {us:>10.2} {gbs:>9.0} {:>8.2} {copies:>7} {calls:>6}", gbs / copy_gbs);
+            println!("{m:>8} {k:>8} {us:>10.2} {gbs:>9.0} {:>8.2} {copies:>7} {calls:>6} {cus:>8.2} {:>7.2}", gbs / copy_gbs, cus / us);
             json.push(format!(
-                "{{\"kind\":\"quantize\",\"m\":{m},\"k\":{k},\"us\":{us:.3},\"gb_s\":{gbs:.1},\"of_copy\":{:.3},\"copies\":{copies},\"calls\":{calls}}}",
+                "{{\"kind\":\"quantize\",\"m\":{m},\"k\":{k},\"us\":{us:.3},\"gb_s\":{gbs:.1},\"of_copy\":{:.3},\"copies\":{copies},\"calls\":{calls},\"same_bytes_copy_us\":{cus:.3}}}",
                 gbs / copy_gbs
             ));
         }

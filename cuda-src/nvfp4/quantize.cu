@@ -109,21 +109,19 @@ __device__ constexpr uint32_t pack_bias() {
 }
 // The integer pipe issues logic, shifts and min/max at half the rate of the FMA pipe, and most of
 // this loop is such ops; products by multipliers the compiler cannot see (kernel parameters:
-// PackConsts, always {0xFFFFFFFF, 1024, 16}) stay IMADs on the FMA pipe instead of becoming
-// shifts, LEAs or subtractions. Measured on an H200: +3 % (the loop is bound by instructions
-// issued more than by one pipe; benches/NOTES-nvfp4.md).
+// PackConsts, always {0xFFFFFFFF, 16}) stay IMADs on the FMA pipe instead of becoming shifts or
+// subtractions. Measured on an H200: +3 % (the loop is bound by instructions issued more than by
+// one pipe; benches/NOTES-nvfp4.md). Not t + (e >> 22) as mad.hi(e, 1024, t), though: SASS's
+// IMAD.HI adds a 64-bit addend, so each one came with a move zeroing the addend's low word (two
+// FMA-pipe instructions where one LEA.HI does it): written plainly, 16 fewer instructions a block
+// and 4096 x 8192 27.6 -> 25.5 us (H200, fourteenth session).
 __device__ __forceinline__ uint32_t mad_lo(uint32_t a, uint32_t b, uint32_t c) {
   uint32_t d;
   asm("mad.lo.u32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
   return d;
 }
-__device__ __forceinline__ uint32_t mad_hi(uint32_t a, uint32_t b, uint32_t c) {
-  uint32_t d;
-  asm("mad.hi.u32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
-  return d;
-}
 struct PackConsts {
-  uint32_t minus1, k1024, k16;  // 0xFFFFFFFF, 1024, 16 (kernel parameters, see above)
+  uint32_t minus1, k16;  // 0xFFFFFFFF, 16 (kernel parameters, see above)
 };
 __device__ __forceinline__ uint32_t e2m1_pack8_fast(const float* f, uint32_t w0, uint32_t w1, uint32_t w2, uint32_t w3,
                                                     float inv, const PackConsts& k) {
@@ -134,7 +132,7 @@ __device__ __forceinline__ uint32_t e2m1_pack8_fast(const float* f, uint32_t w0,
     const uint32_t e = max(ab & 0x7F800000u, 0x3F800000u);  // bits of 2^E'
     const float s = __uint_as_float(mad_lo(e, k.minus1, 0x7F800000u));  // 2^(1 - E')
     const uint32_t t = __float_as_uint(fmaf(__uint_as_float(ab), s, 8388608.0f));
-    const uint32_t x = mad_hi(e, k.k1024, t);  // t + (e >> 22)
+    const uint32_t x = t + (e >> 22);  // one LEA.HI
     acc = j == 7 ? x : mad_lo(acc, k.k16, x);
   }
   const uint32_t mags = acc - pack_bias();
@@ -328,7 +326,7 @@ int launch_quantize(const uint16_t* xs, int32_t dtype, int m, int k, int64_t ld_
   const int64_t resident = int64_t(sm) * quant_ctas_per_sm(BPI);
   if (blocks > resident) blocks = resident;
   const int vec = aligned(packed, 8 * BPI);  // rows of codes are k / 2 bytes, a multiple of 16
-  const PackConsts kc{0xFFFFFFFFu, 1024u, 16u};
+  const PackConsts kc{0xFFFFFFFFu, 16u};
   // Programmatic stream serialization: this grid may start while the previous kernel drains (the
   // kernel waits for it before reading). H200, back-to-back calls: 16 x 8192 2.56 -> 2.31 us,
   // 4096 x 8192 27.8 -> 27.4 us, the same bits.
