@@ -66,6 +66,17 @@ fn replay_times(ctx: &Arc<Context>, stream: &Stream, graphs: &[&GraphExec], batc
     t.into_iter().map(median).collect()
 }
 
+/// "a x b[,c x d...]" as lists of `dims` numbers each; panics with `what` on anything else.
+fn parse_shapes(list: &str, what: &str, dims: usize) -> Vec<Vec<usize>> {
+    list.split(',')
+        .map(|s| {
+            let v: Vec<usize> = s.split('x').map(|x| x.trim().parse().expect(what)).collect();
+            assert_eq!(v.len(), dims, "{what}");
+            v
+        })
+        .collect()
+}
+
 fn want(list: &Option<String>, item: &str) -> bool {
     list.as_ref().is_none_or(|l| l.split(',').any(|x| x.trim() == item))
 }
@@ -115,13 +126,7 @@ fn main() {
         println!("{:>8} {:>8} {:>10} {:>9} {:>8} {:>7} {:>6} {:>8} {:>7}", "m", "k", "quant us", "GB/s", "of copy", "copies", "calls", "copy us", "copy/q");
         let mut qshapes = vec![(1usize, 8192usize), (16, 8192), (4096, 8192), (4096, 28672), (16384, 8192)];
         if let Ok(list) = std::env::var("NVFP4_BENCH_QSHAPES") {
-            qshapes = list
-                .split(',')
-                .map(|s| {
-                    let v: Vec<usize> = s.split('x').map(|x| x.trim().parse().expect("NVFP4_BENCH_QSHAPES: m x k")).collect();
-                    (v[0], v[1])
-                })
-                .collect();
+            qshapes = parse_shapes(&list, "NVFP4_BENCH_QSHAPES: m x k", 2).iter().map(|v| (v[0], v[1])).collect();
         }
         for &(m, k) in &qshapes {
             let sb = nvfp4::scale_bytes(m as i64, k as i64).unwrap() as usize;
@@ -199,13 +204,7 @@ fn main() {
         }
     }
     if let Some(list) = &shapes_env {
-        shapes = list
-            .split(',')
-            .map(|s| {
-                let v: Vec<usize> = s.split('x').map(|x| x.trim().parse().expect("NVFP4_BENCH_SHAPES: m x n x k")).collect();
-                (v[0], v[1], v[2])
-            })
-            .collect();
+        shapes = parse_shapes(list, "NVFP4_BENCH_SHAPES: m x n x k", 3).iter().map(|v| (v[0], v[1], v[2])).collect();
     }
     let alpha = DeviceBuffer::from_host(&stream, &[1.0f32]).unwrap();
     let mut ws = Workspace::new(&stream, 0).unwrap();

@@ -15,6 +15,18 @@ struct NSoftmax {
   static constexpr int R = N / 2;  // accumulator registers per m64nN tile
   static constexpr int J = N / 8;  // 8-column groups
 
+  // Publishes one per-head value a warp (lane q of row group 0 holds heads 8 j + 2 q + e) in
+  // s_red[(4 w + warp) N + h] and waits for the warpgroup (named barrier 2 + w).
+  static __device__ __forceinline__ void stash(const float (&v)[2 * J], float* s_red, int g, int q, int w, int warp) {
+    if (g == 0) {
+#pragma unroll
+      for (int j = 0; j < J; ++j)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) s_red[(w * 4 + warp) * N + 8 * j + 2 * q + e] = v[2 * j + e];
+    }
+    named_bar_sync(2 + w, 128);
+  }
+
   // Masks the rows at or past `valid` to -inf, then publishes this warp's per-head maxima of the
   // tile in s_red[(4 w + warp) N + h] and waits for the warpgroup (named barrier 2 + w).
   static __device__ __forceinline__ void tile_max(float (&sc)[R], int valid, int ta, int tb, int g, int q, int w,
@@ -33,13 +45,7 @@ struct NSoftmax {
         cm[2 * j + e] = m;
       }
     }
-    if (g == 0) {
-#pragma unroll
-      for (int j = 0; j < J; ++j)
-#pragma unroll
-        for (int e = 0; e < 2; ++e) s_red[(w * 4 + warp) * N + 8 * j + 2 * q + e] = cm[2 * j + e];
-    }
-    named_bar_sync(2 + w, 128);
+    stash(cm, s_red, g, q, w, warp);
   }
 
   // The tile's step of the online softmax (scores times sl2 in the exp2 domain): the new running
@@ -89,13 +95,7 @@ struct NSoftmax {
       lp[k] += __shfl_xor_sync(0xffffffffu, lp[k], 8);
       lp[k] += __shfl_xor_sync(0xffffffffu, lp[k], 16);
     }
-    if (g == 0) {
-#pragma unroll
-      for (int j = 0; j < J; ++j)
-#pragma unroll
-        for (int e = 0; e < 2; ++e) s_red[(w * 4 + warp) * N + 8 * j + 2 * q + e] = lp[2 * j + e];
-    }
-    named_bar_sync(2 + w, 128);
+    stash(lp, s_red, g, q, w, warp);
     if (warp == 0 && g == 0) {
 #pragma unroll
       for (int j = 0; j < J; ++j)
