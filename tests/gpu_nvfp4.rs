@@ -151,12 +151,23 @@ fn w4a16_problem(stream: &Stream, m: usize, n: usize, k: usize, seed: u64) -> W4
     let gsb = DeviceBuffer::from_host(stream, &[gs]).unwrap();
     let w = nvfp4::prepare_weight(&Nvfp4Matrix { packed: &packed, scales: &scales, global_scale: &gsb, rows: n, k }, stream).unwrap();
     let _ = ctx;
+    // The f64 reference, rows spread over the host's cores.
     let mut reference = vec![0f64; m * n];
-    for i in 0..m {
-        for j in 0..n {
-            reference[i * n + j] = (0..k).map(|t| af[i * k + t] as f64 * wdq[j * k + t] as f64).sum();
+    let threads = std::thread::available_parallelism().map_or(1, |t| t.get()).min(m);
+    let rows_per = m.div_ceil(threads);
+    std::thread::scope(|sc| {
+        for (chunk, out) in reference.chunks_mut(rows_per * n).enumerate() {
+            let (af, wdq) = (&af, &wdq);
+            sc.spawn(move || {
+                for (r, row) in out.chunks_mut(n).enumerate() {
+                    let i = chunk * rows_per + r;
+                    for (j, o) in row.iter_mut().enumerate() {
+                        *o = (0..k).map(|t| af[i * k + t] as f64 * wdq[j * k + t] as f64).sum();
+                    }
+                }
+            });
         }
-    }
+    });
     W4a16 { a: DeviceBuffer::from_host(stream, &abits).unwrap(), w, wdq, reference, m, n, k }
 }
 

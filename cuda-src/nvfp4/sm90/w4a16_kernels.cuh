@@ -33,7 +33,7 @@ struct Params {
   int64_t ld_d;
   int m, n;
   int kblocks, kb_per_split, splits;
-  int64_t units, ctas;  // stream-K
+  int64_t units, ctas;  // stream-K: CTA c takes chunks [floor(c units / ctas), floor((c + 1) units / ctas))
   float4* slots;        // stream-K: the workspace's partial tiles
   uint32_t k16, k2_29;  // always 16 and 2^29 (see mad_lo)
 };
@@ -72,6 +72,25 @@ __device__ __forceinline__ void store_quad(const Params& p, int n_tile, int m_ti
   }
 }
 
+// The stream-K work of this CTA as segments f(n_tile, kb0, nk, slot): chunks kb0 .. kb0 + nk - 1
+// of weight tile n_tile, in the order the producer loads them and the consumers take them (the
+// CTA's range cut at tile boundaries). slot: -1 for a segment that covers its whole tile (written
+// to D), else which of the CTA's two workspace slots takes its fp32 sums: 0 for its first segment,
+// 1 for its last (a range holds at most two partial segments, so these never collide).
+template <class F>
+__device__ __forceinline__ void for_each_streamk_segment(const Params& p, F&& f) {
+  const int64_t c = blockIdx.x;
+  const int64_t u0 = streamk_start(c, p.units, p.ctas), u1 = streamk_start(c + 1, p.units, p.ctas);
+#pragma unroll 1
+  for (int64_t seg = u0; seg < u1;) {
+    const int64_t t = seg / p.kblocks, t_end = (t + 1) * p.kblocks;
+    const int64_t end = min(u1, t_end);
+    const int kb0 = int(seg - t * p.kblocks);
+    const int slot = kb0 == 0 && end == t_end ? -1 : (seg == u0 ? 0 : 1);
+    f(t, kb0, int(end - seg), slot);
+    seg = end;
+  }
+}
 // SPLIT: the tile grid's cluster split-K reduction is compiled in (taken when p.splits > 1). BM = 256
 // has a second instantiation without it for unsplit grids: with the reduction its 232-register
 // consumers were scheduled differently and ran 2-5 % slower at m = 4096 on an H200 (8192 x 28672
@@ -92,19 +111,22 @@ __global__ void __launch_bounds__(threads_for(BM), MINB) w4a16_gemm_kernel(const
   const uint32_t full0 = smem_u32(smem + L::kBarOff);
   const uint32_t empty0 = full0 + STAGES * 8;
 
-  // This CTA's chunks [u0, u1) of the prepared weight (chunk u = tile u / kblocks, k-block u % kblocks).
-  int64_t u0, u1;
+  // The first chunks this CTA streams, for the L2 hint below: chunk index and count.
+  int64_t first_chunk, first_count;
   int m_tile = 0;
+  int kb_first = 0, nk_grid = 0;  // tile grid: this CTA's k-blocks
   if constexpr (STREAMK) {
-    u0 = streamk_start(blockIdx.x, p.units, p.ctas);
-    u1 = streamk_start(int64_t(blockIdx.x) + 1, p.units, p.ctas);
+    const int64_t c = blockIdx.x;
+    first_chunk = streamk_start(c, p.units, p.ctas);  // the units are the weight's chunks, in order
+    first_count = streamk_start(c + 1, p.units, p.ctas) - first_chunk;
   } else {
     m_tile = blockIdx.y;
-    const int kb0 = blockIdx.z * p.kb_per_split;
-    u0 = int64_t(blockIdx.x) * p.kblocks + kb0;
-    u1 = u0 + min(p.kblocks - kb0, p.kb_per_split);  // >= 1 chunk (balanced splits)
+    kb_first = blockIdx.z * p.kb_per_split;
+    nk_grid = min(p.kblocks - kb_first, p.kb_per_split);  // >= 1 chunk (balanced splits)
+    first_chunk = int64_t(blockIdx.x) * p.kblocks + kb_first;
+    first_count = nk_grid;
   }
-  const uint8_t* wsrc = p.chunks + size_t(u0) * kChunkBytes;
+  const uint8_t* wsrc = p.chunks + size_t(first_chunk) * kChunkBytes;
 
   // Before the wait on the previous grid: only a hint to L2 (never data in this CTA's hands, so
   // a weight written by that grid is still read after it finished), so the first stages come
@@ -113,7 +135,7 @@ __global__ void __launch_bounds__(threads_for(BM), MINB) w4a16_gemm_kernel(const
   // without it; m = 16 20.2 -> 18.9 and 57.8 -> 55.9; 28672 x 8192 unchanged). The many small
   // CTAs' prefetches compete with the previous call's last loads; a pure stream of the same
   // chunks measured the same way was 1-2 us slower with it too (benches/NOTES-nvfp4.md).
-  if (BM > 16 && threadIdx.x == kConsumers) prefetch_l2(wsrc, uint32_t(min(u1 - u0, int64_t(STAGES))) * kChunkBytes);
+  if (BM > 16 && threadIdx.x == kConsumers) prefetch_l2(wsrc, uint32_t(min(first_count, int64_t(STAGES))) * kChunkBytes);
   if (threadIdx.x == 0) {
 #pragma unroll 1
     for (int s = 0; s < STAGES; ++s) {
@@ -133,29 +155,37 @@ __global__ void __launch_bounds__(threads_for(BM), MINB) w4a16_gemm_kernel(const
     if (threadIdx.x == kConsumers) {
       int s = 0;
       uint32_t ph = 0;
-      int64_t kb = u0 % p.kblocks;
-      // BM >= 128 loads the activations in boxes of kActBoxRows rows, only those holding rows < m:
-      // boxes mostly past m ran slow (m = 136 of a 256-row tile: 57.5 us against 46.5 at m = 200
-      // on an H200, long-scoreboard stalls 45 % against 14 %). The rows of a partial tile left
-      // unloaded hold stale shared memory; they only feed output columns >= m, never stored.
-      const int act_rows = BM < 128 ? BM : min(BM, p.m - m_tile * BM);
-      const int act_boxes = (act_rows + kActBoxRows<BM> - 1) / kActBoxRows<BM>;
-      const uint32_t act_bytes = uint32_t(act_boxes) * uint32_t(kActBoxRows<BM> * kBlockK * 2);
+      int64_t issued = 0;
+      // Chunks kb0 .. kb0 + nk - 1 of weight tile n_tile with the activations of tile m_tile.
+      auto load = [&](int64_t n_tile, int m_tile_, int kb0, int nk) {
+        // BM >= 128 loads the activations in boxes of kActBoxRows rows, only those holding rows < m:
+        // boxes mostly past m ran slow (m = 136 of a 256-row tile: 57.5 us against 46.5 at m = 200
+        // on an H200, long-scoreboard stalls 45 % against 14 %). The rows of a partial tile left
+        // unloaded hold stale shared memory; they only feed output columns >= m, never stored.
+        const int act_rows = BM < 128 ? BM : min(BM, p.m - m_tile_ * BM);
+        const int act_boxes = (act_rows + kActBoxRows<BM> - 1) / kActBoxRows<BM>;
+        const uint32_t act_bytes = uint32_t(act_boxes) * uint32_t(kActBoxRows<BM> * kBlockK * 2);
+        const uint8_t* src = p.chunks + size_t(n_tile * p.kblocks + kb0) * kChunkBytes;
 #pragma unroll 1
-      for (int64_t u = u0; u < u1; ++u) {
-        if (u - u0 >= STAGES) mbar_wait(empty0 + 8 * s, ph ^ 1u);
-        const uint32_t bar = full0 + 8 * s;
-        mbar_arrive_expect_tx(bar, act_bytes + kChunkBytes);
-        bulk_g2s(smem_u32(sw + s * kChunkBytes), p.chunks + size_t(u) * kChunkBytes, kChunkBytes, bar);
+        for (int i = 0; i < nk; ++i, ++issued) {
+          if (issued >= STAGES) mbar_wait(empty0 + 8 * s, ph ^ 1u);
+          const uint32_t bar = full0 + 8 * s;
+          mbar_arrive_expect_tx(bar, act_bytes + kChunkBytes);
+          bulk_g2s(smem_u32(sw + s * kChunkBytes), src + size_t(i) * kChunkBytes, kChunkBytes, bar);
 #pragma unroll 1
-        for (int b = 0; b < act_boxes; ++b)
-          tma_load_2d(sa + s * L::kA + b * (kActBoxRows<BM> * kBlockK * 2), &tmap_a, int32_t(kb) * kBlockK,
-                      m_tile * BM + b * kActBoxRows<BM>, bar);
-        if (++kb == p.kblocks) kb = 0;
-        if (++s == STAGES) {
-          s = 0;
-          ph ^= 1u;
+          for (int b = 0; b < act_boxes; ++b)
+            tma_load_2d(sa + s * L::kA + b * (kActBoxRows<BM> * kBlockK * 2), &tmap_a, (kb0 + i) * kBlockK,
+                        m_tile_ * BM + b * kActBoxRows<BM>, bar);
+          if (++s == STAGES) {
+            s = 0;
+            ph ^= 1u;
+          }
         }
+      };
+      if constexpr (STREAMK) {
+        for_each_streamk_segment(p, [&](int64_t n_tile, int kb0, int nk, int) { load(n_tile, 0, kb0, nk); });
+      } else {
+        load(blockIdx.x, m_tile, kb_first, nk_grid);
       }
     }
     // Exited threads do not hold up the cluster barriers below.
@@ -253,12 +283,9 @@ __global__ void __launch_bounds__(threads_for(BM), MINB) w4a16_gemm_kernel(const
     }
   };
 
-#pragma unroll 1
-  for (int64_t seg = u0; seg < u1;) {
-    // One segment: the chunks of one tile inside [u0, u1).
-    const int64_t n_tile = seg / p.kblocks;
-    const int64_t seg_end = min(u1, (n_tile + 1) * p.kblocks);
-    const int nk = int(seg_end - seg);
+  // The chunks kb0 .. kb0 + nk - 1 of one tile into acc (a segment: the producer loaded them in
+  // this order).
+  auto mainloop = [&](int nk) {
 #pragma unroll
     for (int i = 0; i < kAcc; ++i) acc[i] = 0.0f;
     if constexpr (kMma) {
@@ -294,60 +321,63 @@ __global__ void __launch_bounds__(threads_for(BM), MINB) w4a16_gemm_kernel(const
       reg_fence(fb);
       release(prev);  // every stage of the segment is handed back
     }
+  };
 
-    if constexpr (STREAMK) {
-      if (seg == n_tile * p.kblocks && seg_end == (n_tile + 1) * p.kblocks) {
+  if constexpr (STREAMK) {
+    for_each_streamk_segment(p, [&](int64_t n_tile, int, int nk, int slot) {
+      mainloop(nk);
+      if (slot < 0) {
         // The whole tile is this CTA's: write D.
 #pragma unroll
         for (int g = 0; g < BM / 8; ++g)
           store_quad<BM>(p, int(n_tile), 0, ct, g, acc[4 * g], acc[4 * g + 1], acc[4 * g + 2], acc[4 * g + 3], f);
       } else {
         // Shared with other CTAs: the fp32 sums go to this CTA's slot for its first or last segment.
-        const int which = seg == u0 ? 0 : 1;
-        float4* slot = p.slots + (size_t(blockIdx.x) * 2 + which) * (BM / 8) * kConsumers + ct;
+        float4* dst = p.slots + (size_t(blockIdx.x) * 2 + slot) * (BM / 8) * kConsumers + ct;
 #pragma unroll
-        for (int g = 0; g < BM / 8; ++g) slot[g * kConsumers] = make_float4(acc[4 * g], acc[4 * g + 1], acc[4 * g + 2], acc[4 * g + 3]);
+        for (int g = 0; g < BM / 8; ++g) dst[g * kConsumers] = make_float4(acc[4 * g], acc[4 * g + 1], acc[4 * g + 2], acc[4 * g + 3]);
       }
-    } else {
-      // ---- tile grid: one segment; split-K within the cluster through distributed shared memory ----
-      if constexpr (SPLIT) {
-        if (p.splits > 1) {
-          // Both consumer warpgroups must be done with the stage buffers (the other one may still
-          // be reading the activations of its last stages) before they are overwritten.
-          named_bar_sync(1, kConsumers);
-          float4* red = reinterpret_cast<float4*>(smem);
+    });
+  } else {
+    // ---- tile grid: one segment; split-K within the cluster through distributed shared memory ----
+    const int n_tile = blockIdx.x;
+    mainloop(nk_grid);
+    if constexpr (SPLIT) {
+      if (p.splits > 1) {
+        // Both consumer warpgroups must be done with the stage buffers (the other one may still
+        // be reading the activations of its last stages) before they are overwritten.
+        named_bar_sync(1, kConsumers);
+        float4* red = reinterpret_cast<float4*>(smem);
 #pragma unroll
-          for (int g = 0; g < BM / 8; ++g) red[g * kConsumers + ct] = make_float4(acc[4 * g], acc[4 * g + 1], acc[4 * g + 2], acc[4 * g + 3]);
-          grid_launch_dependents();
-          cluster_sync();
-          // CTA r of the cluster reduces quads [r * Q / S, (r + 1) * Q / S), Q = BM / 8 * 256, adding
-          // the splits in split order 0..S-1 (deterministic, the same on every run and replay).
-          const uint32_t r = cluster_rank(), splits = uint32_t(p.splits);
-          constexpr uint32_t kQuads = uint32_t(BM / 8) * kConsumers;
-          const uint32_t lo = r * kQuads / splits, hi = (r + 1) * kQuads / splits;
-          const uint32_t red_u32 = smem_u32(red);
+        for (int g = 0; g < BM / 8; ++g) red[g * kConsumers + ct] = make_float4(acc[4 * g], acc[4 * g + 1], acc[4 * g + 2], acc[4 * g + 3]);
+        grid_launch_dependents();
+        cluster_sync();
+        // CTA r of the cluster reduces quads [r * Q / S, (r + 1) * Q / S), Q = BM / 8 * 256, adding
+        // the splits in split order 0..S-1 (deterministic, the same on every run and replay).
+        const uint32_t r = cluster_rank(), splits = uint32_t(p.splits);
+        constexpr uint32_t kQuads = uint32_t(BM / 8) * kConsumers;
+        const uint32_t lo = r * kQuads / splits, hi = (r + 1) * kQuads / splits;
+        const uint32_t red_u32 = smem_u32(red);
 #pragma unroll 1
-          for (uint32_t q = lo + uint32_t(ct); q < hi; q += kConsumers) {
-            float4 sum = ld_peer(red_u32 + q * 16u, 0);
+        for (uint32_t q = lo + uint32_t(ct); q < hi; q += kConsumers) {
+          float4 sum = ld_peer(red_u32 + q * 16u, 0);
 #pragma unroll 1
-            for (uint32_t s = 1; s < splits; ++s) {
-              const float4 v = ld_peer(red_u32 + q * 16u, s);
-              sum.x += v.x;
-              sum.y += v.y;
-              sum.z += v.z;
-              sum.w += v.w;
-            }
-            store_quad<BM>(p, int(n_tile), m_tile, int(q % kConsumers), int(q / kConsumers), sum.x, sum.y, sum.z, sum.w, f);
+          for (uint32_t s = 1; s < splits; ++s) {
+            const float4 v = ld_peer(red_u32 + q * 16u, s);
+            sum.x += v.x;
+            sum.y += v.y;
+            sum.z += v.z;
+            sum.w += v.w;
           }
-          cluster_sync();  // the peers' shared memory stays alive until every read of it is done
-          return;
+          store_quad<BM>(p, n_tile, m_tile, int(q % kConsumers), int(q / kConsumers), sum.x, sum.y, sum.z, sum.w, f);
         }
+        cluster_sync();  // the peers' shared memory stays alive until every read of it is done
+        return;
       }
-#pragma unroll
-      for (int g = 0; g < BM / 8; ++g)
-        store_quad<BM>(p, int(n_tile), m_tile, ct, g, acc[4 * g], acc[4 * g + 1], acc[4 * g + 2], acc[4 * g + 3], f);
     }
-    seg = seg_end;
+#pragma unroll
+    for (int g = 0; g < BM / 8; ++g)
+      store_quad<BM>(p, n_tile, m_tile, ct, g, acc[4 * g], acc[4 * g + 1], acc[4 * g + 2], acc[4 * g + 3], f);
   }
   grid_launch_dependents();
 }
@@ -373,12 +403,15 @@ __global__ void __launch_bounds__(kConsumers) w4a16_fixup_kernel(const Params p)
   const int ct = threadIdx.x;
   const float f = __ldg(p.alpha) * __ldg(p.factor);
   constexpr int kQ = BM / 8;
+  // Slot 1 (a CTA's last segment) only for c_first when its range began in an earlier tile; every
+  // later CTA's range begins inside this tile, so this tile is its first segment.
+  const int first_which = streamk_start(c_first, p.units, p.ctas) < n_tile * p.kblocks ? 1 : 0;
 #pragma unroll
   for (int g = 0; g < kQ; ++g) {
     float4 sum = make_float4(0.f, 0.f, 0.f, 0.f);
 #pragma unroll 1
     for (int64_t c = c_first; c <= c_last; ++c) {
-      const int which = streamk_start(c, p.units, p.ctas) / p.kblocks == n_tile ? 0 : 1;
+      const int which = c == c_first ? first_which : 0;
       const float4 v = __ldcg(p.slots + (size_t(c) * 2 + which) * kQ * kConsumers + g * kConsumers + ct);
       if (c == c_first) {
         sum = v;

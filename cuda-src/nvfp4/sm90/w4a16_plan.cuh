@@ -85,12 +85,12 @@ struct Config {
 };
 // BM = 8 runs 4 CTAs per SM (9 stages each): 32 consumer warps hide more of the weight stream's
 // latency than 24 (H200, m = 1, 28672 x 8192: 48.3 -> 45.0 us). BM = 64 has two configurations:
-// at 2 CTAs per SM a 288-thread CTA gets 80 registers (wgmma kernels are given registers per whole
-// warpgroup: 65536 / (2 x 384)), too few for the double-buffered wgmma, which ptxas then serializes
-// (warning C7512); at 1 CTA per SM (config 6) it is not serialized, but 224 tiles then take two
-// waves. So config 3 only where the tiles fill the GPU with no split, config 6 (split-K over the
-// clusters) below that (H200, m = 64: 8192 x 8192 30.5 -> 24.4 us, 8192 x 28672 94 -> 76 us;
-// 28672 x 8192 stays on config 3: 80.5 us there, 87 on config 6).
+// at 2 CTAs per SM (config 3) there is no split-K (one wave must hold the tiles), at 1 CTA per SM
+// (config 6) 224 tiles take two waves. So config 3 only where the tiles fill the GPU with no split,
+// config 6 (split-K over the clusters) below that (H200, m = 64: 8192 x 8192 30.5 -> 24.4 us,
+// 8192 x 28672 94 -> 76 us; 28672 x 8192 stays on config 3: 80.5 us there, 87 on config 6). Until
+// the sixteenth session config 3 also had its wgmma serialized by ptxas (C7512, 80 registers); with
+// the segment loop restructured (benches/NOTES-nvfp4.md) it gets 92 and 28672 x 8192 runs 74.5 us.
 constexpr Config kConfigs[] = {
     {8, 9, 4}, {16, 10, 3}, {32, 8, 2}, {64, 6, 2}, {128, 8, 1}, {256, 6, 1}, {64, 6, 1},
 };
