@@ -157,12 +157,12 @@ __global__ void __launch_bounds__(threads_for(BM), MINB) w4a16_gemm_kernel(const
       uint32_t ph = 0;
       int64_t issued = 0;
       // Chunks kb0 .. kb0 + nk - 1 of weight tile n_tile with the activations of tile m_tile.
-      auto load = [&](int64_t n_tile, int m_tile_, int kb0, int nk) {
+      auto load = [&](int64_t n_tile, int kb0, int nk) {
         // BM >= 128 loads the activations in boxes of kActBoxRows rows, only those holding rows < m:
         // boxes mostly past m ran slow (m = 136 of a 256-row tile: 57.5 us against 46.5 at m = 200
         // on an H200, long-scoreboard stalls 45 % against 14 %). The rows of a partial tile left
         // unloaded hold stale shared memory; they only feed output columns >= m, never stored.
-        const int act_rows = BM < 128 ? BM : min(BM, p.m - m_tile_ * BM);
+        const int act_rows = BM < 128 ? BM : min(BM, p.m - m_tile * BM);
         const int act_boxes = (act_rows + kActBoxRows<BM> - 1) / kActBoxRows<BM>;
         const uint32_t act_bytes = uint32_t(act_boxes) * uint32_t(kActBoxRows<BM> * kBlockK * 2);
         const uint8_t* src = p.chunks + size_t(n_tile * p.kblocks + kb0) * kChunkBytes;
@@ -175,7 +175,7 @@ __global__ void __launch_bounds__(threads_for(BM), MINB) w4a16_gemm_kernel(const
 #pragma unroll 1
           for (int b = 0; b < act_boxes; ++b)
             tma_load_2d(sa + s * L::kA + b * (kActBoxRows<BM> * kBlockK * 2), &tmap_a, (kb0 + i) * kBlockK,
-                        m_tile_ * BM + b * kActBoxRows<BM>, bar);
+                        m_tile * BM + b * kActBoxRows<BM>, bar);
           if (++s == STAGES) {
             s = 0;
             ph ^= 1u;
@@ -183,9 +183,9 @@ __global__ void __launch_bounds__(threads_for(BM), MINB) w4a16_gemm_kernel(const
         }
       };
       if constexpr (STREAMK) {
-        for_each_streamk_segment(p, [&](int64_t n_tile, int kb0, int nk, int) { load(n_tile, 0, kb0, nk); });
+        for_each_streamk_segment(p, [&](int64_t n_tile, int kb0, int nk, int) { load(n_tile, kb0, nk); });
       } else {
-        load(blockIdx.x, m_tile, kb_first, nk_grid);
+        load(blockIdx.x, kb_first, nk_grid);
       }
     }
     // Exited threads do not hold up the cluster barriers below.
