@@ -206,6 +206,7 @@ extern "C" int gs_nvfp4_w4a16_gemm(const void* a, int64_t ld_a, const void* prep
     case 3: return launch<3, false>(a, ld_a, p, plan, m, k, s);
     case 4: return launch<4, false>(a, ld_a, p, plan, m, k, s);
     case 6: return launch<6, false>(a, ld_a, p, plan, m, k, s);
+    case 7: return launch<7, false>(a, ld_a, p, plan, m, k, s);
     default: return launch<5, false>(a, ld_a, p, plan, m, k, s);
   }
 }

@@ -15,7 +15,7 @@
 //                        Rows >= n and columns >= k are zero codes.
 //
 // Tiles: a CTA computes 128 weight rows (two consumer warpgroups of 64) x BM activation rows,
-// BM in {8, 16, 32, 64, 128, 256} chosen by m; grid = (n tiles, m tiles, splits).
+// BM in {8, 16, 32, 64, 128, 192, 256} chosen by m; grid = (n tiles, m tiles, splits).
 //
 // Small m (configurations BM <= 32: the GEMM streams the weight) with at least 40 chunks per CTA
 // slot: stream-K. The prepared weight's
@@ -42,9 +42,9 @@
 // The split count: the largest s <= min(8, kblocks / 4) such that tiles * s CTAs fit in one wave
 // (sm_count * CTAs per SM) and no split is empty; the launcher lowers it further if the device
 // cannot hold that many clusters at once (cudaOccupancyMaxActiveClusters: GPCs fragment them).
-// m > 128 takes 256-row tiles (split like the others, their accumulators staged over the idle
-// stage buffers) unless 128-row ones are estimated faster (make_plan's cost). Measured on an
-// H200: benches/NOTES-nvfp4.md.
+// m > 128 takes 256-, 192- or 128-row tiles (split like the others, their accumulators staged over
+// the idle stage buffers), whichever make_plan's cost estimates fastest. Measured on an H200:
+// benches/NOTES-nvfp4.md.
 #pragma once
 
 #include <cstdint>
@@ -92,9 +92,15 @@ struct Config {
 // the sixteenth session config 3 also had its wgmma serialized by ptxas (C7512, 80 registers); with
 // the segment loop restructured (benches/NOTES-nvfp4.md) it gets 92 and 28672 x 8192 runs 74.5 us.
 constexpr Config kConfigs[] = {
-    {8, 9, 4}, {16, 10, 3}, {32, 8, 2}, {64, 6, 2}, {128, 8, 1}, {256, 6, 1}, {64, 6, 1},
+    {8, 9, 4}, {16, 10, 3}, {32, 8, 2}, {64, 6, 2}, {128, 8, 1}, {256, 6, 1}, {64, 6, 1}, {192, 7, 1},
 };
-constexpr int kNumConfigs = 7;
+constexpr int kNumConfigs = 8;
+// Above m = 128 (configurations 4, 7, 5: BM = 128, 192, 256, one CTA per SM) the time of one wave
+// of tiles, relative to 128 rows. H200, m = 128 / 192 / 256 at 28672 x 8192 (224 tiles, two waves
+// each): 55 / 68.5 / 82 us a wave. Not proportional to BM: each CTA dequantizes its 128 x 64
+// weight chunk whatever BM, so taller tiles get more rows per dequantized weight. A 160-row tile
+// (5 boxes of 32 rows, m64n160 wgmmas) took 71.5 us a wave, no faster than 192 rows: not kept.
+constexpr double kWaveTime128 = 1.0, kWaveTime192 = 1.245, kWaveTime256 = 1.49;
 
 struct Plan {
   int config;          // index into kConfigs
@@ -140,17 +146,18 @@ constexpr Plan make_plan(int32_t m, int32_t n, int32_t k, int32_t sm_count) {
   else if (m <= 64) c = (p.tiles_n >= sm) ? 3 : 6;  // tiles_m == 1
   else if (m <= 128) c = 4;
   else {
-    // 256-row tiles (configuration 5) or 128-row tiles (4), by waves x rows x k-blocks per split
-    // over each one's rate: per SM, 256-row tiles ran 1.27x the FLOP rate of 128-row ones on an
-    // H200 (m = 256, 28672 x 8192: 6.5 TFLOP/s per busy SM; 8192 x 8192: 5.1), as each
-    // dequantized weight feeds twice the activation rows. Ties go to 256.
+    // 256-, 192- or 128-row tiles (configurations 5, 7, 4), by waves x wave time x k-blocks per
+    // split. Ties go to the taller tile.
     auto cost = [&](int cc) {
       const int64_t bm = kConfigs[cc].bm, tiles = cdiv(m, bm) * p.tiles_n, s = splits_for(cc, tiles);
       const int64_t waves = cdiv(tiles * s, sm * kConfigs[cc].ctas_per_sm);
+      const double wave_time = cc == 5 ? kWaveTime256 : (cc == 7 ? kWaveTime192 : kWaveTime128);
       // In double: waves reach 2^35 with one SM, and the product would overflow 64 bits.
-      return double(waves) * double(bm) * double(cdiv(p.kblocks, s)) / (cc == 5 ? 1.27 : 1.0);
+      return double(waves) * wave_time * double(cdiv(p.kblocks, s));
     };
-    c = cost(5) <= cost(4) ? 5 : 4;
+    c = 5;
+    if (cost(7) < cost(c)) c = 7;
+    if (cost(4) < cost(c)) c = 4;
   }
   p.config = c;
   p.bm = kConfigs[c].bm;

@@ -74,7 +74,7 @@ pub struct Tile {
 /// call it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
 pub struct W4a16Schedule {
-    /// Activation rows per CTA tile (8, 16, 32, 64, 128 or 256); each CTA covers 128 weight rows.
+    /// Activation rows per CTA tile (8, 16, 32, 64, 128, 192 or 256); each CTA covers 128 weight rows.
     pub rows_per_cta: u32,
     /// CTAs per SM that tile is built for.
     pub ctas_per_sm: u32,
