@@ -268,8 +268,9 @@ fn w4a16_matches_the_dequantized_reference() {
 
 #[test]
 fn w4a16_stream_k_matches_the_reference_and_replays() {
-    // The stream-K schedule in both of its configurations (m = 1: BM 8; m = 13: BM 16, which
-    // w4a16_stream_k_captured_replay_equals_eager, at m = 2, does not reach) with a k that is not a
+    // The stream-K schedule in three of its configurations (m = 1: BM 8; m = 13: BM 16, which
+    // w4a16_stream_k_captured_replay_equals_eager, at m = 2, does not reach; m = 40: BM 64 at two
+    // CTAs per SM, whose CTAs walk at most two segments) with a k that is not a
     // multiple of 64 (every tile's last k-block half empty): CTA ranges across tile boundaries,
     // partial tiles through the workspace and the fixup kernel, against the f64 reference and
     // through a captured replay.
@@ -280,11 +281,13 @@ fn w4a16_stream_k_matches_the_reference_and_replays() {
     let (n, k) = (8192usize, 24544usize);
     let alpha = DeviceBuffer::from_host(&stream, &[0.5f32]).unwrap();
     let mut ws = Workspace::new(&stream, 0).unwrap();
-    for &m in &[1usize, 13] {
+    for &m in &[1usize, 13, 40] {
         let p = w4a16_problem(&stream, m, n, k, 91 + m as u64);
         let d = DeviceBuffer::alloc_zeroed(&stream, m * n * 2).unwrap();
         let plan = nvfp4::w4a16_gemm(&Tensor::contiguous(&p.a, DType::Bf16, &[m, k]), &p.w, &alpha, &Tensor::contiguous(&d, DType::Bf16, &[m, n]), &mut ws, &stream).unwrap();
         assert!(plan.workspace_bytes > 0, "m={m}: expected the stream-K schedule with partial tiles, got {plan:?}");
+        let s = plan.schedule.expect("a Hopper plan");
+        assert!(s.stream_k && s.rows_per_cta == [8, 16, 64][[1, 13, 40].iter().position(|&x| x == m).unwrap()], "m={m}: {s:?}");
         let got = d.to_host_vec::<u16>(&stream).unwrap();
         let e = max_rel_err(&got, &p.reference, 0.5);
         eprintln!("stream-K m={m} n={n} k={k} workspace={}: normalized error {e:.2e}", plan.workspace_bytes);

@@ -25,14 +25,17 @@ fn model(m: i64, n: i64, k: i64, sm: i64) -> Option<(u128, u128)> {
     // Header, then one 4608-byte chunk per (128-row tile, 64-wide k-block).
     let (tiles, kblocks) = (n.div_ceil(128), k.div_ceil(64));
     let prepared = 256 + tiles * kblocks * 4608;
-    // m <= 32 with at least 40 chunks per CTA slot: stream-K over C = min(SMs x CTAs per SM, 2^16)
+    // m <= 64 with at least 40 chunks per CTA slot: stream-K over C = min(SMs x CTAs per SM, 2^16)
     // CTAs, CTA c starting at chunk floor(c x chunks / C); when a start falls inside a tile (that
     // tile is shared: the fixup kernel adds it), two partial-tile slots per CTA of
-    // BM / 8 x 256 float4. Otherwise the tile grid, whose split-K reduces in the cluster's shared
-    // memory: no workspace.
-    let (bm, per_sm) = if m <= 8 { (8, 4) } else if m <= 16 { (16, 3) } else { (32, 2) };
+    // BM / 8 x 256 float4. For m = 33..64 (BM = 64, 2 per SM) only where the tiles number fewer
+    // than the SMs, C <= 2^16 and no CTA's range reaches a third tile (ceil(chunks / C) <=
+    // k-blocks + 1). Otherwise the tile grid,
+    // whose split-K reduces in the cluster's shared memory: no workspace.
+    let (bm, per_sm) = if m <= 8 { (8, 4) } else if m <= 16 { (16, 3) } else if m <= 32 { (32, 2) } else { (64, 2) };
     let slots = sm as u128 * per_sm;
-    let ws = if m <= 32 && tiles * kblocks >= 40 * slots {
+    let two_segments = tiles < sm as u128 && slots <= 1 << 16 && (tiles * kblocks).div_ceil(slots) <= kblocks + 1;
+    let ws = if (m <= 32 || (m <= 64 && two_segments)) && tiles * kblocks >= 40 * slots {
         let ctas = slots.min(1 << 16);
         let units = tiles * kblocks;
         let shared = (1..ctas).any(|c| (c * units / ctas) % kblocks != 0);
@@ -106,7 +109,16 @@ fn check_schedule(m: i64, n: i64, k: i64, sm: i64, s: &W4a16Schedule, ws: u128) 
     let slots = sm as u128 * s.ctas_per_sm as u128;
     let kblocks = k.div_ceil(64);
     if s.stream_k {
-        assert!(m <= 32 && s.splits == 1 && (s.ctas as u128) == slots.min(n.div_ceil(128) * kblocks).min(1 << 16), "{at}");
+        assert!(m <= 64 && s.splits == 1 && (s.ctas as u128) == slots.min(n.div_ceil(128) * kblocks).min(1 << 16), "{at}");
+        if m > 32 {
+            // The BM = 64 kernel walks two segments: no CTA's range may touch a third tile.
+            let (units, ctas) = (n.div_ceil(128) * kblocks, s.ctas as u128);
+            let third = (0..ctas.min(1 << 12)).chain(ctas.saturating_sub(1 << 12)..ctas).any(|c| {
+                let (u0, u1) = (c * units / ctas, (c + 1) * units / ctas);
+                u1 > u0 && (u1 - 1) / kblocks - u0 / kblocks >= 2
+            });
+            assert!(!third, "a CTA's range touches three tiles: {at}");
+        }
     } else {
         assert!(ws == 0 && (1..=8).contains(&s.splits), "the tile grid needs no workspace: {at}");
         let (tiles, splits) = (m.div_ceil(bm) * n.div_ceil(128), s.splits as u128);
@@ -131,7 +143,8 @@ fn w4a16_schedules_on_an_h200_are_the_measured_ones() {
         ((1030, 3328, 512), (256, 1, 1)),  // 130 tiles of 256 rows in one wave (192: 156 in two)
         ((4096, 8192, 8192), (256, 1, 1)),
         ((64, 8192, 8192), (64, 1, 2)),  // 64 tiles: one CTA per SM, split over the cluster
-        ((64, 28672, 8192), (64, 2, 1)), // 224 tiles fill the GPU at two per SM
+        ((48, 28672, 2048), (64, 2, 1)), // 224 tiles fill the GPU at two per SM
+        ((64, 28672, 8192), (64, 2, 1)), // the same (stream-K measured slower there)
         ((200, 4096, 2048), (256, 1, 4)), // tests/gpu_nvfp4.rs's 4-way and 2-way 256-row splits
         ((256, 8192, 1024), (256, 1, 2)),
         ((129, 2048, 2048), (192, 1, 8)), // and its partial tiles: 3 boxes of 3 (192 rows), 2 of 3,
@@ -144,6 +157,13 @@ fn w4a16_schedules_on_an_h200_are_the_measured_ones() {
     let p = nvfp4::plan(Nvfp4Arch::Sm90, 1, 28672, 8192, DType::Bf16, 132).unwrap();
     let s = p.schedule.unwrap();
     assert!(s.stream_k && s.ctas == 528 && p.workspace_bytes > 0, "{p:?}");
+    // m = 33..64 with fewer tiles than SMs and many chunks: stream-K over 264 CTAs of 64 rows,
+    // each range within two tiles (28672 x 8192 keeps its tile grid, above).
+    for (m, n, k) in [(64i64, 8192i64, 28672i64), (33, 8192, 28672), (40, 16384, 8192)] {
+        let p = nvfp4::plan(Nvfp4Arch::Sm90, m, n, k, DType::Bf16, 132).unwrap();
+        let s = p.schedule.unwrap();
+        assert!(s.stream_k && s.rows_per_cta == 64 && s.ctas_per_sm == 2 && s.ctas == 264 && p.workspace_bytes > 0, "({m}, {n}, {k}): {p:?}");
+    }
     // Blackwell plans have a CUTLASS tile and no W4A16 schedule.
     assert!(nvfp4::plan(Nvfp4Arch::Sm100, 1, 8192, 8192, DType::Bf16, 148).unwrap().schedule.is_none());
 }
@@ -202,7 +222,7 @@ fn w4a16_plan_sizes_equal_the_exact_model() {
     }
     // Stream-K shapes that need a workspace, on realistic SM counts and huge ones.
     for &sm in &[132i64, 114, 1 << 20] {
-        for &(m, n, k) in &[(1i64, 16384i64, 8192i64), (16, 28672, 8192), (32, 8192, 28672), (8, 1 << 24, 4096)] {
+        for &(m, n, k) in &[(1i64, 16384i64, 8192i64), (16, 28672, 8192), (32, 8192, 28672), (8, 1 << 24, 4096), (64, 8192, 28672), (40, 4096, 1 << 24), (64, 8192, 1 << 24)] {
             check(m, n, k, sm);
         }
     }

@@ -33,7 +33,8 @@
 //     swizzled activation rows). With N = 8 or 16 the wgmma path spent as long per chunk whatever
 //     the schedule (measured: the same per-SM chunk rate for 224, 384 and 396 CTAs), and the
 //     synchronous MMA also drops the descriptor, fence and wait instructions.
-//   * Schedules (w4a16_plan.cuh): stream-K for m <= 32 with enough chunks (each CTA streams an
+//   * Schedules (w4a16_plan.cuh): stream-K for m <= 32 with enough chunks, and m <= 64 where the
+//     tiles do not fill the SMs and no CTA's range touches more than two tiles (each CTA streams an
 //     equal contiguous range of the prepared weight; tiles shared between CTAs go through
 //     workspace slots and a fixup kernel, launched programmatically dependent); otherwise a tile
 //     grid whose split-K splits form one thread-block cluster (1 x 1 x splits): once drained, each
@@ -108,6 +109,9 @@ int launch(const void* a, int64_t ld_a, Params p, const Plan& plan, int m, int k
   constexpr int smem = Smem<cfg.bm, cfg.stages>::kBytes;
   constexpr int threads = threads_for(cfg.bm);
   // Everything that can fail is done before anything is enqueued.
+  // The two-segment stream-K walk covers a CTA's range only if make_plan kept it to two tiles.
+  if (kStreamK && kStreamKMaxSegs<cfg.bm> == 2 && !streamk_two_segments(plan.units, plan.ctas, plan.kblocks))
+    return GS_ERR_INVALID_ARGUMENT;
   EncodeTiled encode = nullptr;
   if (int st = encode_fn(&encode); st != GS_OK) return st;
   CUtensorMap map;
@@ -203,7 +207,7 @@ extern "C" int gs_nvfp4_w4a16_gemm(const void* a, int64_t ld_a, const void* prep
     case 0: return plan.streamk ? launch<0, true>(a, ld_a, p, plan, m, k, s) : launch<0, false>(a, ld_a, p, plan, m, k, s);
     case 1: return plan.streamk ? launch<1, true>(a, ld_a, p, plan, m, k, s) : launch<1, false>(a, ld_a, p, plan, m, k, s);
     case 2: return plan.streamk ? launch<2, true>(a, ld_a, p, plan, m, k, s) : launch<2, false>(a, ld_a, p, plan, m, k, s);
-    case 3: return launch<3, false>(a, ld_a, p, plan, m, k, s);
+    case 3: return plan.streamk ? launch<3, true>(a, ld_a, p, plan, m, k, s) : launch<3, false>(a, ld_a, p, plan, m, k, s);
     case 4: return launch<4, false>(a, ld_a, p, plan, m, k, s);
     case 6: return launch<6, false>(a, ld_a, p, plan, m, k, s);
     case 7: return launch<7, false>(a, ld_a, p, plan, m, k, s);

@@ -77,20 +77,33 @@ __device__ __forceinline__ void store_quad(const Params& p, int n_tile, int m_ti
 // CTA's range cut at tile boundaries). slot: -1 for a segment that covers its whole tile (written
 // to D), else which of the CTA's two workspace slots takes its fp32 sums: 0 for its first segment,
 // 1 for its last (a range holds at most two partial segments, so these never collide).
-template <class F>
+// MAX_SEGS = 2: the plan guarantees no CTA's range touches more than two tiles (make_plan's
+// streamk_two_segments), and the walk is two straight-line steps instead of a loop: around the
+// BM = 64 main loop, a loop made ptxas serialize its wgmmas at 2 CTAs per SM (C7512).
+template <int MAX_SEGS, class F>
 __device__ __forceinline__ void for_each_streamk_segment(const Params& p, F&& f) {
   const int64_t c = blockIdx.x;
   const int64_t u0 = streamk_start(c, p.units, p.ctas), u1 = streamk_start(c + 1, p.units, p.ctas);
-#pragma unroll 1
-  for (int64_t seg = u0; seg < u1;) {
+  int64_t seg = u0;
+  auto step = [&]() {
     const int64_t t = seg / p.kblocks, t_end = (t + 1) * p.kblocks;
     const int64_t end = min(u1, t_end);
     const int kb0 = int(seg - t * p.kblocks);
     const int slot = kb0 == 0 && end == t_end ? -1 : (seg == u0 ? 0 : 1);
     f(t, kb0, int(end - seg), slot);
     seg = end;
+  };
+  if constexpr (MAX_SEGS == 2) {
+    if (seg < u1) step();
+    if (seg < u1) step();
+  } else {
+#pragma unroll 1
+    while (seg < u1) step();
   }
 }
+// Segments per stream-K CTA the kernel of this BM is built for (0: any number).
+template <int BM>
+constexpr int kStreamKMaxSegs = BM == 64 ? 2 : 0;
 // SPLIT: the tile grid's cluster split-K reduction is compiled in (taken when p.splits > 1). BM = 256
 // has a second instantiation without it for unsplit grids: with the reduction its 232-register
 // consumers were scheduled differently and ran 2-5 % slower at m = 4096 on an H200 (8192 x 28672
@@ -183,7 +196,7 @@ __global__ void __launch_bounds__(threads_for(BM), MINB) w4a16_gemm_kernel(const
         }
       };
       if constexpr (STREAMK) {
-        for_each_streamk_segment(p, [&](int64_t n_tile, int kb0, int nk, int) { load(n_tile, kb0, nk); });
+        for_each_streamk_segment<kStreamKMaxSegs<BM>>(p, [&](int64_t n_tile, int kb0, int nk, int) { load(n_tile, kb0, nk); });
       } else {
         load(blockIdx.x, kb_first, nk_grid);
       }
@@ -324,7 +337,7 @@ __global__ void __launch_bounds__(threads_for(BM), MINB) w4a16_gemm_kernel(const
   };
 
   if constexpr (STREAMK) {
-    for_each_streamk_segment(p, [&](int64_t n_tile, int, int nk, int slot) {
+    for_each_streamk_segment<kStreamKMaxSegs<BM>>(p, [&](int64_t n_tile, int, int nk, int slot) {
       mainloop(nk);
       if (slot < 0) {
         // The whole tile is this CTA's: write D.

@@ -18,7 +18,8 @@
 // BM in {8, 16, 32, 64, 128, 192, 256} chosen by m; grid = (n tiles, m tiles, splits).
 //
 // Small m (configurations BM <= 32: the GEMM streams the weight) with at least 40 chunks per CTA
-// slot: stream-K. The prepared weight's
+// slot, and m <= 64 with as many chunks where the tiles do not fill the SMs and each CTA's range
+// touches at most two tiles (streamk_two_segments): stream-K. The prepared weight's
 // chunks, in order, are the work units (tile-major, k inside); a grid of C = min(sm_count x CTAs
 // per SM, units, 2^16) CTAs, all resident at once, each streams the contiguous range of chunks
 // [floor(c U / C), floor((c + 1) U / C)) — every SM gets the same bytes whatever the tile count
@@ -59,7 +60,7 @@ constexpr int kScaleBytes = 512;     // scales of one chunk (128 rows x 4 blocks
 constexpr int kChunkBytes = kCodeBytes + kScaleBytes;
 constexpr int kMaxSplits = 8;        // the portable cluster size
 constexpr int kMaxStreamKCtas = 1 << 16;  // keeps c * units in 64 bits (units < 2^35)
-constexpr int kStreamKConfigs = 3;   // configurations 0..2 (BM <= 32) may run stream-K
+constexpr int kStreamKConfigs = 4;   // configurations 0..3 (BM <= 64) may run stream-K
 constexpr int kStreamKMinChunksPerCta = 40;
 constexpr int kMinKBlocksPerSplit = 4;
 constexpr int32_t kMaxM = 1 << 22;   // grid.y = ceil(m / BM) <= 2^15 (BM >= 128 beyond m = 128)
@@ -119,6 +120,10 @@ struct Plan {
 // Stream-K: the first chunk of CTA c, and the CTA whose range holds chunk u.
 constexpr int64_t streamk_start(int64_t c, int64_t units, int64_t ctas) { return c * units / ctas; }
 constexpr int64_t streamk_owner(int64_t u, int64_t units, int64_t ctas) { return ((u + 1) * ctas - 1) / units; }
+// Whether no CTA's range touches more than two tiles: a range is at most ceil(units / ctas)
+// chunks, and L chunks starting on a tile's last chunk reach into a third tile iff L >= kblocks + 2.
+// (The BM = 64 stream-K kernel walks exactly two segments; tests/w4a16_plan.rs checks the ranges.)
+constexpr bool streamk_two_segments(int64_t units, int64_t ctas, int64_t kblocks) { return cdiv(units, ctas) <= kblocks + 1; }
 
 // m, n, k must satisfy shape_ok and sm_count >= 1 (the callers check both).
 constexpr Plan make_plan(int32_t m, int32_t n, int32_t k, int32_t sm_count) {
@@ -140,10 +145,23 @@ constexpr Plan make_plan(int32_t m, int32_t n, int32_t k, int32_t sm_count) {
     return int64_t{1};
   };
   int c = 0;
+  bool streamk64 = false;  // configuration 3 as stream-K
   if (m <= 8) c = 0;
   else if (m <= 16) c = 1;
   else if (m <= 32) c = 2;
-  else if (m <= 64) c = (p.tiles_n >= sm) ? 3 : 6;  // tiles_m == 1
+  else if (m <= 64) {
+    // tiles_m == 1. Where the tiles alone fill the GPU, configuration 3's tile grid (2 CTAs per
+    // SM). Below that, stream-K on configuration 3 where its ranges fill the CTAs and touch at
+    // most two tiles each (the kernel's two-segment walk), else configuration 6 (1 CTA per SM,
+    // split-K clusters). H200, same processes: m = 64, 8192 x 28672 stream-K 81.1-81.4 us in
+    // every run; configuration 6 71.6 in one process and 89.4-89.7 in three (m = 40 the same),
+    // which placement of its 64 long clusters decides is not known. At 28672 x 8192 stream-K
+    // lost to the tile grid (77.5 against 74.7 us).
+    const int64_t slots3 = sm * kConfigs[3].ctas_per_sm, units = p.tiles_n * p.kblocks;
+    streamk64 = p.tiles_n < sm && units >= kStreamKMinChunksPerCta * slots3 && slots3 <= kMaxStreamKCtas &&
+                streamk_two_segments(units, slots3, p.kblocks);
+    c = (streamk64 || p.tiles_n >= sm) ? 3 : 6;
+  }
   else if (m <= 128) c = 4;
   else {
     // 256-, 192- or 128-row tiles (configurations 5, 7, 4), by waves x wave time x k-blocks per
@@ -168,7 +186,8 @@ constexpr Plan make_plan(int32_t m, int32_t n, int32_t k, int32_t sm_count) {
   p.splits = s;
   p.kb_per_split = cdiv(p.kblocks, s);
   p.units = p.tiles_n * p.kblocks;  // < 2^35
-  p.streamk = c < kStreamKConfigs && p.units >= kStreamKMinChunksPerCta * slots;  // tiles_m == 1 there (m <= BM)
+  // tiles_m == 1 there (m <= BM). BM = 64 only where every CTA's range touches at most two tiles.
+  p.streamk = c < kStreamKConfigs && p.units >= kStreamKMinChunksPerCta * slots && (c < 3 || streamk64);
   if (p.streamk) {
     p.splits = 1;
     p.kb_per_split = p.kblocks;
