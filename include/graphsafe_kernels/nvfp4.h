@@ -104,7 +104,7 @@ int gs_nvfp4_w4a16_workspace_bytes(int32_t m, int32_t n, int32_t k, int32_t sm_c
  */
 typedef struct GsW4a16Schedule {
   int64_t ctas;           /* CTAs launched: tiles x splits, or the stream-K grid */
-  int32_t rows_per_cta;   /* activation rows per CTA tile (8, 16, 32, 64, 128 or 256) */
+  int32_t rows_per_cta;   /* activation rows per CTA tile (8, 16, 32, 64, 128, 192 or 256) */
   int32_t ctas_per_sm;    /* the occupancy that tile is built for */
   int32_t stream_k;       /* 1: stream-K over the weight chunks; 0: a grid of tiles */
   int32_t splits;         /* tile grid: split-K ways, one cluster per tile (at most: the launcher
