@@ -378,9 +378,9 @@ fn w4a16_cluster_splits_and_ragged_shapes_match_the_reference() {
     // 17) with shared tiles; then the tile grid with cluster splits (m <= 32 with fewer chunks,
     // and m 33, 70, 128; 256-row tiles split 4 and 2 ways at m 200 and 256; partial tiles whose
     // activation rows past m are left unloaded: m 129 (192-row tiles, 3 of 3 boxes, 8 splits), 300
-    // (2 of 3 boxes in the second 192-row tile, 4 splits), 1030 (1 of 4 boxes in the fifth 256-row
-    // tile)), ragged n and k, more CTA slots than chunks. (tests/w4a16_plan.rs checks these
-    // schedules on the CPU.)
+    // (2 of 3 boxes in the second 192-row tile, 4 splits; and unsplit at n 8192), 1030 (1 of 4
+    // boxes in the fifth 256-row tile)), ragged n and k, more CTA slots than chunks.
+    // (tests/w4a16_plan.rs checks these schedules on the CPU.)
     let shapes = [
         (1usize, 16384usize, 10752usize),
         (9, 16384, 8192),
@@ -401,6 +401,7 @@ fn w4a16_cluster_splits_and_ragged_shapes_match_the_reference() {
         (256, 8192, 1024),
         (129, 2048, 2048),
         (300, 2048, 1024),
+        (300, 8192, 1024),
         (1030, 3328, 512),
     ];
     // One workspace for every shape: each stream-K shape finds it dirty with the previous shapes'

@@ -105,7 +105,7 @@ constexpr double kWaveTime128 = 1.0, kWaveTime192 = 1.245, kWaveTime256 = 1.49;
 
 struct Plan {
   int config;          // index into kConfigs
-  bool streamk;        // config < kStreamKConfigs and units >= kStreamKMinChunksPerCta * slots
+  bool streamk;        // config < kStreamKConfigs, units >= kStreamKMinChunksPerCta * slots, and for BM = 64 the conditions of make_plan's streamk64
   int bm;
   int64_t tiles_n, tiles_m, tiles;
   int64_t kblocks;     // ceil(k / 64)
@@ -122,7 +122,10 @@ constexpr int64_t streamk_start(int64_t c, int64_t units, int64_t ctas) { return
 constexpr int64_t streamk_owner(int64_t u, int64_t units, int64_t ctas) { return ((u + 1) * ctas - 1) / units; }
 // Whether no CTA's range touches more than two tiles: a range is at most ceil(units / ctas)
 // chunks, and L chunks starting on a tile's last chunk reach into a third tile iff L >= kblocks + 2.
-// (The BM = 64 stream-K kernel walks exactly two segments; tests/w4a16_plan.rs checks the ranges.)
+// The BM = 64 stream-K kernel walks exactly two segments. Under make_plan's other conditions for
+// it (tiles_n < sm_count, ctas = 2 sm_count) a range is below kblocks / 2 + 1 chunks, so this holds
+// already; it is checked anyway (and again by the launcher, and tests/w4a16_plan.rs checks every
+// CTA's range), so that loosening those conditions cannot break the two-segment walk.
 constexpr bool streamk_two_segments(int64_t units, int64_t ctas, int64_t kblocks) { return cdiv(units, ctas) <= kblocks + 1; }
 
 // m, n, k must satisfy shape_ok and sm_count >= 1 (the callers check both).
@@ -170,7 +173,7 @@ constexpr Plan make_plan(int32_t m, int32_t n, int32_t k, int32_t sm_count) {
       const int64_t bm = kConfigs[cc].bm, tiles = cdiv(m, bm) * p.tiles_n, s = splits_for(cc, tiles);
       const int64_t waves = cdiv(tiles * s, sm * kConfigs[cc].ctas_per_sm);
       const double wave_time = cc == 5 ? kWaveTime256 : (cc == 7 ? kWaveTime192 : kWaveTime128);
-      // In double: waves reach 2^35 with one SM, and the product would overflow 64 bits.
+      // In double, for the wave-time factor (the product stays below about 2^50).
       return double(waves) * wave_time * double(cdiv(p.kblocks, s));
     };
     c = 5;
