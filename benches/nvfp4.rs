@@ -1,6 +1,7 @@
 //! NVFP4 on the GPU it finds: quantize bandwidth, and (Hopper) the W4A16 GEMM against cuBLASLt's
 //! bf16 GEMM of the same shape in the same process (cuBLASLt opened at run time, here only), for
-//! M ∈ {1, 4, 16, 64, 256, 4096} and (N, K) ∈ {(8192, 8192), (28672, 8192), (8192, 28672)}.
+//! M ∈ {1, 4, 16, 64, 192, 256, 300, 4096} (192 and 300: between the tile heights, where waves
+//! and padding show) and (N, K) ∈ {(8192, 8192), (28672, 8192), (8192, 28672)}.
 //!
 //! Honest inputs: every operand random (constant data inflates tensor-core throughput), and each
 //! contender's weight rotated over enough copies (≥ 256 MB together, at least 2) that neither is
@@ -199,7 +200,7 @@ fn main() {
     );
     let mut shapes: Vec<(usize, usize, usize)> = Vec::new();
     for &(n, k) in &[(8192usize, 8192usize), (28672, 8192), (8192, 28672)] {
-        for &m in &[1usize, 4, 16, 64, 256, 4096] {
+        for &m in &[1usize, 4, 16, 64, 192, 256, 300, 4096] {
             shapes.push((m, n, k));
         }
     }
