@@ -60,7 +60,6 @@ constexpr int kScaleBytes = 512;     // scales of one chunk (128 rows x 4 blocks
 constexpr int kChunkBytes = kCodeBytes + kScaleBytes;
 constexpr int kMaxSplits = 8;        // the portable cluster size
 constexpr int kMaxStreamKCtas = 1 << 16;  // keeps c * units in 64 bits (units < 2^35)
-constexpr int kStreamKConfigs = 4;   // configurations 0..3 (BM <= 64) may run stream-K
 constexpr int kStreamKMinChunksPerCta = 40;
 constexpr int kMinKBlocksPerSplit = 4;
 constexpr int32_t kMaxM = 1 << 22;   // grid.y = ceil(m / BM) <= 2^15 (BM >= 128 beyond m = 128)
@@ -105,7 +104,7 @@ constexpr double kWaveTime128 = 1.0, kWaveTime192 = 1.245, kWaveTime256 = 1.49;
 
 struct Plan {
   int config;          // index into kConfigs
-  bool streamk;        // config < kStreamKConfigs, units >= kStreamKMinChunksPerCta * slots, and for BM = 64 the conditions of make_plan's streamk64
+  bool streamk;        // configs 0..2 with units >= kStreamKMinChunksPerCta * slots; config 3 where make_plan's streamk64 holds
   int bm;
   int64_t tiles_n, tiles_m, tiles;
   int64_t kblocks;     // ceil(k / 64)
@@ -189,8 +188,9 @@ constexpr Plan make_plan(int32_t m, int32_t n, int32_t k, int32_t sm_count) {
   p.splits = s;
   p.kb_per_split = cdiv(p.kblocks, s);
   p.units = p.tiles_n * p.kblocks;  // < 2^35
-  // tiles_m == 1 there (m <= BM). BM = 64 only where every CTA's range touches at most two tiles.
-  p.streamk = c < kStreamKConfigs && p.units >= kStreamKMinChunksPerCta * slots && (c < 3 || streamk64);
+  // tiles_m == 1 there (m <= BM). Configuration 3 (BM = 64) only as streamk64 decided (which
+  // includes the chunk count; its slots are slots3).
+  p.streamk = c < 3 ? p.units >= kStreamKMinChunksPerCta * slots : (c == 3 && streamk64);
   if (p.streamk) {
     p.splits = 1;
     p.kb_per_split = p.kblocks;
