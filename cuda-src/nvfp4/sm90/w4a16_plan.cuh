@@ -157,7 +157,7 @@ constexpr Plan make_plan(int32_t m, int32_t n, int32_t k, int32_t sm_count) {
     // most two tiles each (the kernel's two-segment walk), else configuration 6 (1 CTA per SM,
     // split-K clusters). H200, same processes: m = 64, 8192 x 28672 stream-K 81.1-81.4 us in
     // every run; configuration 6 71.6 in one process and 89.4-89.7 in three (m = 40 the same),
-    // which placement of its 64 long clusters decides is not known. At 28672 x 8192 stream-K
+    // for a cause not measured (the placement of its 64 clusters is a guess). At 28672 x 8192 stream-K
     // lost to the tile grid (77.5 against 74.7 us).
     const int64_t slots3 = sm * kConfigs[3].ctas_per_sm, units = p.tiles_n * p.kblocks;
     streamk64 = p.tiles_n < sm && units >= kStreamKMinChunksPerCta * slots3 && slots3 <= kMaxStreamKCtas &&
