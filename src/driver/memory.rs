@@ -44,12 +44,25 @@ impl Allocation {
 // twice), so that the C ABI can find the allocation behind a raw pointer into graphsafe memory (an
 // address a caller read with graphsafe_buffer_info) and keep it like a bound buffer. Weak: the
 // registry owns nothing. A leaf lock.
-static LIVE: Mutex<BTreeMap<DevicePtr, Vec<Weak<Allocation>>>> = Mutex::new(BTreeMap::new());
+//
+// Each entry carries the extent and context beside its weak reference, so a lookup tests them
+// without upgrading: a strong reference made under the lock and dropped there could be the last
+// one (another thread dropped its handle meanwhile), and the allocation's drop would then take
+// this lock again on the same thread: a deadlock (tests/standin_stress.rs,
+// raw_pointer_lookups_against_the_last_drop_of_the_allocation_below). Only the entry that holds
+// the address is upgraded, and that reference leaves the lock with the caller.
+struct LiveEntry {
+    alloc: Weak<Allocation>,
+    bytes: usize,
+    ctx: usize,
+}
+static LIVE: Mutex<BTreeMap<DevicePtr, Vec<LiveEntry>>> = Mutex::new(BTreeMap::new());
 
 impl Allocation {
     fn new_registered(a: Allocation) -> Arc<Allocation> {
         let a = Arc::new(a);
-        LIVE.lock().unwrap_or_else(|p| p.into_inner()).entry(a.ptr).or_default().push(Arc::downgrade(&a));
+        let entry = LiveEntry { alloc: Arc::downgrade(&a), bytes: a.bytes, ctx: a.ctx.raw() as usize };
+        LIVE.lock().unwrap_or_else(|p| p.into_inner()).entry(a.ptr).or_default().push(entry);
         a
     }
 }
@@ -58,8 +71,9 @@ impl Allocation {
 pub(crate) fn allocation_containing(ctx: &Context, ptr: DevicePtr) -> Option<Arc<Allocation>> {
     let live = LIVE.lock().unwrap_or_else(|p| p.into_inner());
     // Allocations never overlap, so only the one starting last at or below `ptr` can hold it.
-    let (_, v) = live.range(..=ptr).next_back()?;
-    v.iter().filter_map(Weak::upgrade).find(|a| ptr - a.ptr < a.bytes as u64 && a.ctx.raw() == ctx.raw())
+    let (&start, v) = live.range(..=ptr).next_back()?;
+    let ctx = ctx.raw() as usize;
+    v.iter().filter(|e| ptr - start < e.bytes as u64 && e.ctx == ctx).find_map(|e| e.alloc.upgrade())
 }
 
 impl Drop for Allocation {
@@ -68,7 +82,7 @@ impl Drop for Allocation {
             // Unlisted before the memory can be given back (and its address reused).
             let mut live = LIVE.lock().unwrap_or_else(|p| p.into_inner());
             if let Some(v) = live.get_mut(&self.ptr) {
-                v.retain(|w| w.strong_count() > 0);
+                v.retain(|e| e.alloc.strong_count() > 0);
                 if v.is_empty() {
                     live.remove(&self.ptr);
                 }

@@ -326,3 +326,31 @@ pub mod engine {
         assert_eq!(unsafe { (api().cuStreamDestroy().unwrap().f)(raw) }, c::CUresult::CUDA_SUCCESS);
     }
 }
+
+/// Device memory an engine allocates itself (cuMemAlloc in `ctx`), and frees (cuMemFree).
+pub mod engine_memory {
+    use graphsafe::driver::Context;
+
+    fn api() -> &'static graphsafe::sys::driver::Api {
+        graphsafe::sys::driver::api().unwrap()
+    }
+
+    /// `bytes` of `ctx`'s device memory that graphsafe did not allocate.
+    pub fn alloc(ctx: &Context, bytes: usize) -> u64 {
+        let _cur = ctx.enter().unwrap();
+        let mut p = 0;
+        // SAFETY: out-pointer to a local.
+        assert_eq!(unsafe { (api().cuMemAlloc().unwrap().f)(&mut p, bytes) }, graphsafe::sys::cuda::CUresult::CUDA_SUCCESS);
+        p
+    }
+
+    /// Frees what [`alloc`] returned.
+    ///
+    /// # Safety
+    /// `p` came from [`alloc`] and nothing still uses it.
+    pub unsafe fn free(ctx: &Context, p: u64) {
+        let _cur = ctx.enter().unwrap();
+        // SAFETY: the caller's contract.
+        assert_eq!(unsafe { (api().cuMemFree().unwrap().f)(p) }, graphsafe::sys::cuda::CUresult::CUDA_SUCCESS);
+    }
+}
