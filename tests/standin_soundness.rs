@@ -725,6 +725,53 @@ fn a_replay_on_a_stream_an_engine_captures_through_its_raw_handle_is_refused() {
     no_violations(s);
 }
 
+/// The same, with the handle taken inside a capture through `CaptureStream::raw` (the capturing
+/// stream as captured ops see it): once handed out, the stream is shared like one taken with
+/// `Stream::raw`, so a later replay asks the driver, and finds the engine's capture. (The accessor
+/// returned the handle without marking the stream shared, so replays kept the fast path and were
+/// recorded into the engine's graph. Found in review.)
+#[test]
+fn a_replay_on_a_stream_whose_handle_left_through_its_capture_is_refused_in_an_engine_capture() {
+    use graphsafe::graph::CaptureMode;
+    use graphsafe::ops::testing::TestKernels;
+    use graphsafe::sys::cuda as c;
+    use graphsafe::workspace::Workspace;
+    use standin::engine;
+    let (_g, s) = exclusive();
+    let ctx = Context::new(1).expect("the stand-in's device 1");
+    let mut a = Stream::new(&ctx).unwrap();
+    let other = Stream::new(&ctx).unwrap();
+    let k = TestKernels::load(&ctx).unwrap();
+    let p = soundness::problem(&a, 5);
+    let shape = soundness::SHAPE;
+    let mut ws = Workspace::new(&a, shape.workspace_bytes()).unwrap();
+    let mut raw: c::CUstream = std::ptr::null_mut();
+    let (graph, ()) = a
+        .capture(CaptureMode::ThreadLocal, |cap| {
+            raw = cap.stream().raw(); // handed to the engine from inside the capture
+            let w = cap.bind_workspace(&mut ws)?;
+            let (x, y, m) = (cap.bind_buffer(&p.x)?, cap.bind_buffer(&p.y)?, cap.bind_buffer(&p.a)?);
+            k.split_k_gemv_captured(&m, &x, &y, shape, &w, cap)
+        })
+        .unwrap();
+    let exec = graph.instantiate().unwrap();
+    let nodes_before = s.stat("nodes_recorded");
+    // SAFETY: a's live stream, which outlives the capture.
+    unsafe { engine::begin_capture(&ctx, raw) };
+    let replay = exec.launch(&a);
+    let empty = k.empty(&a);
+    let eager = k.split_k_gemv(&p.a, &p.x, &p.y, shape, &mut ws, &other);
+    // SAFETY: as above, with the capture begun above.
+    assert_eq!(unsafe { engine::end_capture(&ctx, raw) }, c::CUresult::CUDA_SUCCESS, "the engine's capture was broken");
+    assert!(matches!(replay, Err(graphsafe::Error::StreamCapturing { .. })), "the replay into the engine's capture: {replay:?}");
+    assert!(matches!(empty, Err(graphsafe::Error::StreamCapturing { .. })), "the empty kernel into the engine's capture: {empty:?}");
+    assert_eq!(s.stat("nodes_recorded"), nodes_before, "graphsafe work was recorded into the engine's graph");
+    eager.expect("the eager use on another stream");
+    assert!(!other.is_capturing().unwrap(), "the other stream was forked into the engine's capture");
+    drop(exec);
+    no_violations(s);
+}
+
 /// An adopted stream dropped while the engine captures on it: its drop cannot wait for the work
 /// graphsafe enqueued there, so no later free of the context may go through until something has
 /// waited for it (a context synchronize), or a kernel still queued there could use freed memory.

@@ -133,9 +133,13 @@ pub struct CaptureStream<'a> {
 }
 
 impl CaptureStream<'_> {
-    /// The raw stream handle (for glue that launches through the CUDA runtime).
+    /// The raw stream handle (for glue that launches through the CUDA runtime). As with
+    /// [`Stream::raw`], the handle may now be held by other code, so the stream is marked shared:
+    /// every later replay or eager op on it also asks the driver whether something else is
+    /// capturing it (a capture graphsafe did not begin would record graphsafe's work into a graph
+    /// that keeps none of its memory alive).
     pub fn raw(&self) -> c::CUstream {
-        self.stream.handle()
+        self.stream.raw()
     }
     /// The context.
     pub fn context(&self) -> &Arc<Context> {
