@@ -18,8 +18,15 @@ unsafe impl Sync for Module {}
 
 impl Module {
     /// Loads an image into `ctx`. The driver picks the cubin for the device's arch; an image with
-    /// none for it gives `CUDA_ERROR_NO_BINARY_FOR_GPU`.
-    pub fn load(ctx: &Arc<Context>, image: &[u8]) -> Result<Arc<Module>> {
+    /// none for it gives `CUDA_ERROR_NO_BINARY_FOR_GPU`. The images build.rs embeds
+    /// ([`crate::sys::modules`]) satisfy the contract below.
+    ///
+    /// # Safety
+    /// `image` is a complete, well-formed cubin (ELF) or fatbin, or PTX text with a NUL byte
+    /// before its end. `cuModuleLoadData` takes no length: it reads as far as the image's own
+    /// headers say (or to the NUL), so a truncated, corrupt or unterminated image makes the driver
+    /// read past the slice (found in review: `Module::load(&ctx, &[])` read address 8).
+    pub unsafe fn load(ctx: &Arc<Context>, image: &[u8]) -> Result<Arc<Module>> {
         // The driver reads the fatbin header through aligned loads; include_bytes! only promises
         // byte alignment, so copy into 8-byte-aligned storage.
         let mut aligned = vec![0u64; image.len().div_ceil(8)];
@@ -28,7 +35,8 @@ impl Module {
         let _current = ctx.enter()?;
         let f = init()?.cuModuleLoadData()?;
         let mut raw = std::ptr::null_mut();
-        // SAFETY: aligned holds a complete image and outlives the call (the driver copies it).
+        // SAFETY: aligned holds the image (complete and well-formed: the caller's contract) and
+        // outlives the call (the driver copies it).
         check(unsafe { (f.f)(&mut raw, aligned.as_ptr().cast()) }, f.name)?;
         Ok(Arc::new(Module { raw, ctx: ctx.clone() }))
     }

@@ -91,7 +91,8 @@ impl TestKernels {
             have: have.clone(),
         };
         let image = crate::sys::modules::TESTING_GRAPH_SAFETY.ok_or_else(unsupported)?;
-        let module = match Module::load(ctx, image) {
+        // SAFETY: a fatbin build.rs embedded whole (crate::sys::modules).
+        let module = match unsafe { Module::load(ctx, image) } {
             Err(Error::Driver { code, .. }) if code == c::CUresult::CUDA_ERROR_NO_BINARY_FOR_GPU.0 => return Err(unsupported()),
             other => other?,
         };
@@ -191,7 +192,8 @@ impl MlaReferenceKernel {
     pub(crate) fn load(ctx: &Arc<Context>) -> Result<MlaReferenceKernel> {
         let image = crate::sys::modules::MLA_REFERENCE
             .ok_or_else(|| Error::ArchUnsupported { op: "mla reference", need: "a build with any GPU arch".into(), have: "none".into() })?;
-        Ok(MlaReferenceKernel(Module::load(ctx, image)?.function("gs_mla_reference")?))
+        // SAFETY: a fatbin build.rs embedded whole (crate::sys::modules).
+        Ok(MlaReferenceKernel(unsafe { Module::load(ctx, image) }?.function("gs_mla_reference")?))
     }
 
     /// The launch for `r`: one CTA per (head, request), after checking every buffer against what
