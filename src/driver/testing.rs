@@ -48,6 +48,11 @@ impl SplitKShape {
         (self.splits as u64 * self.m as u64 * 4).next_multiple_of(COUNTERS_ALIGN)
     }
 
+    /// Where the counters lie in the workspace: (byte offset, bytes).
+    pub(crate) fn counters_range(&self) -> (u64, u64) {
+        (self.counters_offset(), self.row_blocks() as u64 * 4)
+    }
+
     /// Workspace bytes: `splits * m` fp32 partials, then one u32 counter per row block.
     pub fn workspace_bytes(&self) -> u64 {
         self.counters_offset() + self.row_blocks() as u64 * 4

@@ -188,6 +188,15 @@ impl<'a> Target<'a> {
         l.enqueue(self.stream())
     }
 
+    /// Zero-fills `bytes` bytes at `offset` into `span` (a span this target gave out: admitted
+    /// memory or its workspace) on the target's stream: a memset node when captured. For kernels
+    /// that keep semaphores in a workspace other ops share (invariant 3). After [`Target::commit`].
+    pub(crate) fn zero(&self, span: DeviceSpan, offset: u64, bytes: u64) -> Result<()> {
+        let ptr = span.skip("zero-filled range", offset)?.require("zero-filled range", bytes, 1)?;
+        let bytes = usize::try_from(bytes).map_err(|_| Error::invalid("zero-filled range", "a size that fits in usize", bytes))?;
+        crate::driver::memory::memset_u8_raw(ptr, 0, bytes, self.stream())
+    }
+
     /// Captured: records, in the capture, every allocation admitted so far. Eager: orders the use
     /// of the workspace buffer after its previous use (a stream wait when that was on another
     /// stream). Call it after the last check and before the first enqueue: a refusal before it

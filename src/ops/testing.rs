@@ -3,8 +3,10 @@
 //!
 //! [`TestKernels::split_k_gemv`] computes `y = A·x` with K split across CTAs; the partial sums and
 //! a completion counter per row block live in the workspace, and the counter must be zero at
-//! launch (the kernel resets it when done). It is the shape of kernel that hangs or corrupts when
-//! its workspace is dirty or has moved under a captured graph.
+//! launch: the op zeroes the counters before every launch (a memset node when captured), since
+//! a workspace shared with other shapes or ops holds their bytes there (the kernel also resets
+//! them when done). It is the shape of kernel that hangs or corrupts when its workspace is dirty
+//! or has moved under a captured graph (the unguarded [`TestKernels::split_k_gemv_raw`] shows it).
 //!
 //! The kernels, their loading and their typed launches live in the driver layer (as does
 //! [`TestKernels::split_k_gemv_raw`], the deliberately unguarded path); the guarded entry points
@@ -54,7 +56,12 @@ impl TestKernels {
         let w = target.workspace(shape.workspace_bytes())?;
         let launch = self.split_k_launch(a, x, y, shape, w)?;
         target.commit()?;
-        // The stream orders the launch after the workspace's zero-fill.
+        // The counters must be zero at launch. The kernel resets them when it finishes, but a
+        // workspace shared with other shapes or ops (what the planner sizes) holds their bytes
+        // there: a split-K kernel zeroes its semaphores per launch (invariant 3), a memset node in
+        // a graph. (tests/standin_failures.rs, split_k_shapes_sharing_one_workspace…)
+        let (offset, bytes) = shape.counters_range();
+        target.zero(w, offset, bytes)?;
         target.launch(launch)
     }
 

@@ -153,7 +153,8 @@ mod live {
                 cap.end().map_err(e)?
             };
             let kinds = graph.node_kinds().map_err(e)?;
-            ensure(kinds == [NodeKind::Memset, NodeKind::Kernel], "the captured memset and kernel are graph nodes (nothing escaped to another stream)")?;
+            // y's memset, the op's zero-fill of its counters, the kernel.
+            ensure(kinds == [NodeKind::Memset, NodeKind::Memset, NodeKind::Kernel], "the captured memsets and kernel are graph nodes (nothing escaped to another stream)")?;
             let exec = graph.instantiate().map_err(e)?;
             for step in 1..=3u64 {
                 ws.ensure_size(SHAPE.workspace_bytes() * (1 + step), &stream).map_err(e)?;
