@@ -739,7 +739,8 @@ int graphsafe_stream_raw(GraphsafeStream stream, void **out);
 int graphsafe_stream_synchronize(GraphsafeStream stream);
 
 /**
- * Destroys a stream handle (and the stream, unless adopted). BUSY while it is capturing.
+ * Destroys a stream handle (and the stream, unless adopted). BUSY while it is capturing: a
+ * graphsafe capture, or one the caller began on its raw handle (the handle stays valid).
  *
  * # Safety
  * None (any value is checked). Thread-safe.

@@ -802,3 +802,32 @@ fn frees_after_an_adopted_stream_was_dropped_mid_engine_capture_wait_for_a_conte
     assert_eq!(s.stat("live_allocations"), live, "the deferred free was lost");
     no_violations(s);
 }
+
+/// graphsafe_stream_destroy is documented BUSY while the stream is capturing: also while a capture
+/// the caller began on the handle it took with graphsafe_stream_raw is open, not only graphsafe's
+/// own. (Before, the destroy went through: cuStreamDestroy on a stream in the middle of the
+/// caller's capture, and every later free of the context deferred. Found in review.)
+#[test]
+fn a_stream_handle_is_not_destroyed_while_the_caller_captures_its_raw_stream() {
+    use graphsafe::capi::*;
+    use graphsafe::sys::cuda as c;
+    use standin::engine;
+    let (_g, s) = exclusive();
+    let ctx = Context::new(0).expect("the stand-in's device 0");
+    let mut cx = GraphsafeContext::default();
+    let mut st = GraphsafeStream::default();
+    let mut raw: *mut std::ffi::c_void = std::ptr::null_mut();
+    // SAFETY: out-pointers to locals; handles made here.
+    unsafe {
+        assert_eq!(graphsafe_context_create(0, &mut cx), GRAPHSAFE_OK);
+        assert_eq!(graphsafe_stream_create(cx, &mut st), GRAPHSAFE_OK);
+        assert_eq!(graphsafe_stream_raw(st, &mut raw), GRAPHSAFE_OK);
+        engine::begin_capture(&ctx, raw.cast());
+        assert_eq!(graphsafe_stream_destroy(st), GRAPHSAFE_ERROR_BUSY, "destroyed mid-capture");
+        assert_eq!(engine::end_capture(&ctx, raw.cast()), c::CUresult::CUDA_SUCCESS, "the caller's capture was broken");
+        assert_eq!(graphsafe_stream_destroy(st), GRAPHSAFE_OK, "destroyed once the capture is over");
+        assert_eq!(graphsafe_context_destroy(cx), GRAPHSAFE_OK);
+    }
+    assert_eq!(s.stat("live_streams"), 0, "the stream was not destroyed");
+    no_violations(s);
+}

@@ -77,7 +77,8 @@ pub unsafe extern "C" fn graphsafe_stream_synchronize(stream: GraphsafeStream) -
     })
 }
 
-/// Destroys a stream handle (and the stream, unless adopted). BUSY while it is capturing.
+/// Destroys a stream handle (and the stream, unless adopted). BUSY while it is capturing: a
+/// graphsafe capture, or one the caller began on its raw handle (the handle stays valid).
 ///
 /// # Safety
 /// None (any value is checked). Thread-safe.
@@ -92,6 +93,13 @@ pub unsafe extern "C" fn graphsafe_stream_destroy(stream: GraphsafeStream) -> c_
             }
             if st.capturing.is_some() {
                 return Err(busy("the stream is capturing: end or destroy the capture first".into()));
+            }
+            // A capture the caller began itself on the handle it took (graphsafe_stream_raw) or
+            // adopted: destroying the stream (or unlisting it unwaited) would break that capture
+            // and hold every later free of the context until a context synchronize. A failed
+            // query (the caller destroyed its adopted stream) does not keep the handle alive.
+            if s.stream.is_capturing().unwrap_or(false) {
+                return Err(busy("the driver reports a capture on the stream (one graphsafe did not begin): end it first".into()));
             }
             st.closed = true;
         }
