@@ -980,6 +980,8 @@ int graphsafe_cudnn_matmul(GraphsafeContext ctx,
 /**
  * Captured matmul: only a plan built before the capture (graphsafe_cudnn_plan or an eager call),
  * `ws` bound to `capture` and never grown (GRAPHSAFE_ERROR_WORKSPACE_TOO_SMALL otherwise).
+ * GRAPHSAFE_ERROR_INVALID_ARGUMENT, with no cuDNN call at all, when no plan or eager call ever
+ * ran on `ctx`: the capture is left as it was.
  *
  * # Safety
  * As graphsafe_cudnn_matmul, and the memory must stay valid for as long as any graph made from the

@@ -831,3 +831,62 @@ fn a_stream_handle_is_not_destroyed_while_the_caller_captures_its_raw_stream() {
     assert_eq!(s.stat("live_streams"), 0, "the stream was not destroyed");
     no_violations(s);
 }
+
+/// A captured cuDNN matmul on a context no cuDNN call has touched is refused (INVALID_ARGUMENT:
+/// it takes plans built before the capture only) without touching cuDNN: no library load, no
+/// cudnnCreate inside the caller's capture (it allocates, which invalidates a thread-local
+/// capture), and the capture still ends with nothing in it. (Before, the entry point created the
+/// context's cuDNN handle first, inside the capture. Found in review.)
+#[test]
+fn a_captured_cudnn_matmul_without_a_plan_touches_no_cudnn_inside_the_capture() {
+    use graphsafe::capi::*;
+    let (_g, s) = exclusive();
+    let mut cx = GraphsafeContext::default();
+    let mut st = GraphsafeStream::default();
+    let mut ws = GraphsafeWorkspace::default();
+    let mut buf = GraphsafeBuffer::default();
+    let (mut ptr, mut bytes) = (0u64, 0u64);
+    // SAFETY: out-pointers to locals; handles made here; `args` is a valid description.
+    unsafe {
+        // Device 1: no test of this binary plans cuDNN there.
+        assert_eq!(graphsafe_context_create(1, &mut cx), GRAPHSAFE_OK);
+        assert_eq!(graphsafe_stream_create(cx, &mut st), GRAPHSAFE_OK);
+        assert_eq!(graphsafe_workspace_create(st, 1 << 20, &mut ws), GRAPHSAFE_OK);
+        assert_eq!(graphsafe_buffer_create(st, 3 << 16, 1, &mut buf), GRAPHSAFE_OK);
+        assert_eq!(graphsafe_buffer_info(buf, &mut ptr, &mut bytes), GRAPHSAFE_OK);
+        let args = GraphsafeCudnnMatmulArgs {
+            input_dtype: GRAPHSAFE_DTYPE_BF16,
+            output_dtype: GRAPHSAFE_DTYPE_BF16,
+            batch: 1,
+            m: 64,
+            n: 64,
+            k: 64,
+            a: ptr,
+            a_batch: 1,
+            a_strides: [64 * 64, 64, 1],
+            b: ptr + (1 << 16),
+            b_batch: 1,
+            b_strides: [64 * 64, 64, 1],
+            c: ptr + (2 << 16),
+            c_strides: [64 * 64, 64, 1],
+        };
+        let mut cap = GraphsafeCapture::default();
+        assert_eq!(graphsafe_capture_begin(st, GRAPHSAFE_CAPTURE_THREAD_LOCAL, &mut cap), GRAPHSAFE_OK);
+        assert_eq!(graphsafe_capture_bind_workspace(cap, ws, std::ptr::null_mut(), std::ptr::null_mut()), GRAPHSAFE_OK);
+        let r = graphsafe_cudnn_matmul_captured(cx, &args, cap, ws);
+        let text = std::ffi::CStr::from_ptr(graphsafe_last_error()).to_string_lossy().into_owned();
+        assert_eq!(r, GRAPHSAFE_ERROR_INVALID_ARGUMENT, "{text}");
+        assert!(text.contains("before the capture"), "{text}");
+        let mut g = GraphsafeGraph::default();
+        assert_eq!(graphsafe_capture_end(cap, &mut g), GRAPHSAFE_OK, "the capture was invalidated");
+        let mut n = 1u64;
+        assert_eq!(graphsafe_graph_node_count(g, &mut n), GRAPHSAFE_OK);
+        assert_eq!(n, 0, "the refused call recorded something");
+        assert_eq!(graphsafe_graph_destroy(g), GRAPHSAFE_OK);
+        assert_eq!(graphsafe_buffer_destroy(buf), GRAPHSAFE_OK);
+        assert_eq!(graphsafe_workspace_destroy(ws), GRAPHSAFE_OK);
+        assert_eq!(graphsafe_stream_destroy(st), GRAPHSAFE_OK);
+        assert_eq!(graphsafe_context_destroy(cx), GRAPHSAFE_OK);
+    }
+    no_violations(s);
+}

@@ -85,6 +85,16 @@ fn handle(ctx: GraphsafeContext) -> Result<(Arc<Context>, Arc<Cudnn>), Fail> {
     Ok((c, dnn))
 }
 
+/// The captured entry points' lookup: the context's cuDNN state only if a plan call or an eager
+/// call made it before. Never loads cuDNN or creates its handle (cudnnCreate allocates, which
+/// would invalidate the caller's thread-local capture before the refusal).
+fn existing_handle(ctx: GraphsafeContext) -> Result<Arc<Cudnn>, Fail> {
+    let c = handles::get::<Context>(Tag::Context, ctx.id)?;
+    Cudnn::existing(&c).ok_or_else(|| {
+        crate::Error::invalid("ctx", "a context with a cuDNN plan built before the capture (graphsafe_cudnn_plan or an eager call)", "no cuDNN call on this context yet").into()
+    })
+}
+
 /// cuDNN's version (major, minor, patch) as found at run time; GRAPHSAFE_ERROR_CUDNN_NOT_FOUND
 /// (the text lists where it looked) without it. Thread-safe.
 ///
@@ -154,6 +164,8 @@ pub unsafe extern "C" fn graphsafe_cudnn_matmul(ctx: GraphsafeContext, args: *co
 
 /// Captured matmul: only a plan built before the capture (graphsafe_cudnn_plan or an eager call),
 /// `ws` bound to `capture` and never grown (GRAPHSAFE_ERROR_WORKSPACE_TOO_SMALL otherwise).
+/// GRAPHSAFE_ERROR_INVALID_ARGUMENT, with no cuDNN call at all, when no plan or eager call ever
+/// ran on `ctx`: the capture is left as it was.
 ///
 /// # Safety
 /// As graphsafe_cudnn_matmul, and the memory must stay valid for as long as any graph made from the
@@ -163,7 +175,7 @@ pub unsafe extern "C" fn graphsafe_cudnn_matmul_captured(ctx: GraphsafeContext, 
     guard(|| {
         // SAFETY: the caller's contract (null is refused inside).
         let a = unsafe { read(args, "args")? };
-        let (_, dnn) = handle(ctx)?;
+        let dnn = existing_handle(ctx)?;
         let c = capture_obj(capture)?;
         captured_op((&c, capture.id), Some(ws.id), |t| {
             let m = to_args(&a, CallerMemory::on(t.context()))?;

@@ -182,6 +182,14 @@ impl Cudnn {
         Ok(dnn)
     }
 
+    /// The value [`Cudnn::new`] made for `ctx`'s device, if it ever did; never loads the library
+    /// or creates a handle. What a captured op looks up: creating a handle allocates, which a
+    /// thread-local capture on this thread does not survive, and a capture only takes plans built
+    /// before it anyway.
+    pub fn existing(ctx: &Context) -> Option<Arc<Cudnn>> {
+        REGISTRY.lock().unwrap_or_else(|e| e.into_inner()).iter().find(|d| d.ctx.raw() == ctx.raw()).cloned()
+    }
+
     /// The library's version.
     pub fn version(&self) -> Version {
         self.api.version
