@@ -768,8 +768,9 @@ int graphsafe_buffer_create(GraphsafeStream stream,
 int graphsafe_buffer_info(GraphsafeBuffer buffer, uint64_t *device_ptr, uint64_t *bytes);
 
 /**
- * Copies `bytes` from host memory `src` into the buffer at byte `offset`, on `stream`; `src` may be
- * reused when this returns. Refused while the stream is capturing.
+ * Copies `bytes` from host memory `src` into the buffer at byte `offset`, on `stream`, and waits
+ * for `stream`: `src` may be reused when this returns, page-locked memory included (which the
+ * driver would otherwise read after the call). Refused while the stream is capturing.
  *
  * # Safety
  * `src` points to `bytes` readable bytes (it may be null only when `bytes` is 0). Thread-safe.

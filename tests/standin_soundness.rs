@@ -890,3 +890,53 @@ fn a_captured_cudnn_matmul_without_a_plan_touches_no_cudnn_inside_the_capture() 
     }
     no_violations(s);
 }
+
+/// Host-to-device copies return once the source may be reused, as documented, also when the
+/// source is page-locked memory (the driver then copies asynchronously, reading the host bytes
+/// later): the stand-in's async mode reads the source at the next ordered operation, and the
+/// source is overwritten right after each call. (Before, the copies returned at once, and a caller
+/// reusing a pinned staging buffer, the usual pattern, got its next contents. Found in review.)
+#[test]
+fn host_to_device_copies_have_read_their_source_when_they_return() {
+    use graphsafe::capi::*;
+    use graphsafe::driver::DeviceBuffer;
+    let (_g, s) = exclusive();
+    let ctx = Context::new(0).expect("the stand-in's device 0");
+    let stream = Stream::new(&ctx).unwrap();
+    s.async_htod(true);
+    let mut host = vec![0x11u8; 4096];
+    let b = DeviceBuffer::alloc_zeroed(&stream, 4096).unwrap();
+    b.copy_from_host(&host, &stream).unwrap();
+    host.fill(0xEE);
+    assert!(b.to_host_vec::<u8>(&stream).unwrap().iter().all(|&v| v == 0x11), "copy_from_host read its source after returning");
+    host.fill(0x22);
+    b.copy_from_host_at(1024, &host[..512], &stream).unwrap();
+    host.fill(0xEE);
+    let back = b.to_host_vec::<u8>(&stream).unwrap();
+    assert!(back[1024..1536].iter().all(|&v| v == 0x22) && back[..1024].iter().all(|&v| v == 0x11), "copy_from_host_at read its source after returning");
+    host.fill(0x33);
+    let c = DeviceBuffer::from_host(&stream, &host).unwrap();
+    host.fill(0xEE);
+    assert!(c.to_host_vec::<u8>(&stream).unwrap().iter().all(|&v| v == 0x33), "from_host read its source after returning");
+    // The C ABI's write.
+    let mut cx = GraphsafeContext::default();
+    let mut st = GraphsafeStream::default();
+    let mut buf = GraphsafeBuffer::default();
+    let mut out = vec![0u8; 4096];
+    host.fill(0x44);
+    // SAFETY: out-pointers to locals; host and out hold 4096 bytes; handles made here.
+    unsafe {
+        assert_eq!(graphsafe_context_create(0, &mut cx), GRAPHSAFE_OK);
+        assert_eq!(graphsafe_stream_create(cx, &mut st), GRAPHSAFE_OK);
+        assert_eq!(graphsafe_buffer_create(st, 4096, 1, &mut buf), GRAPHSAFE_OK);
+        assert_eq!(graphsafe_buffer_write(buf, 0, host.as_ptr().cast(), 4096, st), GRAPHSAFE_OK);
+        host.fill(0xEE);
+        assert_eq!(graphsafe_buffer_read(buf, 0, out.as_mut_ptr().cast(), 4096, st), GRAPHSAFE_OK);
+        assert!(out.iter().all(|&v| v == 0x44), "graphsafe_buffer_write read its source after returning");
+        assert_eq!(graphsafe_buffer_destroy(buf), GRAPHSAFE_OK);
+        assert_eq!(graphsafe_stream_destroy(st), GRAPHSAFE_OK);
+        assert_eq!(graphsafe_context_destroy(cx), GRAPHSAFE_OK);
+    }
+    s.async_htod(false);
+    no_violations(s);
+}

@@ -64,8 +64,9 @@ fn check_range(b: &DeviceBuffer, offset: u64, bytes: u64) -> Result<(), Fail> {
     Ok(())
 }
 
-/// Copies `bytes` from host memory `src` into the buffer at byte `offset`, on `stream`; `src` may be
-/// reused when this returns. Refused while the stream is capturing.
+/// Copies `bytes` from host memory `src` into the buffer at byte `offset`, on `stream`, and waits
+/// for `stream`: `src` may be reused when this returns, page-locked memory included (which the
+/// driver would otherwise read after the call). Refused while the stream is capturing.
 ///
 /// # Safety
 /// `src` points to `bytes` readable bytes (it may be null only when `bytes` is 0). Thread-safe.

@@ -354,8 +354,7 @@ impl DeviceBuffer {
     pub fn from_host<T: DeviceCopy>(stream: &Stream, data: &[T]) -> Result<DeviceBuffer> {
         stream.ensure_eager()?;
         let b = DeviceBuffer::alloc(stream.context(), std::mem::size_of_val(data).max(1))?;
-        b.copy_from_host(data, stream)?;
-        stream.synchronize()?;
+        b.copy_from_host(data, stream)?; // waits for the stream
         Ok(b)
     }
 
@@ -412,8 +411,10 @@ impl DeviceBuffer {
         check(unsafe { (f.f)(self.alloc.ptr, value, self.alloc.bytes / 4, stream.handle()) }, f.name)
     }
 
-    /// Copies `src` to the start of the buffer, on `stream`. `src` may be dropped on return (the
-    /// driver stages pageable memory before returning).
+    /// Copies `src` to the start of the buffer, on `stream`, and waits for `stream`: `src` may be
+    /// reused or dropped on return. (The driver stages pageable memory before returning, but reads
+    /// page-locked memory asynchronously, later; a `&[T]` may be either, e.g. a pinned staging
+    /// buffer the caller refills next.)
     pub fn copy_from_host<T: DeviceCopy>(&self, src: &[T], stream: &Stream) -> Result<()> {
         self.same_context(stream)?;
         let bytes = std::mem::size_of_val(src);
@@ -425,8 +426,10 @@ impl DeviceBuffer {
         }
         let _current = stream.context().enter()?;
         let f = init()?.cuMemcpyHtoDAsync()?;
-        // SAFETY: src is valid for `bytes`; the destination range is inside our allocation.
-        check(unsafe { (f.f)(self.alloc.ptr, src.as_ptr().cast(), bytes, stream.handle()) }, f.name)
+        // SAFETY: src is valid for `bytes` and stays borrowed until the stream is synchronized; the
+        // destination range is inside our allocation.
+        check(unsafe { (f.f)(self.alloc.ptr, src.as_ptr().cast(), bytes, stream.handle()) }, f.name)?;
+        stream.synchronize()
     }
 
     /// Copies the start of the buffer into `dst` and waits for `stream`, so `dst` is filled on return.
@@ -446,7 +449,8 @@ impl DeviceBuffer {
         stream.synchronize()
     }
 
-    /// Copies `src` into the buffer at byte `offset`, on `stream` (`src` may be dropped on return).
+    /// Copies `src` into the buffer at byte `offset`, on `stream`, and waits for `stream` (`src`
+    /// may be reused or dropped on return, page-locked or not: see [`DeviceBuffer::copy_from_host`]).
     pub fn copy_from_host_at(&self, offset: usize, src: &[u8], stream: &Stream) -> Result<()> {
         self.same_context(stream)?;
         if offset.checked_add(src.len()).is_none_or(|e| e > self.alloc.bytes) {
@@ -457,8 +461,10 @@ impl DeviceBuffer {
         }
         let _current = stream.context().enter()?;
         let f = init()?.cuMemcpyHtoDAsync()?;
-        // SAFETY: the range is inside our allocation; src is valid for its length.
-        check(unsafe { (f.f)(self.alloc.ptr + offset as u64, src.as_ptr().cast(), src.len(), stream.handle()) }, f.name)
+        // SAFETY: the range is inside our allocation; src is valid for its length and stays
+        // borrowed until the stream is synchronized.
+        check(unsafe { (f.f)(self.alloc.ptr + offset as u64, src.as_ptr().cast(), src.len(), stream.handle()) }, f.name)?;
+        stream.synchronize()
     }
 
     /// Copies the buffer's bytes at `offset` into `dst` and waits for `stream`.

@@ -42,6 +42,7 @@ type CountFn = unsafe extern "C" fn() -> c_long;
 type LastViolationFn = unsafe extern "C" fn(*mut c_char, c_int) -> c_int;
 type ResetFn = unsafe extern "C" fn();
 type EngineContextFn = unsafe extern "C" fn(c_int) -> *mut std::ffi::c_void;
+type AsyncHtodFn = unsafe extern "C" fn(c_int);
 
 /// The loaded stand-in and its control API.
 pub struct Standin {
@@ -60,6 +61,7 @@ pub struct Standin {
     last_recorded: LastViolationFn,
     reset: ResetFn,
     engine_context: EngineContextFn,
+    async_htod: AsyncHtodFn,
 }
 
 fn cstr(s: &str) -> CString {
@@ -154,6 +156,13 @@ impl Standin {
         c.cast()
     }
 
+    /// Host-to-device copies on streams that are not capturing read their source late, as from
+    /// page-locked memory: at the next operation ordered after them (until [`Standin::reset`]).
+    pub fn async_htod(&self, on: bool) {
+        // SAFETY: no arguments beyond the flag.
+        unsafe { (self.async_htod)(on as c_int) }
+    }
+
     /// Cancels every knob and zeroes the counters (live objects stay).
     pub fn reset(&self) {
         // SAFETY: no arguments.
@@ -243,6 +252,7 @@ pub fn standin() -> &'static Standin {
             last_recorded: sym!("standin_last_recorded", LastViolationFn),
             reset: sym!("standin_reset", ResetFn),
             engine_context: sym!("standin_engine_context", EngineContextFn),
+            async_htod: sym!("standin_async_htod", AsyncHtodFn),
             path,
             _lib: lib,
         }

@@ -398,6 +398,13 @@ void graph_free(struct CUgraph_st* g, int registered);
 void record(stream_ref* s, struct CUgraphNode_st* n, const char* call);
 CUresult run_memset(struct CUctx_st* ctx, uintptr_t dst, unsigned value, unsigned elem, size_t count, const char* what);
 CUresult run_copy(int kind, uintptr_t dst, uintptr_t src, void* host, size_t bytes, const char* what);
+/* Page-locked host memory mode (standin_async_htod): host-to-device copies on a stream that is
+ * not capturing return before reading the host bytes, as the real driver's do from pinned memory;
+ * the copy runs at the next operation that orders after it (any stream work, a synchronize, an
+ * event, a free). htod_defer queues one; htod_flush runs every queued copy, in order. Lock held. */
+extern int g_async_htod;
+void htod_defer(uintptr_t dst, const void* host, size_t bytes);
+void htod_flush(void);
 CUresult run_kernel(struct CUctx_st* ctx, int kernel, const launch_t* l);
 CUresult run_graph(const struct CUgraph_st* g, struct CUctx_st* ctx);
 

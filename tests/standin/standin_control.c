@@ -129,11 +129,21 @@ EXPORT void* standin_engine_context(int device) {
   return c;
 }
 
+/* on != 0: host-to-device copies read their source late, as from page-locked memory (htod_defer). */
+EXPORT void standin_async_htod(int on) {
+  lock();
+  htod_flush();
+  g_async_htod = on != 0;
+  pthread_mutex_unlock(&g_mu);
+}
+
 EXPORT void standin_reset(void) {
   pthread_mutex_lock(&g_knob_mu);
   memset(g_knobs, 0, sizeof g_knobs);
   pthread_mutex_unlock(&g_knob_mu);
   lock();
+  htod_flush();
+  g_async_htod = 0;
   g_violations = g_nodes_recorded = g_invalidated = g_legacy_ops = g_refused_unsafe = g_refused_frees = g_kernels_run =
       g_graph_launches = 0;
   g_violations_printed = 0;

@@ -226,6 +226,7 @@ EXPORT CUresult cuCtxSynchronize(void) {
   ENTER(cuCtxSynchronize);
   lock();
   NEED_INIT();
+  htod_flush();
   if (!current_ctx()) return unlock_ret(CUDA_ERROR_INVALID_CONTEXT);
   if (unsafe_call_refused("cuCtxSynchronize")) return unlock_ret(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
   return unlock_ret(CUDA_SUCCESS);

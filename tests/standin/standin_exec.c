@@ -197,3 +197,33 @@ CUresult run_graph(const struct CUgraph_st* g, struct CUctx_st* ctx) {
   }
   return first;
 }
+
+/* ---- page-locked host memory: host-to-device copies that read their source late ---- */
+
+int g_async_htod;
+typedef struct {
+  uintptr_t dst;
+  const void* host;
+  size_t bytes;
+} pending_htod;
+static pending_htod* g_pending;
+static size_t g_npending, g_cap_pending;
+
+void htod_defer(uintptr_t dst, const void* host, size_t bytes) {
+  if (g_npending == g_cap_pending) {
+    g_cap_pending = g_cap_pending ? 2 * g_cap_pending : 16;
+    pending_htod* p = realloc(g_pending, g_cap_pending * sizeof *p);
+    if (!p) {
+      fprintf(stderr, "standin: out of host memory\n");
+      abort();
+    }
+    g_pending = p;
+  }
+  g_pending[g_npending++] = (pending_htod){dst, host, bytes};
+}
+
+void htod_flush(void) {
+  for (size_t i = 0; i < g_npending; ++i)
+    (void)run_copy(COPY_HTOD, g_pending[i].dst, 0, (void*)g_pending[i].host, g_pending[i].bytes, "a deferred cuMemcpyHtoDAsync");
+  g_npending = 0;
+}

@@ -46,6 +46,7 @@ EXPORT CUresult cuMemFree_v2(CUdeviceptr ptr) {
   ENTER(cuMemFree);
   lock();
   NEED_INIT();
+  htod_flush();
   alloc_t* a = alloc_containing((uintptr_t)ptr);
   if (!a || a->base != (uintptr_t)ptr) {
     violation("cuMemFree(0x%llx): not the start of a live allocation (double free?)", (unsigned long long)ptr);
@@ -138,6 +139,12 @@ static CUresult copy_common(int kind, uintptr_t dst, uintptr_t src, void* host, 
       node->host = host;
     }
     record(&s, node, what);
+    return unlock_ret(CUDA_SUCCESS);
+  }
+  if (kind == COPY_HTOD && g_async_htod) {
+    /* Page-locked source: the call returns before the bytes are read (see htod_defer). */
+    if (!range_ok(dst, bytes, NULL, what)) return unlock_ret(CUDA_ERROR_ILLEGAL_ADDRESS);
+    htod_defer(dst, host, bytes);
     return unlock_ret(CUDA_SUCCESS);
   }
   return unlock_ret(run_copy(kind, dst, src, host, bytes, what));

@@ -194,6 +194,7 @@ void capture_remove(capture_t* cap) {
 }
 
 CUresult resolve_stream(CUstream h, stream_ref* out, enum target* t) {
+  htod_flush(); /* earlier deferred copies happen before anything enqueued after them */
   *t = RUN_NOW;
   out->s = NULL;
   if (h == NULL || h == CU_STREAM_LEGACY || h == CU_STREAM_PER_THREAD) {

@@ -44,6 +44,7 @@ EXPORT CUresult cuStreamDestroy_v2(CUstream h) {
 static CUresult sync_common(CUstream h, const char* what) {
   lock();
   NEED_INIT();
+  htod_flush();
   if (h == NULL || h == CU_STREAM_LEGACY || h == CU_STREAM_PER_THREAD) {
     return unlock_ret(current_ctx() ? CUDA_SUCCESS : CUDA_ERROR_INVALID_CONTEXT);
   }
@@ -158,6 +159,7 @@ EXPORT CUresult cuEventSynchronize(CUevent e) {
   ENTER(cuEventSynchronize);
   lock();
   NEED_INIT();
+  htod_flush();
   return unlock_ret(obj_is(e, K_EVENT) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE);
 }
 
