@@ -295,3 +295,53 @@ fn the_c_abi_planners_never_panic_or_return_an_undocumented_status() {
         }
     }
 }
+
+/// The public host references (what tests and users compare kernels with) refuse input that does
+/// not fit the shapes they are given, and treat device data (lengths, page indices) as the kernels
+/// do, instead of panicking. (Before: an assert, an out-of-bounds index, a division by a page size
+/// of 0, a negative page index cast to usize. Found in review.)
+#[test]
+fn the_host_references_never_panic_on_caller_input() {
+    use graphsafe::ops::mla::reference::{cpu_decode, dequantize_ds_mla, HostProblem};
+    use graphsafe::ops::nvfp4::reference as r;
+    // NVFP4: short buffers, k not a multiple of 32, products that overflow.
+    let x = vec![0.5f32; 4096];
+    let (p, s) = no_panic("quantize", || r::quantize(&x, 2, 2048, 1.0)).expect("a valid shape");
+    let back = no_panic("dequantize", || r::dequantize(&p, &s, 2, 2048, 1.0)).expect("a valid shape");
+    assert!(back.len() == x.len() && back.iter().all(|v| (v - 0.5).abs() < 0.05), "the round trip of 0.5");
+    assert!(no_panic("quantize of too few values", || r::quantize(&x, 3, 2048, 1.0)).is_err());
+    assert!(no_panic("quantize, k = 48", || r::quantize(&x, 1, 48, 1.0)).is_err());
+    assert!(no_panic("dequantize of nothing", || r::dequantize(&[], &[], 1, 32, 1.0)).is_err());
+    assert!(no_panic("dequantize, short scales", || r::dequantize(&p, &s[..s.len() - 1], 2, 2048, 1.0)).is_err());
+    let mut e = Edges { state: 7 };
+    for _ in 0..2000 {
+        let (m, k) = (e.usize(), e.usize());
+        let _ = no_panic("quantize", || r::quantize(&x, m, k, 1.0));
+        let _ = no_panic("dequantize", || r::dequantize(&p, &s, m, k, 1.0));
+        let _ = no_panic("scale_bytes", || r::scale_bytes(m, k));
+    }
+    // MLA: one request of 3 tokens on 2 pages of 2, then broken variants of it.
+    let (q_nope, q_pe, kv) = (vec![0.01f32; 512], vec![0.02f32; 64], vec![0.5f32; 2 * 2 * 576]);
+    let good = HostProblem { q_nope: &q_nope, q_pe: &q_pe, kv: &kv, seq_lens: &[3], page_table: &[1, 0], page_table_stride: 2, page_size: 2, num_heads: 1, sm_scale: 0.1 };
+    let (out, lse) = cpu_decode(&good).expect("a valid problem");
+    assert!((out[0] - 0.5).abs() < 1e-6 && lse[0].is_finite(), "{} {}", out[0], lse[0]);
+    let page_size_zero = HostProblem { page_size: 0, ..good };
+    assert!(no_panic("cpu_decode, page size 0", || cpu_decode(&page_size_zero)).is_err());
+    let short_q = HostProblem { num_heads: 2, ..good };
+    assert!(no_panic("cpu_decode, q for fewer heads", || cpu_decode(&short_q)).is_err());
+    let short_table = HostProblem { page_table_stride: 3, ..good };
+    assert!(no_panic("cpu_decode, page table shorter than its stride", || cpu_decode(&short_table)).is_err());
+    let partial_page = HostProblem { kv: &kv[..kv.len() - 1], ..good };
+    assert!(no_panic("cpu_decode, a partial page", || cpu_decode(&partial_page)).is_err());
+    // Device data as the kernels read it: pages clamped into the cache, lengths to the table.
+    for (pages, len) in [([-5, 99], 3), ([i32::MIN, i32::MAX], 4), ([0, 1], i32::MAX), ([1, 1], i32::MIN)] {
+        let d = HostProblem { seq_lens: &[len], page_table: &pages, ..good };
+        let (out, lse) = no_panic("cpu_decode of device data", || cpu_decode(&d)).expect("device data is clamped, not refused");
+        if len > 0 {
+            assert!((out[0] - 0.5).abs() < 1e-6 && lse[0].is_finite(), "{pages:?} {len}: {} {}", out[0], lse[0]);
+        } else {
+            assert!(out.iter().all(|&v| v == 0.0) && lse[0] == f32::NEG_INFINITY, "an empty request");
+        }
+    }
+    assert!(no_panic("dequantize_ds_mla, a partial token", || dequantize_ds_mla(&[0u8; 657])).is_err());
+}

@@ -165,8 +165,8 @@ fn step(heads: usize, page: usize, seq_lens: Vec<i32>, n: usize, seed: u64) -> S
     // The GEMM projects the attention output: [batch * heads, 512] · Wᵀ, W of [n, 512].
     let (_, wf) = bf16_bits(&random_f32(n * 512, seed + 4));
     let w_gs = r::global_scale(&wf);
-    let (w_packed, w_scales) = r::quantize(&wf, n, 512, w_gs);
-    let w_dequantized = r::dequantize(&w_packed, &w_scales, n, 512, w_gs);
+    let (w_packed, w_scales) = r::quantize(&wf, n, 512, w_gs).unwrap();
+    let w_dequantized = r::dequantize(&w_packed, &w_scales, n, 512, w_gs).unwrap();
     Step {
         batch,
         heads,
@@ -333,7 +333,8 @@ fn a_captured_mla_decode_and_w4a16_over_cudarc_memory_replay_after_the_engine_dr
         page_size: s.page,
         num_heads: s.heads,
         sm_scale: s.sm_scale,
-    });
+    })
+    .unwrap();
     let out_f: Vec<f32> = eager_out.iter().map(|&b| bf16::from_bits(b).to_f32()).collect();
     let ref_out64: Vec<f64> = ref_out.iter().map(|&v| v as f64).collect();
     let e_mla = max_rel_err(&out_f, &ref_out64);

@@ -74,12 +74,12 @@ fn quantize_and_dequantize_are_bit_identical_to_the_host_reference() {
                     k,
                 };
                 nvfp4::quantize(&xt, &gs_dev, &q, &stream).unwrap();
-                let (want_p, want_s) = r::quantize(&xf, m, k, gs);
+                let (want_p, want_s) = r::quantize(&xf, m, k, gs).unwrap();
                 assert_eq!(q.packed.to_host_vec::<u8>(&stream).unwrap(), want_p, "{dt} {m}x{k} packed");
                 assert_eq!(q.scales.to_host_vec::<u8>(&stream).unwrap(), want_s, "{dt} {m}x{k} scales");
                 let out = DeviceBuffer::alloc(&ctx, m * k * 2).unwrap();
                 nvfp4::dequantize(&q, &Tensor::contiguous(&out, dt, &[m, k]), &stream).unwrap();
-                let (want_d, _) = to_bits(&r::dequantize(&want_p, &want_s, m, k, gs), dt);
+                let (want_d, _) = to_bits(&r::dequantize(&want_p, &want_s, m, k, gs).unwrap(), dt);
                 assert_eq!(out.to_host_vec::<u16>(&stream).unwrap(), want_d, "{dt} {m}x{k} dequantized");
                 cases += 1;
             }
@@ -117,7 +117,7 @@ fn quantize_of_large_and_strided_inputs_is_bit_identical() {
             sc.memset_u8(0xAB, &stream).unwrap(); // dirty: padding must be written as 0
             let q = Nvfp4Matrix { packed: &p, scales: &sc, global_scale: &gs_dev, rows: m, k };
             nvfp4::quantize(&xt, &gs_dev, &q, &stream).unwrap();
-            let (want_p, want_s) = r::quantize(&xf, m, k, gs);
+            let (want_p, want_s) = r::quantize(&xf, m, k, gs).unwrap();
             let (got_p, got_s) = (p.to_host_vec::<u8>(&stream).unwrap(), sc.to_host_vec::<u8>(&stream).unwrap());
             let first = |a: &[u8], b: &[u8]| a.iter().zip(b).position(|(x, y)| x != y);
             assert_eq!(first(&got_p, &want_p), None, "{dt} {m}x{k} ld {ld}: first differing code byte");
@@ -143,8 +143,8 @@ fn w4a16_problem(stream: &Stream, m: usize, n: usize, k: usize, seed: u64) -> W4
     let wf = random_f32(n * k, seed);
     let (_, wf) = to_bits(&wf, DType::Bf16);
     let gs = r::global_scale(&wf);
-    let (p, s) = r::quantize(&wf, n, k, gs);
-    let wdq = r::dequantize(&p, &s, n, k, gs);
+    let (p, s) = r::quantize(&wf, n, k, gs).unwrap();
+    let wdq = r::dequantize(&p, &s, n, k, gs).unwrap();
     let (abits, af) = to_bits(&random_f32(m * k, seed + 1), DType::Bf16);
     let packed = DeviceBuffer::from_host(stream, &p).unwrap();
     let scales = DeviceBuffer::from_host(stream, &s).unwrap();
@@ -335,7 +335,7 @@ fn blackwell_gemm_runs_there_and_skips_elsewhere() {
     let (m, n, k) = (64usize, 256usize, 512usize);
     let (af, wf) = (to_bits(&random_f32(m * k, 1), DType::Bf16).1, to_bits(&random_f32(n * k, 2), DType::Bf16).1);
     let (ga, gw) = (r::global_scale(&af), r::global_scale(&wf));
-    let ((pa, sa), (pw, sw)) = (r::quantize(&af, m, k, ga), r::quantize(&wf, n, k, gw));
+    let ((pa, sa), (pw, sw)) = (r::quantize(&af, m, k, ga).unwrap(), r::quantize(&wf, n, k, gw).unwrap());
     let up = |v: &[u8]| DeviceBuffer::from_host(&stream, v).unwrap();
     let (bpa, bsa, bpw, bsw) = (up(&pa), up(&sa), up(&pw), up(&sw));
     let (bga, bgw) = (DeviceBuffer::from_host(&stream, &[ga]).unwrap(), DeviceBuffer::from_host(&stream, &[gw]).unwrap());
@@ -351,7 +351,7 @@ fn blackwell_gemm_runs_there_and_skips_elsewhere() {
         &stream,
     )
     .unwrap();
-    let (adq, wdq) = (r::dequantize(&pa, &sa, m, k, 1.0), r::dequantize(&pw, &sw, n, k, 1.0));
+    let (adq, wdq) = (r::dequantize(&pa, &sa, m, k, 1.0).unwrap(), r::dequantize(&pw, &sw, n, k, 1.0).unwrap());
     let want: Vec<f64> = (0..m * n).map(|i| (0..k).map(|t| adq[(i / n) * k + t] as f64 * wdq[(i % n) * k + t] as f64).sum::<f64>()).collect();
     let e = max_rel_err(&d.to_host_vec::<u16>(&stream).unwrap(), &want, 1.0 / (ga as f64 * gw as f64));
     assert!(e <= 1e-2, "error {e}");
@@ -481,8 +481,8 @@ fn w4a16_reads_what_the_previous_kernel_just_wrote() {
     // A of the first GEMM is the dequantized NVFP4 of random data, written by a kernel.
     let (_, af) = to_bits(&random_f32(m * k, 9), DType::Bf16);
     let ga = r::global_scale(&af);
-    let (pa, sa) = r::quantize(&af, m, k, ga);
-    let adq = r::dequantize(&pa, &sa, m, k, ga);
+    let (pa, sa) = r::quantize(&af, m, k, ga).unwrap();
+    let adq = r::dequantize(&pa, &sa, m, k, ga).unwrap();
     let (bpa, bsa, bga) = (DeviceBuffer::from_host(&stream, &pa).unwrap(), DeviceBuffer::from_host(&stream, &sa).unwrap(), DeviceBuffer::from_host(&stream, &[ga]).unwrap());
     let qa = Nvfp4Matrix { packed: &bpa, scales: &bsa, global_scale: &bga, rows: m, k };
     let a1 = DeviceBuffer::alloc_zeroed(&stream, m * k * 2).unwrap();
@@ -542,10 +542,10 @@ fn quantize_reads_what_the_previous_kernel_just_wrote() {
     let (m, k) = (512usize, 4096usize);
     let (_, xf) = to_bits(&random_f32(m * k, 21), DType::Bf16);
     let g0 = r::global_scale(&xf);
-    let (p0, s0) = r::quantize(&xf, m, k, g0);
-    let x = r::dequantize(&p0, &s0, m, k, g0); // what the device dequantize writes, as f32
+    let (p0, s0) = r::quantize(&xf, m, k, g0).unwrap();
+    let x = r::dequantize(&p0, &s0, m, k, g0).unwrap(); // what the device dequantize writes, as f32
     let gx = r::global_scale(&x);
-    let (want_p, want_s) = r::quantize(&x, m, k, gx);
+    let (want_p, want_s) = r::quantize(&x, m, k, gx).unwrap();
     let (bp0, bs0, bg0) = (DeviceBuffer::from_host(&stream, &p0).unwrap(), DeviceBuffer::from_host(&stream, &s0).unwrap(), DeviceBuffer::from_host(&stream, &[g0]).unwrap());
     let q0 = Nvfp4Matrix { packed: &bp0, scales: &bs0, global_scale: &bg0, rows: m, k };
     let xb = DeviceBuffer::alloc_zeroed(&stream, m * k * 2).unwrap();
@@ -576,7 +576,7 @@ fn quantize_reads_what_the_previous_kernel_just_wrote() {
     nvfp4::w4a16_gemm(&Tensor::contiguous(&g.a, DType::Bf16, &[gm, g.k]), &g.w, &alpha, &Tensor::contiguous(&d, DType::Bf16, &[gm, gn]), &mut ws, &stream).unwrap();
     let df: Vec<f32> = d.to_host_vec::<u16>(&stream).unwrap().iter().map(|&b| bf16::from_bits(b).to_f32()).collect();
     let gd = r::global_scale(&df);
-    let (want_p, want_s) = r::quantize(&df, gm, gn, gd);
+    let (want_p, want_s) = r::quantize(&df, gm, gn, gd).unwrap();
     let gdb = DeviceBuffer::from_host(&stream, &[gd]).unwrap();
     let (p2, s2) = (DeviceBuffer::alloc(&ctx, gm * gn / 2).unwrap(), DeviceBuffer::alloc(&ctx, r::scale_bytes(gm, gn)).unwrap());
     let exec = {
@@ -632,7 +632,7 @@ fn quantize_after_a_stream_k_gemm_with_no_shared_tile_sees_the_finished_d() {
     // D quantized as [tiles, 128] (the same bytes), against the host quantize of the finished D.
     let df: Vec<f32> = dh.iter().map(|&b| bf16::from_bits(b).to_f32()).collect();
     let gd = r::global_scale(&df);
-    let (want_p, want_s) = r::quantize(&df, tiles, 128, gd);
+    let (want_p, want_s) = r::quantize(&df, tiles, 128, gd).unwrap();
     let gdb = DeviceBuffer::from_host(&stream, &[gd]).unwrap();
     let (qp, qs) = (DeviceBuffer::alloc(&ctx, n / 2).unwrap(), DeviceBuffer::alloc(&ctx, r::scale_bytes(tiles, 128)).unwrap());
     let q = Nvfp4Matrix { packed: &qp, scales: &qs, global_scale: &gdb, rows: tiles, k: 128 };

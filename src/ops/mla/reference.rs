@@ -34,16 +34,42 @@ pub struct HostProblem<'a> {
 }
 
 /// CPU reference in f64: (out [B, H, 512], lse [B, H]). A zero-length request gives zeros and -inf.
-pub fn cpu_decode(p: &HostProblem) -> (Vec<f32>, Vec<f32>) {
+/// Device data means what the kernels make of it (`graphsafe_kernels/mla.h`, "Device data"): a
+/// length is clamped into [0, page_table_stride · page_size], a page index into the cache.
+/// `InvalidArgument` for host buffers shorter than the shapes they describe, a page size of 0, or
+/// a cache that is not whole pages (none, if a request has tokens).
+pub fn cpu_decode(p: &HostProblem) -> Result<(Vec<f32>, Vec<f32>)> {
     let b = p.seq_lens.len();
     let h = p.num_heads;
-    let mut out = vec![0f32; b * h * LATENT_DIM];
-    let mut lse = vec![f32::NEG_INFINITY; b * h];
+    let need = |what: &str, have: usize, per: usize, count: usize| -> Result<usize> {
+        let n = count.checked_mul(per).ok_or_else(|| Error::invalid(what, "a size that fits in usize", format!("{count} x {per}")))?;
+        if have < n {
+            return Err(Error::invalid(what, format!("at least {n} values"), have));
+        }
+        Ok(n)
+    };
+    let bh = b.checked_mul(h).ok_or_else(|| Error::invalid("batch x heads", "a product that fits in usize", format!("{b} x {h}")))?;
+    let out_len = need("q_nope", p.q_nope.len(), LATENT_DIM, bh)?;
+    need("q_pe", p.q_pe.len(), ROPE_DIM, bh)?;
+    need("page_table", p.page_table.len(), p.page_table_stride, b)?;
+    if p.page_size == 0 {
+        return Err(Error::invalid("page_size", "at least 1", 0));
+    }
+    let page_values = p.page_size.checked_mul(ROW).ok_or_else(|| Error::invalid("page_size", "a page that fits in usize", p.page_size))?;
+    if p.kv.len() % page_values != 0 {
+        return Err(Error::invalid("kv", format!("whole pages of {} values", page_values), p.kv.len()));
+    }
+    let pages = p.kv.len() / page_values;
+    let max_len = p.page_table_stride.saturating_mul(p.page_size);
+    let mut out = vec![0f32; out_len];
+    let mut lse = vec![f32::NEG_INFINITY; bh];
     for bi in 0..b {
-        let seq = p.seq_lens[bi].max(0) as usize;
-        let rows: Vec<usize> = (0..seq)
-            .map(|t| p.page_table[bi * p.page_table_stride + t / p.page_size] as usize * p.page_size + t % p.page_size)
-            .collect();
+        let seq = (p.seq_lens[bi].max(0) as usize).min(max_len);
+        if seq > 0 && pages == 0 {
+            return Err(Error::invalid("kv", "at least one page", 0));
+        }
+        let page = |t: usize| (p.page_table[bi * p.page_table_stride + t / p.page_size].max(0) as usize).min(pages.saturating_sub(1));
+        let rows: Vec<usize> = (0..seq).map(|t| page(t) * p.page_size + t % p.page_size).collect();
         for hi in 0..h {
             let q = bi * h + hi;
             let mut scores = Vec::with_capacity(seq);
@@ -74,7 +100,7 @@ pub fn cpu_decode(p: &HostProblem) -> (Vec<f32>, Vec<f32>) {
             lse[q] = (mx + sum.ln()) as f32;
         }
     }
-    (out, lse)
+    Ok((out, lse))
 }
 
 /// The value of an fp8 e4m3 code (NaN for 0x7F and 0xFF, e4m3 having no infinities).
@@ -98,9 +124,12 @@ pub fn dequantize_fp8_per_tensor(codes: &[u8], scale: f32) -> Vec<f32> {
 /// product in f32, rounded once to bf16: the per-token scales cannot be factored out of Q·K, so K
 /// is dequantised to the tensor cores' bf16, as FlashMLA's fp8 kernels do), the rope the stored
 /// bf16 values.
-pub fn dequantize_ds_mla(bytes: &[u8]) -> Vec<f32> {
+/// `InvalidArgument` when `bytes` is not a whole number of tokens.
+pub fn dequantize_ds_mla(bytes: &[u8]) -> Result<Vec<f32>> {
     const TOKEN: usize = super::DS_MLA_TOKEN_BYTES;
-    assert_eq!(bytes.len() % TOKEN, 0, "a whole number of {TOKEN}-byte tokens");
+    if bytes.len() % TOKEN != 0 {
+        return Err(Error::invalid("bytes", format!("a whole number of {TOKEN}-byte tokens"), bytes.len()));
+    }
     let mut out = Vec::with_capacity(bytes.len() / TOKEN * ROW);
     for t in bytes.chunks_exact(TOKEN) {
         let scale = |g: usize| f32::from_le_bytes(t[LATENT_DIM + 4 * g..LATENT_DIM + 4 * g + 4].try_into().expect("4 bytes"));
@@ -109,7 +138,7 @@ pub fn dequantize_ds_mla(bytes: &[u8]) -> Vec<f32> {
         let rope = &t[LATENT_DIM + 16..];
         out.extend(rope.chunks_exact(2).map(|b| f32::from_bits((u16::from_le_bytes([b[0], b[1]]) as u32) << 16)));
     }
-    out
+    Ok(out)
 }
 
 /// The GPU reference kernel, loaded into one context.
@@ -224,12 +253,13 @@ mod tests {
             let bits = half::bf16::from_f32(r as f32 - 3.5).to_bits();
             t[LATENT_DIM + 16 + 2 * r..LATENT_DIM + 18 + 2 * r].copy_from_slice(&bits.to_le_bytes());
         }
-        let v = dequantize_ds_mla(&t);
+        let v = dequantize_ds_mla(&t).unwrap();
         assert_eq!(v.len(), ROW);
         assert_eq!((v[0], v[127], v[128], v[300], v[511]), (0.5, 0.5, 2.0, -1.0, 0.125));
         // The product is rounded to bf16: 1.0 x 0.1 is bf16's 0.1.
         t[LATENT_DIM..LATENT_DIM + 4].copy_from_slice(&0.1f32.to_le_bytes());
-        assert_eq!(dequantize_ds_mla(&t)[0], half::bf16::from_f32(0.1).to_f32());
+        assert_eq!(dequantize_ds_mla(&t).unwrap()[0], half::bf16::from_f32(0.1).to_f32());
+        assert!(dequantize_ds_mla(&t[1..]).is_err(), "a partial token is refused");
         assert_eq!((v[512], v[575]), (-3.5, 59.5));
     }
 }

@@ -1,6 +1,8 @@
 //! The host reference of NVFP4: the exact algorithm the GPU quantize implements
 //! (`include/graphsafe_kernels/nvfp4.h` states it), so GPU output can be compared bit for bit.
 
+use crate::error::{Error, Result};
+
 /// The eight e2m1 magnitudes, by code (bit 3 is the sign).
 pub const E2M1_VALUES: [f32; 8] = [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0];
 /// Elements along K per scale factor.
@@ -96,9 +98,9 @@ fn round_half_even(q: f64) -> f64 {
     }
 }
 
-/// Bytes of the swizzled scale tensor for an [rows, k] operand.
+/// Bytes of the swizzled scale tensor for an [rows, k] operand (saturating at `usize::MAX`).
 pub fn scale_bytes(rows: usize, k: usize) -> usize {
-    rows.div_ceil(128) * 128 * (k / BLOCK).div_ceil(4) * 4
+    (rows.div_ceil(128).saturating_mul(128)).saturating_mul((k / BLOCK).div_ceil(4) * 4)
 }
 
 /// Byte offset of scale (row, block) in CUTLASS's Sm1xxBlkScaledConfig<16> layout (128x4 atoms).
@@ -107,11 +109,25 @@ pub fn scale_offset(k: usize, row: usize, block: usize) -> usize {
     (row / 128) * (kb4 * 512) + (block / 4) * 512 + (row % 32) * 16 + ((row % 128) / 32) * 4 + (block % 4)
 }
 
+/// `m * k` elements, refusing (rather than panicking on) a shape that does not fit `have` or
+/// the address space, or a `k` the format does not take.
+fn checked_elements(what: &str, m: usize, k: usize, have: usize) -> Result<usize> {
+    if k == 0 || k % (2 * BLOCK) != 0 {
+        return Err(Error::invalid("k", format!("a positive multiple of {}", 2 * BLOCK), k));
+    }
+    let n = m.checked_mul(k).ok_or_else(|| Error::invalid("m * k", "a product that fits in usize", format!("{m} * {k}")))?;
+    if have < n {
+        return Err(Error::invalid(what, format!("at least {n} elements ([{m}, {k}])"), have));
+    }
+    Ok(n)
+}
+
 /// Quantizes `x` ([m, k] row-major f32, values already rounded from bf16/fp16) with `global_scale`:
-/// (packed [m, k/2], swizzled scales).
-pub fn quantize(x: &[f32], m: usize, k: usize, global_scale: f32) -> (Vec<u8>, Vec<u8>) {
-    assert!(k % (2 * BLOCK) == 0 && x.len() >= m * k);
-    let mut packed = vec![0u8; m * k / 2];
+/// (packed [m, k/2], swizzled scales). `InvalidArgument` when k is not a positive multiple of 32
+/// or `x` holds fewer than m·k values.
+pub fn quantize(x: &[f32], m: usize, k: usize, global_scale: f32) -> Result<(Vec<u8>, Vec<u8>)> {
+    let n = checked_elements("x", m, k, x.len())?;
+    let mut packed = vec![0u8; n / 2];
     let mut scales = vec![0u8; scale_bytes(m, k)];
     for r in 0..m {
         for b in 0..k / BLOCK {
@@ -128,12 +144,17 @@ pub fn quantize(x: &[f32], m: usize, k: usize, global_scale: f32) -> (Vec<u8>, V
             }
         }
     }
-    (packed, scales)
+    Ok((packed, scales))
 }
 
-/// Dequantizes to f32 ([m, k] row-major): e2m1 * sf / global_scale.
-pub fn dequantize(packed: &[u8], scales: &[u8], m: usize, k: usize, global_scale: f32) -> Vec<f32> {
-    let mut out = vec![0f32; m * k];
+/// Dequantizes to f32 ([m, k] row-major): e2m1 * sf / global_scale. `InvalidArgument` when k is
+/// not a positive multiple of 32, or `packed` / `scales` hold fewer bytes than an [m, k] operand has.
+pub fn dequantize(packed: &[u8], scales: &[u8], m: usize, k: usize, global_scale: f32) -> Result<Vec<f32>> {
+    let n = checked_elements("packed (as e2m1 values)", m, k, packed.len().saturating_mul(2))?;
+    if scales.len() < scale_bytes(m, k) {
+        return Err(Error::invalid("scales", format!("at least {} bytes (scale_bytes({m}, {k}))", scale_bytes(m, k)), scales.len()));
+    }
+    let mut out = vec![0f32; n];
     for r in 0..m {
         for c in 0..k {
             let byte = packed[r * k / 2 + c / 2];
@@ -142,7 +163,7 @@ pub fn dequantize(packed: &[u8], scales: &[u8], m: usize, k: usize, global_scale
             out[r * k + c] = e2m1_to_f32(q) * sf / global_scale;
         }
     }
-    out
+    Ok(out)
 }
 
 /// `448 * 6 / amax(|x|)`, or 1 when amax is 0 or not finite (what `gs_nvfp4_global_scale` computes).
