@@ -740,7 +740,9 @@ int graphsafe_stream_synchronize(GraphsafeStream stream);
 
 /**
  * Destroys a stream handle (and the stream, unless adopted). BUSY while it is capturing: a
- * graphsafe capture, or one the caller began on its raw handle (the handle stays valid).
+ * graphsafe capture, or, for a stream graphsafe made, one the caller began on its raw handle
+ * (the handle stays valid). An adopted stream's handle may be destroyed during the caller's own
+ * capture of it: the context's frees then wait for graphsafe_context_synchronize.
  *
  * # Safety
  * None (any value is checked). Thread-safe.

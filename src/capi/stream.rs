@@ -78,7 +78,9 @@ pub unsafe extern "C" fn graphsafe_stream_synchronize(stream: GraphsafeStream) -
 }
 
 /// Destroys a stream handle (and the stream, unless adopted). BUSY while it is capturing: a
-/// graphsafe capture, or one the caller began on its raw handle (the handle stays valid).
+/// graphsafe capture, or, for a stream graphsafe made, one the caller began on its raw handle
+/// (the handle stays valid). An adopted stream's handle may be destroyed during the caller's own
+/// capture of it: the context's frees then wait for graphsafe_context_synchronize.
 ///
 /// # Safety
 /// None (any value is checked). Thread-safe.
@@ -94,11 +96,11 @@ pub unsafe extern "C" fn graphsafe_stream_destroy(stream: GraphsafeStream) -> c_
             if st.capturing.is_some() {
                 return Err(busy("the stream is capturing: end or destroy the capture first".into()));
             }
-            // A capture the caller began itself on the handle it took (graphsafe_stream_raw) or
-            // adopted: destroying the stream (or unlisting it unwaited) would break that capture
-            // and hold every later free of the context until a context synchronize. A failed
-            // query (the caller destroyed its adopted stream) does not keep the handle alive.
-            if s.stream.is_capturing().unwrap_or(false) {
+            // A capture the caller began itself on the raw handle of a stream graphsafe made
+            // (graphsafe_stream_raw): destroying the stream would break that capture. An adopted
+            // stream is the caller's, and stays: its handle may go mid-capture (the stream is
+            // unlisted unwaited and the context's frees wait for a context synchronize).
+            if s.stream.is_owned() && s.stream.is_capturing().unwrap_or(false) {
                 return Err(busy("the driver reports a capture on the stream (one graphsafe did not begin): end it first".into()));
             }
             st.closed = true;

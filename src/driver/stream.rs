@@ -193,6 +193,11 @@ impl Stream {
         Ok(())
     }
 
+    /// Whether graphsafe created the stream (and destroys it on drop), rather than adopting it.
+    pub fn is_owned(&self) -> bool {
+        self.owned
+    }
+
     /// Refuses eager work while a graphsafe capture is open on the stream (an atomic load).
     pub(crate) fn ensure_no_open_capture(&self) -> Result<()> {
         match self.capture.load(Ordering::Acquire) {
