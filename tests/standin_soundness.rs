@@ -940,3 +940,39 @@ fn host_to_device_copies_have_read_their_source_when_they_return() {
     s.async_htod(false);
     no_violations(s);
 }
+
+/// A module is unloaded the way memory is freed: only after graphsafe's streams of its context
+/// were waited for (a kernel or replay queued there may still run its code), and not while a
+/// capture of the context is open (waiting for a capturing stream would break the capture): then
+/// the unload waits until the last capture ends. (Before, the last handle's drop called
+/// cuModuleUnload at once, which the driver does not promise to order after queued work.)
+#[test]
+fn a_module_is_unloaded_only_after_the_streams_drained_and_no_capture_is_open() {
+    use graphsafe::graph::CaptureMode;
+    use graphsafe::ops::testing::TestKernels;
+    let (_g, s) = exclusive();
+    // An engine's own context of device 1, which no other test of this binary uses: earlier tests
+    // leave the primary contexts' frees deferred (a leaked capture, a stream dropped mid-capture).
+    // SAFETY: the stand-in's engine context lives for the whole process.
+    let ctx = unsafe { Context::adopt(s.engine_context(1)) }.unwrap();
+    let stream = Stream::new(&ctx).unwrap();
+    let mut other = Stream::new(&ctx).unwrap();
+    // Dropped with work queued: the streams are waited for first.
+    let k = TestKernels::load(&ctx).unwrap();
+    k.empty(&stream).unwrap();
+    let (syncs, unloads) = (s.calls("cuStreamSynchronize"), s.calls("cuModuleUnload"));
+    drop(k);
+    assert_eq!(s.calls("cuModuleUnload"), unloads + 1, "the module was not unloaded");
+    assert!(s.calls("cuStreamSynchronize") >= syncs + 2, "unloaded without waiting for the context's streams");
+    // Dropped while a capture of the context is open: deferred until it ends.
+    let k = TestKernels::load(&ctx).unwrap();
+    k.empty(&stream).unwrap();
+    let cap = other.begin_capture(CaptureMode::ThreadLocal).unwrap();
+    let unloads = s.calls("cuModuleUnload");
+    drop(k);
+    assert_eq!(s.calls("cuModuleUnload"), unloads, "unloaded while a capture of the context was open");
+    let graph = cap.end().expect("the capture survived the module's drop");
+    assert_eq!(s.calls("cuModuleUnload"), unloads + 1, "the deferred unload did not happen when the capture ended");
+    drop(graph);
+    no_violations(s);
+}

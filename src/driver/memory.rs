@@ -131,10 +131,26 @@ pub(crate) fn outside_global_capture<T>(alloc: impl FnOnce() -> Result<T>) -> Re
 }
 
 /// What giving an allocation back means: `cuMemFree` for graphsafe's own, dropping the owner for
-/// another library's (cudarc frees the slice, on its stream, when its last `Arc` goes).
+/// another library's (cudarc frees the slice, on its stream, when its last `Arc` goes); and for a
+/// loaded module, `cuModuleUnload` (a kernel or replay still queued may run its code, so it is
+/// given back under the same rules as memory).
 enum Block {
     Ours(DevicePtr),
     Foreign(ForeignOwner),
+    Module(ModuleHandle),
+}
+
+/// A module handle on its way to `cuModuleUnload` (a raw pointer: moved between threads only
+/// through the deferred list, and unloaded once).
+struct ModuleHandle(c::CUmodule);
+// SAFETY: a module handle may be unloaded from any thread; nothing else holds this one.
+unsafe impl Send for ModuleHandle {}
+
+/// Unloads `module` (loaded into `ctx`, with no graphsafe owner left) once no work can still run
+/// its code: after graphsafe's streams of the context drained, deferred while a capture of the
+/// context is open (see `release`).
+pub(crate) fn unload_module_when_idle(module: c::CUmodule, ctx: &Arc<Context>) {
+    release(Block::Module(ModuleHandle(module)), ctx);
 }
 
 // Frees refused because a capture was open (see `release`), retried after the next successful
@@ -172,6 +188,7 @@ fn release(block: Block, ctx: &Arc<Context>) {
         Err(e) => {
             // Work may still use the block: it is leaked, never freed early (for foreign memory
             // that means never dropping its owner, which would free it).
+            // (A module is leaked likewise: its handle is dropped without an unload.)
             if let Block::Foreign(owner) = block {
                 std::mem::forget(owner);
             }
@@ -225,6 +242,20 @@ fn give_back(block: Block, ctx: &Arc<Context>) {
                 } else {
                     log_drop_error("cuMemFree", Err(e));
                 }
+            }
+        }
+        Block::Module(m) => {
+            let r = (|| {
+                let _current = ctx.enter()?;
+                let _relaxed = RelaxedCaptureMode::enter()?;
+                let f = init()?.cuModuleUnload()?;
+                // SAFETY: a module graphsafe loaded, with no owner left and no work that can still
+                // run its code (the streams were just waited for); unloaded once.
+                check(unsafe { (f.f)(m.0) }, f.name)
+            })();
+            match r {
+                Err(e) if refused_by_capture(&e) => defer(Block::Module(m), ctx),
+                r => log_drop_error("cuModuleUnload", r),
             }
         }
         Block::Foreign(owner) => {

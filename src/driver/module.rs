@@ -1,4 +1,4 @@
-use super::{check, init, log_drop_error, Context};
+use super::{check, init, Context};
 use crate::error::{Error, Result};
 use crate::sys::cuda as c;
 use std::ffi::CString;
@@ -61,13 +61,11 @@ impl Module {
 
 impl Drop for Module {
     fn drop(&mut self) {
-        let r = (|| {
-            let _current = self.ctx.enter()?;
-            let f = init()?.cuModuleUnload()?;
-            // SAFETY: we loaded it; every Function holds an Arc<Module>, so none outlives it.
-            check(unsafe { (f.f)(self.raw) }, f.name)
-        })();
-        log_drop_error("cuModuleUnload", r);
+        // Every Function, and every graph that launches one, holds an Arc<Module>: none is left.
+        // Queued kernels or replays may still run its code, so the unload follows the rules of a
+        // free: after graphsafe's streams of the context drained, never while a capture of the
+        // context is open (driver/memory.rs, `release`).
+        super::memory::unload_module_when_idle(self.raw, &self.ctx);
     }
 }
 
