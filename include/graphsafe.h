@@ -612,7 +612,9 @@ extern "C" {
 
 /**
  * This thread's text for the last failed call (empty if none). The pointer stays valid until this
- * thread's next failing graphsafe call. Thread-safe; never null, also during thread exit.
+ * thread's next failing graphsafe call, or until the thread exits (the text is thread-local: a
+ * pointer kept past that, e.g. read in a later `thread_local` destructor, dangles). Thread-safe;
+ * never null, also during thread exit.
  *
  * # Safety
  * None beyond C's: the returned text must not be written or freed.
@@ -674,7 +676,10 @@ int graphsafe_context_create(int ordinal, GraphsafeContext *out);
  *
  * # Safety
  * `cu_context` is a valid `CUcontext` that outlives the handle and everything made from it;
- * `out` is null (refused) or points to a writable `GraphsafeContext`. Thread-safe.
+ * once any graphsafe_cudnn_* call used the handle, that includes cuDNN's per-context state,
+ * which graphsafe keeps until the process exits (its plans outlive the graphs that captured
+ * them): such a context must then stay alive until exit. `out` is null (refused) or points to a
+ * writable `GraphsafeContext`. Thread-safe.
  */
 int graphsafe_context_adopt(void *cu_context, GraphsafeContext *out);
 
@@ -957,6 +962,8 @@ int graphsafe_cudnn_version(int *major, int *minor, int *patch);
  * Builds (once; cached for the process) the plan of this matmul on `ctx`'s device and returns the
  * workspace bytes its execute uses: call it for every problem you will capture, before capturing,
  * and pre-grow the workspace to the largest. The pointers are not dereferenced. Thread-safe.
+ * The context's cuDNN handle and plans live until the process exits: an adopted context used
+ * here must too (graphsafe_context_adopt).
  *
  * # Safety
  * `args` is null (refused) or points to a valid `GraphsafeCudnnMatmulArgs`; `workspace_bytes` is

@@ -119,6 +119,8 @@ pub unsafe extern "C" fn graphsafe_cudnn_version(major: *mut c_int, minor: *mut 
 /// Builds (once; cached for the process) the plan of this matmul on `ctx`'s device and returns the
 /// workspace bytes its execute uses: call it for every problem you will capture, before capturing,
 /// and pre-grow the workspace to the largest. The pointers are not dereferenced. Thread-safe.
+/// The context's cuDNN handle and plans live until the process exits: an adopted context used
+/// here must too (graphsafe_context_adopt).
 ///
 /// # Safety
 /// `args` is null (refused) or points to a valid `GraphsafeCudnnMatmulArgs`; `workspace_bytes` is

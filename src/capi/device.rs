@@ -106,7 +106,10 @@ pub unsafe extern "C" fn graphsafe_context_create(ordinal: c_int, out: *mut Grap
 ///
 /// # Safety
 /// `cu_context` is a valid `CUcontext` that outlives the handle and everything made from it;
-/// `out` is null (refused) or points to a writable `GraphsafeContext`. Thread-safe.
+/// once any graphsafe_cudnn_* call used the handle, that includes cuDNN's per-context state,
+/// which graphsafe keeps until the process exits (its plans outlive the graphs that captured
+/// them): such a context must then stay alive until exit. `out` is null (refused) or points to a
+/// writable `GraphsafeContext`. Thread-safe.
 #[no_mangle]
 pub unsafe extern "C" fn graphsafe_context_adopt(cu_context: *mut c_void, out: *mut GraphsafeContext) -> c_int {
     guard(|| {

@@ -280,7 +280,9 @@ pub(crate) unsafe fn read<T: Copy>(p: *const T, what: &str) -> Result<T, Fail> {
 }
 
 /// This thread's text for the last failed call (empty if none). The pointer stays valid until this
-/// thread's next failing graphsafe call. Thread-safe; never null, also during thread exit.
+/// thread's next failing graphsafe call, or until the thread exits (the text is thread-local: a
+/// pointer kept past that, e.g. read in a later `thread_local` destructor, dangles). Thread-safe;
+/// never null, also during thread exit.
 ///
 /// # Safety
 /// None beyond C's: the returned text must not be written or freed.
