@@ -82,7 +82,11 @@ __device__ __forceinline__ void produce_tiles_seesaw(const CUtensorMap* map, con
       for (int c = 0; c < 4; ++c) box(c);
       box(8);
     }
-    if (t == 0) mbar_wait(q_ready, 0);
+    // Phase 0 of the math barrier, which the math threads use again later (epilogue): with a
+    // second tile still to issue they cannot get past phase 0 yet, so a parity wait here cannot
+    // mistake a later phase for it whatever the number of later uses; with one tile there is
+    // nothing left to hold back.
+    if (t == 0 && sr.n > 1) mbar_wait(q_ready, 0);
   }
 }
 
