@@ -433,7 +433,8 @@ typedef struct {
    */
   int max_pages;
   /**
-   * [batch, heads, 512] output (bf16, or fp16 for fp16 input).
+   * [batch, heads, 512] output (bf16, or fp16 for fp16 input). On sm100, when the plan splits
+   * the sequence, it must be dense (strides 128 * 512 and 512): INVALID_ARGUMENT otherwise.
    */
   uint64_t out;
   /**

@@ -410,3 +410,39 @@ fn kv_format_names_parse_and_print() {
     assert_eq!(KvFormatKind::Fp8DsMla.token_bytes(graphsafe::ops::mla::KvDtype::Bf16), 656);
     assert_eq!(KvFormatKind::Native.token_bytes(graphsafe::ops::mla::KvDtype::Bf16), 1152);
 }
+
+/// sm100 with split-KV: CUTLASS's split reduction writes `out` densely ([B, 128, 512], whatever
+/// strides the op was given), so a strided `out` is refused whenever the plan splits: a head
+/// stride below 512 would be written past the buffer's end, one above 512 over the caller's
+/// columns past 512 (e.g. `out` a view of a [B, 128, 576] buffer). One split writes through the
+/// strides and takes them. (Before, both planned with 8 splits. Found in review.)
+#[test]
+fn sm100_refuses_a_strided_out_when_it_splits() {
+    let one_request = |out_strides: [usize; 3], out_len: usize| {
+        let mut a = good(MlaArch::Sm100, 128, 128, DType::Bf16);
+        a.q_nope = Tensor::contiguous(mem(128 * 512 * 2, 0), DType::Bf16, &[1, 128, 512]);
+        a.q_pe = Tensor::contiguous(mem(128 * 64 * 2, 1), DType::Bf16, &[1, 128, 64]);
+        a.seq_lens = Tensor::contiguous(mem(4, 3), DType::I32, &[1]);
+        a.page_table = Tensor::contiguous(mem(8 * 4, 4), DType::I32, &[1, 8]);
+        a.out = Tensor::strided(mem(out_len, 5), 0, DType::Bf16, &[1, 128, 512], &out_strides);
+        a.lse = Some(Tensor::contiguous(mem(128 * 4, 6), DType::F32, &[1, 128]));
+        a
+    };
+    let dense = one_request([128 * 512, 512, 1], 128 * 512 * 2);
+    assert!(plan(&dense, MlaArch::Sm100).unwrap().num_splits > 1, "the shape must split for this test");
+    // A view of [1, 128, 576]: every head 576 elements apart.
+    let wide = one_request([128 * 576, 576, 1], 128 * 576 * 2);
+    rejects(&wide, MlaArch::Sm100, "out.strides");
+    // Heads 8 elements apart (overlapping rows; the buffer holds only what the strides reach).
+    let narrow = one_request([1024, 8, 1], (127 * 8 + 512) * 2);
+    rejects(&narrow, MlaArch::Sm100, "out.strides");
+    // One split: the kernel's own epilogue writes through the strides.
+    let mut single = one_request([128 * 576, 576, 1], 128 * 576 * 2);
+    single.num_splits = Some(1);
+    assert_eq!(plan(&single, MlaArch::Sm100).unwrap().num_splits, 1);
+    // sm90 writes through the strides with any split count.
+    let mut sm90 = one_request([128 * 576, 576, 1], 128 * 576 * 2);
+    sm90.kv_cache = Tensor::contiguous(mem(PAGES * 64 * 576 * 2, 2), DType::Bf16, &[PAGES, 64, 576]);
+    sm90.page_table = Tensor::contiguous(mem(16 * 4, 4), DType::I32, &[1, 16]);
+    assert!(plan(&sm90, MlaArch::Sm90).unwrap().num_splits > 1);
+}

@@ -91,7 +91,8 @@ pub struct GraphsafeMlaDecodeArgs {
     pub page_table: u64,
     /// Columns of page_table (its row stride).
     pub max_pages: c_int,
-    /// [batch, heads, 512] output (bf16, or fp16 for fp16 input).
+    /// [batch, heads, 512] output (bf16, or fp16 for fp16 input). On sm100, when the plan splits
+    /// the sequence, it must be dense (strides 128 * 512 and 512): INVALID_ARGUMENT otherwise.
     pub out: u64,
     /// Stride between requests.
     pub out_stride_batch: i64,

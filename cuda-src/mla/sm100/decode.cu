@@ -30,6 +30,11 @@ int gs_mla_sm100_decode(GsMlaDecodeArgs const* a, void* workspace, uint64_t work
     return GS_ERR_INVALID_ARGUMENT;
   if (a->batch > 1 && a->page_table_stride < (int64_t(a->max_seq_len) + a->page_size - 1) / a->page_size)
     return GS_ERR_INVALID_ARGUMENT;  // rows would overlap: the pre-pass reads ceil(len / page_size) of each
+  // With splits, CUTLASS's reduction kernel writes out densely ([batch, 128, 512]) whatever the
+  // strides: refuse any other layout (the Rust op refuses it first, naming out.strides).
+  if (a->num_splits > 1 && (a->out_stride_head != GS_MLA_LATENT_DIM ||
+                            (a->batch > 1 && a->out_stride_batch != int64_t(GS_MLA_NUM_HEADS) * GS_MLA_LATENT_DIM)))
+    return GS_ERR_INVALID_ARGUMENT;
   int32_t cap = 0;
   if (int st = gs_mla_sm100_max_safe_splits(a->batch, a->max_seq_len, a->sm_count, &cap); st != GS_OK) return st;
   if (a->num_splits > cap) return GS_ERR_UNSAFE_SPLIT;

@@ -163,7 +163,9 @@ pub struct MlaDecodeArgs<M> {
     /// no index reaches memory outside the cache. The sm100 path reads a clamped, compact copy the
     /// decode writes into the workspace.
     pub page_table: Tensor<M>,
-    /// [B, H, 512]: bf16 for bf16/fp8 inputs, fp16 for fp16.
+    /// [B, H, 512]: bf16 for bf16/fp8 inputs, fp16 for fp16. Any strides with an inner stride of
+    /// 1, except on sm100 when the plan splits the sequence: then dense ([H·512, 512, 1]), since
+    /// CUTLASS's split reduction writes it densely (refused otherwise, naming `out.strides`).
     pub out: Tensor<M>,
     /// [B, H] f32 log-sum-exp, optional.
     pub lse: Option<Tensor<M>>,
@@ -331,6 +333,18 @@ impl<M: DeviceMemory> MlaDecodeArgs<M> {
         let (num_splits, workspace_bytes) = match arch {
             MlaArch::Sm100 => {
                 let p = sm100::plan(dtype, batch as i64, self.max_seq_len as i64, page_size as i64, sm_count as i64, requested)?;
+                // With splits, CUTLASS's reduction kernel writes `out` densely, [B, 128, 512]
+                // whatever its strides (examples/77_blackwell_fmha, sm100_fmha_mla_reduction.hpp):
+                // a head stride below 512 would run past the buffer, one above it over the
+                // caller's columns. One split writes through the strides.
+                let (sb, sh) = (self.out.strides[0], self.out.strides[1]);
+                if p.num_splits > 1 && (sh != LATENT_DIM || (batch > 1 && sb != heads * LATENT_DIM)) {
+                    return Err(Error::invalid(
+                        "out.strides",
+                        format!("[{}, {LATENT_DIM}, 1] (dense) when the sm100 decode splits the sequence ({} splits): CUTLASS's split reduction ignores strides", heads * LATENT_DIM, p.num_splits),
+                        format!("{:?}", self.out.strides),
+                    ));
+                }
                 (p.num_splits, p.workspace_bytes)
             }
             MlaArch::Sm90 => {
