@@ -50,7 +50,7 @@ gs_mla_reference(const void* q_nope, const void* q_pe, const void* kv, const int
   const int seq = min(max(seq_lens[b], 0), max_seq_len);
   float* s = scratch + qi * max_seq_len;
   float mx = -INFINITY;
-  for (int t = threadIdx.x; t < seq; t += kThreads) {
+  for (int64_t t = threadIdx.x; t < seq; t += kThreads) {  // 64-bit: seq may be near 2^31
     const int64_t row = (int64_t)page_of(page_table[(int64_t)b * page_table_stride + t / page_size], num_pages) * page_size + t % page_size;
     float acc = 0.f;
     for (int d = 0; d < kRow; ++d) acc += q[d] * load(kv, row * kRow + d, dtype);
@@ -61,7 +61,7 @@ gs_mla_reference(const void* q_nope, const void* q_pe, const void* kv, const int
   __syncthreads();
   mx = block_reduce(mx, true, red);
   float sum = 0.f;
-  for (int t = threadIdx.x; t < seq; t += kThreads) {
+  for (int64_t t = threadIdx.x; t < seq; t += kThreads) {  // 64-bit: seq may be near 2^31
     float p = expf(s[t] - mx);
     s[t] = p;
     sum += p;

@@ -35,7 +35,9 @@ __global__ void __launch_bounds__(kThreads)
   }
   const int32_t* src = page_table + int64_t(b) * page_table_stride;
   int32_t* dst = table + int64_t(b) * columns;
-  for (int j = blockIdx.x * kThreads + threadIdx.x; j < columns; j += gridDim.x * kThreads) {
+  // 64-bit: columns may be up to 2^31 - 1, and a 32-bit j would wrap negative on its last step
+  // (then read and write below both tables). Found in review.
+  for (int64_t j = int64_t(blockIdx.x) * kThreads + threadIdx.x; j < columns; j += int64_t(gridDim.x) * kThreads) {
     int32_t v = 0;
     if (j < used) v = min(max(src[j], 0), num_pages - 1);
     dst[j] = v;
