@@ -665,3 +665,39 @@ fn quantize_after_a_stream_k_gemm_with_no_shared_tile_sees_the_finished_d() {
     }
     eprintln!("stream-K with no shared tile (m={m} n={n} k={k}, no fixup, no workspace): 5 eager rounds and 5 replays, D quantized after it bit-identical");
 }
+
+/// A single row's stride is never used, so any value passes the op's checks; the kernels are
+/// handed the row length instead, which their own checks take (before, an eager W4A16 with m = 1
+/// and a row stride below k grew its workspace and was then refused by the kernel glue). The
+/// results equal those of the contiguous tensors bit for bit. (Found in review; written in a
+/// session without a GPU.)
+#[test]
+fn a_single_row_takes_any_row_stride() {
+    let Some((ctx, stream)) = gpu() else { return };
+    let (k, n) = (512usize, 256usize);
+    // Quantize (every arch): a row of x with row stride 3.
+    let (bits, xf) = to_bits(&inputs(1, k, 77, DType::Bf16), DType::Bf16);
+    let xb = DeviceBuffer::from_host(&stream, &bits).unwrap();
+    let gs = DeviceBuffer::from_host(&stream, &[r::global_scale(&xf)]).unwrap();
+    let quantized = |x: &Tensor<&DeviceBuffer>| {
+        let (p, s) = (DeviceBuffer::alloc_zeroed(&stream, k / 2).unwrap(), DeviceBuffer::alloc_zeroed(&stream, r::scale_bytes(1, k)).unwrap());
+        nvfp4::quantize(x, &gs, &Nvfp4Matrix { packed: &p, scales: &s, global_scale: &gs, rows: 1, k }, &stream).unwrap();
+        (p.to_host_vec::<u8>(&stream).unwrap(), s.to_host_vec::<u8>(&stream).unwrap())
+    };
+    assert_eq!(quantized(&Tensor::strided(&xb, 0, DType::Bf16, &[1, k], &[3, 1])), quantized(&Tensor::contiguous(&xb, DType::Bf16, &[1, k])));
+    if !hopper(&ctx) {
+        return;
+    }
+    // W4A16: a and d single rows with row strides 3 and 5.
+    let p = w4a16_problem(&stream, 1, n, k, 78);
+    let alpha = DeviceBuffer::from_host(&stream, &[1.0f32]).unwrap();
+    let mut ws = Workspace::new(&stream, 0).unwrap();
+    let run = |a: Tensor<&DeviceBuffer>, d_strides: [usize; 2], ws: &mut Workspace| {
+        let d = DeviceBuffer::alloc_zeroed(&stream, n * 2).unwrap();
+        nvfp4::w4a16_gemm(&a, &p.w, &alpha, &Tensor::strided(&d, 0, DType::Bf16, &[1, n], &d_strides), ws, &stream).unwrap();
+        d.to_host_vec::<u16>(&stream).unwrap()
+    };
+    let want = run(Tensor::contiguous(&p.a, DType::Bf16, &[1, k]), [n, 1], &mut ws);
+    assert_eq!(run(Tensor::strided(&p.a, 0, DType::Bf16, &[1, k], &[3, 1]), [5, 1], &mut ws), want);
+    assert!(max_rel_err(&want, &p.reference, 1.0) < 1e-2);
+}

@@ -124,6 +124,19 @@ impl<M: DeviceMemory> Tensor<M> {
         let s = self.strides.get(i).copied().unwrap_or(0);
         i64::try_from(s).map_err(|_| Error::invalid(format!("strides[{i}]"), "a stride below 2^63 elements", s))
     }
+
+    /// The leading dimension to hand a kernel of a row-major [rows, cols] matrix: its row stride,
+    /// or `cols` when it has one row. A single row's stride is never used (so the op's checks let
+    /// any value through), but the kernel glue checks the leading dimension it is given (at least
+    /// cols, 16-byte rows) after the op committed: with the tensor's own stride an eager call would
+    /// grow its workspace and then be refused. (Found in review.)
+    pub(crate) fn leading_dim(&self) -> Result<i64> {
+        if self.shape.first().is_some_and(|&rows| rows <= 1) {
+            let cols = self.shape.get(1).copied().unwrap_or(1);
+            return i64::try_from(cols).map_err(|_| Error::invalid("shape[1]", "below 2^63", cols));
+        }
+        self.stride_i64(0)
+    }
 }
 
 /// Refuses a tensor a kernel writes (`written`) overlapping memory it trusts or another output

@@ -18,7 +18,7 @@ pub(crate) fn quantize_on<M: DeviceMemory>(x: &Tensor<M>, gs: &M, out: &Nvfp4Mat
     }
     out.validate("out", ctx.raw())?;
     scalar("global_scale", gs, ctx.raw())?;
-    let ld = x.stride_i64(0)?;
+    let ld = x.leading_dim()?;
     let xs = target.admit("x", &x.mem)?.skip("x", x.offset as u64)?;
     let g = target.admit("global_scale", gs)?;
     let dst = out.admit("out", &mut target)?;
@@ -46,7 +46,7 @@ pub fn dequantize(src: &Nvfp4Matrix<&DeviceBuffer>, out: &Tensor<&DeviceBuffer>,
     if src.rows != m || src.k != kk {
         return Err(Error::invalid("out.shape", format!("[{}, {}]", src.rows, src.k), format!("[{m}, {kk}]")));
     }
-    let ld = out.stride_i64(0)?;
+    let ld = out.leading_dim()?;
     let s = src.admit("src", &mut target)?;
     let o = target.admit("out", &out.mem)?.skip("out", out.offset as u64)?;
     target.commit()?;

@@ -99,8 +99,8 @@ pub(crate) fn w4a16_on<M: DeviceMemory, W: DeviceMemory>(a: &Tensor<M>, w: Weigh
         return Err(Error::invalid("weight", format!("a weight prepared for [{}, {}] ({need} bytes)", w.n, w.k), format!("{} bytes", w.mem.len())));
     }
     let g = glue::W4a16 {
-        lda: a.stride_i64(0)?,
-        ldd: d.stride_i64(0)?,
+        lda: a.leading_dim()?,
+        ldd: d.leading_dim()?,
         a: target.admit("a", &a.mem)?.skip("a", a.offset as u64)?,
         weight: target.admit("weight", w.mem)?,
         alpha: target.admit("alpha", alpha)?,
