@@ -976,3 +976,22 @@ fn a_module_is_unloaded_only_after_the_streams_drained_and_no_capture_is_open() 
     drop(graph);
     no_violations(s);
 }
+
+/// A GLOBAL-mode capture forbids graphsafe's potentially unsafe calls on every thread: loading a
+/// module (cuModuleLoadData allocates device memory for its code) is refused like an allocation,
+/// and the capture survives. (Before, only cuMemAlloc went through the gate. Found in review.)
+#[test]
+fn a_module_load_is_refused_on_any_thread_while_a_global_capture_is_open() {
+    use graphsafe::graph::CaptureMode;
+    use graphsafe::ops::testing::TestKernels;
+    let (_g, s) = exclusive();
+    let ctx = Context::new(1).expect("the stand-in's device 1");
+    let mut stream = Stream::new(&ctx).unwrap();
+    let cap = stream.begin_capture(CaptureMode::Global).unwrap();
+    let elsewhere = std::thread::spawn(|| TestKernels::load(&Context::new(0).unwrap()).map(drop)).join().unwrap();
+    assert!(matches!(elsewhere, Err(graphsafe::Error::StreamCapturing { .. })), "a module load during a GLOBAL capture: {elsewhere:?}");
+    let graph = cap.end().expect("the capture survived");
+    assert_eq!(graph.node_kinds().unwrap(), vec![]);
+    TestKernels::load(&ctx).expect("allowed again once the capture is over");
+    no_violations(s);
+}

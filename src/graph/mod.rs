@@ -55,8 +55,9 @@ pub(crate) struct KeepList {
 /// Which other threads' calls a capture forbids (after the driver's `CUstreamCaptureMode`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum CaptureMode {
-    /// graphsafe refuses its own potentially unsafe calls (allocations: `StreamCapturing`) on
-    /// every thread while this capture is open, as well as the capturing thread's.
+    /// graphsafe refuses its own potentially unsafe calls (allocations, module loads, cuDNN handle
+    /// creation and plan building: `StreamCapturing`) on every thread while this capture is open,
+    /// as well as the capturing thread's.
     ///
     /// The driver capture itself is begun thread-local: NVIDIA's driver 580 (CUDA 13.0, seen on
     /// an H200) crashes inside libcuda (SIGSEGV in `cuGraphExecDestroy`, `cuGraphInstantiate`,

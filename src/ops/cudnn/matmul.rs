@@ -486,10 +486,10 @@ impl RawExecutor {
         check_arch(dnn, &p)?;
         let want = plan_of(dnn, &p)?.info();
         let _current = dnn.ctx.enter()?;
-        let handle = Handle::new(dnn.api)?;
+        let handle = super::may_allocate(|| Handle::new(dnn.api))?;
         let graph = Arc::new(p.graph(dnn.api, &handle)?);
         // The same engine on this handle: among the candidates autotune chooses from, else the first.
-        let cands = backend::build_plans(dnn.api, &handle, &graph, 32)?;
+        let cands = super::may_allocate(|| backend::build_plans(dnn.api, &handle, &graph, 32))?;
         let at = cands.iter().position(|c| c.engine == want.engine && c.workspace_bytes == want.workspace_bytes).unwrap_or(0);
         let plan = cands.into_iter().nth(at).ok_or_else(|| Error::invalid("plan", "an execution plan", "none"))?;
         let pack = backend::VariantPack::new(dnn.api, &plan, &ptrs, ws)?;

@@ -150,6 +150,13 @@ pub struct Cudnn {
     state: Mutex<State>,
 }
 
+/// Runs a cuDNN call that may allocate device memory (creating a handle, building plans) unless
+/// a GLOBAL-mode capture is open in the process: then `StreamCapturing`, nothing called, as for
+/// graphsafe's own allocations (`driver::memory::outside_global_capture`).
+pub(crate) fn may_allocate<T>(f: impl FnOnce() -> Result<T>) -> Result<T> {
+    crate::driver::memory::outside_global_capture(f)
+}
+
 static REGISTRY: Lazy<Mutex<Vec<Arc<Cudnn>>>> = Lazy::new(|| Mutex::new(Vec::new()));
 
 impl std::fmt::Debug for Cudnn {
@@ -169,7 +176,9 @@ impl Cudnn {
             return Ok(d.clone());
         }
         let _current = ctx.enter()?;
-        let handle = Handle::new(api)?;
+        // cudnnCreate allocates device memory: refused like an allocation while a GLOBAL-mode
+        // capture is open anywhere in the process (the capture survives).
+        let handle = may_allocate(|| Handle::new(api))?;
         let dnn = Arc::new(Cudnn {
             api,
             ctx: ctx.clone(),
@@ -240,7 +249,7 @@ impl Cudnn {
         }
         let _current = self.ctx.enter()?;
         let g = Arc::new(graph(self.api, &s.handle)?);
-        let exec = backend::build_plans(self.api, &s.handle, &g, 1)?.remove(0);
+        let exec = may_allocate(|| backend::build_plans(self.api, &s.handle, &g, 1))?.remove(0);
         let plan = Arc::new(Plan::new(exec, false));
         s.plans.insert(key.clone(), plan.clone());
         Ok(plan)
@@ -251,7 +260,7 @@ impl Cudnn {
         let s = self.lock();
         let _current = self.ctx.enter()?;
         let g = Arc::new(graph(self.api, &s.handle)?);
-        Ok(backend::build_plans(self.api, &s.handle, &g, max)?.into_iter().map(|e| Arc::new(Plan::new(e, true))).collect())
+        Ok(may_allocate(|| backend::build_plans(self.api, &s.handle, &g, max))?.into_iter().map(|e| Arc::new(Plan::new(e, true))).collect())
     }
 
     /// Makes `plan` the cached plan of `key`; the one it replaces is retired, never freed.
