@@ -995,3 +995,49 @@ fn a_module_load_is_refused_on_any_thread_while_a_global_capture_is_open() {
     TestKernels::load(&ctx).expect("allowed again once the capture is over");
     no_violations(s);
 }
+
+/// NVFP4 operands whose rows overlap (a row stride below the row length, more than one row) are
+/// refused by the op before anything is enqueued, naming the stride: before, they passed the
+/// op's checks and the kernel glue refused them after the op committed, when an eager W4A16 had
+/// already grown and zero-filled its workspace. (Found in review.)
+#[test]
+fn overlapping_rows_are_refused_before_anything_is_enqueued() {
+    use graphsafe::capi::*;
+    let (_g, s) = exclusive();
+    let (m, n, k) = (4i32, 256i32, 256i32);
+    let mut cx = GraphsafeContext::default();
+    let mut st = GraphsafeStream::default();
+    let mut ws = GraphsafeWorkspace::default();
+    let mut plan = GraphsafeNvfp4Plan::default();
+    // SAFETY: out-pointers to locals; handles made here; every address is a live buffer of the sizes below.
+    unsafe {
+        assert_eq!(graphsafe_context_create(0, &mut cx), GRAPHSAFE_OK);
+        assert_eq!(graphsafe_stream_create(cx, &mut st), GRAPHSAFE_OK);
+        assert_eq!(graphsafe_workspace_create(st, 0, &mut ws), GRAPHSAFE_OK);
+        assert_eq!(graphsafe_nvfp4_plan(GRAPHSAFE_ARCH_SM90, m, n, k, GRAPHSAFE_DTYPE_BF16, 132, &mut plan), GRAPHSAFE_OK);
+        let buffer = |bytes: u64| {
+            let mut b = GraphsafeBuffer::default();
+            let mut ptr = 0u64;
+            assert_eq!(graphsafe_buffer_create(st, bytes, 1, &mut b), GRAPHSAFE_OK);
+            assert_eq!(graphsafe_buffer_info(b, &mut ptr, std::ptr::null_mut()), GRAPHSAFE_OK);
+            (b, ptr)
+        };
+        let (weight, _) = buffer(plan.prepared_weight_bytes);
+        let (_, a) = buffer((m * k * 2) as u64);
+        let (_, d) = buffer((m * n * 2) as u64);
+        let (_, alpha) = buffer(4);
+        let args = GraphsafeW4a16Args { a, lda: (k / 2) as i64, weight, n, k, alpha, d, ldd: n as i64, m };
+        let r = graphsafe_nvfp4_w4a16_gemm(&args, ws, st);
+        let text = std::ffi::CStr::from_ptr(graphsafe_last_error()).to_string_lossy().into_owned();
+        assert_eq!(r, GRAPHSAFE_ERROR_INVALID_ARGUMENT, "{text}");
+        assert!(text.contains("a.strides[0]"), "{text}");
+        let mut capacity = 1u64;
+        assert_eq!(graphsafe_workspace_info(ws, &mut capacity, std::ptr::null_mut()), GRAPHSAFE_OK);
+        assert_eq!(capacity, 0, "the workspace grew for a call that was refused");
+        let out_overlap = GraphsafeW4a16Args { lda: k as i64, ldd: (n - 16) as i64, ..args };
+        assert_eq!(graphsafe_nvfp4_w4a16_gemm(&out_overlap, ws, st), GRAPHSAFE_ERROR_INVALID_ARGUMENT);
+        let text = std::ffi::CStr::from_ptr(graphsafe_last_error()).to_string_lossy().into_owned();
+        assert!(text.contains("d.strides[0]"), "{text}");
+    }
+    no_violations(s);
+}

@@ -24,7 +24,8 @@ pub(crate) fn gemm_on<M: DeviceMemory>(a: &Nvfp4Matrix<M>, b: &Nvfp4Matrix<M>, a
         return Err(Error::invalid("b.k", format!("{}, a's k", a.k), b.k));
     }
     let (dm, dn) = check_matrix("d", d, &[DType::Bf16, DType::Fp16], ctx.raw())?;
-    if dm != a.rows || dn != b.rows || d.strides[0] != dn {
+    // Dense rows (a single row's stride is never used).
+    if dm != a.rows || dn != b.rows || (dm > 1 && d.strides[0] != dn) {
         return Err(Error::invalid("d", format!("a contiguous [{}, {}]", a.rows, b.rows), format!("{:?} strides {:?}", d.shape, d.strides)));
     }
     scalar("alpha", alpha, ctx.raw())?;

@@ -188,10 +188,15 @@ pub(crate) fn half_dtype(d: DType) -> GlueDtype {
     }
 }
 
-/// Checks a row-major bf16/fp16 matrix [rows, cols] with 16-byte aligned rows.
+/// Checks a row-major bf16/fp16 matrix [rows, cols] with 16-byte aligned rows that do not overlap
+/// (the kernels take a leading dimension of at least cols, and an output's overlapping rows would
+/// race): refused here, before anything is enqueued, not by the kernel glue after the op committed.
 pub(crate) fn check_matrix<M: DeviceMemory>(name: &str, t: &Tensor<M>, types: &[DType], ctx: c::CUcontext) -> Result<(usize, usize)> {
     let ch = Check { name, t };
     ch.dtype(types)?.shape(&[None, None])?.inner_contiguous()?.aligned(16)?.in_bounds()?;
+    if t.shape[0] > 1 && t.strides[0] < t.shape[1] {
+        return Err(Error::invalid(format!("{name}.strides[0]"), format!("at least {} (one row; rows may not overlap)", t.shape[1]), t.strides[0]));
+    }
     if !ctx.is_null() {
         ch.device(ctx)?;
     }
