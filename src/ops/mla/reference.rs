@@ -34,8 +34,10 @@ pub struct HostProblem<'a> {
 }
 
 /// CPU reference in f64: (out [B, H, 512], lse [B, H]). A zero-length request gives zeros and -inf.
-/// Device data means what the kernels make of it (`graphsafe_kernels/mla.h`, "Device data"): a
-/// length is clamped into [0, page_table_stride · page_size], a page index into the cache.
+/// Device data is read as the kernels read it (`graphsafe_kernels/mla.h`, "Device data"): a
+/// negative length is an empty request, a page index is clamped into the cache. A length is
+/// clamped to page_table_stride · page_size, the most the table can name; the decode clamps to
+/// its `max_seq_len`, which may be less: compare with lengths of at most `max_seq_len`.
 /// `InvalidArgument` for host buffers shorter than the shapes they describe, a page size of 0, or
 /// a cache that is not whole pages (none, if a request has tokens).
 pub fn cpu_decode(p: &HostProblem) -> Result<(Vec<f32>, Vec<f32>)> {
