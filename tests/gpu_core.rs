@@ -162,20 +162,23 @@ fn new_and_grown_workspaces_read_zero_even_on_dirty_recycled_blocks() {
         ws.ensure_size(2 * bytes as u64, &stream).unwrap();
         assert!(ws.to_host_vec(&stream).unwrap().iter().all(|&b| b == 0), "grown workspace of {} B not zero", 2 * bytes);
     }
-    // And the kernel that depends on it: first use of a fresh workspace is correct.
+    // And a kernel that depends on it: first use of a fresh workspace is correct. Through the raw
+    // path, which does not zero the counters itself (the guarded op now does, per launch), so
+    // only the workspace's own zero-fill can make this pass.
     let k = TestKernels::load(&ctx).unwrap();
     let p = split_k_problem(&stream, SHAPE, 5);
     let dirty = DeviceBuffer::alloc(&ctx, SHAPE.workspace_bytes().next_multiple_of(256) as usize).unwrap();
     dirty.memset_u8(0x5A, &stream).unwrap();
     drop(dirty);
-    let mut ws = Workspace::new(&stream, SHAPE.workspace_bytes()).unwrap();
-    k.split_k_gemv(&p.a, &p.x, &p.y, SHAPE, &mut ws, &stream).unwrap();
+    let ws = Workspace::new(&stream, SHAPE.workspace_bytes()).unwrap();
+    // SAFETY: every address is live until the read-back below synchronizes the stream.
+    unsafe { k.split_k_gemv_raw(p.a.device_ptr(), p.x.device_ptr(), p.y.device_ptr(), SHAPE, ws.device_ptr(), stream.raw(), &ctx).unwrap() };
     assert_eq!(p.y.to_host_vec::<f32>(&stream).unwrap(), p.expected);
 }
 
 #[test]
 fn a_dirty_workspace_really_breaks_the_split_k_kernel() {
-    // The zero-fill test above can only fail if dirt matters: show that it does.
+    // The zero-fill test above (its raw launch) can only fail if dirt matters: show that it does.
     let Some((ctx, stream)) = gpu() else { return };
     let k = TestKernels::load(&ctx).unwrap();
     let p = split_k_problem(&stream, SHAPE, 9);
