@@ -272,7 +272,8 @@ fn main() {
                     let cap = stream.begin_capture(CaptureMode::ThreadLocal).unwrap();
                     for _ in 0..cb_reps {
                         for wb in &wbf {
-                            g.run_raw(&a, wb, &d, cap.stream().raw());
+                            // SAFETY: cuBLASLt launches into this capture only; nothing else captures the bench stream.
+                            g.run_raw(&a, wb, &d, unsafe { cap.stream().raw_unshared() });
                         }
                     }
                     cap.end().unwrap().instantiate().unwrap()

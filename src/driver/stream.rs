@@ -144,6 +144,7 @@ impl Stream {
     }
 
     /// The raw handle for graphsafe's own calls on it (not marking it shared).
+    /// (See also [`crate::graph::CaptureStream::raw_unshared`], the same inside a capture.)
     pub(crate) fn handle(&self) -> c::CUstream {
         self.raw
     }
@@ -263,5 +264,18 @@ impl Drop for Stream {
             })();
             log_drop_error("cuStreamDestroy", r);
         });
+    }
+}
+
+impl crate::graph::CaptureStream<'_> {
+    /// The raw handle without marking the stream shared: [`Stream::raw_unshared`]'s contract, for
+    /// code that only launches its own work into this capture (a benchmark's baseline). (Defined
+    /// here, in the driver layer, with the crate's other `unsafe`.)
+    ///
+    /// # Safety
+    /// As [`Stream::raw_unshared`]: while graphsafe replays a graph on this stream, or runs an op
+    /// on it, no capture graphsafe did not begin may be open on the handle.
+    pub unsafe fn raw_unshared(&self) -> c::CUstream {
+        self.inner().handle()
     }
 }

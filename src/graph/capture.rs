@@ -141,6 +141,11 @@ impl CaptureStream<'_> {
     pub fn raw(&self) -> c::CUstream {
         self.stream.raw()
     }
+    /// The stream itself, for the driver layer (`CaptureStream::raw_unshared` lives there, with
+    /// the crate's other `unsafe`); never handed to safe code, which would reach it eagerly.
+    pub(crate) fn inner(&self) -> &Stream {
+        self.stream
+    }
     /// The context.
     pub fn context(&self) -> &Arc<Context> {
         self.stream.context()
