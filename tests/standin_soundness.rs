@@ -953,6 +953,7 @@ fn a_module_is_unloaded_only_after_the_streams_drained_and_no_capture_is_open() 
     let (_g, s) = exclusive();
     // An engine's own context of device 1, which no other test of this binary uses: earlier tests
     // leave the primary contexts' frees deferred (a leaked capture, a stream dropped mid-capture).
+    let _init = Context::new(1).unwrap(); // the driver initialised: the engine context exists
     // SAFETY: the stand-in's engine context lives for the whole process.
     let ctx = unsafe { Context::adopt(s.engine_context(1)) }.unwrap();
     let stream = Stream::new(&ctx).unwrap();
@@ -1039,5 +1040,34 @@ fn overlapping_rows_are_refused_before_anything_is_enqueued() {
         let text = std::ffi::CStr::from_ptr(graphsafe_last_error()).to_string_lossy().into_owned();
         assert!(text.contains("d.strides[0]"), "{text}");
     }
+    no_violations(s);
+}
+
+/// A stream graphsafe made, dropped while a capture it did not begin is open on it (an engine's,
+/// on the handle taken with `Stream::raw`): it is not destroyed under that capture, which would
+/// end it and lose the engine's graph; the handle is left to the engine (logged), and the
+/// context's frees wait for a context synchronize as for any stream dropped unwaited. (Before,
+/// the drop destroyed the stream mid-capture. Found in review.)
+#[test]
+fn a_stream_dropped_during_a_capture_it_did_not_begin_is_not_destroyed_under_it() {
+    use graphsafe::sys::cuda as c;
+    use standin::engine;
+    let (_g, s) = exclusive();
+    let _init = Context::new(0).unwrap(); // the driver initialised: the engine context exists
+    // SAFETY: the stand-in's engine context lives for the whole process.
+    let ctx = unsafe { Context::adopt(s.engine_context(0)) }.unwrap();
+    let stream = Stream::new(&ctx).unwrap();
+    let raw = stream.raw();
+    let live = s.stat("live_streams");
+    // SAFETY: a live stream of ctx.
+    unsafe { engine::begin_capture(&ctx, raw) };
+    drop(stream);
+    assert_eq!(s.stat("live_streams"), live, "the stream was destroyed under the engine's capture");
+    // SAFETY: the capture begun above; then the stream, which no wrapper holds any more.
+    unsafe {
+        assert_eq!(engine::end_capture(&ctx, raw), c::CUresult::CUDA_SUCCESS, "the engine's capture was lost");
+        engine::destroy_stream(&ctx, raw);
+    }
+    ctx.synchronize().unwrap();
     no_violations(s);
 }

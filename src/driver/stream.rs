@@ -245,15 +245,22 @@ impl Drop for Stream {
         // on an adopted stream or on a raw handle taken with `raw()`): then the stream leaves the
         // list unwaited, and every later free of the context is deferred until a context
         // synchronize has waited for all its work (`FreeGate`).
-        let waited = match super::memory::synchronize_streams(&self.ctx, &[raw as usize]) {
-            Ok(waited) => waited,
+        let (waited, capturing) = match super::memory::synchronize_streams(&self.ctx, &[raw as usize]) {
+            Ok(waited) => (waited, !waited),
             Err(e) => {
                 log_drop_error("waiting for the stream before it is dropped", Err::<(), _>(e));
-                false
+                (false, false)
             }
         };
         self.ctx.unregister_stream(raw, waited, || {
             if !owned {
+                return;
+            }
+            if capturing {
+                // Destroying a stream ends the capture on it: an engine's capture on the handle
+                // `raw()` gave out would lose its graph (a leaked graphsafe capture is lost
+                // anyway). The stream is left to whoever captures it: a leak, logged.
+                log::error!("graphsafe: a stream was dropped while a capture is open on it; it is not destroyed (left to the capture's owner)");
                 return;
             }
             let r = (|| {
