@@ -434,7 +434,8 @@ typedef struct {
   int max_pages;
   /**
    * [batch, heads, 512] output (bf16, or fp16 for fp16 input). On sm100, when the plan splits
-   * the sequence, it must be dense (strides 128 * 512 and 512): INVALID_ARGUMENT otherwise.
+   * the sequence (single requests only), out_stride_head must be 512: CUTLASS's split
+   * reduction writes densely (INVALID_ARGUMENT otherwise; or ask for num_splits 1).
    */
   uint64_t out;
   /**

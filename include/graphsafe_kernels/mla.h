@@ -198,9 +198,8 @@ typedef struct GsMlaDecodeArgs {
   /** [batch, page_table_stride] int32 page indices, device data, any value (see "Device data" above). */
   const int32_t* page_table;
   int32_t page_table_stride;
-  /** [batch, num_heads, 512]; the sm100 decode with num_splits > 1 takes only the dense layout
-   *  (out_stride_head 512, and out_stride_batch 128 * 512 when batch > 1): CUTLASS's split
-   *  reduction writes it densely whatever the strides. */
+  /** [batch, num_heads, 512]; the sm100 decode with num_splits > 1 (single requests only) takes
+   *  only out_stride_head 512: CUTLASS's split reduction writes out densely whatever the strides. */
   void* out;
   int64_t out_stride_batch;
   int64_t out_stride_head;

@@ -92,7 +92,8 @@ pub struct GraphsafeMlaDecodeArgs {
     /// Columns of page_table (its row stride).
     pub max_pages: c_int,
     /// [batch, heads, 512] output (bf16, or fp16 for fp16 input). On sm100, when the plan splits
-    /// the sequence, it must be dense (strides 128 * 512 and 512): INVALID_ARGUMENT otherwise.
+    /// the sequence (single requests only), out_stride_head must be 512: CUTLASS's split
+    /// reduction writes densely (INVALID_ARGUMENT otherwise; or ask for num_splits 1).
     pub out: u64,
     /// Stride between requests.
     pub out_stride_batch: i64,

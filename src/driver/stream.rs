@@ -66,9 +66,11 @@ impl Stream {
     /// capture on it *during* a graphsafe call on it on another thread (every graphsafe call on an
     /// adopted stream, replays included, asks the driver first and refuses a capture it did not
     /// begin, but cannot see one that starts between that question and its own enqueue). Frees of
-    /// graphsafe memory in `ctx` wait for every graphsafe stream of it, this one included: work
-    /// on it that waits for the host (`cuStreamWaitValue32`, a collective) must not wait for
-    /// something the freeing thread does only after the free, or the free never returns.
+    /// graphsafe memory in `ctx`, and the unload of a module whose last holder goes (a
+    /// `TestKernels`, a graph that launched its kernels), wait for every graphsafe stream of it,
+    /// this one included: work on it that waits for the host (`cuStreamWaitValue32`, a
+    /// collective) must not wait for something the freeing thread does only after the free, or the
+    /// free never returns.
     ///
     /// Refused (`InvalidArgument`): the legacy and per-thread default streams, and a handle another
     /// graphsafe `Stream` (created or adopted, C ABI handles included) already wraps: two wrappers

@@ -294,10 +294,11 @@ __global__ void __launch_bounds__(kThreads, 1)
     for (int i = w; i < sr.n; i += 2) {
       const int seq = seq0 + i, slot = seq % L::kSlots;
       const uint8_t* raw = ring + slot * L::kRawTile;
-      // The slot's previous tile (seq - kSlots) went to the other warpgroup (kSlots is odd), so
-      // this one never waited on that phase of full[slot]: if its copy were still in flight (bulk
-      // copies may complete out of order), the parity wait below would see the phase before it as
-      // ours and pass at once. So first wait for that tile's release (empty[slot], as the producer
+      // The slot's previous tile (seq - kSlots) went to the other warpgroup (kSlots is odd; in
+      // the rerun's first tiles it may have been this one's), so this warpgroup may never have
+      // waited on that phase of full[slot]: if its copy were still in flight (bulk copies may
+      // complete out of order), the parity wait below would see the phase before it as ours and
+      // pass at once. So first wait for that tile's release (empty[slot], as the producer
       // does before refilling the slot): then full[slot] is at this tile's phase. Free in practice:
       // this tile cannot land before that release anyway. (Found in review; not yet seen on a GPU.)
       if (seq >= L::kSlots) mbar_wait(empty0 + 8 * slot, ((seq / L::kSlots) - 1) & 1);

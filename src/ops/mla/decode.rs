@@ -164,8 +164,9 @@ pub struct MlaDecodeArgs<M> {
     /// decode writes into the workspace.
     pub page_table: Tensor<M>,
     /// [B, H, 512]: bf16 for bf16/fp8 inputs, fp16 for fp16. Any strides with an inner stride of
-    /// 1, except on sm100 when the plan splits the sequence: then dense ([H·512, 512, 1]), since
-    /// CUTLASS's split reduction writes it densely (refused otherwise, naming `out.strides`).
+    /// 1, except on sm100 when the plan splits the sequence (single requests only): then a head
+    /// stride of 512, since CUTLASS's split reduction writes densely (refused otherwise, naming
+    /// `out.strides`; `num_splits: Some(1)` takes any strides).
     pub out: Tensor<M>,
     /// [B, H] f32 log-sum-exp, optional.
     pub lse: Option<Tensor<M>>,
@@ -341,7 +342,7 @@ impl<M: DeviceMemory> MlaDecodeArgs<M> {
                 if p.num_splits > 1 && (sh != LATENT_DIM || (batch > 1 && sb != heads * LATENT_DIM)) {
                     return Err(Error::invalid(
                         "out.strides",
-                        format!("[{}, {LATENT_DIM}, 1] (dense) when the sm100 decode splits the sequence ({} splits): CUTLASS's split reduction ignores strides", heads * LATENT_DIM, p.num_splits),
+                        format!("[{}, {LATENT_DIM}, 1] (dense) when the sm100 decode splits the sequence ({} splits; CUTLASS's split reduction ignores strides), or num_splits 1", heads * LATENT_DIM, p.num_splits),
                         format!("{:?}", self.out.strides),
                     ));
                 }
