@@ -463,22 +463,27 @@ pub fn matmul_raw(dnn: &Cudnn, problem: &MatmulProblem, ptrs: [DeviceSpan; 3], w
 #[doc(hidden)]
 /// The floor the safe path is measured against (benches/cudnn.rs): a plan on a handle of its own,
 /// a prebuilt variant pack and a bare `cudnnBackendExecute`, with no validation, lookup, lock or
-/// stream check per call. Not `Sync`: its handle is used by one thread at a time.
-pub struct RawExecutor {
+/// stream check per call beyond one atomic load. It borrows its stream, so the stream can neither
+/// be dropped nor captured (`Stream::capture` takes it mutably) while the executor lives: its
+/// executes can never land in a capture, whose graph would keep neither the plan nor the handle.
+/// Neither `Send` nor `Sync`: its handle belongs to the creating thread's context.
+pub struct RawExecutor<'s> {
     // Dropped in declaration order: the pack and the plan before the handle that made them.
     pack: backend::VariantPack,
     plan: backend::ExecPlan,
     handle: Handle,
     _dnn: Arc<Cudnn>,
+    stream: &'s Stream,
+    _one_thread: std::marker::PhantomData<*const ()>,
 }
 
-impl RawExecutor {
+impl<'s> RawExecutor<'s> {
     #[doc(hidden)]
     /// Builds the floor for `problem` with the engine [`matmul`] runs for it (the cached plan's,
     /// autotuned or not), bound to `stream`; the spans are checked against the plan as for
     /// [`matmul_raw`], once. The caller's promise for them ([`DeviceSpan::from_raw`]) must hold for
     /// as long as the executor is used.
-    pub fn new(dnn: &Arc<Cudnn>, problem: &MatmulProblem, ptrs: [DeviceSpan; 3], ws: DeviceSpan, stream: &Stream) -> Result<RawExecutor> {
+    pub fn new(dnn: &Arc<Cudnn>, problem: &MatmulProblem, ptrs: [DeviceSpan; 3], ws: DeviceSpan, stream: &'s Stream) -> Result<RawExecutor<'s>> {
         dnn.same_context(stream.context())?;
         stream.ensure_eager()?;
         let p = problem.normalized();
@@ -494,12 +499,17 @@ impl RawExecutor {
         let plan = cands.into_iter().nth(at).ok_or_else(|| Error::invalid("plan", "an execution plan", "none"))?;
         let pack = backend::VariantPack::new(dnn.api, &plan, &ptrs, ws)?;
         handle.set_stream(stream.handle())?;
-        Ok(RawExecutor { pack, plan, handle, _dnn: dnn.clone() })
+        Ok(RawExecutor { pack, plan, handle, _dnn: dnn.clone(), stream, _one_thread: std::marker::PhantomData })
     }
 
     #[doc(hidden)]
-    /// One bare `cudnnBackendExecute`; returns the raw status (0 on success).
+    /// One bare `cudnnBackendExecute`; returns the raw status (0 on success), or `u32::MAX`
+    /// without executing when a graphsafe capture is open on the stream (one leaked with
+    /// `mem::forget`: the borrow rules out any other).
     pub fn call(&self) -> u32 {
+        if self.stream.ensure_no_open_capture().is_err() {
+            return u32::MAX;
+        }
         match self.handle.execute_pack(&self.plan, &self.pack) {
             Ok(()) => 0,
             Err(Error::Cudnn { status, .. }) => status as u32,
