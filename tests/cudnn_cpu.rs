@@ -300,3 +300,38 @@ fn nvfp4_needs_blackwell_then_cudnn_9_7_and_says_so() {
     assert!(matches!(Nvfp4Problem::new(1, 16, 40, DType::Bf16).validate(), Err(Error::InvalidArgument { what, .. }) if what == "k"));
     assert!(matches!(Nvfp4Problem::new(1, 16, 64, DType::Fp8E4m3).validate(), Err(Error::InvalidArgument { what, .. }) if what == "c.dtype"));
 }
+
+/// The NVFP4 matmul's output may not overlap an operand it reads (the packed values, their
+/// scales, alpha): the execute would read what it is writing, a race whose result depends on
+/// timing. Refused naming `c`, as the bf16/fp8 matmul already refused C over A or B. (Found in
+/// review.)
+#[test]
+fn the_nvfp4_output_may_not_overlap_what_it_reads() {
+    use graphsafe::ops::cudnn::Nvfp4MatmulArgs;
+    let p = Nvfp4Problem::new(128, 256, 256, DType::Bf16);
+    let c_bytes = 128 * 256 * 2;
+    let good = Nvfp4MatmulArgs {
+        problem: p,
+        a: mem(0, p.a_bytes()),
+        a_scale: mem(1, p.a_scale_bytes()),
+        b: mem(2, p.b_bytes()),
+        b_scale: mem(3, p.b_scale_bytes()),
+        alpha: mem(4, 4),
+        c: Tensor::contiguous(mem(5, c_bytes), DType::Bf16, &[128, 256]),
+    };
+    good.validate(std::ptr::null_mut()).expect("disjoint operands");
+    // C laid over each operand in turn (C's memory starting at the operand's address).
+    let over = |at: Fake| Tensor::contiguous(Fake { ptr: at.ptr, len: c_bytes }, DType::Bf16, &[128, 256]);
+    for (name, args) in [
+        ("a", Nvfp4MatmulArgs { c: over(good.a), ..good.clone() }),
+        ("a_scale", Nvfp4MatmulArgs { c: over(good.a_scale), ..good.clone() }),
+        ("b", Nvfp4MatmulArgs { c: over(good.b), ..good.clone() }),
+        ("b_scale", Nvfp4MatmulArgs { c: over(good.b_scale), ..good.clone() }),
+        ("alpha", Nvfp4MatmulArgs { c: over(good.alpha), ..good.clone() }),
+    ] {
+        match args.validate(std::ptr::null_mut()) {
+            Err(Error::InvalidArgument { what, expected, .. }) => assert!(what == "c" && expected.ends_with(name), "{name}: {what} / {expected}"),
+            other => panic!("C over {name}: expected InvalidArgument, got {other:?}"),
+        }
+    }
+}

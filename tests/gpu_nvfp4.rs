@@ -676,7 +676,7 @@ fn a_single_row_takes_any_row_stride() {
     let Some((ctx, stream)) = gpu() else { return };
     let (k, n) = (512usize, 256usize);
     // Quantize (every arch): a row of x with row stride 3.
-    let (bits, xf) = to_bits(&inputs(1, k, 77, DType::Bf16), DType::Bf16);
+    let (bits, xf) = to_bits(&random_f32(k, 77), DType::Bf16);
     let xb = DeviceBuffer::from_host(&stream, &bits).unwrap();
     let gs = DeviceBuffer::from_host(&stream, &[r::global_scale(&xf)]).unwrap();
     let quantized = |x: &Tensor<&DeviceBuffer>| {

@@ -240,6 +240,11 @@ impl<M: DeviceMemory> Nvfp4MatmulArgs<M> {
         if !ctx.is_null() {
             ch.device(ctx)?;
         }
+        // C may not overlap what the execute reads: the result would depend on timing.
+        for (name, mem, need) in bufs {
+            let start = mem.device_ptr();
+            crate::ops::tensor::refuse_overlap(("c", self.c.byte_range()), (name, Some((start, start + need as u64))))?;
+        }
         Ok(())
     }
 }
