@@ -1071,3 +1071,70 @@ fn a_stream_dropped_during_a_capture_it_did_not_begin_is_not_destroyed_under_it(
     ctx.synchronize().unwrap();
     no_violations(s);
 }
+
+/// An operand lying in the workspace the same call uses is refused before anything is enqueued:
+/// the kernels write scratch there (split partials) while reading the operand. Safe Rust cannot
+/// build one; a C caller can, with the address graphsafe_workspace_info reports. Here q_nope of an
+/// MLA decode that splits (so it uses the workspace) starts at the workspace's first byte.
+/// (Before, only out and lse were checked against the workspace, by the MLA op alone.)
+#[test]
+fn an_operand_inside_the_workspace_of_the_same_call_is_refused() {
+    use graphsafe::capi::*;
+    if standin::real_driver_present() {
+        // Before the fix this call reached the kernel glue, whose CUDA runtime would open the real
+        // driver with the stand-in's handles.
+        eprintln!("SKIP: a real driver is present (see standin::real_driver_present)");
+        return;
+    }
+    let (_g, s) = exclusive();
+    let (heads, page, pages) = (16i64, 64i64, 64i64);
+    let mut cx = GraphsafeContext::default();
+    let mut st = GraphsafeStream::default();
+    let mut ws = GraphsafeWorkspace::default();
+    let mut ws_ptr = 0u64;
+    // SAFETY: out-pointers to locals; handles made here; every address a live buffer (or inside
+    // the live workspace) of at least the bytes the arguments describe.
+    unsafe {
+        assert_eq!(graphsafe_context_create(0, &mut cx), GRAPHSAFE_OK);
+        assert_eq!(graphsafe_stream_create(cx, &mut st), GRAPHSAFE_OK);
+        assert_eq!(graphsafe_workspace_create(st, 32 << 20, &mut ws), GRAPHSAFE_OK);
+        assert_eq!(graphsafe_workspace_info(ws, std::ptr::null_mut(), &mut ws_ptr), GRAPHSAFE_OK);
+        let buffer = |bytes: u64| {
+            let mut b = GraphsafeBuffer::default();
+            let mut ptr = 0u64;
+            assert_eq!(graphsafe_buffer_create(st, bytes, 1, &mut b), GRAPHSAFE_OK);
+            assert_eq!(graphsafe_buffer_info(b, &mut ptr, std::ptr::null_mut()), GRAPHSAFE_OK);
+            ptr
+        };
+        let args = GraphsafeMlaDecodeArgs {
+            dtype: GRAPHSAFE_DTYPE_BF16,
+            batch: 1,
+            num_heads: heads as i32,
+            q_nope: ws_ptr,
+            q_nope_stride_batch: heads * 512,
+            q_nope_stride_head: 512,
+            q_pe: buffer((heads * 64 * 2) as u64),
+            q_pe_stride_batch: heads * 64,
+            q_pe_stride_head: 64,
+            kv_cache: buffer((pages * page * 576 * 2) as u64),
+            num_pages: pages as i32,
+            page_size: page as i32,
+            seq_lens: buffer(4),
+            page_table: buffer((pages * 4) as u64),
+            max_pages: pages as i32,
+            out: buffer((heads * 512 * 2) as u64),
+            out_stride_batch: heads * 512,
+            out_stride_head: 512,
+            lse: buffer((heads * 4) as u64),
+            sm_scale: 0.0721,
+            max_seq_len: (pages * page) as i32,
+            num_splits: 0,
+        };
+        let mut plan = GraphsafeMlaPlan::default();
+        let r = graphsafe_mla_decode(&args, ws, st, &mut plan);
+        let text = std::ffi::CStr::from_ptr(graphsafe_last_error()).to_string_lossy().into_owned();
+        assert_eq!(r, GRAPHSAFE_ERROR_INVALID_ARGUMENT, "{text}");
+        assert!(text.contains("q_nope") && text.contains("workspace"), "{text}");
+    }
+    no_violations(s);
+}

@@ -70,15 +70,45 @@ impl<'a> CaptureSite<'a> {
     }
 }
 
+/// The memory one op call was given, as [`Target::commit`] checks it: every admitted operand's
+/// span, and the workspace's. No operand may lie in the workspace the same call uses (the kernels
+/// write scratch there while reading or writing the operand: a race). Safe Rust cannot build such
+/// an operand; a C caller can, with an address from graphsafe_workspace_info.
+#[derive(Default)]
+pub(crate) struct Spans {
+    operands: Vec<(String, u64, u64)>,
+    workspace: Option<(u64, u64)>,
+}
+
+impl Spans {
+    fn operand(&mut self, what: &str, s: &DeviceSpan) {
+        self.operands.push((what.to_string(), s.ptr(), s.ptr().saturating_add(s.len())));
+    }
+    fn check(&self) -> Result<()> {
+        if let Some((w0, w1)) = self.workspace {
+            for (what, start, end) in &self.operands {
+                if *start < w1 && w0 < *end {
+                    return Err(Error::invalid(
+                        what.as_str(),
+                        "memory outside the workspace this call uses (its kernels write scratch there)",
+                        format!("[{start:#x}, {end:#x}) overlapping the workspace [{w0:#x}, {w1:#x})"),
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
 /// Where one op call's work goes. Made per call; see the module docs for the rules.
 pub(crate) enum Target<'a> {
     /// On a stream, now; the workspace (if the op has one) grows when it must. `using` holds the
     /// workspace buffer's use order from [`Target::workspace`] until the target drops (after the
     /// op enqueued its work: the drop records the use); [`Target::commit`] orders the use after
     /// the buffer's previous one.
-    Eager { stream: &'a Stream, ws: Option<&'a mut Workspace>, using: Option<UseToken<'a>> },
+    Eager { stream: &'a Stream, ws: Option<&'a mut Workspace>, using: Option<UseToken<'a>>, spans: Spans },
     /// Into a capture; the workspace is the view bound to it and never grows.
-    Captured { site: CaptureSite<'a>, ws: Option<&'a WorkspaceView>, pending: Vec<Arc<Allocation>> },
+    Captured { site: CaptureSite<'a>, ws: Option<&'a WorkspaceView>, pending: Vec<Arc<Allocation>>, spans: Spans },
 }
 
 impl<'a> Target<'a> {
@@ -90,7 +120,7 @@ impl<'a> Target<'a> {
                 return Err(Error::invalid("workspace", "a workspace of the stream's device", "a workspace of another context"));
             }
         }
-        Ok(Target::Eager { stream, ws, using: None })
+        Ok(Target::Eager { stream, ws, using: None, spans: Spans::default() })
     }
 
     /// A captured target: the workspace view must belong to this capture and device.
@@ -98,7 +128,7 @@ impl<'a> Target<'a> {
         if let Some(w) = ws {
             site.admit_workspace(w)?;
         }
-        Ok(Target::Captured { site, ws, pending: Vec::new() })
+        Ok(Target::Captured { site, ws, pending: Vec::new(), spans: Spans::default() })
     }
 
     /// The stream the work is enqueued on.
@@ -143,7 +173,15 @@ impl<'a> Target<'a> {
         // The memory is of this target's context; graphsafe's own allocations are borrowed for
         // the call (eager: their frees wait for graphsafe's streams) or kept by the capture, and
         // caller memory (the C ABI) is vouched for by its entry point's contract.
-        Ok(DeviceSpan::vouched(m.device_ptr(), m.len() as u64))
+        let span = DeviceSpan::vouched(m.device_ptr(), m.len() as u64);
+        self.spans().operand(what, &span);
+        Ok(span)
+    }
+
+    fn spans(&mut self) -> &mut Spans {
+        match self {
+            Target::Eager { spans, .. } | Target::Captured { spans, .. } => spans,
+        }
     }
 
     /// The workspace to launch with, for `needed` bytes (its span holds the whole capacity):
@@ -151,7 +189,7 @@ impl<'a> Target<'a> {
     /// `WorkspaceTooSmall` naming both sizes. No workspace and `needed == 0`: the empty span.
     pub(crate) fn workspace(&mut self, needed: u64) -> Result<DeviceSpan> {
         let (ptr, capacity): (DevicePtr, u64) = match self {
-            Target::Eager { stream, ws: Some(ws), using } => {
+            Target::Eager { stream, ws: Some(ws), using, .. } => {
                 // A second call of the same op lets its first hold go first.
                 *using = None;
                 let ptr = ws.prepare(needed, stream)?;
@@ -175,6 +213,9 @@ impl<'a> Target<'a> {
         };
         // The workspace's current buffer: borrowed mutably for the call (eager), or fixed for the
         // capture and kept by it (captured).
+        if capacity > 0 {
+            self.spans().workspace = Some((ptr, ptr.saturating_add(capacity)));
+        }
         Ok(DeviceSpan::vouched(ptr, capacity))
     }
 
@@ -197,11 +238,12 @@ impl<'a> Target<'a> {
         crate::driver::memory::memset_u8_raw(ptr, 0, bytes, self.stream())
     }
 
-    /// Captured: records, in the capture, every allocation admitted so far. Eager: orders the use
-    /// of the workspace buffer after its previous use (a stream wait when that was on another
-    /// stream). Call it after the last check and before the first enqueue: a refusal before it
+    /// Refuses an operand lying in the workspace this call uses ([`Spans`]). Then, captured:
+    /// records, in the capture, every allocation admitted so far. Eager: orders the use of the
+    /// workspace buffer after its previous use (a stream wait when that was on another stream). Call it after the last check and before the first enqueue: a refusal before it
     /// leaves the capture untouched and the stream without anything enqueued.
     pub(crate) fn commit(&mut self) -> Result<()> {
+        self.spans().check()?;
         match self {
             Target::Captured { site, pending, .. } => {
                 for a in pending.drain(..) {
