@@ -235,7 +235,9 @@ impl Context {
     ///
     /// After a stream was dropped while it could not be waited for (an engine's capture was open
     /// on it), frees of this context are deferred until this has waited for all of the context's
-    /// work; it then gives them back.
+    /// work; it then gives them back. Captures graphsafe did not begin are not seen: by CUDA's
+    /// rules the wait invalidates an engine's GLOBAL-mode captures on other threads and its
+    /// non-relaxed captures on this one, so do not call it while the engine captures.
     pub fn synchronize(&self) -> Result<()> {
         let mut gate = self.free_gate();
         if gate.open_captures > 0 {

@@ -184,7 +184,10 @@ impl DeviceBuffer {
     /// setting up, not per step. See the module docs for why cudarc's event tracking needs nothing
     /// more. Refused: an empty slice, a slice of another context, a size that overflows `usize`, a
     /// slice whose stream is being captured, and (`StreamCapturing`) any graphsafe capture open in
-    /// the context, whose capture the context-wide wait would invalidate.
+    /// the context, whose capture the context-wide wait would invalidate. A capture graphsafe did
+    /// not begin is the caller's to keep clear of it: by CUDA's rules the context-wide wait
+    /// invalidates the engine's own GLOBAL-mode captures on other threads, and its non-relaxed
+    /// captures on this one.
     pub fn from_cudarc<T: 'static>(ctx: &Arc<Context>, slice: impl Into<Arc<CudaSlice<T>>>) -> Result<DeviceBuffer> {
         one_driver()?;
         let slice: Arc<CudaSlice<T>> = slice.into();
