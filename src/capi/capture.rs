@@ -131,8 +131,10 @@ fn finish(capture: GraphsafeCapture, keep_graph: bool) -> Result<Option<Graph>, 
         let state = cs.as_mut().ok_or_else(|| closed("capture", capture.id))?;
         let ended = state.cap.end();
         if state.cap.is_open() {
-            // The driver still captures: nothing changed, the handle stays valid.
-            return Err(ended.err().map(Fail::from).unwrap_or_else(|| busy("the capture is still open".into())));
+            // The driver still captures: nothing changed, the handle stays valid. Always BUSY, so
+            // a caller can tell this from a failed end that consumed the handle (DRIVER et al.).
+            let why = ended.err().map_or_else(String::new, |e| format!(": {e}"));
+            return Err(busy(format!("the capture is still open and its handle still valid{why}")));
         }
         let done = cs.take().expect("checked above");
         for (_, w, _) in &done.bound {
@@ -155,9 +157,10 @@ fn finish(capture: GraphsafeCapture, keep_graph: bool) -> Result<Option<Graph>, 
 }
 
 /// Ends the capture; `out` receives the graph. On GRAPHSAFE_ERROR_CAPTURE_INVALIDATED no graph is
-/// made. Either way the capture handle is consumed, bound workspaces are released and the stream
-/// is usable again — except when the driver keeps the capture open (a THREAD_LOCAL/GLOBAL capture
-/// ended from another thread): then nothing changes and the handle stays valid.
+/// made. GRAPHSAFE_ERROR_BUSY means the driver keeps the capture open (a THREAD_LOCAL/GLOBAL
+/// capture ended from another thread): nothing changed and the handle stays valid; end it from the
+/// thread that began it. Every other status (OK included) consumes the handle: bound workspaces
+/// are released and the stream is usable again.
 ///
 /// # Safety
 /// `out` is null (refused) or points to a writable `GraphsafeGraph`. Thread-safe.
@@ -174,7 +177,8 @@ pub unsafe extern "C" fn graphsafe_capture_end(capture: GraphsafeCapture, out: *
     })
 }
 
-/// Abandons a capture: ends it, discards the graph, releases bound workspaces.
+/// Abandons a capture: ends it, discards the graph, releases bound workspaces. GRAPHSAFE_ERROR_BUSY,
+/// as for `graphsafe_capture_end`: the driver keeps the capture open and the handle stays valid.
 ///
 /// # Safety
 /// None (any value is checked). Thread-safe.
