@@ -1138,3 +1138,139 @@ fn an_operand_inside_the_workspace_of_the_same_call_is_refused() {
     }
     no_violations(s);
 }
+
+/// A C caller's capture end from the wrong thread: the driver keeps a THREAD_LOCAL capture open,
+/// so the status must be BUSY (the handle still valid), distinct from the DRIVER status of a failed
+/// end that consumed the handle. On the old code it was DRIVER, which tells the caller to drop the
+/// handle: the capture then stayed open for good (its stream busy, every free of the context
+/// deferred). Ending it from the thread that began it then succeeds.
+#[test]
+fn a_capture_end_from_the_wrong_thread_is_busy_and_keeps_the_handle() {
+    use graphsafe::capi::*;
+    let (_g, s) = exclusive();
+    let mut cx = GraphsafeContext::default();
+    let mut st = GraphsafeStream::default();
+    assert_eq!(unsafe { graphsafe_context_create(0, &mut cx) }, GRAPHSAFE_OK);
+    assert_eq!(unsafe { graphsafe_stream_create(cx, &mut st) }, GRAPHSAFE_OK);
+    let mut cap = GraphsafeCapture::default();
+    assert_eq!(unsafe { graphsafe_capture_begin(st, GRAPHSAFE_CAPTURE_THREAD_LOCAL, &mut cap) }, GRAPHSAFE_OK);
+    for destroy in [false, true] {
+        let (r, text) = std::thread::spawn(move || {
+            let r = if destroy {
+                unsafe { graphsafe_capture_destroy(cap) }
+            } else {
+                let mut g = GraphsafeGraph::default();
+                unsafe { graphsafe_capture_end(cap, &mut g) }
+            };
+            (r, unsafe { std::ffi::CStr::from_ptr(graphsafe_last_error()) }.to_string_lossy().into_owned())
+        })
+        .join()
+        .unwrap();
+        let what = if destroy { "graphsafe_capture_destroy" } else { "graphsafe_capture_end" };
+        assert_eq!(r, GRAPHSAFE_ERROR_BUSY, "{what} from another thread: {text}");
+        assert!(text.contains("still open"), "{what}: the error does not say the capture is still open: {text}");
+    }
+    let mut g = GraphsafeGraph::default();
+    assert_eq!(unsafe { graphsafe_capture_end(cap, &mut g) }, GRAPHSAFE_OK, "the handle was lost");
+    assert_eq!(unsafe { graphsafe_graph_destroy(g) }, GRAPHSAFE_OK);
+    assert_eq!(unsafe { graphsafe_stream_synchronize(st) }, GRAPHSAFE_OK);
+    assert_eq!(unsafe { graphsafe_stream_destroy(st) }, GRAPHSAFE_OK);
+    assert_eq!(unsafe { graphsafe_context_destroy(cx) }, GRAPHSAFE_OK);
+    no_violations(s);
+}
+
+/// The address of a graphsafe buffer destroyed while a capture of its context is open: its free
+/// waits for the capture to end, so the driver still reports it allocated, but it is dead. Passed
+/// to a captured op as a raw pointer it must be refused (INVALID_ARGUMENT, nothing captured); on
+/// the old code it passed as the caller's own memory, the capture kept nothing alive, and the
+/// graph's replays wrote into memory freed when the capture ended. The same for an old workspace
+/// address after the workspace grew during a capture on another stream.
+#[test]
+fn a_destroyed_buffer_whose_free_waits_for_a_capture_is_refused_as_a_raw_pointer() {
+    use graphsafe::capi::*;
+    let (_g, s) = exclusive();
+    let mut cx = GraphsafeContext::default();
+    let mut st = [GraphsafeStream::default(); 2];
+    assert_eq!(unsafe { graphsafe_context_create(0, &mut cx) }, GRAPHSAFE_OK);
+    for x in &mut st {
+        assert_eq!(unsafe { graphsafe_stream_create(cx, x) }, GRAPHSAFE_OK);
+    }
+    let buffer = |bytes: u64| {
+        let mut b = GraphsafeBuffer::default();
+        assert_eq!(unsafe { graphsafe_buffer_create(st[0], bytes, 1, &mut b) }, GRAPHSAFE_OK);
+        let mut ptr = 0u64;
+        assert_eq!(unsafe { graphsafe_buffer_info(b, &mut ptr, std::ptr::null_mut()) }, GRAPHSAFE_OK);
+        (b, ptr)
+    };
+    let (heads, page) = (16i64, 64i64);
+    let (out_b, out) = buffer((heads * 512 * 2) as u64);
+    let mut keep = Vec::new();
+    let mut buf = |bytes: i64| {
+        let (b, p) = buffer(bytes as u64);
+        keep.push(b);
+        p
+    };
+    let args = GraphsafeMlaDecodeArgs {
+        dtype: GRAPHSAFE_DTYPE_BF16,
+        batch: 1,
+        num_heads: heads as i32,
+        q_nope: buf(heads * 512 * 2),
+        q_nope_stride_batch: heads * 512,
+        q_nope_stride_head: 512,
+        q_pe: buf(heads * 64 * 2),
+        q_pe_stride_batch: heads * 64,
+        q_pe_stride_head: 64,
+        kv_cache: buf(page * 576 * 2),
+        num_pages: 1,
+        page_size: page as i32,
+        seq_lens: buf(4),
+        page_table: buf(4),
+        max_pages: 1,
+        out,
+        out_stride_batch: heads * 512,
+        out_stride_head: 512,
+        lse: buf(heads * 4),
+        sm_scale: 0.0721,
+        max_seq_len: 64,
+        num_splits: 1,
+    };
+    let mut ws = GraphsafeWorkspace::default();
+    assert_eq!(unsafe { graphsafe_workspace_create(st[0], 1 << 16, &mut ws) }, GRAPHSAFE_OK);
+    let (mut old_ws, mut cap_bytes) = (0u64, 0u64);
+    assert_eq!(unsafe { graphsafe_workspace_info(ws, &mut cap_bytes, &mut old_ws) }, GRAPHSAFE_OK);
+    let mut cap = GraphsafeCapture::default();
+    assert_eq!(unsafe { graphsafe_capture_begin(st[1], GRAPHSAFE_CAPTURE_RELAXED, &mut cap) }, GRAPHSAFE_OK);
+    let live = s.live_allocations();
+    assert_eq!(unsafe { graphsafe_buffer_destroy(out_b) }, GRAPHSAFE_OK);
+    let mut grew = 0;
+    assert_eq!(unsafe { graphsafe_workspace_ensure_size(ws, 1 << 20, st[0], &mut grew) }, GRAPHSAFE_OK);
+    assert_eq!(grew, 1);
+    assert_eq!(s.live_allocations(), live + 1, "the frees were not deferred while the capture is open");
+    let mut other_ws = GraphsafeWorkspace::default();
+    assert_eq!(unsafe { graphsafe_workspace_create(st[0], 0, &mut other_ws) }, GRAPHSAFE_OK);
+    assert_eq!(unsafe { graphsafe_capture_bind_workspace(cap, other_ws, std::ptr::null_mut(), std::ptr::null_mut()) }, GRAPHSAFE_OK);
+    for (what, a) in [("out", GraphsafeMlaDecodeArgs { out: args.out + 64, ..args }), ("lse", GraphsafeMlaDecodeArgs { lse: old_ws, ..args })] {
+        let r = unsafe { graphsafe_mla_decode_captured(&a, cap, other_ws, std::ptr::null_mut()) };
+        let text = unsafe { std::ffi::CStr::from_ptr(graphsafe_last_error()) }.to_string_lossy().into_owned();
+        assert_eq!(r, GRAPHSAFE_ERROR_INVALID_ARGUMENT, "{what} in memory destroyed during the capture: {text}");
+        assert!(text.contains("destroyed"), "{what}: the error does not say the memory was destroyed: {text}");
+    }
+    let mut g = GraphsafeGraph::default();
+    assert_eq!(unsafe { graphsafe_capture_end(cap, &mut g) }, GRAPHSAFE_OK);
+    let mut nodes = 0u64;
+    assert_eq!(unsafe { graphsafe_graph_node_count(g, &mut nodes) }, GRAPHSAFE_OK);
+    assert_eq!(nodes, 0, "a refused call captured work");
+    assert_eq!(unsafe { graphsafe_graph_destroy(g) }, GRAPHSAFE_OK);
+    assert_eq!(s.live_allocations(), live - 1, "the deferred frees did not go through at the capture's end");
+    for b in keep {
+        assert_eq!(unsafe { graphsafe_buffer_destroy(b) }, GRAPHSAFE_OK);
+    }
+    for w in [ws, other_ws] {
+        assert_eq!(unsafe { graphsafe_workspace_destroy(w) }, GRAPHSAFE_OK);
+    }
+    for x in st {
+        assert_eq!(unsafe { graphsafe_stream_destroy(x) }, GRAPHSAFE_OK);
+    }
+    assert_eq!(unsafe { graphsafe_context_destroy(cx) }, GRAPHSAFE_OK);
+    no_violations(s);
+}

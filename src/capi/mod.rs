@@ -223,8 +223,9 @@ impl<'a> CallerMemory<'a> {
     }
 
     /// `ptr` as an op's memory: NULL_POINTER for 0; INVALID_ARGUMENT naming `what` for an address
-    /// the driver does not know as device memory, memory of another device, or memory allocated
-    /// in another context of the same device.
+    /// the driver does not know as device memory, memory of another device, memory allocated in
+    /// another context of the same device, or a destroyed graphsafe buffer or workspace whose free
+    /// is still pending.
     pub(crate) fn pointer(&self, ptr: u64, what: &str) -> Result<Raw, Fail> {
         if ptr == 0 {
             return Err(null(what));
@@ -247,6 +248,15 @@ impl<'a> CallerMemory<'a> {
                 match crate::driver::memory::allocation_containing(ctx, ptr) {
                     // graphsafe's own memory: bounded by, and keeping, its allocation.
                     Some(a) => Ok(Raw { ptr, ctx: self.ctx, len: len.min(a.len() - (ptr - a.ptr()) as usize), alloc: Some(a) }),
+                    // A graphsafe buffer or workspace already destroyed whose free waits for a
+                    // capture to end: the driver still holds it, but the graph would replay into
+                    // it after that free.
+                    None if crate::driver::memory::released_containing(ctx, ptr) => Err(crate::Error::invalid(
+                        what,
+                        want(),
+                        format!("{ptr:#x}, memory of a graphsafe buffer or workspace already destroyed (its free waits for a capture to end)"),
+                    )
+                    .into()),
                     None => Ok(Raw { ptr, ctx: self.ctx, len, alloc: None }),
                 }
             }

@@ -67,6 +67,54 @@ impl Allocation {
     }
 }
 
+// Graphsafe allocations whose last owner is gone but whose memory is not given back yet: a free
+// waiting for a capture of the context to end (deferred), one in progress, or memory leaked after
+// a failed wait. The driver still reports such an address allocated, so without this list the C
+// ABI would take it as the caller's own memory (`capi::CallerMemory::pointer`), and a graph
+// captured with it would replay into memory freed when the capture ends. An entry is made before
+// the allocation leaves `LIVE` (no moment where the address is in neither) and removed once the
+// memory is given back; never for leaked memory. Keyed by first address; the id tells apart two
+// entries at one address (freed, reallocated, released again before the first entry left). A leaf
+// lock.
+static RELEASED: Mutex<BTreeMap<DevicePtr, Vec<(u64, usize, usize)>>> = Mutex::new(BTreeMap::new());
+
+/// `ptr`'s place in [`RELEASED`] until dropped (when its memory has been given back); forgotten
+/// with leaked memory, whose address then stays refused.
+struct Released {
+    ptr: DevicePtr,
+    id: u64,
+}
+
+impl Released {
+    fn new(ptr: DevicePtr, bytes: usize, ctx: &Context) -> Released {
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let id = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        RELEASED.lock().unwrap_or_else(|p| p.into_inner()).entry(ptr).or_default().push((id, bytes, ctx.raw() as usize));
+        Released { ptr, id }
+    }
+}
+
+impl Drop for Released {
+    fn drop(&mut self) {
+        let mut r = RELEASED.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(v) = r.get_mut(&self.ptr) {
+            v.retain(|e| e.0 != self.id);
+            if v.is_empty() {
+                r.remove(&self.ptr);
+            }
+        }
+    }
+}
+
+/// Whether `ptr` lies in a graphsafe allocation of `ctx`'s context that has been dropped but whose
+/// memory is not given back yet (see [`RELEASED`]). Check [`allocation_containing`] first: a new
+/// allocation may take the address before the old entry leaves.
+pub(crate) fn released_containing(ctx: &Context, ptr: DevicePtr) -> bool {
+    let r = RELEASED.lock().unwrap_or_else(|p| p.into_inner());
+    let ctx = ctx.raw() as usize;
+    r.range(..=ptr).next_back().is_some_and(|(&start, v)| v.iter().any(|e| ptr - start < e.1 as u64 && e.2 == ctx))
+}
+
 /// The live graphsafe allocation of `ctx`'s context that holds `ptr`, if any.
 pub(crate) fn allocation_containing(ctx: &Context, ptr: DevicePtr) -> Option<Arc<Allocation>> {
     let live = LIVE.lock().unwrap_or_else(|p| p.into_inner());
@@ -78,6 +126,7 @@ pub(crate) fn allocation_containing(ctx: &Context, ptr: DevicePtr) -> Option<Arc
 
 impl Drop for Allocation {
     fn drop(&mut self) {
+        let released = Released::new(self.ptr, self.bytes, &self.ctx);
         {
             // Unlisted before the memory can be given back (and its address reused).
             let mut live = LIVE.lock().unwrap_or_else(|p| p.into_inner());
@@ -89,8 +138,8 @@ impl Drop for Allocation {
             }
         }
         let block = match self.owner.take() {
-            Some(owner) => Block::Foreign(owner),
-            None => Block::Ours(self.ptr),
+            Some(owner) => Block::Foreign(owner, released),
+            None => Block::Ours(self.ptr, released),
         };
         release(block, &self.ctx);
     }
@@ -134,9 +183,10 @@ pub(crate) fn outside_global_capture<T>(alloc: impl FnOnce() -> Result<T>) -> Re
 /// another library's (cudarc frees the slice, on its stream, when its last `Arc` goes); and for a
 /// loaded module, `cuModuleUnload` (a kernel or replay still queued may run its code, so it is
 /// given back under the same rules as memory).
+/// A block of memory carries its place in the released list, left once it is given back.
 enum Block {
-    Ours(DevicePtr),
-    Foreign(ForeignOwner),
+    Ours(DevicePtr, Released),
+    Foreign(ForeignOwner, Released),
     Module(ModuleHandle),
 }
 
@@ -187,10 +237,16 @@ fn release(block: Block, ctx: &Arc<Context>) {
         Ok(false) => defer(block, ctx),
         Err(e) => {
             // Work may still use the block: it is leaked, never freed early (for foreign memory
-            // that means never dropping its owner, which would free it).
-            // (A module is leaked likewise: its handle is dropped without an unload.)
-            if let Block::Foreign(owner) = block {
-                std::mem::forget(owner);
+            // that means never dropping its owner, which would free it), and its address stays
+            // refused as an op's pointer. (A module is leaked likewise: its handle is dropped
+            // without an unload.)
+            match block {
+                Block::Ours(_, released) => std::mem::forget(released),
+                Block::Foreign(owner, released) => {
+                    std::mem::forget(owner);
+                    std::mem::forget(released);
+                }
+                Block::Module(_) => {}
             }
             log_drop_error("waiting for the streams before a free", Err(e));
         }
@@ -235,15 +291,15 @@ pub(crate) fn retry_deferred_frees(ctx: &Context) {
 /// Gives `block` back; `ctx`'s streams were just waited for, under the gate the caller holds.
 fn give_back(block: Block, ctx: &Arc<Context>) {
     match block {
-        Block::Ours(ptr) => {
-            if let Err(e) = free_relaxed(ptr, ctx) {
-                if refused_by_capture(&e) {
-                    defer(Block::Ours(ptr), ctx);
-                } else {
-                    log_drop_error("cuMemFree", Err(e));
-                }
+        Block::Ours(ptr, released) => match free_relaxed(ptr, ctx) {
+            Ok(()) => drop(released),
+            Err(e) if refused_by_capture(&e) => defer(Block::Ours(ptr, released), ctx),
+            Err(e) => {
+                // Whether the memory was given back is unknown: its address stays refused.
+                std::mem::forget(released);
+                log_drop_error("cuMemFree", Err(e));
             }
-        }
+        },
         Block::Module(m) => {
             let r = (|| {
                 let _current = ctx.enter()?;
@@ -258,15 +314,17 @@ fn give_back(block: Block, ctx: &Arc<Context>) {
                 r => log_drop_error("cuModuleUnload", r),
             }
         }
-        Block::Foreign(owner) => {
+        Block::Foreign(owner, released) => {
             if owner.stream_is_capturing(ctx) {
-                return defer(Block::Foreign(owner), ctx);
+                return defer(Block::Foreign(owner, released), ctx);
             }
             // Dropped with the context current and the capture mode relaxed: whatever the owner
             // makes current is undone by the guard (invariant 12).
             let guards = ctx.enter().and_then(|c| RelaxedCaptureMode::enter().map(|r| (c, r)));
             drop(owner);
             drop(guards);
+            // The owner's library may hand the address out again from now on.
+            drop(released);
         }
     }
 }
