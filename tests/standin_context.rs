@@ -239,6 +239,46 @@ fn objects_of_another_device_are_refused() {
     assert_eq!(s.violations(), 0, "{}", s.last_violation());
 }
 
+/// Kernels loaded in another context than the call's stream and buffers: refused before anything
+/// is enqueued or captured. On the old code the split-K op committed and zero-filled its counters
+/// (a memset enqueued eagerly, a memset node captured, the module added to the keep list) before
+/// the launch itself noticed the context.
+#[test]
+fn kernels_of_another_context_are_refused_before_anything_is_enqueued() {
+    let (_g, s) = exclusive();
+    let (ctx0, ctx1) = (Context::new(0).unwrap(), Context::new(1).unwrap());
+    let mut s0 = Stream::new(&ctx0).unwrap();
+    let k1 = TestKernels::load(&ctx1).unwrap();
+    let invalid = |r: Result<(), Error>, what: &str| match r {
+        Err(Error::InvalidArgument { .. }) => {}
+        Err(e) => panic!("{what}: expected InvalidArgument, got {e}"),
+        Ok(()) => panic!("{what}: accepted"),
+    };
+    let (a, x, y) = (
+        DeviceBuffer::alloc_zeroed(&s0, (SHAPE.m * SHAPE.k) as usize * 4).unwrap(),
+        DeviceBuffer::alloc_zeroed(&s0, SHAPE.k as usize * 4).unwrap(),
+        DeviceBuffer::alloc_zeroed(&s0, SHAPE.m as usize * 4).unwrap(),
+    );
+    let mut ws0 = Workspace::new(&s0, SHAPE.workspace_bytes()).unwrap();
+    s0.synchronize().unwrap();
+    let memsets = || s.calls("cuMemsetD8Async") + s.calls("cuMemsetD32Async");
+    let (before, launches) = (memsets(), s.calls("cuLaunchKernel"));
+    invalid(k1.split_k_gemv(&a, &x, &y, SHAPE, &mut ws0, &s0), "device 1's kernel on device 0's stream and buffers");
+    assert_eq!(memsets(), before, "the refused eager call enqueued its counters' zero-fill");
+    assert_eq!(s.calls("cuLaunchKernel"), launches, "the refused eager call launched");
+    let graph = {
+        let mut cap = s0.begin_capture(CaptureMode::ThreadLocal).unwrap();
+        let w = cap.bind_workspace(&mut ws0).unwrap();
+        let (ca, cx, cy) = (cap.bind_buffer(&a).unwrap(), cap.bind_buffer(&x).unwrap(), cap.bind_buffer(&y).unwrap());
+        invalid(k1.split_k_gemv_captured(&ca, &cx, &cy, SHAPE, &w, &cap), "device 1's kernel in device 0's capture");
+        invalid(k1.empty_captured(&cap), "device 1's empty kernel in device 0's capture");
+        cap.end().unwrap()
+    };
+    assert_eq!(graph.node_kinds().unwrap(), vec![], "a refused call captured something");
+    assert_eq!(graph.kept_modules(), 0, "a refused launch left its module in the graph's keep list");
+    assert_eq!(s.violations(), 0, "{}", s.last_violation());
+}
+
 /// The C ABI's raw device pointers (engine-owned tensors) are asked about before an op uses them:
 /// memory of another device, an address the driver does not know, and a tensor that does not fit
 /// in the allocation it starts in are refused (INVALID_ARGUMENT naming the argument), and the

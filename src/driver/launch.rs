@@ -78,6 +78,18 @@ impl LaunchTarget for Stream {
 }
 
 impl Function {
+    /// Refuses a launch of this kernel with `cfg` on `stream` that [`Function::launch`] would
+    /// refuse: an empty grid or block, or a stream of another context.
+    pub(crate) fn check_launch(&self, cfg: &LaunchConfig, stream: &Stream) -> Result<()> {
+        if !cfg.grid.valid() || !cfg.block.valid() {
+            return Err(Error::invalid("launch dimensions", "all of grid and block >= 1", format!("{cfg:?}")));
+        }
+        if stream.context().raw() != self.module().context().raw() {
+            return Err(Error::invalid("stream", "a stream of the kernel's context", "a stream of another context"));
+        }
+        Ok(())
+    }
+
     /// Launches the kernel on `target` (a [`Stream`], or an open capture: the graph then keeps
     /// the kernel's module loaded) with `cuLaunchKernel`, or `cuLaunchKernelEx` when a cluster
     /// shape is given.
@@ -88,14 +100,10 @@ impl Function {
     /// kernel has finished; in a capture, it must come from a workspace or buffer bound to the
     /// capture (or otherwise outlive every graph made from it).
     pub unsafe fn launch<T: LaunchTarget + ?Sized>(&self, cfg: &LaunchConfig, target: &T, params: &mut [*mut c_void]) -> Result<()> {
-        target.keep_module(self.module(), LaunchToken(()));
         let stream = target.launch_stream(LaunchToken(()));
-        if !cfg.grid.valid() || !cfg.block.valid() {
-            return Err(Error::invalid("launch dimensions", "all of grid and block >= 1", format!("{cfg:?}")));
-        }
-        if stream.context().raw() != self.module().context().raw() {
-            return Err(Error::invalid("stream", "a stream of the kernel's context", "a stream of another context"));
-        }
+        self.check_launch(cfg, stream)?;
+        // Only a launch that goes ahead adds the module to a capture's keep list.
+        target.keep_module(self.module(), LaunchToken(()));
         // No context switch: the function and the stream carry their context, and an eager launch
         // must cost what a raw cuLaunchKernel costs (benches/overhead.rs).
         match cfg.cluster {
@@ -192,6 +200,12 @@ impl<'f> KernelLaunch<'f> {
     /// The kernel (its module must outlive any graph that captures the launch).
     pub(crate) fn function(&self) -> &Function {
         self.f
+    }
+
+    /// What [`KernelLaunch::enqueue`] on `stream` would refuse, refused now: for ops to check
+    /// before they commit (capture or enqueue) anything.
+    pub(crate) fn check_for(&self, stream: &Stream) -> Result<()> {
+        self.f.check_launch(&self.cfg, stream)
     }
 
     /// Enqueues the launch on `stream` (which must be of the kernel's context: checked).

@@ -219,10 +219,19 @@ impl<'a> Target<'a> {
         Ok(DeviceSpan::vouched(ptr, capacity))
     }
 
+    /// Refuses a launch this target's stream cannot take (a kernel of another context, empty
+    /// dimensions): call it before [`Target::commit`], so the refusal leaves nothing captured or
+    /// enqueued (a split-K op's zero-fill comes before its launch).
+    pub(crate) fn check_launch(&self, l: &KernelLaunch<'_>) -> Result<()> {
+        l.check_for(self.stream())
+    }
+
     /// Launches a kernel of a loaded module on the target's stream; captured, the capture also
     /// keeps the module loaded (its graphs replay the kernel's code). The launch was built by a
-    /// typed constructor of the driver layer over spans this target admitted.
+    /// typed constructor of the driver layer over spans this target admitted; checked
+    /// ([`Target::check_launch`]) before the module is kept.
     pub(crate) fn launch(&self, l: KernelLaunch<'_>) -> Result<()> {
+        l.check_for(self.stream())?;
         if let Target::Captured { site, .. } = self {
             site.keep_module(l.function().module());
         }

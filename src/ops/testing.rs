@@ -55,6 +55,7 @@ impl TestKernels {
         let (a, x, y) = (target.admit("a", a)?, target.admit("x", x)?, target.admit("y", y)?);
         let w = target.workspace(shape.workspace_bytes())?;
         let launch = self.split_k_launch(a, x, y, shape, w)?;
+        target.check_launch(&launch)?;
         target.commit()?;
         // The counters must be zero at launch. The kernel resets them when it finishes, but a
         // workspace shared with other shapes or ops (what the planner sizes) holds their bytes

@@ -217,6 +217,7 @@ impl GpuReference {
             lse: target.admit("lse", &&lse)?,
         };
         let launch = self.k.launch(&r)?;
+        target.check_launch(&launch)?;
         target.commit()?;
         target.launch(launch)?;
         Ok((out.to_host_vec::<f32>(stream)?, lse.to_host_vec::<f32>(stream)?))
