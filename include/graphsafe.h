@@ -885,9 +885,10 @@ int graphsafe_capture_bind_buffer(GraphsafeCapture capture,
 
 /**
  * Ends the capture; `out` receives the graph. On GRAPHSAFE_ERROR_CAPTURE_INVALIDATED no graph is
- * made. Either way the capture handle is consumed, bound workspaces are released and the stream
- * is usable again — except when the driver keeps the capture open (a THREAD_LOCAL/GLOBAL capture
- * ended from another thread): then nothing changes and the handle stays valid.
+ * made. GRAPHSAFE_ERROR_BUSY means the driver keeps the capture open (a THREAD_LOCAL/GLOBAL
+ * capture ended from another thread): nothing changed and the handle stays valid; end it from the
+ * thread that began it. Every other status (OK included) consumes the handle: bound workspaces
+ * are released and the stream is usable again.
  *
  * # Safety
  * `out` is null (refused) or points to a writable `GraphsafeGraph`. Thread-safe.
@@ -895,7 +896,8 @@ int graphsafe_capture_bind_buffer(GraphsafeCapture capture,
 int graphsafe_capture_end(GraphsafeCapture capture, GraphsafeGraph *out);
 
 /**
- * Abandons a capture: ends it, discards the graph, releases bound workspaces.
+ * Abandons a capture: ends it, discards the graph, releases bound workspaces. GRAPHSAFE_ERROR_BUSY,
+ * as for `graphsafe_capture_end`: the driver keeps the capture open and the handle stays valid.
  *
  * # Safety
  * None (any value is checked). Thread-safe.
