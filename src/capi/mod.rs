@@ -267,26 +267,28 @@ impl<'a> CallerMemory<'a> {
 /// Writes `v` through `out`, or fails with NULL_POINTER naming `what`.
 ///
 /// # Safety
-/// `out` is null or points to writable storage for a `T` (the entry point's contract).
+/// `out` is null or points to writable storage for a `T` (the entry point's contract), aligned or
+/// not: a C caller's struct may sit packed inside a message.
 pub(crate) unsafe fn put<T>(out: *mut T, what: &str, v: T) -> Result<(), Fail> {
     if out.is_null() {
         return Err(null(what));
     }
-    // SAFETY: non-null; the caller promises it points to writable storage for a T.
-    unsafe { out.write(v) };
+    // SAFETY: non-null; the caller promises it points to writable storage for a T (no alignment
+    // is assumed).
+    unsafe { out.write_unaligned(v) };
     Ok(())
 }
 
 /// Reads the argument struct behind `p`, or fails with NULL_POINTER naming `what`.
 ///
 /// # Safety
-/// `p` is null or points to a readable, initialized `T` (the entry point's contract).
+/// `p` is null or points to a readable, initialized `T` (the entry point's contract), aligned or not.
 pub(crate) unsafe fn read<T: Copy>(p: *const T, what: &str) -> Result<T, Fail> {
     if p.is_null() {
         return Err(null(what));
     }
-    // SAFETY: non-null; the caller promises a valid T behind it.
-    Ok(unsafe { p.read() })
+    // SAFETY: non-null; the caller promises a valid T behind it (no alignment is assumed).
+    Ok(unsafe { p.read_unaligned() })
 }
 
 /// This thread's text for the last failed call (empty if none). The pointer stays valid until this
