@@ -691,7 +691,9 @@ int graphsafe_context_adopt(void *cu_context, GraphsafeContext *out);
  * (a context-wide synchronize would invalidate it). Also what gives memory back after a stream
  * was destroyed while it could not be waited for (an engine's capture open on an adopted
  * stream): from then on graphsafe defers every free of the context, never freeing early, until
- * this call has waited.
+ * this call has waited. Captures graphsafe did not begin are not seen: by CUDA's rules the wait
+ * invalidates the caller's own GLOBAL-mode captures on other threads and its non-relaxed captures
+ * on this one, so do not call it while the caller captures.
  *
  * # Safety
  * None (any value is checked). Thread-safe.
@@ -718,6 +720,14 @@ int graphsafe_stream_create(GraphsafeContext ctx, GraphsafeStream *out);
  * Wraps the caller's existing `CUstream` of `ctx` (not destroyed by graphsafe). The legacy and
  * per-thread default streams are refused.
  *
+ * Frees of graphsafe memory in the context (buffer, workspace, executable and stream destroys,
+ * workspace growth, a capture's end, on any thread) wait for every graphsafe stream of it, this
+ * one included: work on it that waits for the host (`cuStreamWaitValue32`, a collective) must not
+ * wait for something the freeing thread does only after the free, or the free never returns. A
+ * free asks the driver whether the stream is capturing before it waits: a capture the caller
+ * begins on it meanwhile, on another thread, is invalidated by that wait; so the caller begins no
+ * capture of its own on it while such a call may run.
+ *
  * # Safety
  * `cu_stream` is a valid stream of `ctx` that outlives the handle; while a graphsafe capture on
  * it is open the caller issues no work to it, and the caller never begins a capture on it itself
@@ -729,6 +739,14 @@ int graphsafe_stream_adopt(GraphsafeContext ctx, void *cu_stream, GraphsafeStrea
 /**
  * The raw `CUstream` (for the caller's own launches). From then on every replay on the stream
  * also asks the driver whether a capture graphsafe did not begin is open (and refuses, BUSY).
+ *
+ * Frees of graphsafe memory in the context (buffer, workspace, executable and stream destroys,
+ * workspace growth, a capture's end, on any thread) wait for every graphsafe stream of it, this
+ * one included: work on it that waits for the host (`cuStreamWaitValue32`, a collective) must not
+ * wait for something the freeing thread does only after the free, or the free never returns. A
+ * free asks the driver whether the stream is capturing before it waits: a capture the caller
+ * begins on it meanwhile, on another thread, is invalidated by that wait; so the caller begins no
+ * capture of its own on it while such a call may run.
  *
  * # Safety
  * `out` is null (refused) or points to writable storage for a pointer. Thread-safe. The caller
@@ -1128,7 +1146,8 @@ int graphsafe_mla_decode_kv(const GraphsafeMlaDecodeArgs *args,
  * graphsafe_mla_decode_captured); the arguments as graphsafe_mla_decode_kv. `ws` must be bound
  * to `capture`; never grows it (GRAPHSAFE_ERROR_WORKSPACE_TOO_SMALL names both sizes, nothing
  * captured). The graph reads `kv->kv_scale` at every replay, so an engine may update the scale
- * between replays. Same thread as the capture's begin for THREAD_LOCAL/GLOBAL captures.
+ * between replays. Any thread (calls on one capture are serialized); only the begin and the end of a
+ * THREAD_LOCAL/GLOBAL capture are tied to one thread (CUDA's rule).
  *
  * # Safety
  * As graphsafe_mla_decode_kv, and the caller's memory (the scale included) must stay valid for as
@@ -1187,7 +1206,8 @@ int graphsafe_nvfp4_quantize(uint64_t x,
  *
  * # Safety
  * As graphsafe_nvfp4_quantize, and the memory must stay valid for as long as any graph made from
- * the capture can run. Same thread as the capture's begin for THREAD_LOCAL/GLOBAL captures.
+ * the capture can run. Any thread (calls on one capture are serialized); only the begin and the end of a
+ * THREAD_LOCAL/GLOBAL capture are tied to one thread (CUDA's rule).
  */
 int graphsafe_nvfp4_quantize_captured(uint64_t x,
                                       int dtype,

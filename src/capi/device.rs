@@ -132,7 +132,9 @@ pub unsafe extern "C" fn graphsafe_context_adopt(cu_context: *mut c_void, out: *
 /// (a context-wide synchronize would invalidate it). Also what gives memory back after a stream
 /// was destroyed while it could not be waited for (an engine's capture open on an adopted
 /// stream): from then on graphsafe defers every free of the context, never freeing early, until
-/// this call has waited.
+/// this call has waited. Captures graphsafe did not begin are not seen: by CUDA's rules the wait
+/// invalidates the caller's own GLOBAL-mode captures on other threads and its non-relaxed captures
+/// on this one, so do not call it while the caller captures.
 ///
 /// # Safety
 /// None (any value is checked). Thread-safe.

@@ -393,7 +393,8 @@ pub unsafe extern "C" fn graphsafe_mla_decode_kv(args: *const GraphsafeMlaDecode
 /// graphsafe_mla_decode_captured); the arguments as graphsafe_mla_decode_kv. `ws` must be bound
 /// to `capture`; never grows it (GRAPHSAFE_ERROR_WORKSPACE_TOO_SMALL names both sizes, nothing
 /// captured). The graph reads `kv->kv_scale` at every replay, so an engine may update the scale
-/// between replays. Same thread as the capture's begin for THREAD_LOCAL/GLOBAL captures.
+/// between replays. Any thread (calls on one capture are serialized); only the begin and the end of a
+/// THREAD_LOCAL/GLOBAL capture are tied to one thread (CUDA's rule).
 ///
 /// # Safety
 /// As graphsafe_mla_decode_kv, and the caller's memory (the scale included) must stay valid for as

@@ -159,7 +159,8 @@ fn quantize(o: &GraphsafeNvfp4Matrix, x: u64, dtype: c_int, m: c_int, k: c_int, 
 ///
 /// # Safety
 /// As graphsafe_nvfp4_quantize, and the memory must stay valid for as long as any graph made from
-/// the capture can run. Same thread as the capture's begin for THREAD_LOCAL/GLOBAL captures.
+/// the capture can run. Any thread (calls on one capture are serialized); only the begin and the end of a
+/// THREAD_LOCAL/GLOBAL capture are tied to one thread (CUDA's rule).
 #[no_mangle]
 pub unsafe extern "C" fn graphsafe_nvfp4_quantize_captured(x: u64, dtype: c_int, m: c_int, k: c_int, ld_x: i64, out: *const GraphsafeNvfp4Matrix, capture: GraphsafeCapture, ws: GraphsafeWorkspace) -> c_int {
     guard(|| {

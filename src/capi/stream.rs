@@ -27,6 +27,14 @@ pub unsafe extern "C" fn graphsafe_stream_create(ctx: GraphsafeContext, out: *mu
 /// Wraps the caller's existing `CUstream` of `ctx` (not destroyed by graphsafe). The legacy and
 /// per-thread default streams are refused.
 ///
+/// Frees of graphsafe memory in the context (buffer, workspace, executable and stream destroys,
+/// workspace growth, a capture's end, on any thread) wait for every graphsafe stream of it, this
+/// one included: work on it that waits for the host (`cuStreamWaitValue32`, a collective) must not
+/// wait for something the freeing thread does only after the free, or the free never returns. A
+/// free asks the driver whether the stream is capturing before it waits: a capture the caller
+/// begins on it meanwhile, on another thread, is invalidated by that wait; so the caller begins no
+/// capture of its own on it while such a call may run.
+///
 /// # Safety
 /// `cu_stream` is a valid stream of `ctx` that outlives the handle; while a graphsafe capture on
 /// it is open the caller issues no work to it, and the caller never begins a capture on it itself
@@ -49,6 +57,14 @@ pub unsafe extern "C" fn graphsafe_stream_adopt(ctx: GraphsafeContext, cu_stream
 
 /// The raw `CUstream` (for the caller's own launches). From then on every replay on the stream
 /// also asks the driver whether a capture graphsafe did not begin is open (and refuses, BUSY).
+///
+/// Frees of graphsafe memory in the context (buffer, workspace, executable and stream destroys,
+/// workspace growth, a capture's end, on any thread) wait for every graphsafe stream of it, this
+/// one included: work on it that waits for the host (`cuStreamWaitValue32`, a collective) must not
+/// wait for something the freeing thread does only after the free, or the free never returns. A
+/// free asks the driver whether the stream is capturing before it waits: a capture the caller
+/// begins on it meanwhile, on another thread, is invalidated by that wait; so the caller begins no
+/// capture of its own on it while such a call may run.
 ///
 /// # Safety
 /// `out` is null (refused) or points to writable storage for a pointer. Thread-safe. The caller
