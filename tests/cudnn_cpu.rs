@@ -263,6 +263,18 @@ fn every_bad_argument_is_named() {
     assert_eq!(what(a.problem(null)), "c");
     let a = args(0, n, k);
     assert_eq!(what(a.problem(null)), "m");
+    // An output whose elements share addresses: batches overlapping by M - 1 rows, or rows one
+    // element apart. Different threads would write the same bytes.
+    let mut a = args(m, n, k);
+    a.a = Tensor::contiguous(mem(0, 2 * m * k * 2), DType::Bf16, &[2, m, k]);
+    a.c = Tensor::strided(mem(2, 1 << 20), 0, DType::Bf16, &[2, m, n], &[n, n, 1]);
+    assert_eq!(what(a.problem(null)), "c.strides");
+    let mut a = args(m, n, k);
+    a.c = Tensor::strided(mem(2, 1 << 20), 0, DType::Bf16, &[m, n], &[8, 1]);
+    assert_eq!(what(a.problem(null)), "c.strides");
+    let mut p = base();
+    p.c.strides = [0, 1, 1];
+    assert!(matches!(p.validate(), Err(Error::InvalidArgument { what, .. }) if what == "c.strides"), "{:?}", p.validate());
     // Problems built by hand are checked the same way.
     let mut p = base();
     p.a.strides = [p.m * p.k, 3, 5];

@@ -305,10 +305,42 @@ fn outputs_overlapping_what_the_kernels_trust_are_refused() {
         let aligned = end.div_ceil(16) * 16;
         a.out = Tensor::contiguous(Fake { ptr: aligned, len: 1 << 30, ctx: CTX }, a.out.dtype, &[B, heads, 512]);
         plan(&a, arch).expect("an output right after the lengths");
-        // An input overlapping an output: numbers only, allowed.
+        // An input overlapping an output: CTAs still reading it while others write would make
+        // the result depend on timing (as for the per-tensor scale): refused, for each input.
         let mut a = base();
         a.q_pe = Tensor::contiguous(Fake { ptr: a.out.mem.ptr, len: 1 << 30, ctx: CTX }, dt, &[B, heads, 64]);
-        plan(&a, arch).expect("q_pe over out");
+        rejects(&a, arch, "out");
+        let mut a = base();
+        let o = a.out.mem.ptr;
+        a.q_nope = Tensor::contiguous(Fake { ptr: o + 1024, len: 1 << 30, ctx: CTX }, dt, &[B, heads, 512]);
+        rejects(&a, arch, "out");
+        let mut a = base();
+        let kv = a.kv_cache.mem.ptr;
+        a.lse = Some(Tensor::contiguous(Fake { ptr: kv + 4096, len: 1 << 20, ctx: CTX }, DType::F32, &[B, heads]));
+        rejects(&a, arch, "lse");
+    }
+}
+
+/// An `out` whose rows share addresses (a zero or too small head or batch stride): every CTA and
+/// the combine would write the same bytes, the result depending on timing. Refused on both back
+/// ends, whatever the split count; the good layouts and a padded one still plan.
+#[test]
+fn an_out_whose_rows_share_addresses_is_refused() {
+    for arch in [MlaArch::Sm90, MlaArch::Sm100] {
+        let (heads, page, dt) = if arch == MlaArch::Sm90 { (16, 64, DType::Bf16) } else { (128, 128, DType::Bf16) };
+        let with_out = |strides: [usize; 3], len: usize| {
+            let mut a = good(arch, heads, page, dt);
+            a.out = Tensor { strides: strides.to_vec(), ..Tensor::contiguous(mem(len, 5), DType::Bf16, &[B, heads, 512]) };
+            a.num_splits = Some(1);
+            a
+        };
+        rejects(&with_out([0, 0, 1], 1024), arch, "out.strides");
+        rejects(&with_out([heads * 512, 8, 1], B * heads * 512 * 2), arch, "out.strides");
+        rejects(&with_out([512, 512, 1], (B + heads) * 512 * 2), arch, "out.strides");
+        if arch == MlaArch::Sm90 {
+            plan(&with_out([heads * 576, 576, 1], B * heads * 576 * 2), arch).expect("rows 576 elements apart");
+        }
+        plan(&with_out([heads * 512, 512, 1], B * heads * 512 * 2), arch).expect("dense rows");
     }
 }
 

@@ -1274,3 +1274,64 @@ fn a_destroyed_buffer_whose_free_waits_for_a_capture_is_refused_as_a_raw_pointer
     assert_eq!(unsafe { graphsafe_context_destroy(cx) }, GRAPHSAFE_OK);
     no_violations(s);
 }
+
+/// NVFP4 outputs overlapping what the same call reads or writes elsewhere: W4A16's d over its
+/// alpha or activations, a quantize whose codes and scales share memory or overlap its input.
+/// Other CTAs still read (or write) those bytes while one writes, so the result would depend on
+/// timing; refused before anything is enqueued (the workspace not grown). All were accepted on
+/// the old code. (Found in review.)
+#[test]
+fn nvfp4_outputs_overlapping_their_inputs_are_refused_before_anything_is_enqueued() {
+    use graphsafe::capi::*;
+    let (_g, s) = exclusive();
+    let (m, n, k) = (4i32, 256i32, 256i32);
+    let mut cx = GraphsafeContext::default();
+    let mut st = GraphsafeStream::default();
+    let mut ws = GraphsafeWorkspace::default();
+    let mut plan = GraphsafeNvfp4Plan::default();
+    let refused = |r: i32, says: &str| {
+        let text = unsafe { std::ffi::CStr::from_ptr(graphsafe_last_error()) }.to_string_lossy().into_owned();
+        assert_eq!(r, GRAPHSAFE_ERROR_INVALID_ARGUMENT, "{says}: {text}");
+        assert!(text.contains(says), "the error does not name {says}: {text}");
+    };
+    // SAFETY: out-pointers to locals; handles made here; every address is a live buffer of the sizes below.
+    unsafe {
+        assert_eq!(graphsafe_context_create(0, &mut cx), GRAPHSAFE_OK);
+        assert_eq!(graphsafe_stream_create(cx, &mut st), GRAPHSAFE_OK);
+        assert_eq!(graphsafe_workspace_create(st, 0, &mut ws), GRAPHSAFE_OK);
+        assert_eq!(graphsafe_nvfp4_plan(GRAPHSAFE_ARCH_SM90, m, n, k, GRAPHSAFE_DTYPE_BF16, 132, &mut plan), GRAPHSAFE_OK);
+        let buffer = |bytes: u64| {
+            let mut b = GraphsafeBuffer::default();
+            let mut ptr = 0u64;
+            assert_eq!(graphsafe_buffer_create(st, bytes, 1, &mut b), GRAPHSAFE_OK);
+            assert_eq!(graphsafe_buffer_info(b, &mut ptr, std::ptr::null_mut()), GRAPHSAFE_OK);
+            (b, ptr)
+        };
+        let (weight, _) = buffer(plan.prepared_weight_bytes);
+        let (_, a) = buffer((m * k * 2) as u64);
+        let (_, d) = buffer((m * n * 2) as u64 + 64);
+        let args = GraphsafeW4a16Args { a, lda: k as i64, weight, n, k, alpha: d + (m * n * 2) as u64 - 16, d, ldd: n as i64, m };
+        refused(graphsafe_nvfp4_w4a16_gemm(&args, ws, st), "memory that does not overlap alpha");
+        refused(graphsafe_nvfp4_w4a16_gemm(&GraphsafeW4a16Args { a: d, alpha: d + (m * n * 2) as u64, ..args }, ws, st), "memory that does not overlap a");
+        let mut capacity = 1u64;
+        assert_eq!(graphsafe_workspace_info(ws, &mut capacity, std::ptr::null_mut()), GRAPHSAFE_OK);
+        assert_eq!(capacity, 0, "the workspace grew for a call that was refused");
+
+        let mut scale_bytes = 0u64;
+        assert_eq!(graphsafe_nvfp4_scale_bytes(m, k, &mut scale_bytes), GRAPHSAFE_OK);
+        let (_, x) = buffer((m * k * 2) as u64);
+        let (_, out) = buffer((m * k / 2) as u64 + scale_bytes + 16);
+        let good = GraphsafeNvfp4Matrix { packed: out, scales: out + (m * k / 2) as u64, global_scale: out + (m * k / 2) as u64 + scale_bytes, rows: m, k };
+        let launches = s.calls("cuLaunchKernel") + s.calls("cuLaunchKernelEx");
+        let q = |o: &GraphsafeNvfp4Matrix, x: u64| graphsafe_nvfp4_quantize(x, GRAPHSAFE_DTYPE_BF16, m, k, k as i64, o, st);
+        refused(q(&GraphsafeNvfp4Matrix { scales: out, ..good }, x), "out.packed");
+        refused(q(&GraphsafeNvfp4Matrix { global_scale: good.scales, ..good }, x), "out.scales");
+        refused(q(&good, out), "memory that does not overlap x");
+        assert_eq!(s.calls("cuLaunchKernel") + s.calls("cuLaunchKernelEx"), launches, "a refused quantize launched");
+        // The well-formed quantize gets past validation (on the stand-in the glue's CUDA runtime
+        // then fails: it opens the real driver).
+        let r = q(&good, x);
+        assert_ne!(r, GRAPHSAFE_ERROR_INVALID_ARGUMENT, "{}", std::ffi::CStr::from_ptr(graphsafe_last_error()).to_string_lossy());
+    }
+    no_violations(s);
+}

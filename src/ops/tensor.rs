@@ -139,6 +139,30 @@ impl<M: DeviceMemory> Tensor<M> {
     }
 }
 
+/// Whether no two elements of a tensor of `shape` and `strides` (elements) share an address: over
+/// the dimensions of size > 1 in order of stride, each stride steps past everything the smaller
+/// ones span. (Sufficient, and what every layout the ops take satisfies; a layout that interleaves
+/// two dimensions without aliasing is refused too.)
+pub(crate) fn elements_disjoint(shape: &[usize], strides: &[usize]) -> bool {
+    let mut dims: Vec<(usize, usize)> = shape.iter().zip(strides).filter(|(&d, _)| d > 1).map(|(&d, &s)| (s, d)).collect();
+    dims.sort_unstable();
+    let mut span = 1usize; // elements the smaller strides reach, plus one
+    for (stride, size) in dims {
+        if stride < span {
+            return false;
+        }
+        span = stride.saturating_mul(size - 1).saturating_add(span);
+    }
+    true
+}
+
+/// `[start, start + bytes)` of `m`'s memory (`None` when empty): for [`refuse_overlap`].
+pub(crate) fn mem_range<M: DeviceMemory + ?Sized>(m: &M, bytes: u64) -> Option<(u64, u64)> {
+    let start = m.device_ptr();
+    (bytes > 0).then_some(())?;
+    Some((start, start.checked_add(bytes)?))
+}
+
 /// Refuses a tensor a kernel writes (`written`) overlapping memory it trusts or another output
 /// (`other`): `InvalidArgument` naming `written`. Ranges are `[start, end)` byte ranges (`None`:
 /// empty, nothing to overlap).
@@ -240,6 +264,20 @@ impl<M: DeviceMemory> Check<'_, M> {
                 format!("offset {} + shape {:?} strides {:?} of {}", self.t.offset, self.t.shape, self.t.strides, self.t.dtype),
             )),
         }
+    }
+
+    /// No two elements share an address (a tensor a kernel writes: elements written twice by
+    /// different threads would race, and the result depend on timing). Checked on the dimensions
+    /// of size > 1 in order of stride: each stride must step past everything the smaller ones span.
+    pub fn no_self_overlap(&self) -> Result<&Self> {
+        if !elements_disjoint(&self.t.shape, &self.t.strides) {
+            return Err(Error::invalid(
+                format!("{}.strides", self.name),
+                "strides under which no two elements share an address (a written tensor)",
+                format!("{:?} for shape {:?}", self.t.strides, self.t.shape),
+            ));
+        }
+        Ok(self)
     }
 
     /// The memory belongs to context `ctx` (the stream's).

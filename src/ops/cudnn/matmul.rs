@@ -183,6 +183,10 @@ impl MatmulProblem {
             if (rows > 1 && rs == 0) || (cols > 1 && cs == 0) || (o.batch > 1 && bs == 0) {
                 return Err(Error::invalid(format!("{name}.strides"), "non-zero strides (broadcast with a batch of 1)", format!("{:?}", o.strides)));
             }
+            // The output's elements are written by different threads: none may share an address.
+            if name == "c" && !crate::ops::tensor::elements_disjoint(&[o.batch, rows, cols], &o.strides) {
+                return Err(Error::invalid("c.strides", "strides under which no two elements of c share an address", format!("{:?} over [{}, {rows}, {cols}]", o.strides, o.batch)));
+            }
             // cuDNN takes every dimension and stride as an int64, and the elements must be
             // addressable: the last element's offset has to fit too.
             let last = [(o.batch, bs), (rows, rs), (cols, cs)]

@@ -284,7 +284,7 @@ impl<M: DeviceMemory> MlaDecodeArgs<M> {
         }
         let out_dt = if dt == DType::Fp16 { DType::Fp16 } else { DType::Bf16 };
         let out = Check { name: "out", t: &self.out };
-        out.dtype(&[out_dt])?.shape(&[Some(batch), Some(heads), Some(LATENT_DIM)])?.inner_contiguous()?;
+        out.dtype(&[out_dt])?.shape(&[Some(batch), Some(heads), Some(LATENT_DIM)])?.inner_contiguous()?.no_self_overlap()?;
         if let Some(lse) = &self.lse {
             Check { name: "lse", t: lse }.dtype(&[DType::F32])?.shape(&[Some(batch), Some(heads)])?.contiguous()?;
         }
@@ -316,11 +316,15 @@ impl<M: DeviceMemory> MlaDecodeArgs<M> {
 
         // The outputs may not overlap what the kernels trust (the lengths and page indices they
         // index the cache with: overwritten while other CTAs still read them, they could send a
-        // kernel out of bounds or hang it) or each other.
+        // kernel out of bounds or hang it), what they read (queries and cache: other CTAs may still
+        // read what one writes, so the result would depend on timing) or each other.
         let written = [("out", self.out.byte_range()), ("lse", self.lse.as_ref().and_then(Tensor::byte_range))];
         for w in written {
             refuse_overlap(w, ("seq_lens", self.seq_lens.byte_range()))?;
             refuse_overlap(w, ("page_table", self.page_table.byte_range()))?;
+            refuse_overlap(w, ("q_nope", self.q_nope.byte_range()))?;
+            refuse_overlap(w, ("q_pe", self.q_pe.byte_range()))?;
+            refuse_overlap(w, ("kv_cache", self.kv_cache.byte_range()))?;
             // The scale multiplies every score: a write racing its read would make the result
             // depend on timing.
             if let KvFormat::Fp8PerTensor { scale } = &self.kv_format {

@@ -7,7 +7,7 @@ use crate::driver::{DeviceBuffer, Stream};
 use crate::error::{Error, Result};
 use crate::graph::target::Target;
 use crate::graph::{Capture, Captured, CapturedBuffer};
-use crate::ops::tensor::{DType, DeviceMemory, Tensor};
+use crate::ops::tensor::{mem_range, refuse_overlap, DType, DeviceMemory, Tensor};
 use crate::sys::glue::nvfp4 as glue;
 use crate::workspace::Workspace;
 
@@ -29,6 +29,10 @@ pub(crate) fn gemm_on<M: DeviceMemory>(a: &Nvfp4Matrix<M>, b: &Nvfp4Matrix<M>, a
         return Err(Error::invalid("d", format!("a contiguous [{}, {}]", a.rows, b.rows), format!("{:?} strides {:?}", d.shape, d.strides)));
     }
     scalar("alpha", alpha, ctx.raw())?;
+    // d is written while other CTAs still read the operands and alpha.
+    for (name, r) in a.ranges("a")?.into_iter().chain(b.ranges("b")?).chain([("alpha".to_string(), mem_range(alpha, 4))]) {
+        refuse_overlap(("d", d.byte_range()), (&name, r))?;
+    }
     let plan = plan(arch, a.rows as i64, b.rows as i64, a.k as i64, d.dtype, ctx.sm_count() as i64)?;
     let g = glue::Gemm {
         arch: arch.number(),

@@ -32,7 +32,7 @@ pub(crate) use w4a16::{prepare_weight_on, w4a16_on, WeightArg};
 
 use crate::error::{Error, Result};
 use crate::graph::target::Target;
-use crate::ops::tensor::{Check, DType, DeviceMemory, Tensor};
+use crate::ops::tensor::{mem_range, refuse_overlap, Check, DType, DeviceMemory, Tensor};
 use crate::sys::cuda as c;
 use crate::sys::glue::{nvfp4::Fp4Matrix, GlueDtype};
 
@@ -151,6 +151,32 @@ impl<M: DeviceMemory> Nvfp4Matrix<M> {
             }
             if !ctx.is_null() && mem.context_raw() != ctx {
                 return Err(Error::invalid(format!("{name}.{part}.device"), "memory on the stream's device", "memory of another device"));
+            }
+        }
+        Ok(())
+    }
+
+    /// The byte ranges the three parts use (after [`Nvfp4Matrix::validate`]), named
+    /// `name.packed`, `name.scales`, `name.global_scale`: for overlap checks.
+    pub(crate) fn ranges(&self, name: &str) -> Result<[(String, Option<(u64, u64)>); 3]> {
+        let packed_bytes = self.rows as u64 * (self.k as u64 / 2);
+        Ok([
+            (format!("{name}.packed"), mem_range(&self.packed, packed_bytes)),
+            (format!("{name}.scales"), mem_range(&self.scales, scale_bytes(self.rows as i64, self.k as i64)?)),
+            (format!("{name}.global_scale"), mem_range(&self.global_scale, 4)),
+        ])
+    }
+
+    /// Refuses a matrix a kernel writes (its codes and scales; the global scale is read) whose
+    /// codes and scales overlap each other, its global scale, or memory the same call reads
+    /// (`read`): threads would write bytes others still read or write, and the result depend on
+    /// timing. After [`Nvfp4Matrix::validate`].
+    pub(crate) fn refuse_overlaps(&self, name: &str, read: &[(String, Option<(u64, u64)>)]) -> Result<()> {
+        let [packed, scales, global] = self.ranges(name)?;
+        refuse_overlap((&packed.0, packed.1), (&scales.0, scales.1))?;
+        for (w, wr) in [&packed, &scales] {
+            for (o, or) in std::iter::once(&global).chain(read) {
+                refuse_overlap((w, *wr), (o, *or))?;
             }
         }
         Ok(())

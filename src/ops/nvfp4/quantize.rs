@@ -6,7 +6,7 @@ use crate::driver::{DeviceBuffer, Stream};
 use crate::error::{Error, Result};
 use crate::graph::target::Target;
 use crate::graph::{Capture, CapturedBuffer};
-use crate::ops::tensor::{Check, DType, DeviceMemory, Tensor};
+use crate::ops::tensor::{mem_range, refuse_overlap, Check, DType, DeviceMemory, Tensor};
 use crate::sys::glue::nvfp4 as glue;
 
 /// Validate, then launch: the one quantize path (Rust eager, Rust captured, C ABI).
@@ -18,6 +18,7 @@ pub(crate) fn quantize_on<M: DeviceMemory>(x: &Tensor<M>, gs: &M, out: &Nvfp4Mat
     }
     out.validate("out", ctx.raw())?;
     scalar("global_scale", gs, ctx.raw())?;
+    out.refuse_overlaps("out", &[("x".into(), x.byte_range()), ("global_scale".into(), mem_range(gs, 4))])?;
     let ld = x.leading_dim()?;
     let xs = target.admit("x", &x.mem)?.skip("x", x.offset as u64)?;
     let g = target.admit("global_scale", gs)?;
@@ -45,6 +46,9 @@ pub fn dequantize(src: &Nvfp4Matrix<&DeviceBuffer>, out: &Tensor<&DeviceBuffer>,
     let (m, kk) = check_matrix("out", out, &[DType::Bf16, DType::Fp16], ctx.raw())?;
     if src.rows != m || src.k != kk {
         return Err(Error::invalid("out.shape", format!("[{}, {}]", src.rows, src.k), format!("[{m}, {kk}]")));
+    }
+    for (name, r) in src.ranges("src")? {
+        refuse_overlap(("out", out.byte_range()), (&name, r))?;
     }
     let ld = out.leading_dim()?;
     let s = src.admit("src", &mut target)?;

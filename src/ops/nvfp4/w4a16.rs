@@ -7,6 +7,7 @@ use crate::driver::{DeviceBuffer, Stream};
 use crate::error::{Error, Result};
 use crate::graph::target::Target;
 use crate::graph::{Capture, Captured, CapturedBuffer};
+use crate::ops::tensor::{mem_range, refuse_overlap};
 use crate::ops::tensor::{DType, DeviceMemory, Tensor};
 use crate::sys::glue::nvfp4 as glue;
 use crate::workspace::Workspace;
@@ -97,6 +98,11 @@ pub(crate) fn w4a16_on<M: DeviceMemory, W: DeviceMemory>(a: &Tensor<M>, w: Weigh
     let need = plan.prepared_weight_bytes.unwrap_or(0);
     if (w.mem.len() as u64) < need {
         return Err(Error::invalid("weight", format!("a weight prepared for [{}, {}] ({need} bytes)", w.n, w.k), format!("{} bytes", w.mem.len())));
+    }
+    // d is written while other CTAs still read a, the weight and alpha (its epilogue reads alpha
+    // and the weight's header): an overlap would make the result depend on timing.
+    for (name, r) in [("a", a.byte_range()), ("weight", mem_range(w.mem, need)), ("alpha", mem_range(alpha, 4))] {
+        refuse_overlap(("d", d.byte_range()), (name, r))?;
     }
     let g = glue::W4a16 {
         lda: a.leading_dim()?,
