@@ -375,8 +375,18 @@ impl<M: DeviceMemory> MlaDecodeArgs<M> {
         // Every value below was bounded by plan(): shapes, and strides by the bounds check (an
         // extent that fits in the address space); the conversions only restate that.
         let i32_of = |what: &str, v: u64| i32::try_from(v).map_err(|_| Error::invalid(what, "a value below 2^31", v));
+        // A dimension of size 1 is never stepped, so its stride is whatever the caller's framework
+        // left there (1, or 2^40): the kernels get the dense stride instead. sm100 builds tensor
+        // maps from these strides (multiples of 16 bytes below 2^40 only), and sm90 takes its
+        // vector path only for strides that are multiples of 8 elements.
         let rows = |target: &mut Target<'_>, name: &str, t: &Tensor<M>| -> Result<Rows> {
-            Ok(Rows { span: span(target, name, t)?, stride_batch: t.stride_i64(0)?, stride_head: t.stride_i64(1)? })
+            let dense_head = t.shape[2] as i64;
+            let dense_batch = (t.shape[1] * t.shape[2]) as i64;
+            Ok(Rows {
+                span: span(target, name, t)?,
+                stride_batch: if t.shape[0] <= 1 { dense_batch } else { t.stride_i64(0)? },
+                stride_head: if t.shape[1] <= 1 { dense_head } else { t.stride_i64(1)? },
+            })
         };
         let (q_nope, q_pe, out) = (rows(target, "q_nope", &self.q_nope)?, rows(target, "q_pe", &self.q_pe)?, rows(target, "out", &self.out)?);
         Ok(glue::Decode {
@@ -399,7 +409,12 @@ impl<M: DeviceMemory> MlaDecodeArgs<M> {
             page_size: i32_of("page_size", p.page_size as u64)?,
             seq_lens: span(target, "seq_lens", &self.seq_lens)?,
             page_table: span(target, "page_table", &self.page_table)?,
-            page_table_stride: i32_of("page_table.strides[0]", self.page_table.strides[0] as u64)?,
+            // One request: its row's stride is never stepped (see `rows`).
+            page_table_stride: if p.batch <= 1 {
+                i32_of("page_table.shape[1]", self.page_table.shape[1] as u64)?
+            } else {
+                i32_of("page_table.strides[0]", self.page_table.strides[0] as u64)?
+            },
             out,
             lse: self.lse.as_ref().map(|t| span(target, "lse", t)).transpose()?,
             sm_scale: self.sm_scale,

@@ -102,6 +102,26 @@ fn decode_refuses_a_page_table_one_column_short_and_a_short_workspace() {
     assert_eq!(e, Err(Error::WorkspaceTooSmall { needed, capacity: needed - 1 }));
 }
 
+/// sm100 builds its Q and O tensor maps from the strides: a stride that is not a multiple of 16
+/// bytes (a batch-1 tensor's unused batch stride of 1, say) or reaches 2^40 bytes would run the
+/// kernel on a zeroed map (CUTLASS's check of the encode compiles out). Refused by name. (The op
+/// passes dense strides for dimensions of size 1: ops::mla::decode.)
+#[test]
+fn sm100_refuses_q_and_out_strides_its_tensor_maps_cannot_take() {
+    let d = decode(1, 1000, 64);
+    let needed = mla::sm100_workspace_bytes(GlueDtype::Bf16, 1, 1000, 64, 132, 1).unwrap();
+    let ws = span(0x70_0000, needed.max(16));
+    let cases = [
+        ("q_nope.stride_batch", Decode { q_nope: Rows { stride_batch: 1, ..d.q_nope }, ..d }),
+        ("q_pe.stride_head", Decode { q_pe: Rows { stride_head: 68, ..d.q_pe }, ..d }),
+        ("out.stride_batch", Decode { out: Rows { stride_batch: 1 << 40, ..d.out }, ..d }),
+    ];
+    for (what, bad) in cases {
+        let e = mla::decode(Backend::Sm100, &bad, ws, null_stream()).unwrap_err();
+        assert!(matches!(&e, Error::InvalidArgument { what: w, .. } if w == what), "{what}: {e}");
+    }
+}
+
 #[test]
 fn decode_checks_an_fp8_cache_by_its_own_token_size_and_its_scale() {
     let d = Decode { num_heads: 16, ..decode(1, 64, 64) };

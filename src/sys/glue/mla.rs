@@ -159,6 +159,20 @@ pub(crate) fn decode(backend: Backend, d: &Decode, ws: DeviceSpan, stream: RawSt
         Some(l) => l.require("lse", 4 * b * h, 4)?,
         None => 0,
     };
+    if backend == Backend::Sm100 {
+        // CUTLASS builds the Q and O tensor maps from these strides, and the driver takes only
+        // multiples of 16 bytes below 2^40; CUTLASS's own check of the encode compiles out
+        // (NDEBUG), so a bad stride would run the kernel on a zeroed map. The op passes a dense
+        // stride for a dimension of size 1 (Decode's contract).
+        for (what, r, elem) in [("q_nope", &d.q_nope, e), ("q_pe", &d.q_pe, e), ("out", &d.out, 2)] {
+            for (name, s) in [("stride_batch", r.stride_batch), ("stride_head", r.stride_head)] {
+                let bytes = unsigned(&format!("{what}.{name}"), s)?.checked_mul(elem);
+                if bytes.is_none_or(|b| b % 16 != 0 || b >= 1 << 40) {
+                    return Err(Error::invalid(format!("{what}.{name}"), "a multiple of 16 bytes below 2^40 (sm100's tensor maps)", s));
+                }
+            }
+        }
+    }
     let needed = match backend {
         Backend::Sm90 => sm90_workspace_bytes(d.batch, d.num_heads, d.num_splits)?,
         Backend::Sm100 => sm100_workspace_bytes(d.dtype, d.batch, d.max_seq_len, d.page_size, d.sm_count, d.num_splits)?,
