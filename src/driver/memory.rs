@@ -76,7 +76,10 @@ impl Allocation {
 // memory is given back; never for leaked memory. Keyed by first address; the id tells apart two
 // entries at one address (freed, reallocated, released again before the first entry left). A leaf
 // lock.
-static RELEASED: Mutex<BTreeMap<DevicePtr, Vec<(u64, usize, usize)>>> = Mutex::new(BTreeMap::new());
+static RELEASED: Mutex<BTreeMap<DevicePtr, Vec<ReleasedEntry>>> = Mutex::new(BTreeMap::new());
+
+/// One entry of [`RELEASED`]: its id, the allocation's bytes and its context.
+type ReleasedEntry = (u64, usize, usize);
 
 /// `ptr`'s place in [`RELEASED`] until dropped (when its memory has been given back); forgotten
 /// with leaked memory, whose address then stays refused.

@@ -110,6 +110,9 @@ pub struct Nvfp4Plan {
     pub schedule: Option<W4a16Schedule>,
 }
 
+/// A named `[start, end)` byte range (`None`: empty), for overlap checks.
+pub(crate) type NamedRange = (String, Option<(u64, u64)>);
+
 /// An NVFP4 matrix [rows, k] in device memory.
 #[derive(Clone, Debug)]
 pub struct Nvfp4Matrix<M> {
@@ -158,7 +161,7 @@ impl<M: DeviceMemory> Nvfp4Matrix<M> {
 
     /// The byte ranges the three parts use (after [`Nvfp4Matrix::validate`]), named
     /// `name.packed`, `name.scales`, `name.global_scale`: for overlap checks.
-    pub(crate) fn ranges(&self, name: &str) -> Result<[(String, Option<(u64, u64)>); 3]> {
+    pub(crate) fn ranges(&self, name: &str) -> Result<[NamedRange; 3]> {
         let packed_bytes = self.rows as u64 * (self.k as u64 / 2);
         Ok([
             (format!("{name}.packed"), mem_range(&self.packed, packed_bytes)),
@@ -171,7 +174,7 @@ impl<M: DeviceMemory> Nvfp4Matrix<M> {
     /// codes and scales overlap each other, its global scale, or memory the same call reads
     /// (`read`): threads would write bytes others still read or write, and the result depend on
     /// timing. After [`Nvfp4Matrix::validate`].
-    pub(crate) fn refuse_overlaps(&self, name: &str, read: &[(String, Option<(u64, u64)>)]) -> Result<()> {
+    pub(crate) fn refuse_overlaps(&self, name: &str, read: &[NamedRange]) -> Result<()> {
         let [packed, scales, global] = self.ranges(name)?;
         refuse_overlap((&packed.0, packed.1), (&scales.0, scales.1))?;
         for (w, wr) in [&packed, &scales] {
