@@ -525,3 +525,62 @@ fn nvfp4_on_a_non_blackwell_gpu_is_arch_unsupported() {
         Err(e) => eprintln!("NOTE: nvfp4 operation graph does not finalize on sm_{}{} with cuDNN {}: {e} ({})", cc.0, cc.1, dnn.version(), dnn.last_error_text()),
     }
 }
+
+/// The benches' raw cuDNN floor on a stream the engine owns (adopted): once the engine begins a
+/// capture of its own on it, `call` must refuse (u32::MAX, nothing recorded), as replays and eager
+/// ops do on adopted streams; the engine's graph would keep neither the plan nor the handle. On the
+/// old code `call` checked only graphsafe's own capture marker and recorded the execute into the
+/// engine's graph. After the engine's capture ends, `call` runs again.
+#[test]
+fn a_raw_executor_refuses_a_capture_its_adopted_streams_owner_began() {
+    use graphsafe::ops::cudnn::matmul::RawExecutor;
+    use graphsafe::sys::cuda as c;
+    let Some((ctx, _stream)) = gpu() else { return };
+    let Some(dnn) = dnn(&ctx) else { return };
+    let api = graphsafe::sys::driver::api().unwrap();
+    let raw = {
+        let _cur = ctx.enter().unwrap();
+        let mut raw: c::CUstream = std::ptr::null_mut();
+        // SAFETY: out-pointer to a local; flags 1 (non-blocking).
+        assert_eq!(unsafe { (api.cuStreamCreate().unwrap().f)(&mut raw, 1) }, c::CUresult::CUDA_SUCCESS);
+        raw
+    };
+    // SAFETY: a live stream of ctx that nothing else wraps; destroyed below, after the wrapper.
+    let adopted = unsafe { Stream::adopt(&ctx, raw) }.unwrap();
+    let p = problem_of(64, 256, 512, 1, 0, DType::Bf16, DType::Bf16);
+    let case = build(&adopted, p, 900);
+    let mut ws = Workspace::new(&adopted, 0).unwrap();
+    cudnn::matmul(&dnn, &case.args(), &mut ws, &adopted).unwrap(); // the plan cached, the workspace sized
+    // SAFETY: the buffers and the workspace (not grown again) outlive the executor.
+    let (ptrs, wspan) = unsafe {
+        let span = |b: &DeviceBuffer| DeviceSpan::from_raw(b.device_ptr(), b.len() as u64);
+        ([span(&case.a), span(&case.b), span(&case.c)], DeviceSpan::from_raw(ws.device_ptr(), ws.capacity()))
+    };
+    let exec = RawExecutor::new(&dnn, &p, ptrs, wspan, &adopted).unwrap();
+    assert_eq!(exec.call(), 0);
+    let graph = {
+        let _cur = ctx.enter().unwrap();
+        // SAFETY: a live stream of ctx; a valid mode.
+        let r = unsafe { (api.cuStreamBeginCapture().unwrap().f)(raw, c::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED) };
+        assert_eq!(r, c::CUresult::CUDA_SUCCESS);
+        let refused = exec.call();
+        let mut g = std::ptr::null_mut();
+        // SAFETY: the capture begun above; out-pointer to a local.
+        assert_eq!(unsafe { (api.cuStreamEndCapture().unwrap().f)(raw, &mut g) }, c::CUresult::CUDA_SUCCESS);
+        assert_eq!(refused, u32::MAX, "an execute went into the engine's own capture");
+        g
+    };
+    let mut nodes = 0usize;
+    // SAFETY: the graph the end returned; a null node array asks for the count only.
+    assert_eq!(unsafe { (api.cuGraphGetNodes().unwrap().f)(graph, std::ptr::null_mut(), &mut nodes) }, c::CUresult::CUDA_SUCCESS);
+    // SAFETY: the graph the end returned, destroyed once.
+    unsafe { (api.cuGraphDestroy().unwrap().f)(graph) };
+    assert_eq!(nodes, 0, "the engine's graph recorded the refused execute");
+    assert_eq!(exec.call(), 0, "the executor refuses after the engine's capture ended");
+    drop(exec);
+    adopted.synchronize().unwrap();
+    drop((case, ws, adopted));
+    let _cur = ctx.enter().unwrap();
+    // SAFETY: no wrapper is left; nothing is queued on it.
+    assert_eq!(unsafe { (api.cuStreamDestroy().unwrap().f)(raw) }, c::CUresult::CUDA_SUCCESS);
+}

@@ -17,7 +17,7 @@
 //! ([`Error::WorkspaceTooSmall`], nothing executed). [`plan_workspace`] builds every plan an engine
 //! will capture and returns the largest workspace: pre-grow to it once, then capture.
 
-use super::{data_type, Cudnn, OpKey, PlanInfo};
+use super::{data_type, Cudnn, OpKey, Plan, PlanInfo};
 use crate::driver::{DeviceBuffer, Event, Stream};
 use crate::error::{Error, Result};
 use crate::graph::target::Target;
@@ -420,11 +420,31 @@ pub fn autotune(dnn: &Cudnn, args: &MatmulArgs<&DeviceBuffer>, ws: &mut Workspac
     let ptrs = args.spans(&mut target)?;
     let w = target.workspace(most)?;
     target.commit()?;
+    let timed = match time_candidates(dnn, &cands, &ptrs, w, stream) {
+        Ok(t) => t,
+        Err(e) => {
+            // Executes of the candidates may still be queued: their plans (and the code cuDNN
+            // compiled for them) go only once the stream has run them; if even that wait fails,
+            // they are leaked, never destroyed early.
+            if stream.synchronize().is_err() {
+                std::mem::forget(cands);
+            }
+            return Err(e);
+        }
+    };
+    let best = timed.iter().min_by(|a, b| a.1.total_cmp(&b.1)).map(|(p, _)| p.clone()).expect("at least one candidate");
+    dnn.install(&dnn.key(OpKey::Matmul(p)), best.clone());
+    Ok(AutotuneReport { chosen: best.info(), candidates: timed.iter().map(|(p, t)| (p.info(), *t)).collect() })
+}
+
+/// [`autotune`]'s timing: median µs of five batches of five executes per candidate, after two
+/// warm-up ones. On success every execute has finished (the last batch's end event was waited for).
+fn time_candidates(dnn: &Cudnn, cands: &[Arc<Plan>], ptrs: &[DeviceSpan; 3], w: DeviceSpan, stream: &Stream) -> Result<Vec<(Arc<Plan>, f64)>> {
     let ctx = stream.context();
     let (start, end) = (Event::new(ctx, true)?, Event::new(ctx, true)?);
     let mut timed = Vec::new();
-    for cand in &cands {
-        let run = || dnn.execute(cand, &ptrs, w, stream.handle());
+    for cand in cands {
+        let run = || dnn.execute(cand, ptrs, w, stream.handle());
         for _ in 0..2 {
             run()?;
         }
@@ -441,9 +461,7 @@ pub fn autotune(dnn: &Cudnn, args: &MatmulArgs<&DeviceBuffer>, ws: &mut Workspac
         trials.sort_by(|a, b| a.total_cmp(b));
         timed.push((cand.clone(), trials[trials.len() / 2]));
     }
-    let best = timed.iter().min_by(|a, b| a.1.total_cmp(&b.1)).map(|(p, _)| p.clone()).expect("at least one candidate");
-    dnn.install(&dnn.key(OpKey::Matmul(p)), best.clone());
-    Ok(AutotuneReport { chosen: best.info(), candidates: timed.iter().map(|(p, t)| (p.info(), *t)).collect() })
+    Ok(timed)
 }
 
 #[doc(hidden)]
@@ -472,13 +490,31 @@ pub fn matmul_raw(dnn: &Cudnn, problem: &MatmulProblem, ptrs: [DeviceSpan; 3], w
 /// executes can never land in a capture, whose graph would keep neither the plan nor the handle.
 /// Neither `Send` nor `Sync`: its handle belongs to the creating thread's context.
 pub struct RawExecutor<'s> {
-    // Dropped in declaration order: the pack and the plan before the handle that made them.
-    pack: backend::VariantPack,
-    plan: backend::ExecPlan,
-    handle: Handle,
+    // Given back by `Drop` once the stream has run every execute: the pack and the plan before
+    // the handle that made them.
+    objects: std::mem::ManuallyDrop<(backend::VariantPack, backend::ExecPlan, Handle)>,
     _dnn: Arc<Cudnn>,
     stream: &'s Stream,
     _one_thread: std::marker::PhantomData<*const ()>,
+}
+
+impl Drop for RawExecutor<'_> {
+    fn drop(&mut self) {
+        // Executes may still be queued on the stream, and cuDNN may free code it compiled for the
+        // plan with it: wait for them first (as graphsafe's frees wait for its streams). If the
+        // wait fails, the plan and handle are leaked, never destroyed early.
+        match self.stream.synchronize() {
+            Ok(()) => {
+                // SAFETY: taken once, here; the field is never touched again.
+                let (pack, plan, handle) = unsafe { std::mem::ManuallyDrop::take(&mut self.objects) };
+                let _current = self._dnn.ctx.enter();
+                drop(pack);
+                drop(plan);
+                drop(handle);
+            }
+            Err(e) => crate::driver::log_drop_error("waiting for a cuDNN raw executor's stream", Err::<(), _>(e)),
+        }
+    }
 }
 
 impl<'s> RawExecutor<'s> {
@@ -503,18 +539,22 @@ impl<'s> RawExecutor<'s> {
         let plan = cands.into_iter().nth(at).ok_or_else(|| Error::invalid("plan", "an execution plan", "none"))?;
         let pack = backend::VariantPack::new(dnn.api, &plan, &ptrs, ws)?;
         handle.set_stream(stream.handle())?;
-        Ok(RawExecutor { pack, plan, handle, _dnn: dnn.clone(), stream, _one_thread: std::marker::PhantomData })
+        Ok(RawExecutor { objects: std::mem::ManuallyDrop::new((pack, plan, handle)), _dnn: dnn.clone(), stream, _one_thread: std::marker::PhantomData })
     }
 
     #[doc(hidden)]
     /// One bare `cudnnBackendExecute`; returns the raw status (0 on success), or `u32::MAX`
-    /// without executing when a graphsafe capture is open on the stream (one leaked with
-    /// `mem::forget`: the borrow rules out any other).
+    /// without executing when a capture is open on the stream: a graphsafe one (leaked with
+    /// `mem::forget`: the borrow rules out any other), or, on an adopted stream, one its owner
+    /// began.
     pub fn call(&self) -> u32 {
-        if self.stream.ensure_no_open_capture().is_err() {
+        // The replay path's check: on a stream other code holds (adopted), a capture that code
+        // began is refused too; its graph would keep neither the plan nor the handle.
+        if self.stream.ensure_replayable().is_err() {
             return u32::MAX;
         }
-        match self.handle.execute_pack(&self.plan, &self.pack) {
+        let (pack, plan, handle) = &*self.objects;
+        match handle.execute_pack(plan, pack) {
             Ok(()) => 0,
             Err(Error::Cudnn { status, .. }) => status as u32,
             Err(_) => u32::MAX,
