@@ -11,7 +11,7 @@
 //! host's enqueueing and the launch gaps a graph removes. Per row: µs per call, achieved bandwidth
 //! (KV + Q + O bytes / time), TFLOP/s (B·S·H·2·(576+512) / time); the baseline in the same run is a
 //! device-to-device copy (read + write bytes / time), the HBM rate this GPU actually reaches.
-//! Prints the tables and one `BENCH_JSON` line.
+//! Prints the tables and one `BENCH_JSON` line. `GRAPHSAFE_MLA_BENCH=fp8` runs the fp8 table alone.
 
 #[path = "common/random.rs"]
 mod random;
@@ -91,15 +91,18 @@ fn main() {
     let caches = Caches::new(&stream);
     let mut ws = Workspace::new(&stream, 0).unwrap();
     let mut run = |heads, batch, seq, kind| Case::new(&stream, &caches, heads, batch, seq, kind).time(&ctx, &mut stream, &mut ws);
+    // GRAPHSAFE_MLA_BENCH=fp8 times the fp8 table alone (its bf16 rows included), for quick A/B runs.
+    let fp8_only = std::env::var("GRAPHSAFE_MLA_BENCH").as_deref() == Ok("fp8");
     let mut main_rows = Vec::new();
-    for &heads in &[16usize, 128] {
+    for &heads in if fp8_only { &[][..] } else { &[16usize, 128][..] } {
         for &batch in &[64usize, 128] {
             for &seq in &[4096usize, 8192] {
                 main_rows.push(run(heads, batch, seq, KvFormatKind::Native));
             }
         }
     }
-    let long: Vec<Row> = [(128usize, 16usize, 16384usize), (128, 1, 65536), (16, 1, 65536)].iter().map(|&(h, b, s)| run(h, b, s, KvFormatKind::Native)).collect();
+    let long_shapes: &[(usize, usize, usize)] = if fp8_only { &[] } else { &[(128, 16, 16384), (128, 1, 65536), (16, 1, 65536)] };
+    let long: Vec<Row> = long_shapes.iter().map(|&(h, b, s)| run(h, b, s, KvFormatKind::Native)).collect();
     let mut fp8 = Vec::new();
     for &(heads, batch, seq) in &[(16usize, 64usize, 4096usize), (16, 128, 8192), (32, 64, 4096), (128, 64, 4096)] {
         for kind in KvFormatKind::ALL {

@@ -69,6 +69,9 @@ __device__ __forceinline__ void e4m3x4_to_f16x2x2(uint32_t w, uint32_t& lo, uint
         : "r"(w));
   }
 }
+// The lazy maximum's threshold (log2 units): P = 2^(s - mrun) up to 2^8 before the running maximum moves.
+constexpr float kLazyMax = 8.f;
+
 // True on every participating thread if `x` is true on any of the `threads` threads of named barrier `id`.
 __device__ __forceinline__ bool named_bar_or(uint32_t id, uint32_t threads, bool x) {
   uint32_t r;
@@ -336,16 +339,51 @@ __global__ void __launch_bounds__(kThreads, 1)
 
       // ---- online softmax (n_softmax.cuh; sl2 = 1: the scores are scaled above), P^T in the PV step's token order
       const int valid = sr.seq - (sr.tile0 + i) * kTileS;
-      NSoftmax<N>::tile_max(sc, valid, ta, tb, g, q, w, warp, s_red);
-      float alpha[2 * J];
-      NSoftmax<N>::update(sc, 1.f, mrun, lp, alpha, s_red, w, q, [&](int h, float pa, float pv) {
+      auto store_p = [&](int h, float pa, float pv) {
         *reinterpret_cast<uint16_t*>(pb + h * 128 + (((kla >> 3) ^ (h & 7)) << 4) + (kla & 7) * 2) = to_bits<true>(pa);
         *reinterpret_cast<uint16_t*>(pb + h * 128 + (((klb >> 3) ^ (h & 7)) << 4) + (klb & 7) * 2) = to_bits<true>(pv);
-      });
+      };
+      // Lazy maximum (the seesaw kernel's): while no score of the tile exceeds the head's running
+      // maximum by more than kLazyMax (log2 units), P = 2^(s - mrun) as it stands (at most
+      // 2^kLazyMax, as exact in fp16 as below 1; lp and O are f32), so the tile needs one barrier
+      // (P stored, and whether any thread saw a larger score) instead of two (the warps' maxima,
+      // then P), and no rescale of O. A tile with a larger score (every first tile: mrun is -inf)
+      // takes the exact step below after that barrier. A NaN score compares false and comes out
+      // NaN in P either way; a +inf one takes the exact step.
+      bool over = false;
+      float ts[2 * J];
+#pragma unroll
+      for (int j = 0; j < J; ++j)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int k = 2 * j + e;
+          if (ta >= valid) sc[4 * j + e] = -INFINITY;
+          if (tb >= valid) sc[4 * j + 2 + e] = -INFINITY;
+          over |= sc[4 * j + e] > mrun[k] + kLazyMax || sc[4 * j + 2 + e] > mrun[k] + kLazyMax;
+        }
+      if (!__any_sync(0xffffffffu, over)) {  // a warp that will take the exact step anyway stores nothing
+#pragma unroll
+        for (int j = 0; j < J; ++j)
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            const int k = 2 * j + e;
+            const float pa = ex2(sc[4 * j + e] - mrun[k]), pv = ex2(sc[4 * j + 2 + e] - mrun[k]);
+            ts[k] = pa + pv;
+            store_p(8 * j + 2 * q + e, pa, pv);
+          }
+      }
       fence_proxy_async();
-      named_bar_sync(2 + w, 128);
-
-      NSoftmax<N>::rescale(o, alpha);
+      if (!named_bar_or(2 + w, 128, over)) {
+#pragma unroll
+        for (int k = 0; k < 2 * J; ++k) lp[k] += ts[k];
+      } else {
+        NSoftmax<N>::tile_max(sc, valid, ta, tb, g, q, w, warp, s_red);
+        float alpha[2 * J];
+        NSoftmax<N>::update(sc, 1.f, mrun, lp, alpha, s_red, w, q, store_p);
+        fence_proxy_async();
+        named_bar_sync(2 + w, 128);
+        NSoftmax<N>::rescale(o, alpha);
+      }
 
       // ---- O^T += V^T.P^T: per k16 step, four tokens' 16 dims -> eight m64 blocks' A registers ----
       uint32_t va[kVBuf][8][4];
