@@ -492,7 +492,8 @@ pub fn matmul_raw(dnn: &Cudnn, problem: &MatmulProblem, ptrs: [DeviceSpan; 3], w
 pub struct RawExecutor<'s> {
     // Given back by `Drop` once the stream has run every execute: the pack and the plan before
     // the handle that made them.
-    objects: std::mem::ManuallyDrop<(backend::VariantPack, backend::ExecPlan, Handle)>,
+    // (Always Some until the drop takes it.)
+    objects: Option<(backend::VariantPack, backend::ExecPlan, Handle)>,
     _dnn: Arc<Cudnn>,
     stream: &'s Stream,
     _one_thread: std::marker::PhantomData<*const ()>,
@@ -503,16 +504,18 @@ impl Drop for RawExecutor<'_> {
         // Executes may still be queued on the stream, and cuDNN may free code it compiled for the
         // plan with it: wait for them first (as graphsafe's frees wait for its streams). If the
         // wait fails, the plan and handle are leaked, never destroyed early.
+        let Some((pack, plan, handle)) = self.objects.take() else { return };
         match self.stream.synchronize() {
             Ok(()) => {
-                // SAFETY: taken once, here; the field is never touched again.
-                let (pack, plan, handle) = unsafe { std::mem::ManuallyDrop::take(&mut self.objects) };
                 let _current = self._dnn.ctx.enter();
                 drop(pack);
                 drop(plan);
                 drop(handle);
             }
-            Err(e) => crate::driver::log_drop_error("waiting for a cuDNN raw executor's stream", Err::<(), _>(e)),
+            Err(e) => {
+                std::mem::forget((pack, plan, handle));
+                crate::driver::log_drop_error("waiting for a cuDNN raw executor's stream", Err::<(), _>(e));
+            }
         }
     }
 }
@@ -539,7 +542,7 @@ impl<'s> RawExecutor<'s> {
         let plan = cands.into_iter().nth(at).ok_or_else(|| Error::invalid("plan", "an execution plan", "none"))?;
         let pack = backend::VariantPack::new(dnn.api, &plan, &ptrs, ws)?;
         handle.set_stream(stream.handle())?;
-        Ok(RawExecutor { objects: std::mem::ManuallyDrop::new((pack, plan, handle)), _dnn: dnn.clone(), stream, _one_thread: std::marker::PhantomData })
+        Ok(RawExecutor { objects: Some((pack, plan, handle)), _dnn: dnn.clone(), stream, _one_thread: std::marker::PhantomData })
     }
 
     #[doc(hidden)]
@@ -553,7 +556,7 @@ impl<'s> RawExecutor<'s> {
         if self.stream.ensure_replayable().is_err() {
             return u32::MAX;
         }
-        let (pack, plan, handle) = &*self.objects;
+        let Some((pack, plan, handle)) = &self.objects else { return u32::MAX };
         match handle.execute_pack(plan, pack) {
             Ok(()) => 0,
             Err(Error::Cudnn { status, .. }) => status as u32,
