@@ -1000,6 +1000,69 @@ fn a_module_load_is_refused_on_any_thread_while_a_global_capture_is_open() {
     no_violations(s);
 }
 
+/// A context, stream and empty workspace made through the C ABI, the sm90 W4A16 plan of [m, n, k]
+/// (the stand-in is an sm90 device), and buffers made on the stream; destroyed on drop, since C ABI
+/// handles are process-wide and the stand-in counts live streams across tests.
+struct CapiNvfp4 {
+    cx: graphsafe::capi::GraphsafeContext,
+    st: graphsafe::capi::GraphsafeStream,
+    ws: graphsafe::capi::GraphsafeWorkspace,
+    plan: graphsafe::capi::GraphsafeNvfp4Plan,
+}
+
+impl CapiNvfp4 {
+    fn new(m: i32, n: i32, k: i32) -> CapiNvfp4 {
+        use graphsafe::capi::*;
+        let mut f = CapiNvfp4 { cx: Default::default(), st: Default::default(), ws: Default::default(), plan: Default::default() };
+        // SAFETY: out-pointers to fields; handles made here.
+        unsafe {
+            assert_eq!(graphsafe_context_create(0, &mut f.cx), GRAPHSAFE_OK);
+            assert_eq!(graphsafe_stream_create(f.cx, &mut f.st), GRAPHSAFE_OK);
+            assert_eq!(graphsafe_workspace_create(f.st, 0, &mut f.ws), GRAPHSAFE_OK);
+            assert_eq!(graphsafe_nvfp4_plan(GRAPHSAFE_ARCH_SM90, m, n, k, GRAPHSAFE_DTYPE_BF16, 132, &mut f.plan), GRAPHSAFE_OK);
+        }
+        f
+    }
+
+    /// A zeroed buffer of `bytes` on the stream: its handle and address.
+    fn buffer(&self, bytes: u64) -> (graphsafe::capi::GraphsafeBuffer, u64) {
+        use graphsafe::capi::*;
+        let (mut b, mut ptr) = (GraphsafeBuffer::default(), 0u64);
+        // SAFETY: out-pointers to locals; a live stream.
+        unsafe {
+            assert_eq!(graphsafe_buffer_create(self.st, bytes, 1, &mut b), GRAPHSAFE_OK);
+            assert_eq!(graphsafe_buffer_info(b, &mut ptr, std::ptr::null_mut()), GRAPHSAFE_OK);
+        }
+        (b, ptr)
+    }
+
+    /// The workspace's capacity (a refused call must not have grown it).
+    fn workspace_capacity(&self) -> u64 {
+        let mut capacity = 1u64;
+        // SAFETY: out-pointer to a local; a live workspace.
+        assert_eq!(unsafe { graphsafe::capi::graphsafe_workspace_info(self.ws, &mut capacity, std::ptr::null_mut()) }, graphsafe::capi::GRAPHSAFE_OK);
+        capacity
+    }
+}
+
+impl Drop for CapiNvfp4 {
+    fn drop(&mut self) {
+        use graphsafe::capi::*;
+        // SAFETY: handles made in new(), destroyed once.
+        unsafe {
+            assert_eq!(graphsafe_workspace_destroy(self.ws), GRAPHSAFE_OK);
+            assert_eq!(graphsafe_stream_destroy(self.st), GRAPHSAFE_OK);
+            assert_eq!(graphsafe_context_destroy(self.cx), GRAPHSAFE_OK);
+        }
+    }
+}
+
+/// This thread's error text for the last failed C ABI call.
+fn last_error_text() -> String {
+    // SAFETY: never null; valid until this thread's next failing call.
+    unsafe { std::ffi::CStr::from_ptr(graphsafe::capi::graphsafe_last_error()) }.to_string_lossy().into_owned()
+}
+
 /// NVFP4 operands whose rows overlap (a row stride below the row length, more than one row) are
 /// refused by the op before anything is enqueued, naming the stride: before, they passed the
 /// op's checks and the kernel glue refused them after the op committed, when an eager W4A16 had
@@ -1009,44 +1072,24 @@ fn overlapping_rows_are_refused_before_anything_is_enqueued() {
     use graphsafe::capi::*;
     let (_g, s) = exclusive();
     let (m, n, k) = (4i32, 256i32, 256i32);
-    let mut cx = GraphsafeContext::default();
-    let mut st = GraphsafeStream::default();
-    let mut ws = GraphsafeWorkspace::default();
-    let mut plan = GraphsafeNvfp4Plan::default();
-    // SAFETY: out-pointers to locals; handles made here; every address is a live buffer of the sizes below.
-    unsafe {
-        assert_eq!(graphsafe_context_create(0, &mut cx), GRAPHSAFE_OK);
-        assert_eq!(graphsafe_stream_create(cx, &mut st), GRAPHSAFE_OK);
-        assert_eq!(graphsafe_workspace_create(st, 0, &mut ws), GRAPHSAFE_OK);
-        assert_eq!(graphsafe_nvfp4_plan(GRAPHSAFE_ARCH_SM90, m, n, k, GRAPHSAFE_DTYPE_BF16, 132, &mut plan), GRAPHSAFE_OK);
-        let buffer = |bytes: u64| {
-            let mut b = GraphsafeBuffer::default();
-            let mut ptr = 0u64;
-            assert_eq!(graphsafe_buffer_create(st, bytes, 1, &mut b), GRAPHSAFE_OK);
-            assert_eq!(graphsafe_buffer_info(b, &mut ptr, std::ptr::null_mut()), GRAPHSAFE_OK);
-            (b, ptr)
-        };
-        let (weight, _) = buffer(plan.prepared_weight_bytes);
-        let (_, a) = buffer((m * k * 2) as u64);
-        let (_, d) = buffer((m * n * 2) as u64);
-        let (_, alpha) = buffer(4);
-        let args = GraphsafeW4a16Args { a, lda: (k / 2) as i64, weight, n, k, alpha, d, ldd: n as i64, m };
-        let r = graphsafe_nvfp4_w4a16_gemm(&args, ws, st);
-        let text = std::ffi::CStr::from_ptr(graphsafe_last_error()).to_string_lossy().into_owned();
-        assert_eq!(r, GRAPHSAFE_ERROR_INVALID_ARGUMENT, "{text}");
-        assert!(text.contains("a.strides[0]"), "{text}");
-        let mut capacity = 1u64;
-        assert_eq!(graphsafe_workspace_info(ws, &mut capacity, std::ptr::null_mut()), GRAPHSAFE_OK);
-        assert_eq!(capacity, 0, "the workspace grew for a call that was refused");
-        let out_overlap = GraphsafeW4a16Args { lda: k as i64, ldd: (n - 16) as i64, ..args };
-        assert_eq!(graphsafe_nvfp4_w4a16_gemm(&out_overlap, ws, st), GRAPHSAFE_ERROR_INVALID_ARGUMENT);
-        let text = std::ffi::CStr::from_ptr(graphsafe_last_error()).to_string_lossy().into_owned();
-        assert!(text.contains("d.strides[0]"), "{text}");
-        // Handles are process-wide: leave none for later tests (the stand-in counts live streams).
-        assert_eq!(graphsafe_workspace_destroy(ws), GRAPHSAFE_OK);
-        assert_eq!(graphsafe_stream_destroy(st), GRAPHSAFE_OK);
-        assert_eq!(graphsafe_context_destroy(cx), GRAPHSAFE_OK);
-    }
+    let f = CapiNvfp4::new(m, n, k);
+    let (weight, _) = f.buffer(f.plan.prepared_weight_bytes);
+    let (_, a) = f.buffer((m * k * 2) as u64);
+    let (_, d) = f.buffer((m * n * 2) as u64);
+    let (_, alpha) = f.buffer(4);
+    let args = GraphsafeW4a16Args { a, lda: (k / 2) as i64, weight, n, k, alpha, d, ldd: n as i64, m };
+    // SAFETY: every address is a live buffer of the sizes above; handles made here.
+    let r = unsafe { graphsafe_nvfp4_w4a16_gemm(&args, f.ws, f.st) };
+    let text = last_error_text();
+    assert_eq!(r, GRAPHSAFE_ERROR_INVALID_ARGUMENT, "{text}");
+    assert!(text.contains("a.strides[0]"), "{text}");
+    assert_eq!(f.workspace_capacity(), 0, "the workspace grew for a call that was refused");
+    let out_overlap = GraphsafeW4a16Args { lda: k as i64, ldd: (n - 16) as i64, ..args };
+    // SAFETY: as above.
+    assert_eq!(unsafe { graphsafe_nvfp4_w4a16_gemm(&out_overlap, f.ws, f.st) }, GRAPHSAFE_ERROR_INVALID_ARGUMENT);
+    let text = last_error_text();
+    assert!(text.contains("d.strides[0]"), "{text}");
+    drop(f);
     no_violations(s);
 }
 
@@ -1292,57 +1335,38 @@ fn nvfp4_outputs_overlapping_their_inputs_are_refused_before_anything_is_enqueue
     use graphsafe::capi::*;
     let (_g, s) = exclusive();
     let (m, n, k) = (4i32, 256i32, 256i32);
-    let mut cx = GraphsafeContext::default();
-    let mut st = GraphsafeStream::default();
-    let mut ws = GraphsafeWorkspace::default();
-    let mut plan = GraphsafeNvfp4Plan::default();
+    let f = CapiNvfp4::new(m, n, k);
     let refused = |r: i32, says: &str| {
-        let text = unsafe { std::ffi::CStr::from_ptr(graphsafe_last_error()) }.to_string_lossy().into_owned();
+        let text = last_error_text();
         assert_eq!(r, GRAPHSAFE_ERROR_INVALID_ARGUMENT, "{says}: {text}");
         assert!(text.contains(says), "the error does not name {says}: {text}");
     };
-    // SAFETY: out-pointers to locals; handles made here; every address is a live buffer of the sizes below.
-    unsafe {
-        assert_eq!(graphsafe_context_create(0, &mut cx), GRAPHSAFE_OK);
-        assert_eq!(graphsafe_stream_create(cx, &mut st), GRAPHSAFE_OK);
-        assert_eq!(graphsafe_workspace_create(st, 0, &mut ws), GRAPHSAFE_OK);
-        assert_eq!(graphsafe_nvfp4_plan(GRAPHSAFE_ARCH_SM90, m, n, k, GRAPHSAFE_DTYPE_BF16, 132, &mut plan), GRAPHSAFE_OK);
-        let buffer = |bytes: u64| {
-            let mut b = GraphsafeBuffer::default();
-            let mut ptr = 0u64;
-            assert_eq!(graphsafe_buffer_create(st, bytes, 1, &mut b), GRAPHSAFE_OK);
-            assert_eq!(graphsafe_buffer_info(b, &mut ptr, std::ptr::null_mut()), GRAPHSAFE_OK);
-            (b, ptr)
-        };
-        let (weight, _) = buffer(plan.prepared_weight_bytes);
-        let (_, a) = buffer((m * k * 2) as u64);
-        let (_, d) = buffer((m * n * 2) as u64 + 64);
-        let args = GraphsafeW4a16Args { a, lda: k as i64, weight, n, k, alpha: d + (m * n * 2) as u64 - 16, d, ldd: n as i64, m };
-        refused(graphsafe_nvfp4_w4a16_gemm(&args, ws, st), "memory that does not overlap alpha");
-        refused(graphsafe_nvfp4_w4a16_gemm(&GraphsafeW4a16Args { a: d, alpha: d + (m * n * 2) as u64, ..args }, ws, st), "memory that does not overlap a");
-        let mut capacity = 1u64;
-        assert_eq!(graphsafe_workspace_info(ws, &mut capacity, std::ptr::null_mut()), GRAPHSAFE_OK);
-        assert_eq!(capacity, 0, "the workspace grew for a call that was refused");
+    let (weight, _) = f.buffer(f.plan.prepared_weight_bytes);
+    let (_, a) = f.buffer((m * k * 2) as u64);
+    let (_, d) = f.buffer((m * n * 2) as u64 + 64);
+    let args = GraphsafeW4a16Args { a, lda: k as i64, weight, n, k, alpha: d + (m * n * 2) as u64 - 16, d, ldd: n as i64, m };
+    // SAFETY (every call below): each address lies in a live buffer of the sizes made here.
+    let gemm = |args: &GraphsafeW4a16Args| unsafe { graphsafe_nvfp4_w4a16_gemm(args, f.ws, f.st) };
+    refused(gemm(&args), "memory that does not overlap alpha");
+    refused(gemm(&GraphsafeW4a16Args { a: d, alpha: d + (m * n * 2) as u64, ..args }), "memory that does not overlap a");
+    assert_eq!(f.workspace_capacity(), 0, "the workspace grew for a call that was refused");
 
-        let mut scale_bytes = 0u64;
-        assert_eq!(graphsafe_nvfp4_scale_bytes(m, k, &mut scale_bytes), GRAPHSAFE_OK);
-        let (_, x) = buffer((m * k * 2) as u64);
-        let (_, out) = buffer((m * k / 2) as u64 + scale_bytes + 16);
-        let good = GraphsafeNvfp4Matrix { packed: out, scales: out + (m * k / 2) as u64, global_scale: out + (m * k / 2) as u64 + scale_bytes, rows: m, k };
-        let launches = s.calls("cuLaunchKernel") + s.calls("cuLaunchKernelEx");
-        let q = |o: &GraphsafeNvfp4Matrix, x: u64| graphsafe_nvfp4_quantize(x, GRAPHSAFE_DTYPE_BF16, m, k, k as i64, o, st);
-        refused(q(&GraphsafeNvfp4Matrix { scales: out, ..good }, x), "out.packed");
-        refused(q(&GraphsafeNvfp4Matrix { global_scale: good.scales, ..good }, x), "out.scales");
-        refused(q(&good, out), "memory that does not overlap x");
-        assert_eq!(s.calls("cuLaunchKernel") + s.calls("cuLaunchKernelEx"), launches, "a refused quantize launched");
-        // The well-formed quantize gets past validation (on the stand-in the glue's CUDA runtime
-        // then fails: it opens the real driver).
-        let r = q(&good, x);
-        assert_ne!(r, GRAPHSAFE_ERROR_INVALID_ARGUMENT, "{}", std::ffi::CStr::from_ptr(graphsafe_last_error()).to_string_lossy());
-        // Handles are process-wide: leave none for later tests (the stand-in counts live streams).
-        assert_eq!(graphsafe_workspace_destroy(ws), GRAPHSAFE_OK);
-        assert_eq!(graphsafe_stream_destroy(st), GRAPHSAFE_OK);
-        assert_eq!(graphsafe_context_destroy(cx), GRAPHSAFE_OK);
-    }
+    let mut scale_bytes = 0u64;
+    // SAFETY: out-pointer to a local.
+    assert_eq!(unsafe { graphsafe_nvfp4_scale_bytes(m, k, &mut scale_bytes) }, GRAPHSAFE_OK);
+    let (_, x) = f.buffer((m * k * 2) as u64);
+    let (_, out) = f.buffer((m * k / 2) as u64 + scale_bytes + 16);
+    let good = GraphsafeNvfp4Matrix { packed: out, scales: out + (m * k / 2) as u64, global_scale: out + (m * k / 2) as u64 + scale_bytes, rows: m, k };
+    let launches = s.calls("cuLaunchKernel") + s.calls("cuLaunchKernelEx");
+    // SAFETY: as above.
+    let q = |o: &GraphsafeNvfp4Matrix, x: u64| unsafe { graphsafe_nvfp4_quantize(x, GRAPHSAFE_DTYPE_BF16, m, k, k as i64, o, f.st) };
+    refused(q(&GraphsafeNvfp4Matrix { scales: out, ..good }, x), "out.packed");
+    refused(q(&GraphsafeNvfp4Matrix { global_scale: good.scales, ..good }, x), "out.scales");
+    refused(q(&good, out), "memory that does not overlap x");
+    assert_eq!(s.calls("cuLaunchKernel") + s.calls("cuLaunchKernelEx"), launches, "a refused quantize launched");
+    // The well-formed quantize gets past validation (on the stand-in the glue's CUDA runtime
+    // then fails: it opens the real driver).
+    assert_ne!(q(&good, x), GRAPHSAFE_ERROR_INVALID_ARGUMENT, "{}", last_error_text());
+    drop(f);
     no_violations(s);
 }
