@@ -57,14 +57,8 @@ pub unsafe extern "C" fn graphsafe_stream_adopt(ctx: GraphsafeContext, cu_stream
 
 /// The raw `CUstream` (for the caller's own launches). From then on every replay on the stream
 /// also asks the driver whether a capture graphsafe did not begin is open (and refuses, BUSY).
-///
-/// Frees of graphsafe memory in the context (buffer, workspace, executable and stream destroys,
-/// workspace growth, a capture's end, on any thread) wait for every graphsafe stream of it, this
-/// one included: work on it that waits for the host (`cuStreamWaitValue32`, a collective) must not
-/// wait for something the freeing thread does only after the free, or the free never returns. A
-/// free asks the driver whether the stream is capturing before it waits: a capture the caller
-/// begins on it meanwhile, on another thread, is invalidated by that wait; so the caller begins no
-/// capture of its own on it while such a call may run.
+/// What graphsafe_stream_adopt says of frees (they wait for this stream; a capture the caller
+/// begins on it during one is invalidated) holds for this handle too.
 ///
 /// # Safety
 /// `out` is null (refused) or points to writable storage for a pointer. Thread-safe. The caller

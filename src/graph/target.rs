@@ -231,7 +231,7 @@ impl<'a> Target<'a> {
     /// typed constructor of the driver layer over spans this target admitted; checked
     /// ([`Target::check_launch`]) before the module is kept.
     pub(crate) fn launch(&self, l: KernelLaunch<'_>) -> Result<()> {
-        l.check_for(self.stream())?;
+        self.check_launch(&l)?;
         if let Target::Captured { site, .. } = self {
             site.keep_module(l.function().module());
         }

@@ -158,8 +158,10 @@ pub(crate) fn elements_disjoint(shape: &[usize], strides: &[usize]) -> bool {
 
 /// `[start, start + bytes)` of `m`'s memory (`None` when empty): for [`refuse_overlap`].
 pub(crate) fn mem_range<M: DeviceMemory + ?Sized>(m: &M, bytes: u64) -> Option<(u64, u64)> {
+    if bytes == 0 {
+        return None;
+    }
     let start = m.device_ptr();
-    (bytes > 0).then_some(())?;
     Some((start, start.checked_add(bytes)?))
 }
 

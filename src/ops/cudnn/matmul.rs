@@ -494,7 +494,7 @@ pub struct RawExecutor<'s> {
     // the handle that made them.
     // (Always Some until the drop takes it.)
     objects: Option<(backend::VariantPack, backend::ExecPlan, Handle)>,
-    _dnn: Arc<Cudnn>,
+    dnn: Arc<Cudnn>,
     stream: &'s Stream,
     _one_thread: std::marker::PhantomData<*const ()>,
 }
@@ -507,7 +507,7 @@ impl Drop for RawExecutor<'_> {
         let Some((pack, plan, handle)) = self.objects.take() else { return };
         match self.stream.synchronize() {
             Ok(()) => {
-                let _current = self._dnn.ctx.enter();
+                let _current = self.dnn.ctx.enter();
                 drop(pack);
                 drop(plan);
                 drop(handle);
@@ -542,7 +542,7 @@ impl<'s> RawExecutor<'s> {
         let plan = cands.into_iter().nth(at).ok_or_else(|| Error::invalid("plan", "an execution plan", "none"))?;
         let pack = backend::VariantPack::new(dnn.api, &plan, &ptrs, ws)?;
         handle.set_stream(stream.handle())?;
-        Ok(RawExecutor { objects: Some((pack, plan, handle)), _dnn: dnn.clone(), stream, _one_thread: std::marker::PhantomData })
+        Ok(RawExecutor { objects: Some((pack, plan, handle)), dnn: dnn.clone(), stream, _one_thread: std::marker::PhantomData })
     }
 
     #[doc(hidden)]

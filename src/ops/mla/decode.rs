@@ -375,18 +375,9 @@ impl<M: DeviceMemory> MlaDecodeArgs<M> {
         // Every value below was bounded by plan(): shapes, and strides by the bounds check (an
         // extent that fits in the address space); the conversions only restate that.
         let i32_of = |what: &str, v: u64| i32::try_from(v).map_err(|_| Error::invalid(what, "a value below 2^31", v));
-        // A dimension of size 1 is never stepped, so its stride is whatever the caller's framework
-        // left there (1, or 2^40): the kernels get the dense stride instead. sm100 builds tensor
-        // maps from these strides (multiples of 16 bytes below 2^40 only), and sm90 takes its
-        // vector path only for strides that are multiples of 8 elements.
         let rows = |target: &mut Target<'_>, name: &str, t: &Tensor<M>| -> Result<Rows> {
-            let dense_head = t.shape[2] as i64;
-            let dense_batch = (t.shape[1] * t.shape[2]) as i64;
-            Ok(Rows {
-                span: span(target, name, t)?,
-                stride_batch: if t.shape[0] <= 1 { dense_batch } else { t.stride_i64(0)? },
-                stride_head: if t.shape[1] <= 1 { dense_head } else { t.stride_i64(1)? },
-            })
+            let (stride_batch, stride_head) = glue_row_strides(t)?;
+            Ok(Rows { span: span(target, name, t)?, stride_batch, stride_head })
         };
         let (q_nope, q_pe, out) = (rows(target, "q_nope", &self.q_nope)?, rows(target, "q_pe", &self.q_pe)?, rows(target, "out", &self.out)?);
         Ok(glue::Decode {
@@ -420,6 +411,19 @@ impl<M: DeviceMemory> MlaDecodeArgs<M> {
             sm_scale: self.sm_scale,
         })
     }
+}
+
+/// The batch and head strides the kernels get for a `[batch, heads, dim]` tensor (validated by
+/// plan()). A dimension of size 1 is never stepped, so its stride is whatever the caller's framework
+/// left there (1, or 2^40): the kernels get the dense stride instead. sm100 builds tensor maps from
+/// these strides (multiples of 16 bytes below 2^40 only; the glue refuses others), and sm90 takes
+/// its vector path only for strides that are multiples of 8 elements.
+fn glue_row_strides<M: DeviceMemory>(t: &Tensor<M>) -> Result<(i64, i64)> {
+    let dense_head = t.shape[2] as i64;
+    let dense_batch = (t.shape[1] * t.shape[2]) as i64;
+    let stride_batch = if t.shape[0] <= 1 { dense_batch } else { t.stride_i64(0)? };
+    let stride_head = if t.shape[1] <= 1 { dense_head } else { t.stride_i64(1)? };
+    Ok((stride_batch, stride_head))
 }
 
 /// A tensor admitted to `target`: the span from its first element to the end of its memory.
@@ -468,4 +472,37 @@ pub fn decode(args: &MlaDecodeArgs<&DeviceBuffer>, ws: &mut Workspace, stream: &
 /// launch, and adds every buffer it bakes in to the capture.
 pub fn decode_captured<'id>(args: &MlaDecodeArgs<CapturedBuffer<'id>>, ws: &Captured<'id>, cap: &Capture<'_, 'id>) -> Result<MlaDecodePlan> {
     run(args, Target::captured(cap.site(), Some(ws.view()))?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::glue_row_strides;
+    use crate::ops::tensor::{DType, DeviceMemory, Tensor};
+
+    /// Memory that is never dereferenced: the strides are all that is read.
+    #[derive(Clone, Copy)]
+    struct NoMemory;
+    impl DeviceMemory for NoMemory {
+        fn device_ptr(&self) -> crate::driver::DevicePtr {
+            0x1000
+        }
+        fn len(&self) -> usize {
+            usize::MAX
+        }
+        fn context_raw(&self) -> crate::sys::cuda::CUcontext {
+            std::ptr::null_mut()
+        }
+    }
+
+    /// The kernels get dense strides for dimensions of size 1, whatever the caller left there (a
+    /// batch-1 query with batch stride 1 would otherwise reach sm100's tensor maps, which the glue
+    /// refuses, after the op had committed), and the caller's strides for the others.
+    #[test]
+    fn size_one_dimensions_get_dense_strides() {
+        let t = |shape: &[usize], strides: &[usize]| Tensor::strided(NoMemory, 0, DType::Bf16, shape, strides);
+        assert_eq!(glue_row_strides(&t(&[1, 128, 512], &[1, 512, 1])).unwrap(), (128 * 512, 512));
+        assert_eq!(glue_row_strides(&t(&[1, 16, 512], &[1 << 40, 576, 1])).unwrap(), (16 * 512, 576));
+        assert_eq!(glue_row_strides(&t(&[4, 1, 64], &[64, 3, 1])).unwrap(), (64, 64));
+        assert_eq!(glue_row_strides(&t(&[4, 16, 512], &[16 * 576, 576, 1])).unwrap(), (16 * 576, 576));
+    }
 }

@@ -137,10 +137,8 @@ impl<M: DeviceMemory> Nvfp4Matrix<M> {
         if self.k == 0 || self.k % 32 != 0 || self.k > i32::MAX as usize {
             return Err(Error::invalid(format!("{name}.k"), "a positive multiple of 32", self.k));
         }
-        // rows and k are below 2^31 here, so rows * (k / 2) < 2^61.
-        let packed_bytes = self.rows as u64 * (self.k as u64 / 2);
         let parts: [(&str, &M, u64, u64); 3] = [
-            ("packed", &self.packed, packed_bytes, 16),
+            ("packed", &self.packed, self.packed_bytes(), 16),
             ("scales", &self.scales, scale_bytes(self.rows as i64, self.k as i64)?, 16),
             ("global_scale", &self.global_scale, 4, 4),
         ];
@@ -159,12 +157,16 @@ impl<M: DeviceMemory> Nvfp4Matrix<M> {
         Ok(())
     }
 
+    /// Bytes of the packed values: rows x k / 2 (below 2^61 once rows and k passed validate).
+    fn packed_bytes(&self) -> u64 {
+        self.rows as u64 * (self.k as u64 / 2)
+    }
+
     /// The byte ranges the three parts use (after [`Nvfp4Matrix::validate`]), named
     /// `name.packed`, `name.scales`, `name.global_scale`: for overlap checks.
     pub(crate) fn ranges(&self, name: &str) -> Result<[NamedRange; 3]> {
-        let packed_bytes = self.rows as u64 * (self.k as u64 / 2);
         Ok([
-            (format!("{name}.packed"), mem_range(&self.packed, packed_bytes)),
+            (format!("{name}.packed"), mem_range(&self.packed, self.packed_bytes())),
             (format!("{name}.scales"), mem_range(&self.scales, scale_bytes(self.rows as i64, self.k as i64)?)),
             (format!("{name}.global_scale"), mem_range(&self.global_scale, 4)),
         ])
