@@ -252,19 +252,18 @@ impl<'c> Case<'c> {
             KvFormatKind::Fp8DsMla => KvFormat::Fp8DsMla,
         };
         let q = m(&self.q);
-        MlaDecodeArgs {
-            q_nope: Tensor::strided(q.clone(), 0, DType::Bf16, &[batch, heads, 512], &[heads * 576, 576, 1]),
-            q_pe: Tensor::strided(q, 1024, DType::Bf16, &[batch, heads, 64], &[heads * 576, 576, 1]),
-            kv_cache: Tensor::contiguous(m(self.caches.of(self.kind)), kv_dt, &[pages, PAGE, kv_row]),
-            kv_format,
-            seq_lens: Tensor::contiguous(m(&self.seq_lens), DType::I32, &[batch]),
-            page_table: Tensor::contiguous(m(&self.page_table), DType::I32, &[batch, pages_per]),
-            out: Tensor::contiguous(m(&self.out), DType::Bf16, &[batch, heads, 512]),
-            lse: Some(Tensor::contiguous(m(&self.lse), DType::F32, &[batch, heads])),
-            sm_scale: 1.0 / 576f32.sqrt(),
-            max_seq_len: self.seq as u32,
-            num_splits: None,
-        }
+        MlaDecodeArgs::new(
+            Tensor::strided(q.clone(), 0, DType::Bf16, &[batch, heads, 512], &[heads * 576, 576, 1]),
+            Tensor::strided(q, 1024, DType::Bf16, &[batch, heads, 64], &[heads * 576, 576, 1]),
+            Tensor::contiguous(m(self.caches.of(self.kind)), kv_dt, &[pages, PAGE, kv_row]),
+            Tensor::contiguous(m(&self.seq_lens), DType::I32, &[batch]),
+            Tensor::contiguous(m(&self.page_table), DType::I32, &[batch, pages_per]),
+            Tensor::contiguous(m(&self.out), DType::Bf16, &[batch, heads, 512]),
+        )
+        .with_kv_format(kv_format)
+        .with_lse(Tensor::contiguous(m(&self.lse), DType::F32, &[batch, heads]))
+        .with_sm_scale(1.0 / 576f32.sqrt())
+        .with_max_seq_len(self.seq as u32)
     }
 
     /// KV + Q + O bytes of one call.

@@ -106,19 +106,16 @@ fn main() -> Res<()> {
     let w_nvfp4 = Nvfp4Matrix { packed: &w_packed, scales: &w_scales, global_scale: &w_scale, rows: n, k: 512 };
     nvfp4::quantize(&w_t, &w_scale, &w_nvfp4, &stream)?;
     let weight = nvfp4::prepare_weight(&w_nvfp4, &stream)?;
-    let args = MlaDecodeArgs {
-        q_nope: Tensor::contiguous(&q_nope, DType::Bf16, &[batch, heads, 512]),
-        q_pe: Tensor::contiguous(&q_pe, DType::Bf16, &[batch, heads, 64]),
-        kv_cache: Tensor::contiguous(&kv_cache, DType::Bf16, &[pages, page, 576]),
-        kv_format: graphsafe::ops::mla::KvFormat::Native,
-        seq_lens: Tensor::contiguous(&seq_lens, DType::I32, &[batch]),
-        page_table: Tensor::contiguous(&pt, DType::I32, &[batch, max_pages]),
-        out: Tensor::contiguous(&attn_out, DType::Bf16, &[batch, heads, 512]),
-        lse: None,
-        sm_scale: 1.0 / 192f32.sqrt(),
-        max_seq_len: max_seq as u32,
-        num_splits: None,
-    };
+    let args = MlaDecodeArgs::new(
+        Tensor::contiguous(&q_nope, DType::Bf16, &[batch, heads, 512]),
+        Tensor::contiguous(&q_pe, DType::Bf16, &[batch, heads, 64]),
+        Tensor::contiguous(&kv_cache, DType::Bf16, &[pages, page, 576]),
+        Tensor::contiguous(&seq_lens, DType::I32, &[batch]),
+        Tensor::contiguous(&pt, DType::I32, &[batch, max_pages]),
+        Tensor::contiguous(&attn_out, DType::Bf16, &[batch, heads, 512]),
+    )
+    .with_sm_scale(1.0 / 192f32.sqrt())
+    .with_max_seq_len(max_seq as u32);
     let a = Tensor::contiguous(&attn_out, DType::Bf16, &[m, 512]);
     let d = Tensor::contiguous(&proj_out, DType::Bf16, &[m, n]);
     let mut ws = Workspace::new(&stream, 0)?;
@@ -135,19 +132,7 @@ fn main() -> Res<()> {
     let (graph, ()) = stream.capture(CaptureMode::ThreadLocal, |cap| {
         let w = cap.bind_workspace(&mut ws)?;
         let (out_c, proj_c, rb_c, alpha_c) = (cap.bind_buffer(&attn_out)?, cap.bind_buffer(&proj_out)?, cap.bind_buffer(&readback)?, cap.bind_buffer(&alpha)?);
-        let ca = MlaDecodeArgs {
-            q_nope: args.q_nope.clone().with_mem(cap.bind_buffer(&q_nope)?),
-            q_pe: args.q_pe.clone().with_mem(cap.bind_buffer(&q_pe)?),
-            kv_cache: args.kv_cache.clone().with_mem(cap.bind_buffer(&kv_cache)?),
-            kv_format: graphsafe::ops::mla::KvFormat::Native,
-            seq_lens: args.seq_lens.clone().with_mem(cap.bind_buffer(&seq_lens)?),
-            page_table: args.page_table.clone().with_mem(cap.bind_buffer(&pt)?),
-            out: args.out.clone().with_mem(out_c.clone()),
-            lse: None,
-            sm_scale: args.sm_scale,
-            max_seq_len: args.max_seq_len,
-            num_splits: None,
-        };
+        let ca = args.bind(cap)?;
         cap.memset_u8(&proj_c, 0)?;
         decode_captured(&ca, &w, cap)?;
         let cw = weight.bind(cap)?;

@@ -23,19 +23,16 @@ fn main() -> graphsafe::Result<()> {
     let page_table = DeviceBuffer::from_host(&stream, &pt)?;
     let out = DeviceBuffer::alloc_zeroed(&stream, batch * heads * 512 * 2)?;
 
-    let args = MlaDecodeArgs {
-        q_nope: Tensor::strided(&q, 0, DType::Bf16, &[batch, heads, 512], &[heads * 576, 576, 1]),
-        q_pe: Tensor::strided(&q, 1024, DType::Bf16, &[batch, heads, 64], &[heads * 576, 576, 1]),
-        kv_cache: Tensor::contiguous(&kv, DType::Bf16, &[pages, page, 576]),
-        kv_format: graphsafe::ops::mla::KvFormat::Native,
-        seq_lens: Tensor::contiguous(&seq_lens, DType::I32, &[batch]),
-        page_table: Tensor::contiguous(&page_table, DType::I32, &[batch, max_pages]),
-        out: Tensor::contiguous(&out, DType::Bf16, &[batch, heads, 512]),
-        lse: None,
-        sm_scale: 1.0 / 192f32.sqrt(),
-        max_seq_len: max_seq as u32,
-        num_splits: None,
-    };
+    let args = MlaDecodeArgs::new(
+        Tensor::strided(&q, 0, DType::Bf16, &[batch, heads, 512], &[heads * 576, 576, 1]),
+        Tensor::strided(&q, 1024, DType::Bf16, &[batch, heads, 64], &[heads * 576, 576, 1]),
+        Tensor::contiguous(&kv, DType::Bf16, &[pages, page, 576]),
+        Tensor::contiguous(&seq_lens, DType::I32, &[batch]),
+        Tensor::contiguous(&page_table, DType::I32, &[batch, max_pages]),
+        Tensor::contiguous(&out, DType::Bf16, &[batch, heads, 512]),
+    )
+    .with_sm_scale(1.0 / 192f32.sqrt())
+    .with_max_seq_len(max_seq as u32);
     // 1. Size before capture.
     let arch = MlaArch::for_compute_capability(ctx.compute_capability())?;
     let plan = args.plan(arch, ctx.sm_count(), ctx.raw())?;
@@ -44,19 +41,7 @@ fn main() -> graphsafe::Result<()> {
     let exec = {
         let mut cap = stream.begin_capture(CaptureMode::ThreadLocal)?;
         let w = cap.bind_workspace(&mut ws)?;
-        let ca = MlaDecodeArgs {
-            q_nope: args.q_nope.clone().with_mem(cap.bind_buffer(&q)?),
-            q_pe: args.q_pe.clone().with_mem(cap.bind_buffer(&q)?),
-            kv_cache: args.kv_cache.clone().with_mem(cap.bind_buffer(&kv)?),
-            kv_format: graphsafe::ops::mla::KvFormat::Native,
-            seq_lens: args.seq_lens.clone().with_mem(cap.bind_buffer(&seq_lens)?),
-            page_table: args.page_table.clone().with_mem(cap.bind_buffer(&page_table)?),
-            out: args.out.clone().with_mem(cap.bind_buffer(&out)?),
-            lse: None,
-            sm_scale: args.sm_scale,
-            max_seq_len: args.max_seq_len,
-            num_splits: None,
-        };
+        let ca = args.bind(&mut cap)?;
         decode_captured(&ca, &w, &cap)?;
         cap.end()?.instantiate()?
     };

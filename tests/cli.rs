@@ -93,7 +93,7 @@ fn plan_mla_for_hopper_uses_graphsafes_kernel() {
     assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["kernel"], "graphsafe-sm90");
-    let p = graphsafe::ops::mla::sm90::plan(graphsafe::ops::mla::KvDtype::Bf16, 16, 1, 4096, 132, None).unwrap();
+    let p = graphsafe::ops::mla::sm90::plan(graphsafe::ops::mla::KvDtype::Bf16, 16, 1, 1, 4096, 132, None).unwrap();
     assert_eq!(v["plans"][0]["num_splits"], p.num_splits);
     assert_eq!(v["plans"][0]["workspace_bytes"], p.workspace_bytes);
     let text = String::from_utf8(graphsafe(&["plan", "mla", "--arch", "sm_90", "--batch", "8", "--seq-len", "65536", "--sm-count", "132"]).stdout).unwrap();
@@ -115,7 +115,11 @@ fn plan_mla_with_an_fp8_kv_cache_has_the_bf16_plans_and_says_its_format() {
         for (flag, name) in [("fp8", "fp8_per_tensor"), ("fp8-ds-mla", "fp8_ds_mla")] {
             let v = json(&["--heads", heads, "--kv-format", flag]);
             assert_eq!(v["kv_format"], name);
-            assert_eq!(v["plans"], native["plans"], "{heads} heads, {flag}: the workspace does not depend on the format");
+            let sizes = |v: &serde_json::Value| -> Vec<(u64, u64)> {
+                v["plans"].as_array().unwrap().iter().map(|p| (p["num_splits"].as_u64().unwrap(), p["workspace_bytes"].as_u64().unwrap())).collect()
+            };
+            assert_eq!(sizes(&v), sizes(&native), "{heads} heads, {flag}: the workspace does not depend on the format");
+            assert!(v["plans"].as_array().unwrap().iter().all(|p| p["kv_format"] == name), "{heads} heads, {flag}: each row names its format");
             assert_eq!(v["pre_grow"], native["pre_grow"], "{heads} heads, {flag}");
         }
     }
@@ -131,8 +135,8 @@ fn plan_mla_refuses_an_fp8_kv_cache_where_the_decode_does_with_its_message() {
         // The op's rule: sm_90 only, bf16 queries.
         (&["--arch", "sm_90", "--heads", "16", "--kv-format", "fp8", "--dtype", "fp16"][..], &["dtype", "bf16 with kv_format fp8"][..]),
         (&["--arch", "sm_90", "--heads", "128", "--kv-format", "fp8-ds-mla", "--dtype", "fp16"], &["dtype", "bf16 with kv_format fp8-ds-mla"]),
-        (&["--arch", "sm_100", "--kv-format", "fp8"], &["kv_format", "sm_100"]),
-        (&["--arch", "sm_103", "--kv-format", "fp8-ds-mla", "--dtype", "fp8"], &["kv_format", "sm_100"]),
+        (&["--arch", "sm_100", "--kv-format", "fp8"], &["--kv-format", "sm_100"]),
+        (&["--arch", "sm_103", "--kv-format", "fp8-ds-mla", "--dtype", "fp8"], &["--kv-format", "sm_100"]),
         (&["--arch", "sm_90", "--heads", "16", "--kv-format", "fp4"], &["kv_format", "native, fp8 or fp8-ds-mla"]),
     ] {
         let all: Vec<&str> = ["plan", "mla", "--batch", "1", "--seq-len", "4096", "--sm-count", "132"].iter().chain(args).copied().collect();
@@ -194,7 +198,10 @@ fn bad_arguments_exit_2_with_one_line() {
         &["plan", "mla", "--arch", "sm_80", "--batch", "1", "--seq-len", "10", "--sm-count", "10"],
         &["plan", "mla", "--arch", "sm_121", "--batch", "1", "--seq-len", "10", "--sm-count", "10"],
         &["plan", "nvfp4", "--m", "1", "--n", "8192", "--k", "64", "--arch", "sm_110"],
-        &["plan", "mla", "--arch", "sm_90", "--heads", "20", "--batch", "1", "--seq-len", "10", "--sm-count", "10"],
+        &["plan", "mla", "--arch", "sm_90", "--heads", "129", "--batch", "1", "--seq-len", "10", "--sm-count", "10"],
+        &["plan", "mla", "--arch", "sm_90", "--heads", "16", "--s-q", "17", "--batch", "1", "--seq-len", "10", "--sm-count", "10"],
+        &["plan", "mla", "--arch", "sm_90", "--heads", "16", "--s-q", "0", "--batch", "1", "--seq-len", "10", "--sm-count", "10"],
+        &["plan", "mla", "--arch", "sm_100", "--s-q", "2", "--batch", "1", "--seq-len", "10", "--sm-count", "10"],
         &["plan", "mla", "--arch", "sm_100", "--heads", "64", "--batch", "1", "--seq-len", "10", "--sm-count", "10"],
         &["plan", "mla", "--batch", "1", "--seq-len", "10", "--sm-count", "10", "--page-size", "48"],
         &["plan", "mla", "--arch", "sm_90", "--heads", "16", "--batch", "1", "--seq-len", "10", "--sm-count", "10", "--page-size", "16"],

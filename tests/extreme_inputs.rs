@@ -111,19 +111,17 @@ fn within(t: &Tensor<Fake>) -> bool {
 
 fn good_mla(heads: usize, page: usize) -> MlaDecodeArgs<Fake> {
     let (b, max_pages) = (2usize, 8usize);
-    MlaDecodeArgs {
-        q_nope: Tensor::contiguous(mem(0, b * heads * 512 * 2), DType::Bf16, &[b, heads, 512]),
-        q_pe: Tensor::contiguous(mem(1, b * heads * 64 * 2), DType::Bf16, &[b, heads, 64]),
-        kv_cache: Tensor::contiguous(mem(2, 64 * page * 576 * 2), DType::Bf16, &[64, page, 576]),
-        kv_format: graphsafe::ops::mla::KvFormat::Native,
-        seq_lens: Tensor::contiguous(mem(3, b * 4), DType::I32, &[b]),
-        page_table: Tensor::contiguous(mem(4, b * max_pages * 4), DType::I32, &[b, max_pages]),
-        out: Tensor::contiguous(mem(5, b * heads * 512 * 2), DType::Bf16, &[b, heads, 512]),
-        lse: Some(Tensor::contiguous(mem(6, b * heads * 4), DType::F32, &[b, heads])),
-        sm_scale: 0.07,
-        max_seq_len: (max_pages * page) as u32,
-        num_splits: None,
-    }
+    MlaDecodeArgs::new(
+        Tensor::contiguous(mem(0, b * heads * 512 * 2), DType::Bf16, &[b, heads, 512]),
+        Tensor::contiguous(mem(1, b * heads * 64 * 2), DType::Bf16, &[b, heads, 64]),
+        Tensor::contiguous(mem(2, 64 * page * 576 * 2), DType::Bf16, &[64, page, 576]),
+        Tensor::contiguous(mem(3, b * 4), DType::I32, &[b]),
+        Tensor::contiguous(mem(4, b * max_pages * 4), DType::I32, &[b, max_pages]),
+        Tensor::contiguous(mem(5, b * heads * 512 * 2), DType::Bf16, &[b, heads, 512]),
+    )
+    .with_lse(Tensor::contiguous(mem(6, b * heads * 4), DType::F32, &[b, heads]))
+    .with_sm_scale(0.07)
+    .with_max_seq_len((max_pages * page) as u32)
 }
 
 #[test]
@@ -261,14 +259,14 @@ fn mla_planners_never_panic() {
     use graphsafe::ops::mla::{sm100, sm90, KvDtype};
     let mut e = Edges { state: 4 };
     for _ in 0..5_000 {
-        let (b, s, sm, req, h, page) = (e.i64(), e.i64(), e.i64(), e.i64(), e.i64(), e.i64());
+        let (b, s, sm, req, h, page, q) = (e.i64(), e.i64(), e.i64(), e.i64(), e.i64(), e.i64(), e.i64());
         // Bounded inputs only for the worst-case scans (their time grows with the batch).
         no_panic("sm100::plan", || sm100::plan(KvDtype::Bf16, b, s, page, sm, Some(req)).map(drop).unwrap_or(()));
         no_panic("sm100::plan (default splits)", || sm100::plan(KvDtype::Fp8E4m3, b, s, page, sm, None).map(drop).unwrap_or(()));
         no_panic("sm100::workspace_bytes", || sm100::workspace_bytes(KvDtype::Bf16, b, s, page, sm, req).map(drop).unwrap_or(()));
-        no_panic("sm90::plan", || sm90::plan(KvDtype::Bf16, h, b, s, sm, Some(req)).map(drop).unwrap_or(()));
-        no_panic("sm90::plan (default splits)", || sm90::plan(KvDtype::Fp16, h, b, s, sm, None).map(drop).unwrap_or(()));
-        no_panic("sm90::workspace_bytes", || sm90::workspace_bytes(b, h, req).map(drop).unwrap_or(()));
+        no_panic("sm90::plan", || sm90::plan(KvDtype::Bf16, h, q, b, s, sm, Some(req)).map(drop).unwrap_or(()));
+        no_panic("sm90::plan (default splits)", || sm90::plan(KvDtype::Fp16, h, q, b, s, sm, None).map(drop).unwrap_or(()));
+        no_panic("sm90::workspace_bytes", || sm90::workspace_bytes(b, h, q, req).map(drop).unwrap_or(()));
     }
 }
 

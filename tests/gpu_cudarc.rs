@@ -265,19 +265,17 @@ impl Adopted {
 
     fn mla_args(&self, s: &Step) -> MlaDecodeArgs<&DeviceBuffer> {
         let (b, h) = (s.batch, s.heads);
-        MlaDecodeArgs {
-            q_nope: Tensor::contiguous(&self.q_nope, DType::Bf16, &[b, h, 512]),
-            q_pe: Tensor::contiguous(&self.q_pe, DType::Bf16, &[b, h, 64]),
-            kv_cache: Tensor::contiguous(&self.kv_cache, DType::Bf16, &[s.pages, s.page, 576]),
-            kv_format: graphsafe::ops::mla::KvFormat::Native,
-            seq_lens: Tensor::contiguous(&self.seq_lens, DType::I32, &[b]),
-            page_table: Tensor::contiguous(&self.page_table, DType::I32, &[b, s.max_pages]),
-            out: Tensor::contiguous(&self.out, DType::Bf16, &[b, h, 512]),
-            lse: Some(Tensor::contiguous(&self.lse, DType::F32, &[b, h])),
-            sm_scale: s.sm_scale,
-            max_seq_len: s.max_seq as u32,
-            num_splits: None,
-        }
+        MlaDecodeArgs::new(
+            Tensor::contiguous(&self.q_nope, DType::Bf16, &[b, h, 512]),
+            Tensor::contiguous(&self.q_pe, DType::Bf16, &[b, h, 64]),
+            Tensor::contiguous(&self.kv_cache, DType::Bf16, &[s.pages, s.page, 576]),
+            Tensor::contiguous(&self.seq_lens, DType::I32, &[b]),
+            Tensor::contiguous(&self.page_table, DType::I32, &[b, s.max_pages]),
+            Tensor::contiguous(&self.out, DType::Bf16, &[b, h, 512]),
+        )
+        .with_lse(Tensor::contiguous(&self.lse, DType::F32, &[b, h]))
+        .with_sm_scale(s.sm_scale)
+        .with_max_seq_len(s.max_seq as u32)
     }
 }
 
@@ -355,21 +353,9 @@ fn a_captured_mla_decode_and_w4a16_over_cudarc_memory_replay_after_the_engine_dr
     let (graph, kept) = stream
         .capture(CaptureMode::ThreadLocal, |cap| {
             let w = cap.bind_workspace(&mut ws)?;
+            let cargs = args.bind(cap)?;
             let mut bind = |b: &DeviceBuffer| cap.bind_buffer(b);
             let (out, lse, dd) = (bind(&bufs.out)?, bind(&bufs.lse)?, bind(&bufs.d)?);
-            let cargs = MlaDecodeArgs {
-                q_nope: args.q_nope.clone().with_mem(bind(&bufs.q_nope)?),
-                q_pe: args.q_pe.clone().with_mem(bind(&bufs.q_pe)?),
-                kv_cache: args.kv_cache.clone().with_mem(bind(&bufs.kv_cache)?),
-                kv_format: graphsafe::ops::mla::KvFormat::Native,
-                seq_lens: args.seq_lens.clone().with_mem(bind(&bufs.seq_lens)?),
-                page_table: args.page_table.clone().with_mem(bind(&bufs.page_table)?),
-                out: args.out.clone().with_mem(out.clone()),
-                lse: args.lse.clone().map(|t| t.with_mem(lse.clone())),
-                sm_scale: args.sm_scale,
-                max_seq_len: args.max_seq_len,
-                num_splits: args.num_splits,
-            };
             let alpha = bind(&bufs.alpha)?;
             let (rb_out, rb_lse, rb_d) = (bind(&rb_out)?, bind(&rb_lse)?, bind(&rb_d)?);
             cap.memset_u8(&out, 0)?;

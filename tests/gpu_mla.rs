@@ -109,19 +109,18 @@ fn build(stream: &Stream, s: &Shape) -> Problem {
 fn args(p: &Problem) -> MlaDecodeArgs<&DeviceBuffer> {
     let dt = if p.shape.dtype == KvDtype::Fp16 { DType::Fp16 } else { DType::Bf16 };
     let (b, h) = (p.batch, p.shape.heads);
-    MlaDecodeArgs {
-        q_nope: Tensor::contiguous(&p.q_nope, dt, &[b, h, 512]),
-        q_pe: Tensor::contiguous(&p.q_pe, dt, &[b, h, 64]),
-        kv_cache: Tensor::contiguous(&p.kv, dt, &[p.pages, p.shape.page, 576]),
-        kv_format: graphsafe::ops::mla::KvFormat::Native,
-        seq_lens: Tensor::contiguous(&p.seq_lens, DType::I32, &[b]),
-        page_table: Tensor::contiguous(&p.page_table, DType::I32, &[b, p.max_pages]),
-        out: Tensor::contiguous(&p.out, dt, &[b, h, 512]),
-        lse: Some(Tensor::contiguous(&p.lse, DType::F32, &[b, h])),
-        sm_scale: p.sm_scale,
-        max_seq_len: p.max_seq as u32,
-        num_splits: p.shape.splits,
-    }
+    MlaDecodeArgs::new(
+        Tensor::contiguous(&p.q_nope, dt, &[b, h, 512]),
+        Tensor::contiguous(&p.q_pe, dt, &[b, h, 64]),
+        Tensor::contiguous(&p.kv, dt, &[p.pages, p.shape.page, 576]),
+        Tensor::contiguous(&p.seq_lens, DType::I32, &[b]),
+        Tensor::contiguous(&p.page_table, DType::I32, &[b, p.max_pages]),
+        Tensor::contiguous(&p.out, dt, &[b, h, 512]),
+    )
+    .with_lse(Tensor::contiguous(&p.lse, DType::F32, &[b, h]))
+    .with_sm_scale(p.sm_scale)
+    .with_max_seq_len(p.max_seq as u32)
+    .with_num_splits(p.shape.splits)
 }
 
 /// max |a - r| / max |r|, and max |lse_a - lse_r|.
@@ -133,21 +132,8 @@ fn errors(out: &[f32], lse: &[f32], r_out: &[f32], r_lse: &[f32]) -> (f64, f64) 
 }
 
 /// The same arguments over buffers bound to `cap` (the graph keeps them alive).
-fn captured_args<'c>(cap: &mut Capture<'_, 'c>, p: &Problem, a: &MlaDecodeArgs<&DeviceBuffer>) -> MlaDecodeArgs<CapturedBuffer<'c>> {
-    let mut b = |buf: &DeviceBuffer| cap.bind_buffer(buf).unwrap();
-    MlaDecodeArgs {
-        q_nope: a.q_nope.clone().with_mem(b(&p.q_nope)),
-        q_pe: a.q_pe.clone().with_mem(b(&p.q_pe)),
-        kv_cache: a.kv_cache.clone().with_mem(b(&p.kv)),
-        kv_format: graphsafe::ops::mla::KvFormat::Native,
-        seq_lens: a.seq_lens.clone().with_mem(b(&p.seq_lens)),
-        page_table: a.page_table.clone().with_mem(b(&p.page_table)),
-        out: a.out.clone().with_mem(b(&p.out)),
-        lse: a.lse.clone().map(|t| t.with_mem(b(&p.lse))),
-        sm_scale: a.sm_scale,
-        max_seq_len: a.max_seq_len,
-        num_splits: a.num_splits,
-    }
+fn captured_args<'c>(cap: &mut Capture<'_, 'c>, a: &MlaDecodeArgs<&DeviceBuffer>) -> MlaDecodeArgs<CapturedBuffer<'c>> {
+    a.bind(cap).unwrap()
 }
 
 fn hopper(ctx: &Arc<Context>) -> bool {
@@ -266,7 +252,7 @@ fn sm90_captured_replay_equals_eager_bit_for_bit() {
         let exec = {
             let mut cap = stream.begin_capture(CaptureMode::ThreadLocal).unwrap();
             let w = cap.bind_workspace(&mut ws).unwrap();
-            let ca = captured_args(&mut cap, &p, &a);
+            let ca = captured_args(&mut cap, &a);
             assert_eq!(decode_captured(&ca, &w, &cap).unwrap(), plan);
             cap.end().unwrap().instantiate().unwrap()
         };
@@ -292,7 +278,7 @@ fn sm90_capture_with_too_small_a_workspace_is_refused() {
     let a = args(&p);
     let needed = a.plan(graphsafe::ops::mla::MlaArch::Sm90, 132, std::ptr::null_mut()).unwrap().workspace_bytes;
     common::capture_with_too_small_a_workspace_is_refused(&mut stream, needed, |cap, w| {
-        let ca = captured_args(cap, &p, &a);
+        let ca = captured_args(cap, &a);
         decode_captured(&ca, w, cap)
     });
 }
@@ -681,8 +667,8 @@ fn sm90_n_kernel_reads_what_the_previous_decode_just_wrote() {
     let exec = {
         let mut cap = stream.begin_capture(CaptureMode::ThreadLocal).unwrap();
         let w = cap.bind_workspace(&mut ws).unwrap();
-        let ca = captured_args(&mut cap, &pa, &aa);
-        let mut cb = captured_args(&mut cap, &pb, &ab);
+        let ca = captured_args(&mut cap, &aa);
+        let mut cb = captured_args(&mut cap, &ab);
         cb.q_nope = ab.q_nope.clone().with_mem(cap.bind_buffer(&pa.out).unwrap());
         decode_captured(&ca, &w, &cap).unwrap();
         decode_captured(&cb, &w, &cap).unwrap();

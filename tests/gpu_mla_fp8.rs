@@ -138,38 +138,24 @@ fn args(p: &Problem) -> MlaDecodeArgs<&DeviceBuffer> {
         KvFormatKind::Fp8PerTensor => KvFormat::Fp8PerTensor { scale: Tensor::contiguous(&p.scale, DType::F32, &[1]) },
         _ => KvFormat::Fp8DsMla,
     };
-    MlaDecodeArgs {
-        q_nope: Tensor::contiguous(&p.q_nope, DType::Bf16, &[b, h, 512]),
-        q_pe: Tensor::contiguous(&p.q_pe, DType::Bf16, &[b, h, 64]),
+    MlaDecodeArgs::new(
+        Tensor::contiguous(&p.q_nope, DType::Bf16, &[b, h, 512]),
+        Tensor::contiguous(&p.q_pe, DType::Bf16, &[b, h, 64]),
         kv_cache,
-        kv_format,
-        seq_lens: Tensor::contiguous(&p.seq_lens, DType::I32, &[b]),
-        page_table: Tensor::contiguous(&p.page_table, DType::I32, &[b, p.max_pages]),
-        out: Tensor::contiguous(&p.out, DType::Bf16, &[b, h, 512]),
-        lse: Some(Tensor::contiguous(&p.lse, DType::F32, &[b, h])),
-        sm_scale: p.sm_scale,
-        max_seq_len: p.max_seq as u32,
-        num_splits: p.shape.splits,
-    }
+        Tensor::contiguous(&p.seq_lens, DType::I32, &[b]),
+        Tensor::contiguous(&p.page_table, DType::I32, &[b, p.max_pages]),
+        Tensor::contiguous(&p.out, DType::Bf16, &[b, h, 512]),
+    )
+    .with_kv_format(kv_format)
+    .with_lse(Tensor::contiguous(&p.lse, DType::F32, &[b, h]))
+    .with_sm_scale(p.sm_scale)
+    .with_max_seq_len(p.max_seq as u32)
+    .with_num_splits(p.shape.splits)
 }
 
 /// The same arguments over buffers bound to `cap` (the graph keeps them alive, the scale too).
-fn captured_args<'c>(cap: &mut graphsafe::graph::Capture<'_, 'c>, p: &Problem, a: &MlaDecodeArgs<&DeviceBuffer>) -> MlaDecodeArgs<CapturedBuffer<'c>> {
-    let mut b = |buf: &DeviceBuffer| cap.bind_buffer(buf).unwrap();
-    let kv_format = a.kv_format.clone().map_mem(|_| b(&p.scale));
-    MlaDecodeArgs {
-        q_nope: a.q_nope.clone().with_mem(b(&p.q_nope)),
-        q_pe: a.q_pe.clone().with_mem(b(&p.q_pe)),
-        kv_cache: a.kv_cache.clone().with_mem(b(&p.kv)),
-        kv_format,
-        seq_lens: a.seq_lens.clone().with_mem(b(&p.seq_lens)),
-        page_table: a.page_table.clone().with_mem(b(&p.page_table)),
-        out: a.out.clone().with_mem(b(&p.out)),
-        lse: a.lse.clone().map(|t| t.with_mem(b(&p.lse))),
-        sm_scale: a.sm_scale,
-        max_seq_len: a.max_seq_len,
-        num_splits: a.num_splits,
-    }
+fn captured_args<'c>(cap: &mut graphsafe::graph::Capture<'_, 'c>, a: &MlaDecodeArgs<&DeviceBuffer>) -> MlaDecodeArgs<CapturedBuffer<'c>> {
+    a.bind(cap).unwrap()
 }
 
 /// The GPU's stream when it is a Hopper (sm_90), where the fp8 cache formats run; else `None`,
@@ -345,7 +331,7 @@ fn sm90_fp8_captured_replay_equals_eager_and_reads_the_scale_at_replay() {
         let exec = {
             let mut cap = stream.begin_capture(CaptureMode::ThreadLocal).unwrap();
             let w = cap.bind_workspace(&mut ws).unwrap();
-            let ca = captured_args(&mut cap, &p, &a);
+            let ca = captured_args(&mut cap, &a);
             assert_eq!(decode_captured(&ca, &w, &cap).unwrap(), plan);
             cap.end().unwrap().instantiate().unwrap()
         };
@@ -375,7 +361,7 @@ fn sm90_fp8_capture_with_too_small_a_workspace_is_refused() {
     let a = args(&p);
     let needed = a.plan(graphsafe::ops::mla::MlaArch::Sm90, 132, std::ptr::null_mut()).unwrap().workspace_bytes;
     common::capture_with_too_small_a_workspace_is_refused(&mut stream, needed, |cap, w| {
-        let ca = captured_args(cap, &p, &a);
+        let ca = captured_args(cap, &a);
         decode_captured(&ca, w, cap)
     });
 }

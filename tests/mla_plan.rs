@@ -220,20 +220,20 @@ fn explicit_splits_enter_the_worst_case() {
 }
 
 // ---- graphsafe's sm90 kernel ------------------------------------------------------------------
-// Closed form (cuda-src/mla/sm90/plan.cu): T = ceil(seq/64); C = B·ceil(heads/64);
-// cap = max(1, min(256, T, ceil(2·sm/C))); splits = the smallest s in 1..=cap minimising
-// ceil(C·s/sm)·ceil(T/s). Workspace for splits > 1: round256(2·B·s·H·512) + round256(4·B·s·H).
+// Closed form (cuda-src/mla/sm90/plan.cu): R = s_q·heads query rows; T = ceil(seq/64);
+// C = B·ceil(R/64); cap = max(1, min(256, T, ceil(2·sm/C))); splits = the smallest s in 1..=cap
+// minimising ceil(C·s/sm)·ceil(T/s). Workspace for splits > 1: round256(2·B·s·R·512) + round256(4·B·s·R).
 
 use graphsafe::ops::mla::sm90;
 
-fn sm90_closed_form(b: i64, h: i64, seq: i64, sm: i64) -> (u32, u64) {
+fn sm90_closed_form(b: i64, h: i64, s_q: i64, seq: i64, sm: i64) -> (u32, u64) {
     let cd = |a: i64, d: i64| (a + d - 1) / d;
     let t = cd(seq, 64);
-    let c = b * cd(h, 64);
+    let c = b * cd(s_q * h, 64);
     let cap = cd(2 * sm, c).min(t).clamp(1, 256);
     let s = (1..=cap).min_by_key(|&s| (cd(c * s, sm) * cd(t, s), s)).unwrap();
     let r = |x: u64| x.div_ceil(256) * 256;
-    let rows = (b * s * h) as u64;
+    let rows = (b * s * s_q * h) as u64;
     (s as u32, if s > 1 { r(rows * 512 * 2) + r(rows * 4) } else { 0 })
 }
 
@@ -241,60 +241,72 @@ fn sm90_closed_form(b: i64, h: i64, seq: i64, sm: i64) -> (u32, u64) {
 fn sm90_splits_and_workspace_match_closed_form_on_a_grid() {
     let mut n = 0;
     for &b in &[1i64, 2, 3, 8, 64, 128, 300] {
-        for &h in &[16i64, 32, 64, 80, 128] {
+        for &(h, s_q) in &[(16i64, 1i64), (32, 1), (64, 1), (80, 1), (128, 1), (1, 1), (3, 4), (9, 2), (63, 1), (126, 1), (16, 2), (64, 2), (128, 2), (128, 16), (7, 16)] {
             for &seq in &[1i64, 63, 64, 65, 1000, 4096, 8192, 65_536] {
                 for &sm in &[1i64, 8, 132] {
-                    let p = sm90::plan(KvDtype::Bf16, h, b, seq, sm, None).unwrap();
-                    assert_eq!((p.num_splits, p.workspace_bytes), sm90_closed_form(b, h, seq, sm), "b={b} h={h} seq={seq} sm={sm}");
+                    let p = sm90::plan(KvDtype::Bf16, h, s_q, b, seq, sm, None).unwrap();
+                    assert_eq!((p.num_splits, p.workspace_bytes), sm90_closed_form(b, h, s_q, seq, sm), "b={b} h={h} s_q={s_q} seq={seq} sm={sm}");
                     n += 1;
                 }
             }
         }
     }
-    assert!(n >= 50);
+    assert!(n >= 2500);
 }
 
 #[test]
 fn sm90_default_never_leaves_a_split_empty_at_the_longest_length() {
     for seq in (1..=20_000i64).step_by(37) {
-        for &(b, h, sm) in &[(1i64, 16i64, 132i64), (1, 128, 132), (3, 64, 20), (2, 16, 8)] {
-            let s = sm90::num_splits(b, h, seq, sm, None).unwrap() as i64;
+        for &(b, h, s_q, sm) in &[(1i64, 16i64, 1i64, 132i64), (1, 128, 1, 132), (3, 64, 1, 20), (2, 16, 1, 8), (1, 3, 2, 132), (5, 128, 2, 132)] {
+            let s = sm90::num_splits(b, h, s_q, seq, sm, None).unwrap() as i64;
             let t = (seq + 63) / 64;
             let per = (t + s - 1) / s;
-            assert!((s - 1) * per < t, "seq={seq} b={b} h={h} sm={sm}: {s} splits leave one empty");
+            assert!((s - 1) * per < t, "seq={seq} b={b} h={h} s_q={s_q} sm={sm}: {s} splits leave one empty");
         }
     }
 }
 
 #[test]
 fn sm90_rules_and_errors() {
-    assert_eq!(sm90::num_splits(1, 128, 4096, 132, Some(64)).unwrap(), 64);
-    for (b, h, seq, sm, req, what) in [
-        (1, 128, 4096, 132, Some(65), "num_splits"),
-        (1, 128, 64, 132, Some(2), "num_splits"),
-        (1, 24, 64, 132, None, "num_heads"),
-        (1, 0, 64, 132, None, "num_heads"),
-        (0, 128, 64, 132, None, "batch"),
-        (1, 128, 0, 132, None, "max_seq_len"),
-        (1, 128, 64, 0, None, "sm_count"),
-    ] {
-        match sm90::num_splits(b, h, seq, sm, req) {
-            Err(Error::InvalidArgument { what: w, .. }) => assert_eq!(w, what),
-            other => panic!("{b} {h} {seq} {sm} {req:?}: {other:?}"),
+    assert_eq!(sm90::num_splits(1, 128, 1, 4096, 132, Some(64)).unwrap(), 64);
+    // Any head count 1..=128 and 1..=16 query tokens plan.
+    for h in 1..=128 {
+        for s_q in [1, 2, 5, 16] {
+            assert!(sm90::num_splits(3, h, s_q, 1000, 132, None).is_ok(), "{h} heads x {s_q} tokens");
         }
     }
-    assert!(matches!(sm90::plan(KvDtype::Fp8E4m3, 128, 1, 64, 132, None), Err(Error::InvalidArgument { .. })));
+    for (b, h, s_q, seq, sm, req, what) in [
+        (1, 128, 1, 4096, 132, Some(65), "num_splits"),
+        (1, 128, 1, 64, 132, Some(2), "num_splits"),
+        (1, 129, 1, 64, 132, None, "num_heads"),
+        (1, 0, 1, 64, 132, None, "num_heads"),
+        (1, 16, 0, 64, 132, None, "s_q"),
+        (1, 16, 17, 64, 132, None, "s_q"),
+        (0, 128, 1, 64, 132, None, "batch"),
+        (1, 128, 1, 0, 132, None, "max_seq_len"),
+        (1, 128, 1, 64, 0, None, "sm_count"),
+    ] {
+        match sm90::num_splits(b, h, s_q, seq, sm, req) {
+            Err(Error::InvalidArgument { what: w, .. }) => assert_eq!(w, what),
+            other => panic!("{b} {h} {s_q} {seq} {sm} {req:?}: {other:?}"),
+        }
+    }
+    assert!(matches!(sm90::plan(KvDtype::Fp8E4m3, 128, 1, 1, 64, 132, None), Err(Error::InvalidArgument { .. })));
 }
 
+/// The worst case equals the maximum over every batch, length and token count up to the limits:
+/// fewer tokens can need more (more splits fit), so a capture of any s_q' <= s_q is covered.
 #[test]
 fn sm90_planner_equals_the_brute_force_maximum() {
-    for &(max_batch, heads, max_seq, sm) in &[(4i64, 128i64, 3000i64, 132i64), (3, 16, 2000, 8), (2, 64, 700, 132)] {
+    for &(max_batch, heads, s_q, max_seq, sm) in &[(4i64, 128i64, 1i64, 3000i64, 132i64), (3, 16, 1, 2000, 8), (2, 64, 1, 700, 132), (3, 64, 3, 1500, 132), (2, 9, 16, 900, 132), (2, 128, 2, 2100, 20)] {
         let mut brute = 0u64;
         for b in 1..=max_batch {
             for seq in 1..=max_seq {
-                brute = brute.max(sm90::plan(KvDtype::Fp16, heads, b, seq, sm, None).unwrap().workspace_bytes);
+                for s in 1..=s_q {
+                    brute = brute.max(sm90::plan(KvDtype::Fp16, heads, s, b, seq, sm, None).unwrap().workspace_bytes);
+                }
             }
         }
-        assert_eq!(sm90::worst_case(KvDtype::Fp16, heads, max_batch, max_seq, sm, None).unwrap().workspace_bytes, brute);
+        assert_eq!(sm90::worst_case(KvDtype::Fp16, heads, s_q, max_batch, max_seq, sm, None).unwrap().workspace_bytes, brute, "{max_batch} {heads} {s_q} {max_seq} {sm}");
     }
 }

@@ -23,19 +23,17 @@ fn good(arch: MlaArch, heads: usize, page: usize, dtype: DType) -> MlaDecodeArgs
     let out_dt = if dtype == DType::Fp16 { DType::Fp16 } else { DType::Bf16 };
     let max_pages = 8;
     let _ = arch;
-    MlaDecodeArgs {
-        q_nope: Tensor::contiguous(mem(B * heads * 512 * e, 0), dtype, &[B, heads, 512]),
-        q_pe: Tensor::contiguous(mem(B * heads * 64 * e, 1), dtype, &[B, heads, 64]),
-        kv_cache: Tensor::contiguous(mem(PAGES * page * 576 * e, 2), dtype, &[PAGES, page, 576]),
-        kv_format: graphsafe::ops::mla::KvFormat::Native,
-        seq_lens: Tensor::contiguous(mem(B * 4, 3), DType::I32, &[B]),
-        page_table: Tensor::contiguous(mem(B * max_pages * 4, 4), DType::I32, &[B, max_pages]),
-        out: Tensor::contiguous(mem(B * heads * 512 * 2, 5), out_dt, &[B, heads, 512]),
-        lse: Some(Tensor::contiguous(mem(B * heads * 4, 6), DType::F32, &[B, heads])),
-        sm_scale: 0.0723,
-        max_seq_len: (max_pages * page) as u32,
-        num_splits: None,
-    }
+    MlaDecodeArgs::new(
+        Tensor::contiguous(mem(B * heads * 512 * e, 0), dtype, &[B, heads, 512]),
+        Tensor::contiguous(mem(B * heads * 64 * e, 1), dtype, &[B, heads, 64]),
+        Tensor::contiguous(mem(PAGES * page * 576 * e, 2), dtype, &[PAGES, page, 576]),
+        Tensor::contiguous(mem(B * 4, 3), DType::I32, &[B]),
+        Tensor::contiguous(mem(B * max_pages * 4, 4), DType::I32, &[B, max_pages]),
+        Tensor::contiguous(mem(B * heads * 512 * 2, 5), out_dt, &[B, heads, 512]),
+    )
+    .with_lse(Tensor::contiguous(mem(B * heads * 4, 6), DType::F32, &[B, heads]))
+    .with_sm_scale(0.0723)
+    .with_max_seq_len((max_pages * page) as u32)
 }
 
 fn plan(a: &MlaDecodeArgs<Fake>, arch: MlaArch) -> graphsafe::Result<graphsafe::ops::mla::MlaDecodePlan> {
@@ -103,10 +101,13 @@ fn shapes() {
     a.q_nope.shape = vec![4, 128];
     a.q_nope.strides = vec![128, 1];
     rejects(&a, MlaArch::Sm90, "q_nope.shape");
-    // heads: 128 only on sm100; multiples of 16 on sm90.
-    rejects(&good(MlaArch::Sm100, 64, 128, DType::Bf16), MlaArch::Sm100, "q_nope.shape[1]");
-    rejects(&good(MlaArch::Sm90, 24, 64, DType::Bf16), MlaArch::Sm90, "q_nope.shape[1]");
-    rejects(&good(MlaArch::Sm90, 144, 64, DType::Bf16), MlaArch::Sm90, "q_nope.shape[1]");
+    // heads: 128 only on sm100; any count up to 128 on sm90.
+    rejects(&good(MlaArch::Sm100, 64, 128, DType::Bf16), MlaArch::Sm100, "q_nope.shape");
+    rejects(&good(MlaArch::Sm90, 144, 64, DType::Bf16), MlaArch::Sm90, "q_nope.shape[1] (heads)");
+    rejects(&good(MlaArch::Sm90, 129, 64, DType::Bf16), MlaArch::Sm90, "q_nope.shape[1] (heads)");
+    for heads in [1, 3, 9, 24, 63, 64, 126, 128] {
+        assert_eq!(plan(&good(MlaArch::Sm90, heads, 64, DType::Bf16), MlaArch::Sm90).unwrap().num_heads as usize, heads);
+    }
     let mut a = good(MlaArch::Sm90, 128, 64, DType::Bf16);
     a.q_nope.shape[0] = 0;
     rejects(&a, MlaArch::Sm90, "q_nope.shape[0]");
@@ -135,6 +136,67 @@ fn shapes() {
     let mut a = good(MlaArch::Sm90, 128, 64, DType::Bf16);
     a.lse.as_mut().unwrap().shape = vec![4, 16];
     rejects(&a, MlaArch::Sm90, "lse.shape");
+}
+
+/// A decode of `s_q` query tokens a request: q and out `[B, s_q, H, D]`, lse `[B, H, s_q]`.
+fn tokens(arch: MlaArch, heads: usize, s_q: usize) -> MlaDecodeArgs<Fake> {
+    let a = good(arch, heads, 64, DType::Bf16);
+    let rows = |i: u64, dim: usize, e: usize| Tensor::contiguous(mem(B * s_q * heads * dim * e, i), DType::Bf16, &[B, s_q, heads, dim]);
+    MlaDecodeArgs::new(rows(0, 512, 2), rows(1, 64, 2), a.kv_cache, a.seq_lens, a.page_table, rows(5, 512, 2))
+        .with_lse(Tensor::contiguous(mem(B * heads * s_q * 4, 6), DType::F32, &[B, heads, s_q]))
+        .with_causal(true)
+        .with_max_seq_len(a.max_seq_len)
+}
+
+#[test]
+fn query_tokens_per_request_with_any_head_count() {
+    for (heads, s_q) in [(1, 1), (3, 4), (9, 2), (63, 1), (128, 2), (128, 16), (16, 16)] {
+        let p = plan(&tokens(MlaArch::Sm90, heads, s_q), MlaArch::Sm90).unwrap();
+        assert_eq!((p.num_heads as usize, p.s_q as usize, p.batch as usize), (heads, s_q, B));
+        // The plan is the planners' for that many rows (causal or not).
+        let direct = graphsafe::ops::mla::sm90::plan(graphsafe::ops::mla::KvDtype::Bf16, heads as i64, s_q as i64, B as i64, 8 * 64, 132, None).unwrap();
+        assert_eq!((p.num_splits, p.workspace_bytes), (direct.num_splits, direct.workspace_bytes), "{heads} x {s_q}");
+    }
+    rejects(&tokens(MlaArch::Sm90, 16, 17), MlaArch::Sm90, "q_nope.shape[1] (s_q");
+    rejects(&tokens(MlaArch::Sm90, 129, 2), MlaArch::Sm90, "q_nope.shape[2] (heads)");
+    // sm_100 runs one token of 128 heads.
+    rejects(&tokens(MlaArch::Sm100, 128, 2), MlaArch::Sm100, "q_nope.shape");
+    // Every operand follows q's rank and shape; lse is [B, H, s_q] (FlashMLA's layout).
+    let mut a = tokens(MlaArch::Sm90, 16, 2);
+    a.lse = Some(Tensor::contiguous(mem(B * 32 * 4, 6), DType::F32, &[B, 2, 16]));
+    rejects(&a, MlaArch::Sm90, "lse.shape");
+    let mut a = tokens(MlaArch::Sm90, 16, 2);
+    a.lse = Some(Tensor::contiguous(mem(B * 16 * 4, 6), DType::F32, &[B, 16]));
+    rejects(&a, MlaArch::Sm90, "lse.shape");
+    let mut a = tokens(MlaArch::Sm90, 16, 2);
+    a.out = Tensor::contiguous(mem(B * 16 * 512 * 2, 5), DType::Bf16, &[B, 16, 512]);
+    rejects(&a, MlaArch::Sm90, "out.shape");
+    let mut a = tokens(MlaArch::Sm90, 16, 2);
+    a.q_pe = Tensor::contiguous(mem(B * 3 * 16 * 64 * 2, 1), DType::Bf16, &[B, 3, 16, 64]);
+    rejects(&a, MlaArch::Sm90, "q_pe.shape");
+    let mut a = tokens(MlaArch::Sm90, 16, 2);
+    a.q_nope = Tensor::contiguous(mem(B * 2 * 16 * 512 * 2, 0), DType::Bf16, &[1, B, 2, 16, 512]);
+    rejects(&a, MlaArch::Sm90, "q_nope.shape");
+    // Output rows of two tokens may not share addresses (a token stride of 0).
+    let mut a = tokens(MlaArch::Sm90, 16, 2);
+    a.out.strides = vec![2 * 16 * 512, 0, 512, 1];
+    rejects(&a, MlaArch::Sm90, "out");
+}
+
+/// FlashMLA's cache layout `[blocks, block_size, h_kv, 576]`: h_kv = 1 is MLA and plans like the
+/// 3-D cache; any other h_kv is refused naming it.
+#[test]
+fn a_cache_with_a_kv_head_dimension_takes_only_one_head() {
+    let three = plan(&tokens(MlaArch::Sm90, 16, 2), MlaArch::Sm90).unwrap();
+    for h_kv in [1usize, 2, 3, 8] {
+        let mut a = tokens(MlaArch::Sm90, 16, 2);
+        a.kv_cache = Tensor::contiguous(mem(PAGES * 64 * h_kv * 576 * 2, 2), DType::Bf16, &[PAGES, 64, h_kv, 576]);
+        if h_kv == 1 {
+            assert_eq!(plan(&a, MlaArch::Sm90).unwrap(), three);
+        } else {
+            rejects(&a, MlaArch::Sm90, "kv_cache.shape[2] (h_kv");
+        }
+    }
 }
 
 #[test]

@@ -174,42 +174,47 @@ fn check_sm100(b: i64, seq: i64, page: i64, sm: i64, req: Option<i64>) {
 // ---- the sm90 model ---------------------------------------------------------------------------
 
 fn heads_ok(h: i64) -> bool {
-    (16..=128).contains(&h) && h % 16 == 0
+    (1..=128).contains(&h)
 }
 
-fn m90_splits(b: i64, h: i64, seq: i64, sm: i64, req: Option<i64>) -> Option<u128> {
+fn s_q_ok(s_q: i64) -> bool {
+    (1..=16).contains(&s_q)
+}
+
+/// `rows`: the s_q × heads query rows of a request (the kernels fold them into one set).
+fn m90_splits(b: i64, rows: i64, seq: i64, sm: i64, req: Option<i64>) -> Option<u128> {
     let t = div_up(seq as u128, 64);
     let limit = 256u128.min(t);
     if let Some(r) = req {
         return (r >= 1 && r as u128 <= limit).then_some(r as u128);
     }
-    let c = b as u128 * div_up(h as u128, 64);
+    let c = b as u128 * div_up(rows as u128, 64);
     let cap = limit.min(div_up(2 * sm as u128, c)).max(1);
     let cost = |s: u128| div_up(c * s, sm as u128) * div_up(t, s);
     // The smallest s with the least cost.
     (1..=cap).min_by_key(|&s| (cost(s), s))
 }
 
-fn m90_workspace(b: i64, h: i64, s: u128) -> u128 {
+fn m90_workspace(b: i64, rows: i64, s: u128) -> u128 {
     if s == 1 {
         return 0;
     }
-    let rows = b as u128 * s * h as u128;
+    let rows = b as u128 * s * rows as u128;
     r256(rows * 512 * 2) + r256(rows * 4)
 }
 
-fn m90_plan(b: i64, h: i64, seq: i64, sm: i64, req: Option<i64>) -> Option<(u128, u128)> {
-    if !limits_ok(b, seq, sm) || !heads_ok(h) {
+fn m90_plan(b: i64, (h, s_q): (i64, i64), seq: i64, sm: i64, req: Option<i64>) -> Option<(u128, u128)> {
+    if !limits_ok(b, seq, sm) || !heads_ok(h) || !s_q_ok(s_q) {
         return None;
     }
-    let s = m90_splits(b, h, seq, sm, req)?;
-    Some((s, m90_workspace(b, h, s)))
+    let s = m90_splits(b, h * s_q, seq, sm, req)?;
+    Some((s, m90_workspace(b, h * s_q, s)))
 }
 
-fn check_sm90(b: i64, h: i64, seq: i64, sm: i64, req: Option<i64>) {
-    let ctx = format!("sm90 b={b} h={h} seq={seq} sm={sm} req={req:?}");
-    let got = sm90::plan(KvDtype::Bf16, h, b, seq, sm, req);
-    match m90_plan(b, h, seq, sm, req) {
+fn check_sm90(b: i64, (h, s_q): (i64, i64), seq: i64, sm: i64, req: Option<i64>) {
+    let ctx = format!("sm90 b={b} h={h} s_q={s_q} seq={seq} sm={sm} req={req:?}");
+    let got = sm90::plan(KvDtype::Bf16, h, s_q, b, seq, sm, req);
+    match m90_plan(b, (h, s_q), seq, sm, req) {
         None => invalid(got, &ctx),
         Some((s, ws)) => {
             let p = got.unwrap_or_else(|e| panic!("{ctx}: {e}"));
@@ -239,14 +244,15 @@ fn every_plan_equals_the_exact_model() {
     }
     for _ in 0..5000 {
         let (b, seq, sm) = (rng.pick_or_out(1, MAX_BATCH), rng.pick_or_out(1, MAX_SEQ_LEN), rng.pick_or_out(1, MAX_SM_COUNT));
-        let h = if rng.below(20) == 0 { rng.pick(-1, 200) } else { 16 * (1 + rng.below(8) as i64) };
+        let h = if rng.below(20) == 0 { rng.pick(-1, 200) } else { rng.pick(1, 128) };
+        let s_q = if rng.below(20) == 0 { rng.pick(-1, 20) } else { [1, 1, 2, 3, 4, 16][rng.below(6) as usize] };
         let req = match rng.below(3) {
             0 => None,
             _ => Some(rng.pick_or_out(1, 300)),
         };
         // Small batches with few SMs reach every corner of the cost rule.
         let b = if rng.below(2) == 0 { rng.pick(1, 300) } else { b };
-        check_sm90(b, h, seq, sm, req);
+        check_sm90(b, (h, s_q), seq, sm, req);
         cases += 1;
     }
     // Every combination of edge values (the limits, 0, 1, powers of two ± 1).
@@ -261,8 +267,10 @@ fn every_plan_equals_the_exact_model() {
                     cases += 1;
                 }
                 check_sm100(b, seq, 64, sm, Some(16));
-                check_sm90(b, 16, seq, sm, None);
-                check_sm90(b, 128, seq, sm, Some(256));
+                check_sm90(b, (16, 1), seq, sm, None);
+                check_sm90(b, (128, 1), seq, sm, Some(256));
+                check_sm90(b, (128, 16), seq, sm, None);
+                cases += 1;
                 cases += 3;
             }
         }
@@ -295,12 +303,15 @@ fn m100_worst(max_b: i64, max_seq: i64, page: i64, sm: i64, req: Option<i64>) ->
 }
 
 /// sm90: every tile count (the rule's input) for every batch.
-fn m90_worst(max_b: i64, h: i64, max_seq: i64, sm: i64, req: Option<i64>) -> Option<u128> {
+/// The most over every batch, tile count and token count (up to s_q) of the domain.
+fn m90_worst(max_b: i64, (h, s_q): (i64, i64), max_seq: i64, sm: i64, req: Option<i64>) -> Option<u128> {
     let mut worst = None;
-    for b in 1..=max_b {
-        for t in 1..=div_up(max_seq as u128, 64) as i64 {
-            if let Some((_, ws)) = m90_plan(b, h, (t * 64).min(max_seq), sm, req) {
-                worst = worst.max(Some(ws));
+    for s in 1..=s_q {
+        for b in 1..=max_b {
+            for t in 1..=div_up(max_seq as u128, 64) as i64 {
+                if let Some((_, ws)) = m90_plan(b, (h, s), (t * 64).min(max_seq), sm, req) {
+                    worst = worst.max(Some(ws));
+                }
             }
         }
     }
@@ -336,17 +347,18 @@ fn worst_cases_equal_the_model_maximum_over_every_shape() {
         let sm = if i % 2 == 0 { rng.pick(1, 12) } else { rng.pick(1, 300) };
         let max_b = if i % 2 == 0 { rng.pick(1, 40) } else { rng.pick(1, 4) };
         let max_seq = rng.pick(1, 64 * if i % 2 == 0 { 300 } else { 700 });
-        let h = 16 * (1 + rng.below(8) as i64);
+        let h = rng.pick(1, 128);
+        let s_q = [1, 1, 2, 3][rng.below(4) as usize];
         let req = if rng.below(4) == 0 { Some(rng.pick(1, 300)) } else { None };
-        let ctx = format!("sm90 max_b={max_b} h={h} max_seq={max_seq} sm={sm} req={req:?}");
-        let got = sm90::worst_case(KvDtype::Bf16, h, max_b, max_seq, sm, req);
-        match m90_worst(max_b, h, max_seq, sm, req) {
+        let ctx = format!("sm90 max_b={max_b} h={h} s_q={s_q} max_seq={max_seq} sm={sm} req={req:?}");
+        let got = sm90::worst_case(KvDtype::Bf16, h, s_q, max_b, max_seq, sm, req);
+        match m90_worst(max_b, (h, s_q), max_seq, sm, req) {
             None => invalid(got, &ctx),
             Some(ws) => {
                 let w = got.unwrap_or_else(|e| panic!("{ctx}: {e}"));
                 assert_eq!(w.workspace_bytes as u128, ws, "{ctx}");
-                assert!(w.batch as i64 <= max_b && w.max_seq_len as i64 <= max_seq, "{ctx}: {w:?}");
-                assert_eq!(m90_plan(w.batch as i64, h, w.max_seq_len as i64, sm, req).map(|p| p.1), Some(ws), "{ctx}");
+                assert!(w.batch as i64 <= max_b && w.max_seq_len as i64 <= max_seq && w.s_q as i64 <= s_q, "{ctx}: {w:?}");
+                assert_eq!(m90_plan(w.batch as i64, (h, w.s_q as i64), w.max_seq_len as i64, sm, req).map(|p| p.1), Some(ws), "{ctx}");
             }
         }
         cases += 1;
@@ -398,23 +410,25 @@ fn no_pre_grow_is_below_a_printed_row_up_to_the_limits() {
     }
     for i in 0..300 {
         let sm = rng.pick(1, 1024);
-        let h = 16 * (1 + rng.below(8) as i64);
+        let h = rng.pick(1, 128);
+        let s_q = [1, 2, 16][rng.below(3) as usize];
         let max_seq = rng.pick(1, MAX_SEQ_LEN);
         let list: Vec<i64> = (0..1 + rng.below(4)).map(|_| rng.pick(1, MAX_BATCH)).collect();
         let max_b = *list.iter().max().unwrap();
         let req = if i % 2 == 0 { None } else { Some(rng.pick(1, 256)) };
-        let w = match sm90::worst_case(KvDtype::Bf16, h, max_b, max_seq, sm, req) {
+        let w = match sm90::worst_case(KvDtype::Bf16, h, s_q, max_b, max_seq, sm, req) {
             Ok(w) => w,
             Err(e) => {
                 assert!(req.is_some_and(|r| r as u128 > div_up(max_seq as u128, 64).min(256)), "sm90: {e}");
                 continue;
             }
         };
-        assert_eq!(Some(w.workspace_bytes as u128), m90_plan(w.batch as i64, h, w.max_seq_len as i64, sm, req).map(|p| p.1));
+        assert_eq!(Some(w.workspace_bytes as u128), m90_plan(w.batch as i64, (h, w.s_q as i64), w.max_seq_len as i64, sm, req).map(|p| p.1));
         let mut shapes: Vec<(i64, i64)> = list.iter().map(|&b| (b, max_seq)).collect();
         shapes.extend((0..25).map(|_| (rng.pick(1, max_b.min(2 * sm)), rng.pick(1, max_seq.min(64 * 256)))));
         for (b, seq) in shapes {
-            if let Some((_, ws)) = m90_plan(b, h, seq, sm, req) {
+            // Every token count up to s_q is covered: a capture of fewer tokens is a row too.
+            if let Some((_, ws)) = m90_plan(b, (h, rng.pick(1, s_q)), seq, sm, req) {
                 assert!(ws <= w.workspace_bytes as u128, "sm90 row b={b} h={h} seq={seq} sm={sm} req={req:?}: {ws} > {}", w.workspace_bytes);
                 rows += 1;
             }
@@ -435,13 +449,13 @@ fn worst_cases_at_the_limits_are_real_shapes() {
     }
     let w = sm100::worst_case(KvDtype::Bf16, MAX_BATCH, 4_194_176, 128, 148, None).unwrap();
     assert_eq!((w.batch as i64, w.max_seq_len), (MAX_BATCH, 4_194_176), "the page table dominates");
-    for h in [16, 64, 128] {
+    for (h, s_q) in [(16, 1), (64, 1), (128, 1), (1, 1), (128, 16), (3, 16)] {
         for sm in [1, 132, 1024] {
-            let w = sm90::worst_case(KvDtype::Bf16, h, MAX_BATCH, MAX_SEQ_LEN, sm, None).unwrap();
-            assert_eq!(Some(w.workspace_bytes as u128), m90_plan(w.batch as i64, h, w.max_seq_len as i64, sm, None).map(|p| p.1));
+            let w = sm90::worst_case(KvDtype::Bf16, h, s_q, MAX_BATCH, MAX_SEQ_LEN, sm, None).unwrap();
+            assert_eq!(Some(w.workspace_bytes as u128), m90_plan(w.batch as i64, (h, w.s_q as i64), w.max_seq_len as i64, sm, None).map(|p| p.1));
             for b in [1, 2, sm, MAX_BATCH] {
                 for seq in [64 * 256, MAX_SEQ_LEN] {
-                    assert!(m90_plan(b.min(MAX_BATCH), h, seq, sm, None).unwrap().1 <= w.workspace_bytes as u128, "h={h} sm={sm} b={b} seq={seq}");
+                    assert!(m90_plan(b.min(MAX_BATCH), (h, s_q), seq, sm, None).unwrap().1 <= w.workspace_bytes as u128, "h={h} sm={sm} b={b} seq={seq}");
                 }
             }
         }

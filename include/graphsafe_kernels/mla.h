@@ -18,8 +18,12 @@ typedef enum GsMlaScheduler {
   GS_MLA_SCHED_INDIVIDUAL = 1,
 } GsMlaScheduler;
 
-/** Fixed shape of the MLA decode kernels: DeepSeek-V2/V3 latent attention. */
+/** Fixed shape of the MLA decode kernels: DeepSeek-V2/V3 latent attention. GS_MLA_NUM_HEADS is
+ *  the most query heads a decode takes (and the heads CUTLASS's sm100 kernel runs: fewer are
+ *  padded up to it in the workspace). */
 #define GS_MLA_NUM_HEADS 128
+/** The most query tokens per request (s_q: MTP / speculative decode), each with its own heads. */
+#define GS_MLA_MAX_S_Q 16
 #define GS_MLA_LATENT_DIM 512
 #define GS_MLA_ROPE_DIM 64
 /** KV-sequence tile of the sm100 kernel (TileShapeS). */
@@ -41,7 +45,9 @@ typedef enum GsMlaScheduler {
 
 /*
  * Device data (seq_lens, page_table) is never trusted; both back-ends give it the same meaning:
- *   seq_lens[b] <= 0           an empty request: out[b] is all zeros and lse[b] is -inf.
+ *   seq_lens[b] <= 0           an empty request: out[b] is all zeros and lse[b] is +inf (as
+ *                              FlashMLA; so is every query row that attends no key: with causal
+ *                              masks, token t of s_q attends keys 0 ..= len - s_q + t).
  *   seq_lens[b] > max_seq_len  clamped to max_seq_len.
  *   page index < 0             read as page 0;
  *   page index >= num_pages    read as page num_pages - 1 (clamped into the cache, never out of
@@ -166,25 +172,35 @@ typedef enum GsMlaKvFormat {
 /** Bytes per token of GS_MLA_KV_FP8_DS_MLA. */
 #define GS_MLA_DS_MLA_TOKEN_BYTES 656
 
-/** Arguments of one MLA decode step (strides in elements; the innermost stride is 1). */
+/**
+ * Arguments of one MLA decode step (strides in elements; the innermost stride is 1). q and out
+ * are [batch, s_q, num_heads, dim]: s_q query tokens per request (MTP / speculative decode), each
+ * with num_heads heads; lse is [batch, num_heads, s_q] (FlashMLA's layout).
+ */
 typedef struct GsMlaDecodeArgs {
   /** GsDtype of q and the KV cache. Output is bf16 for bf16 and fp8, fp16 for fp16. */
   int32_t dtype;
   int32_t batch;
-  /** Query heads: 128 for sm100; a multiple of 16 up to 128 for sm90 (q/out are [batch, num_heads, ...]). */
+  /** Query heads, 1..=GS_MLA_NUM_HEADS on both back-ends (sm100 pads them to 128 in its workspace). */
   int32_t num_heads;
+  /** Query tokens per request, 1..=GS_MLA_MAX_S_Q. */
+  int32_t s_q;
+  /** Non-zero: token t of s_q attends keys 0 ..= len - s_q + t (FlashMLA's causal); else every key. */
+  int32_t causal;
   /** Upper bound of seq_lens: sizes the splits and the workspace. */
   int32_t max_seq_len;
   int32_t num_splits;
   int32_t sm_count;
   int32_t device;
-  /** [batch, num_heads, 512] */
+  /** [batch, s_q, num_heads, 512] */
   const void* q_nope;
   int64_t q_nope_stride_batch;
+  int64_t q_nope_stride_token;
   int64_t q_nope_stride_head;
-  /** [batch, num_heads, 64] */
+  /** [batch, s_q, num_heads, 64] */
   const void* q_pe;
   int64_t q_pe_stride_batch;
+  int64_t q_pe_stride_token;
   int64_t q_pe_stride_head;
   /**
    * [num_pages, page_size, 576] elements, contiguous: latent (512) then rope (64) per token; for
@@ -198,12 +214,13 @@ typedef struct GsMlaDecodeArgs {
   /** [batch, page_table_stride] int32 page indices, device data, any value (see "Device data" above). */
   const int32_t* page_table;
   int32_t page_table_stride;
-  /** [batch, num_heads, 512]; the sm100 decode with num_splits > 1 (single requests only) takes
+  /** [batch, s_q, num_heads, 512]; the sm100 decode with num_splits > 1 (single requests only) takes
    *  only out_stride_head 512: CUTLASS's split reduction writes out densely whatever the strides. */
   void* out;
   int64_t out_stride_batch;
+  int64_t out_stride_token;
   int64_t out_stride_head;
-  /** [batch, 128] fp32 log-sum-exp, or NULL. */
+  /** [batch, num_heads, s_q] fp32 log-sum-exp, or NULL. */
   float* lse;
   float sm_scale;
   /** GsMlaKvFormat (sm90 only; the sm100 decode refuses any but GS_MLA_KV_NATIVE). */
@@ -231,22 +248,24 @@ int gs_mla_sm100_decode(const GsMlaDecodeArgs* args, void* workspace, uint64_t w
 #define GS_MLA_SM90_TILE_S 64
 
 /**
- * KV splits for the sm90 decode (host-only, every build). requested == 0 picks the default:
- * T = ceil(max_seq_len / 64), C = batch * ceil(num_heads / 64) CTAs per split,
+ * KV splits for the sm90 decode (host-only, every build). Its kernels take the s_q * num_heads
+ * query rows of a request as one set of rows (FlashMLA's fold), 64 a CTA (all of them in one CTA
+ * for 32 or fewer). requested == 0 picks the default:
+ * T = ceil(max_seq_len / 64), C = batch * ceil(s_q * num_heads / 64) CTAs per split,
  * cap = max(1, min(256, T, ceil(2 * sm_count / C))), and the smallest s in 1..=cap minimising
  * ceil(C * s / sm_count) * ceil(T / s) (waves x tiles per CTA; never leaves a split empty at
  * max_seq_len). requested > 0 is validated (1..=min(256, T)). Rationale and measurements:
  * cuda-src/mla/sm90/plan.cu.
  */
-int gs_mla_sm90_num_splits(int32_t batch, int32_t num_heads, int32_t max_seq_len, int32_t sm_count, int32_t requested,
-                           int32_t* out_splits);
+int gs_mla_sm90_num_splits(int32_t batch, int32_t num_heads, int32_t s_q, int32_t max_seq_len, int32_t sm_count,
+                           int32_t requested, int32_t* out_splits);
 
 /**
- * Workspace bytes of the sm90 decode: partial O [batch, splits, heads, 512] in the output dtype (2
- * bytes each) then fp32 partial LSE [batch, splits, heads], each region 256-byte aligned; 0 for one
- * split.
+ * Workspace bytes of the sm90 decode: partial O [batch, splits, s_q * num_heads, 512] in the
+ * output dtype (2 bytes each) then fp32 partial LSE [batch, splits, s_q * num_heads], each region
+ * 256-byte aligned; 0 for one split.
  */
-int gs_mla_sm90_workspace_bytes(int32_t batch, int32_t num_heads, int32_t num_splits, uint64_t* out_bytes);
+int gs_mla_sm90_workspace_bytes(int32_t batch, int32_t num_heads, int32_t s_q, int32_t num_splits, uint64_t* out_bytes);
 
 /**
  * Launches the sm90 decode (splits > 1: the split kernel, then the combine kernel) on `stream`.

@@ -4,7 +4,7 @@
 use super::core::{capture_obj, captured_op, eager_op, stream_obj, workspace_obj, GraphsafeCapture, GraphsafeStream, GraphsafeWorkspace};
 use super::{guard, null, put, read, CallerMemory, Fail, Raw};
 use crate::ops::mla::decode::run;
-use crate::ops::mla::{sm100, sm90, KvDtype, KvFormat, KvFormatKind, MlaArch, MlaDecodeArgs, DS_MLA_TOKEN_BYTES};
+use crate::ops::mla::{self as mla, KvDtype, KvFormat, KvFormatKind, MlaArch, MlaDecodeArgs, MlaLimits, DS_MLA_TOKEN_BYTES};
 use crate::ops::tensor::{DType, Tensor};
 use std::ffi::c_int;
 
@@ -55,7 +55,10 @@ pub struct GraphsafeMlaPlan {
     pub worst_seq_len: c_int,
 }
 
-/// One MLA decode step over caller-owned device memory. Strides are in elements.
+/// One MLA decode step over caller-owned device memory. Strides are in elements. A request brings
+/// `s_q` query tokens of `num_heads` heads each: q and out are `[batch, s_q, heads, dim]`, lse is
+/// `[batch, heads, s_q]` (FlashMLA's layouts). A query row that attends no key (an empty request,
+/// or a causal token before the request's first key) gets zeros in out and +inf in lse.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct GraphsafeMlaDecodeArgs {
@@ -64,18 +67,29 @@ pub struct GraphsafeMlaDecodeArgs {
     pub dtype: c_int,
     /// Requests.
     pub batch: c_int,
-    /// Query heads (128 on sm_100; a multiple of 16 up to 128 on sm_90, with any KV-cache format).
+    /// Query heads, 1..=128 (128 on sm_100), with any KV-cache format.
     pub num_heads: c_int,
-    /// [batch, heads, 512].
+    /// Query tokens per request (MTP / speculative decode), 1..=16 (1 on sm_100); 0 is read as 1.
+    pub s_q: c_int,
+    /// Non-zero: token t of s_q attends keys 0 ..= len - s_q + t (FlashMLA's causal); 0: every key.
+    pub causal: c_int,
+    /// KV heads of the cache (FlashMLA's h_kv): 0 or 1 (MLA has one latent KV head; anything else
+    /// is refused with GRAPHSAFE_ERROR_INVALID_ARGUMENT naming h_kv).
+    pub num_kv_heads: c_int,
+    /// [batch, s_q, heads, 512].
     pub q_nope: u64,
     /// Stride between requests.
     pub q_nope_stride_batch: i64,
+    /// Stride between query tokens (unused when s_q is 1).
+    pub q_nope_stride_token: i64,
     /// Stride between heads.
     pub q_nope_stride_head: i64,
-    /// [batch, heads, 64].
+    /// [batch, s_q, heads, 64].
     pub q_pe: u64,
     /// Stride between requests.
     pub q_pe_stride_batch: i64,
+    /// Stride between query tokens (unused when s_q is 1).
+    pub q_pe_stride_token: i64,
     /// Stride between heads.
     pub q_pe_stride_head: i64,
     /// [num_pages, page_size, 576], contiguous (for graphsafe_mla_decode_kv: as its
@@ -91,15 +105,17 @@ pub struct GraphsafeMlaDecodeArgs {
     pub page_table: u64,
     /// Columns of page_table (its row stride).
     pub max_pages: c_int,
-    /// [batch, heads, 512] output (bf16, or fp16 for fp16 input). On sm100, when the plan splits
-    /// the sequence (single requests only), out_stride_head must be 512: CUTLASS's split
+    /// [batch, s_q, heads, 512] output (bf16, or fp16 for fp16 input). On sm100, when the plan
+    /// splits the sequence (single requests only), out_stride_head must be 512: CUTLASS's split
     /// reduction writes densely (INVALID_ARGUMENT otherwise; or ask for num_splits 1).
     pub out: u64,
     /// Stride between requests.
     pub out_stride_batch: i64,
+    /// Stride between query tokens (unused when s_q is 1).
+    pub out_stride_token: i64,
     /// Stride between heads.
     pub out_stride_head: i64,
-    /// [batch, heads] fp32 log-sum-exp, or 0.
+    /// [batch, heads, s_q] fp32 log-sum-exp (contiguous), or 0.
     pub lse: u64,
     /// Softmax scale (> 0).
     pub sm_scale: f32,
@@ -194,9 +210,17 @@ fn non_negative(what: &str, v: i64) -> Result<usize, Fail> {
     usize::try_from(v).map_err(|_| crate::Error::invalid(what, "a value >= 0", v).into())
 }
 
+/// `s_q` as the decode reads it: 0 (a caller that predates the field) is one token.
+fn tokens(a: &GraphsafeMlaDecodeArgs) -> Result<usize, Fail> {
+    if a.s_q == 0 {
+        return Ok(1);
+    }
+    non_negative("s_q", a.s_q as i64)
+}
+
 fn to_args(a: &GraphsafeMlaDecodeArgs, kv: Kv, mem: CallerMemory<'_>) -> Result<MlaDecodeArgs<Raw>, Fail> {
     let (_, dt, out_dt) = dtype_of(a.dtype)?;
-    let (b, h) = (non_negative("batch", a.batch as i64)?, non_negative("num_heads", a.num_heads as i64)?);
+    let (b, s, h) = (non_negative("batch", a.batch as i64)?, tokens(a)?, non_negative("num_heads", a.num_heads as i64)?);
     let m = |ptr: u64, what: &str| mem.pointer(ptr, what);
     let st = |v: i64, what: &str| non_negative(what, v);
     let (kv_dt, kv_row) = kv.format.cache_element(dt);
@@ -205,18 +229,126 @@ fn to_args(a: &GraphsafeMlaDecodeArgs, kv: Kv, mem: CallerMemory<'_>) -> Result<
         KvFormatKind::Fp8PerTensor => KvFormat::Fp8PerTensor { scale: Tensor::contiguous(m(kv.scale, "kv_scale")?, DType::F32, &[1]) },
         KvFormatKind::Fp8DsMla => KvFormat::Fp8DsMla,
     };
-    Ok(MlaDecodeArgs {
-        q_nope: Tensor::strided(m(a.q_nope, "q_nope")?, 0, dt, &[b, h, 512], &[st(a.q_nope_stride_batch, "q_nope_stride_batch")?, st(a.q_nope_stride_head, "q_nope_stride_head")?, 1]),
-        q_pe: Tensor::strided(m(a.q_pe, "q_pe")?, 0, dt, &[b, h, 64], &[st(a.q_pe_stride_batch, "q_pe_stride_batch")?, st(a.q_pe_stride_head, "q_pe_stride_head")?, 1]),
-        kv_cache: Tensor::contiguous(m(a.kv_cache, "kv_cache")?, kv_dt, &[non_negative("num_pages", a.num_pages as i64)?, non_negative("page_size", a.page_size as i64)?, kv_row]),
-        kv_format,
-        seq_lens: Tensor::contiguous(m(a.seq_lens, "seq_lens")?, DType::I32, &[b]),
-        page_table: Tensor::contiguous(m(a.page_table, "page_table")?, DType::I32, &[b, non_negative("max_pages", a.max_pages as i64)?]),
-        out: Tensor::strided(m(a.out, "out")?, 0, out_dt, &[b, h, 512], &[st(a.out_stride_batch, "out_stride_batch")?, st(a.out_stride_head, "out_stride_head")?, 1]),
-        lse: if a.lse == 0 { None } else { Some(Tensor::contiguous(m(a.lse, "lse")?, DType::F32, &[b, h])) },
-        sm_scale: a.sm_scale,
-        max_seq_len: non_negative("max_seq_len", a.max_seq_len as i64)? as u32,
-        num_splits: if a.num_splits == 0 { None } else { Some(non_negative("num_splits", a.num_splits as i64)? as u32) },
+    let (pages, page) = (non_negative("num_pages", a.num_pages as i64)?, non_negative("page_size", a.page_size as i64)?);
+    // A cache of h_kv KV heads is described as the op's 4-D cache, which refuses h_kv != 1 by name.
+    let kv_shape = match a.num_kv_heads {
+        0 => vec![pages, page, kv_row],
+        n => vec![pages, page, non_negative("num_kv_heads (h_kv)", n as i64)?, kv_row],
+    };
+    let rows = |ptr: u64, what: &str, dt: DType, dim: usize, (sb, stk, sh): (i64, i64, i64)| -> Result<Tensor<Raw>, Fail> {
+        let strides = [st(sb, &format!("{what}_stride_batch"))?, st(stk, &format!("{what}_stride_token"))?, st(sh, &format!("{what}_stride_head"))?, 1];
+        Ok(Tensor::strided(m(ptr, what)?, 0, dt, &[b, s, h, dim], &strides))
+    };
+    let mut args = MlaDecodeArgs::new(
+        rows(a.q_nope, "q_nope", dt, 512, (a.q_nope_stride_batch, a.q_nope_stride_token, a.q_nope_stride_head))?,
+        rows(a.q_pe, "q_pe", dt, 64, (a.q_pe_stride_batch, a.q_pe_stride_token, a.q_pe_stride_head))?,
+        Tensor::contiguous(m(a.kv_cache, "kv_cache")?, kv_dt, &kv_shape),
+        Tensor::contiguous(m(a.seq_lens, "seq_lens")?, DType::I32, &[b]),
+        Tensor::contiguous(m(a.page_table, "page_table")?, DType::I32, &[b, non_negative("max_pages", a.max_pages as i64)?]),
+        rows(a.out, "out", out_dt, 512, (a.out_stride_batch, a.out_stride_token, a.out_stride_head))?,
+    )
+    .with_kv_format(kv_format)
+    .with_sm_scale(a.sm_scale)
+    .with_max_seq_len(non_negative("max_seq_len", a.max_seq_len as i64)? as u32)
+    .with_causal(a.causal != 0)
+    .with_num_splits(if a.num_splits == 0 { None } else { Some(non_negative("num_splits", a.num_splits as i64)? as u32) });
+    if a.lse != 0 {
+        args = args.with_lse(Tensor::contiguous(m(a.lse, "lse")?, DType::F32, &[b, h, s]));
+    }
+    Ok(args)
+}
+
+/// The shapes a decode (or every decode of a capture) runs, for graphsafe_mla_plan_limits and
+/// graphsafe_mla_worst_case_limits: the C face of the Rust planners' `MlaLimits`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct GraphsafeMlaLimits {
+    /// Compute capability x10 + minor of the target GPU with an MLA back-end (GRAPHSAFE_ARCH_SM90,
+    /// GRAPHSAFE_ARCH_SM100, or 103).
+    pub arch: c_int,
+    /// GRAPHSAFE_DTYPE_* of q (and of a native cache).
+    pub dtype: c_int,
+    /// GRAPHSAFE_MLA_KV_* (0: native).
+    pub kv_format: c_int,
+    /// Query heads, 1..=128 (128 on sm_100).
+    pub num_heads: c_int,
+    /// Query tokens per request, 1..=16 (1 on sm_100); 0 is read as 1. A worst case covers every
+    /// count up to it.
+    pub s_q: c_int,
+    /// Requests; a worst case covers every batch up to it.
+    pub batch: c_int,
+    /// Longest request in tokens; a worst case covers every length up to it.
+    pub max_seq_len: c_int,
+    /// Tokens per page of the cache (sm_90: 64 or 128; sm_100: a power of two up to 128).
+    pub page_size: c_int,
+    /// SMs of the GPU.
+    pub sm_count: c_int,
+    /// KV splits, or 0 for the default rule.
+    pub num_splits: c_int,
+}
+
+/// The Rust planners' limits for `l`, and its back-end.
+fn limits_of(l: &GraphsafeMlaLimits) -> Result<(MlaArch, MlaLimits), Fail> {
+    let (dtype, _, _) = dtype_of(l.dtype)?;
+    let format = format_of(l.kv_format)?;
+    let arch = crate::arch::mla_for_abi(l.arch)?;
+    let count = |what: &str, v: c_int| u32::try_from(v).map_err(|_| Fail::from(crate::Error::invalid(what, "a value >= 0", v)));
+    let s_q = if l.s_q == 0 { 1 } else { count("s_q", l.s_q)? };
+    let limits = MlaLimits::new(count("num_heads", l.num_heads)?, count("batch", l.batch)?, count("max_seq_len", l.max_seq_len)?, count("sm_count", l.sm_count)?)
+        .with_dtype(dtype)
+        .with_kv_format(format)
+        .with_s_q(s_q)
+        .with_page_size(count("page_size", l.page_size)?)
+        .with_num_splits(if l.num_splits == 0 { None } else { Some(count("num_splits", l.num_splits)?) });
+    Ok((arch, limits))
+}
+
+fn plan_c(p: &mla::MlaDecodePlan) -> GraphsafeMlaPlan {
+    GraphsafeMlaPlan { num_splits: p.num_splits as c_int, workspace_bytes: p.workspace_bytes, worst_batch: p.batch as c_int, worst_seq_len: p.max_seq_len as c_int }
+}
+
+/// Splits and workspace for the one decode shape `limits` describes: the planning front door (the
+/// same rules as the decode, refused with GRAPHSAFE_ERROR_INVALID_ARGUMENT naming the field).
+/// Host-only: works without a GPU. Thread-safe.
+///
+/// # Safety
+/// `limits` is null (refused) or points to a valid `GraphsafeMlaLimits`; `out` is null (refused)
+/// or points to a writable `GraphsafeMlaPlan`.
+#[no_mangle]
+pub unsafe extern "C" fn graphsafe_mla_plan_limits(limits: *const GraphsafeMlaLimits, out: *mut GraphsafeMlaPlan) -> c_int {
+    guard(|| {
+        // SAFETY: the caller's contract (null is refused inside).
+        let l = unsafe { read(limits, "limits")? };
+        if out.is_null() {
+            return Err(null("out"));
+        }
+        let (arch, limits) = limits_of(&l)?;
+        let p = mla::plan(arch, &limits)?;
+        // SAFETY: the caller's contract (null is refused above).
+        unsafe { put(out, "out", plan_c(&p)) }
+    })
+}
+
+/// The workspace to pre-grow before capturing decodes within `limits`: the worst case over batch
+/// 1..=batch, lengths 1..=max_seq_len and query tokens 1..=s_q (with the default split rule, or
+/// the one count asked for), as graphsafe_mla_plan_limits' rules. `out->worst_batch` and
+/// `worst_seq_len` name the shape that needs it. Host-only; milliseconds in practice.
+/// Thread-safe.
+///
+/// # Safety
+/// As graphsafe_mla_plan_limits.
+#[no_mangle]
+pub unsafe extern "C" fn graphsafe_mla_worst_case_limits(limits: *const GraphsafeMlaLimits, out: *mut GraphsafeMlaPlan) -> c_int {
+    guard(|| {
+        // SAFETY: the caller's contract (null is refused inside).
+        let l = unsafe { read(limits, "limits")? };
+        if out.is_null() {
+            return Err(null("out"));
+        }
+        let (arch, limits) = limits_of(&l)?;
+        let p = mla::worst_case(arch, &limits)?;
+        // SAFETY: the caller's contract (null is refused above).
+        unsafe { put(out, "out", plan_c(&p)) }
     })
 }
 
@@ -261,7 +393,7 @@ pub unsafe extern "C" fn graphsafe_mla_plan_kv(
     guard(|| unsafe { mla_plan(arch, dtype, kv_format, num_heads, batch, max_seq_len, page_size, sm_count, requested_splits, out) })
 }
 
-/// graphsafe_mla_plan and graphsafe_mla_plan_kv.
+/// graphsafe_mla_plan and graphsafe_mla_plan_kv: graphsafe_mla_plan_limits for one token.
 ///
 /// # Safety
 /// `out` is null (refused) or points to a writable `GraphsafeMlaPlan`.
@@ -270,67 +402,25 @@ unsafe fn mla_plan(arch: c_int, dtype: c_int, kv_format: c_int, num_heads: c_int
     if out.is_null() {
         return Err(null("out"));
     }
-    let (kv, _, _) = dtype_of(dtype)?;
-    let format = format_of(kv_format)?;
-    let req = (requested_splits != 0).then_some(requested_splits as i64);
-    let back_end = crate::arch::mla_for_abi(arch)?;
-    check_kv_format(Some(back_end), format, dtype)?;
-    let (n, bytes) = match back_end {
-        MlaArch::Sm100 => {
-            if num_heads != 128 {
-                return Err(crate::Error::invalid("num_heads", "128 on sm_100", num_heads).into());
-            }
-            let p = sm100::plan(kv, batch as i64, max_seq_len as i64, page_size as i64, sm_count as i64, req)?;
-            (p.num_splits, p.workspace_bytes)
-        }
-        MlaArch::Sm90 => {
-            sm90_page_size(page_size)?;
-            let p = sm90::plan(kv, num_heads as i64, batch as i64, max_seq_len as i64, sm_count as i64, req)?;
-            (p.num_splits, p.workspace_bytes)
-        }
-    };
-    // SAFETY: the caller's contract (null is refused inside).
-    unsafe { put(out, "out", GraphsafeMlaPlan { num_splits: n as c_int, workspace_bytes: bytes, worst_batch: batch, worst_seq_len: max_seq_len }) }
-}
-
-fn sm90_page_size(page_size: c_int) -> Result<(), Fail> {
-    if page_size != 64 && page_size != 128 {
-        return Err(crate::Error::invalid("page_size", "64 or 128 on sm_90", page_size).into());
-    }
-    Ok(())
+    let l = GraphsafeMlaLimits { arch, dtype, kv_format, num_heads, s_q: 1, batch, max_seq_len, page_size, sm_count, num_splits: requested_splits };
+    let (arch, limits) = limits_of(&l)?;
+    let p = mla::plan(arch, &limits)?;
+    // SAFETY: the caller's contract (null is refused above).
+    unsafe { put(out, "out", GraphsafeMlaPlan { worst_batch: batch, worst_seq_len: max_seq_len, ..plan_c(&p) }) }
 }
 
 /// The workspace to pre-grow before capture: the worst case over batch 1..=max_batch and sequence
-/// lengths 1..=max_seq_len with the default split rule, for one page size (see
-/// graphsafe_mla_plan for `page_size` and the limits). Host-only; answers in well under a
-/// millisecond at the limits. Thread-safe.
+/// lengths 1..=max_seq_len with the default split rule, for one page size and one query token
+/// (graphsafe_mla_worst_case_limits takes more tokens; see graphsafe_mla_plan for `page_size` and
+/// the limits). Host-only; answers in well under a millisecond at the limits. Thread-safe.
 ///
 /// # Safety
 /// `out` is null (refused) or points to a writable `GraphsafeMlaPlan`.
 #[no_mangle]
 pub unsafe extern "C" fn graphsafe_mla_worst_case(arch: c_int, dtype: c_int, num_heads: c_int, max_batch: c_int, max_seq_len: c_int, page_size: c_int, sm_count: c_int, out: *mut GraphsafeMlaPlan) -> c_int {
-    guard(|| {
-        if out.is_null() {
-            return Err(null("out"));
-        }
-        let (kv, _, _) = dtype_of(dtype)?;
-        let p = match crate::arch::mla_for_abi(arch)? {
-            MlaArch::Sm100 => {
-                if num_heads != 128 {
-                    return Err(crate::Error::invalid("num_heads", "128 on sm_100", num_heads).into());
-                }
-                let w = sm100::worst_case(kv, max_batch as i64, max_seq_len as i64, page_size as i64, sm_count as i64, None)?;
-                GraphsafeMlaPlan { num_splits: w.num_splits as c_int, workspace_bytes: w.workspace_bytes, worst_batch: w.batch as c_int, worst_seq_len: w.max_seq_len as c_int }
-            }
-            MlaArch::Sm90 => {
-                sm90_page_size(page_size)?;
-                let w = sm90::worst_case(kv, num_heads as i64, max_batch as i64, max_seq_len as i64, sm_count as i64, None)?;
-                GraphsafeMlaPlan { num_splits: w.num_splits as c_int, workspace_bytes: w.workspace_bytes, worst_batch: w.batch as c_int, worst_seq_len: w.max_seq_len as c_int }
-            }
-        };
-        // SAFETY: the caller's contract (null is refused inside).
-        unsafe { put(out, "out", p) }
-    })
+    let l = GraphsafeMlaLimits { arch, dtype, kv_format: GRAPHSAFE_MLA_KV_NATIVE, num_heads, s_q: 1, batch: max_batch, max_seq_len, page_size, sm_count, num_splits: 0 };
+    // SAFETY: `l` is a live local; the caller's contract for `out`, passed on.
+    unsafe { graphsafe_mla_worst_case_limits(&l, out) }
 }
 
 fn plan_out(a: &GraphsafeMlaDecodeArgs, p: &crate::ops::mla::MlaDecodePlan) -> GraphsafeMlaPlan {
@@ -487,11 +577,16 @@ mod tests {
             dtype,
             batch: 1,
             num_heads: heads,
+            s_q: 1,
+            causal: 0,
+            num_kv_heads: 0,
             q_nope: 1 << 20,
             q_nope_stride_batch: h * 512,
+            q_nope_stride_token: h * 512,
             q_nope_stride_head: 512,
             q_pe: 2 << 20,
             q_pe_stride_batch: h * 64,
+            q_pe_stride_token: h * 64,
             q_pe_stride_head: 64,
             kv_cache: 3 << 20,
             num_pages: 1,
@@ -501,6 +596,7 @@ mod tests {
             max_pages: 1,
             out: 6 << 20,
             out_stride_batch: h * 512,
+            out_stride_token: h * 512,
             out_stride_head: 512,
             lse: 7 << 20,
             sm_scale: 0.0721,

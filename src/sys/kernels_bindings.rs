@@ -4,6 +4,7 @@
 #![allow(non_camel_case_types, non_snake_case, non_upper_case_globals, dead_code, clippy::all)]
 
 pub const GS_MLA_NUM_HEADS: u32 = 128;
+pub const GS_MLA_MAX_S_Q: u32 = 16;
 pub const GS_MLA_LATENT_DIM: u32 = 512;
 pub const GS_MLA_ROPE_DIM: u32 = 64;
 pub const GS_MLA_SM100_TILE_S: u32 = 128;
@@ -137,15 +138,19 @@ pub struct GsMlaDecodeArgs {
     pub dtype: i32,
     pub batch: i32,
     pub num_heads: i32,
+    pub s_q: i32,
+    pub causal: i32,
     pub max_seq_len: i32,
     pub num_splits: i32,
     pub sm_count: i32,
     pub device: i32,
     pub q_nope: *const ::std::os::raw::c_void,
     pub q_nope_stride_batch: i64,
+    pub q_nope_stride_token: i64,
     pub q_nope_stride_head: i64,
     pub q_pe: *const ::std::os::raw::c_void,
     pub q_pe_stride_batch: i64,
+    pub q_pe_stride_token: i64,
     pub q_pe_stride_head: i64,
     pub kv_cache: *const ::std::os::raw::c_void,
     pub num_pages: i32,
@@ -155,6 +160,7 @@ pub struct GsMlaDecodeArgs {
     pub page_table_stride: i32,
     pub out: *mut ::std::os::raw::c_void,
     pub out_stride_batch: i64,
+    pub out_stride_token: i64,
     pub out_stride_head: i64,
     pub lse: *mut f32,
     pub sm_scale: f32,
@@ -182,6 +188,7 @@ unsafe extern "C" {
     pub fn gs_mla_sm90_num_splits(
         batch: i32,
         num_heads: i32,
+        s_q: i32,
         max_seq_len: i32,
         sm_count: i32,
         requested: i32,
@@ -192,6 +199,7 @@ unsafe extern "C" {
     pub fn gs_mla_sm90_workspace_bytes(
         batch: i32,
         num_heads: i32,
+        s_q: i32,
         num_splits: i32,
         out_bytes: *mut u64,
     ) -> ::std::os::raw::c_int;

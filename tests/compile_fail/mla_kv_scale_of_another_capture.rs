@@ -13,19 +13,17 @@ fn f(a: &mut Stream, b: &mut Stream, buf: &DeviceBuffer, scale: &DeviceBuffer, w
             let w = cap_b.bind_workspace(ws)?;
             let m = cap_b.bind_buffer(buf)?;
             let t = |dt, shape: &[usize]| Tensor::contiguous(m.clone(), dt, shape);
-            let args = MlaDecodeArgs {
-                q_nope: t(DType::Bf16, &[1, 16, 512]),
-                q_pe: t(DType::Bf16, &[1, 16, 64]),
-                kv_cache: t(DType::Fp8E4m3, &[1, 64, 576]),
-                kv_format: KvFormat::Fp8PerTensor { scale: Tensor::contiguous(s.clone(), DType::F32, &[1]) },
-                seq_lens: t(DType::I32, &[1]),
-                page_table: t(DType::I32, &[1, 1]),
-                out: t(DType::Bf16, &[1, 16, 512]),
-                lse: None,
-                sm_scale: 0.07,
-                max_seq_len: 64,
-                num_splits: None,
-            };
+            let args = MlaDecodeArgs::new(
+                t(DType::Bf16, &[1, 16, 512]),
+                t(DType::Bf16, &[1, 16, 64]),
+                t(DType::Fp8E4m3, &[1, 64, 576]),
+                t(DType::I32, &[1]),
+                t(DType::I32, &[1, 1]),
+                t(DType::Bf16, &[1, 16, 512]),
+            )
+            .with_kv_format(KvFormat::Fp8PerTensor { scale: Tensor::contiguous(s.clone(), DType::F32, &[1]) })
+            .with_sm_scale(0.07)
+            .with_max_seq_len(64);
             decode_captured(&args, &w, cap_b).map(drop)
         })?;
         Ok(())

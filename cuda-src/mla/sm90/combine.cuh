@@ -1,12 +1,13 @@
 // The sm90 MLA combine kernel: adds the splits' partial O by their LSE (splits > 1).
 #pragma once
 
-#include "mla/sm90/primitives.cuh"
+#include "mla/sm90/split.cuh"
 
 namespace graphsafe::mla_sm90 {
 
 // =================================================================================================
-// Combine: out[b, h] = sum_s exp(lse_s - lse) O_s, lse = log sum_s exp(lse_s).
+// Combine: out[b, r] = sum_s exp(lse_s - lse) O_s, lse = log sum_s exp(lse_s), for every query
+// row r (a head of one of the request's s_q tokens; "head" below).
 //
 // The kernel is latency-bound (an LSE load, then the partial O loads, then the store, per head), so
 // what matters is how many of those chains run at once and how many loads each keeps in flight.
@@ -54,7 +55,7 @@ __global__ void __launch_bounds__(combine_threads<kWarpsPerHead>(), kWarpsPerHea
   const int t = threadIdx.x, lane = t & 31, warp = t >> 5;
   const int hl = warp / kWarpsPerHead, wi = warp % kWarpsPerHead;
   const int h = blockIdx.x * kHeadsPerBlock + hl, b = blockIdx.y;
-  const int S = p.num_splits, H = p.num_heads;
+  const int S = p.num_splits, H = p.rows;  // partials are laid out by query row
   // A whole block shares h when kWarpsPerHead = 16, so this return (and the ones below) are
   // block-uniform there; with one warp a head nothing below synchronises more than the warp.
   if (h >= H) return;
@@ -94,7 +95,9 @@ __global__ void __launch_bounds__(combine_threads<kWarpsPerHead>(), kWarpsPerHea
   }
 #pragma unroll
   for (int k = 16; k > 0; k >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, k));
-  uint16_t* dst = p.out + b * p.out_sb + h * p.out_sh + lane * 4;
+  uint16_t* const orow = out_row(p, b, h);
+  const int64_t lse_at = lse_index(p, b, h);
+  uint16_t* dst = orow + lane * 4;
   auto store4 = [&](int k, uint32_t lo, uint32_t hi) {
     uint16_t* d = dst + 128 * k;
     if (p.out_vec) {
@@ -113,15 +116,15 @@ __global__ void __launch_bounds__(combine_threads<kWarpsPerHead>(), kWarpsPerHea
       const uint32_t q = pack2<F16>(NAN, NAN);
 #pragma unroll
       for (int k = 0; k < 4; ++k) store4(k, q, q);
-      if (lane == 0 && p.lse != nullptr) p.lse[int64_t(b) * H + h] = NAN;
+      if (lane == 0 && p.lse != nullptr) p.lse[lse_at] = NAN;
     }
     return;
   }
-  if (mx == -INFINITY) {  // every split empty: seq_len 0
+  if (mx == -INFINITY) {  // every split empty: seq_len 0, or a causal row with no key
     if (wi == 0) {
 #pragma unroll
       for (int k = 0; k < 4; ++k) store4(k, 0u, 0u);
-      if (lane == 0 && p.lse != nullptr) p.lse[int64_t(b) * H + h] = -INFINITY;
+      if (lane == 0 && p.lse != nullptr) p.lse[lse_at] = final_lse(-INFINITY);
     }
     return;
   }
@@ -188,12 +191,12 @@ __global__ void __launch_bounds__(combine_threads<kWarpsPerHead>(), kWarpsPerHea
     float v = s_red[0][t];
 #pragma unroll
     for (int j = 1; j < kWarpsPerHead; ++j) v += s_red[j][t];
-    p.out[b * p.out_sb + h * p.out_sh + t] = to_bits<F16>(v * inv);
-    if (t == 0 && p.lse != nullptr) p.lse[int64_t(b) * H + h] = mx + logf(sum);
+    orow[t] = to_bits<F16>(v * inv);
+    if (t == 0 && p.lse != nullptr) p.lse[lse_at] = mx + logf(sum);
   } else {
 #pragma unroll
     for (int k = 0; k < 4; ++k) store4(k, pack2<F16>(acc[k].x * inv, acc[k].y * inv), pack2<F16>(acc[k].z * inv, acc[k].w * inv));
-    if (lane == 0 && p.lse != nullptr) p.lse[int64_t(b) * H + h] = mx + logf(sum);
+    if (lane == 0 && p.lse != nullptr) p.lse[lse_at] = mx + logf(sum);
   }
 }
 

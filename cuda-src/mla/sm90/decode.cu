@@ -5,20 +5,22 @@
 //   * KV tiles of 64 tokens (one tile never crosses a page: pages are 64 or 128 tokens) are
 //     streamed by a producer warp with TMA (a 2-D tensor map over the cache viewed as
 //     [num_pages * page_size, 576]; nine 64 x 64 boxes per tile, 128-byte swizzle) into two stages.
-//   * 48..128 heads, bf16/fp16 cache ("seesaw", kernel_seesaw.cuh): a CTA per (64-head group,
+//   * Query rows: a request's s_q tokens x heads fold into one set of rows (FlashMLA's fold), each
+//     with its own causal limit; every KV tile is read once for all of a CTA's rows.
+//   * More than 32 rows, bf16/fp16 cache ("seesaw", kernel_seesaw.cuh): a CTA per (64-row group,
 //     split, request); the tiles in pairs, each warpgroup computes S = Q.K^T (wgmma m64n64k16, Q
 //     resident in shared memory) and the softmax of one tile of the pair and owns half of O's
 //     columns, so one's softmax runs under the other's wgmma.
-//   * 48..128 heads, fp8 cache ("M64", kernel_m64.cuh): the same CTA; warpgroup 0 computes S and
+//   * More than 32 rows, fp8 cache ("M64", kernel_m64.cuh): the same CTA; warpgroup 0 computes S and
 //     the online softmax and writes P into the tile's dead rope block; both warpgroups accumulate
 //     half of O = P.V each (wgmma m64n256k16, V read MN-major from the same tile).
-//   * 16 or 32 heads ("N"): tokens as M, heads as N (wgmma m64n16/m64n32), so no MMA row is padding;
-//     the two warpgroups take alternate tiles and merge at the end.
+//   * Up to 32 rows ("N"): tokens as M, rows as N (wgmma m64n16/m64n32, rows padded to 16 or 32
+//     with zero queries); the two warpgroups take alternate tiles and merge at the end.
 //   * splits > 1: partial O (in the output dtype) and fp32 LSE to the workspace, then the combine kernel.
-//   * fp8 caches (bf16 queries): 16/32 heads with a per-tensor scale ("N8", kernel_n_fp8.cuh): no
-//     bf16 stages; a ring of raw tiles that the math warps convert straight into the A registers
-//     of fp16 wgmmas. The 656-byte format at 16/32 heads: the N kernel with a dequantising producer
-//     (fp8.cuh, a raw ring beside the stages); 48..128 heads: M64, the raw tile in its own stage.
+//   * fp8 caches (bf16 queries): up to 32 rows with a per-tensor scale ("N8", kernel_n_fp8.cuh):
+//     no bf16 stages; a ring of raw tiles that the math warps convert straight into the A registers
+//     of fp16 wgmmas. The 656-byte format at up to 32 rows: the N kernel with a dequantising
+//     producer (fp8.cuh, a raw ring beside the stages); more rows: M64, the raw tile in its own stage.
 // No allocation, no legacy stream, no atomics: deterministic and capturable.
 #include <atomic>
 #include <climits>
@@ -54,7 +56,9 @@ int validate(const GsMlaDecodeArgs* a) {
     default: return GS_ERR_INVALID_ARGUMENT;
   }
   if (a->batch <= 0 || a->batch > 65535) return GS_ERR_INVALID_ARGUMENT;                       // grid.z
-  if (a->num_heads < 16 || a->num_heads > 128 || a->num_heads % 16 != 0) return GS_ERR_INVALID_ARGUMENT;
+  if (a->num_heads < 1 || a->num_heads > GS_MLA_NUM_HEADS || a->s_q < 1 || a->s_q > GS_MLA_MAX_S_Q)
+    return GS_ERR_INVALID_ARGUMENT;
+  if (a->causal != 0 && a->causal != 1) return GS_ERR_INVALID_ARGUMENT;
   if (a->max_seq_len <= 0 || a->max_seq_len > GS_MLA_MAX_SEQ_LEN || a->device < 0) return GS_ERR_INVALID_ARGUMENT;
   const int64_t tiles = ceil_div(a->max_seq_len, GS_MLA_SM90_TILE_S);
   if (a->num_splits < 1 || a->num_splits > 256 || a->num_splits > tiles) return GS_ERR_INVALID_ARGUMENT;
@@ -122,12 +126,12 @@ template <bool F16, int KV>
 int launch_m64(const GsMlaDecodeArgs& a, const Maps& m, const Params& p, cudaStream_t stream) {
   constexpr auto k = mla_sm90_m64_kernel<F16, KV>;
   if (int st = ensure_smem<k>(a.device, kM64Smem); st != GS_OK) return st;
-  k<<<dim3((a.num_heads + 63) / 64, a.num_splits, a.batch), dim3(kThreads), kM64Smem, stream>>>(m.kv, m.scale, m.rope, p);
+  k<<<dim3((p.rows + 63) / 64, a.num_splits, a.batch), dim3(kThreads), kM64Smem, stream>>>(m.kv, m.scale, m.rope, p);
   return GS_OK;
 }
 
-// 48..128 heads: the seesaw kernel for a bf16/fp16 cache, the M64 kernel (in-place dequantisation)
-// for an fp8 one.
+// More than 32 query rows: the seesaw kernel for a bf16/fp16 cache, the M64 kernel (in-place
+// dequantisation) for an fp8 one; a CTA a 64-row group.
 template <bool F16>
 int launch_head_groups(const GsMlaDecodeArgs& a, const Maps& m, const Params& p, cudaStream_t stream) {
   if constexpr (!F16) {
@@ -136,29 +140,31 @@ int launch_head_groups(const GsMlaDecodeArgs& a, const Maps& m, const Params& p,
   }
   constexpr auto k = mla_sm90_seesaw_kernel<F16>;
   if (int st = ensure_smem<k>(a.device, kSeesawSmem); st != GS_OK) return st;
-  k<<<dim3((a.num_heads + 63) / 64, a.num_splits, a.batch), dim3(kThreads), kSeesawSmem, stream>>>(m.kv, p);
+  k<<<dim3((p.rows + 63) / 64, a.num_splits, a.batch), dim3(kThreads), kSeesawSmem, stream>>>(m.kv, p);
   return GS_OK;
 }
 
-// 16 and 32 heads run the N kernel (heads as the MMA's N, one CTA per split and request); every
-// other supported count the head-group kernels. The combine's launch follows the same choice.
-constexpr bool runs_n_kernel(int32_t num_heads) { return num_heads == 16 || num_heads == 32; }
+// Up to 32 query rows (s_q x heads) run the N kernel (rows as the MMA's N, padded to 16 or 32, one
+// CTA per split and request); more, the 64-row-group kernels. The combine's launch follows the
+// same choice. (Until heads came in any count, 16 and 32 heads were the N kernel's and 48..128
+// the groups'; the bound is where it was.)
+constexpr bool runs_n_kernel(int64_t rows) { return rows <= 32; }
 
 template <bool F16>
 int launch(const GsMlaDecodeArgs& a, const Maps& maps, const Params& p, cudaStream_t stream) {
   cudaError_t e;
-  const int st = !runs_n_kernel(a.num_heads) ? launch_head_groups<F16>(a, maps, p, stream)
-                 : a.num_heads == 16          ? launch_n_format<16, F16>(a, maps, p, stream)
-                                              : launch_n_format<32, F16>(a, maps, p, stream);
+  const int st = !runs_n_kernel(p.rows) ? launch_head_groups<F16>(a, maps, p, stream)
+                 : p.rows <= 16          ? launch_n_format<16, F16>(a, maps, p, stream)
+                                         : launch_n_format<32, F16>(a, maps, p, stream);
   if (st != GS_OK) return st;
   if ((e = cudaGetLastError()) != cudaSuccess) return graphsafe::cuda_failed(e);
   if (a.num_splits > 1) {
     // A warp a head only when there are enough heads to fill the GPU with such chains.
-    const bool warp_a_head = a.num_splits <= kCombineFewSplits && int64_t(a.batch) * a.num_heads >= kCombineWarpHeads;
-    const dim3 grid = warp_a_head ? dim3((a.num_heads + 3) / 4, a.batch) : dim3(a.num_heads, a.batch);
+    const bool warp_a_head = a.num_splits <= kCombineFewSplits && int64_t(a.batch) * p.rows >= kCombineWarpHeads;
+    const dim3 grid = warp_a_head ? dim3((p.rows + 3) / 4, a.batch) : dim3(p.rows, a.batch);
     const dim3 block = dim3(warp_a_head ? 128 : combine_threads<16>());
     const auto combine = warp_a_head ? mla_sm90_combine_kernel<F16, 1> : mla_sm90_combine_kernel<F16, 16>;
-    if (runs_n_kernel(a.num_heads)) {  // programmatically dependent after the N kernel (see above)
+    if (runs_n_kernel(p.rows)) {  // programmatically dependent after the N kernel (see above)
       e = graphsafe::launch_pdl(combine, grid, block, 0, stream, p);
     } else {
       combine<<<grid, block, 0, stream>>>(p);
@@ -175,15 +181,17 @@ extern "C" int gs_mla_sm90_decode(const GsMlaDecodeArgs* args, void* workspace, 
   if (int st = validate(args); st != GS_OK) return st;
   const GsMlaDecodeArgs& a = *args;
   uint64_t need = 0;
-  if (int st = gs_mla_sm90_workspace_bytes(a.batch, a.num_heads, a.num_splits, &need); st != GS_OK) return st;
+  if (int st = gs_mla_sm90_workspace_bytes(a.batch, a.num_heads, a.s_q, a.num_splits, &need); st != GS_OK) return st;
   if (need > 0 && (workspace == nullptr || workspace_bytes < need)) return GS_ERR_WORKSPACE_TOO_SMALL;
 
   Params p{};
   p.q_nope = static_cast<const uint16_t*>(a.q_nope);
   p.q_nope_sb = a.q_nope_stride_batch;
+  p.q_nope_st = a.q_nope_stride_token;
   p.q_nope_sh = a.q_nope_stride_head;
   p.q_pe = static_cast<const uint16_t*>(a.q_pe);
   p.q_pe_sb = a.q_pe_stride_batch;
+  p.q_pe_st = a.q_pe_stride_token;
   p.q_pe_sh = a.q_pe_stride_head;
   p.seq_lens = a.seq_lens;
   p.page_table = a.page_table;
@@ -192,12 +200,17 @@ extern "C" int gs_mla_sm90_decode(const GsMlaDecodeArgs* args, void* workspace, 
   p.num_pages = a.num_pages;
   p.max_seq_len = a.max_seq_len;
   p.num_heads = a.num_heads;
+  p.s_q = a.s_q;
+  p.rows = a.s_q * a.num_heads;  // <= 16 x 128 (validated)
+  p.causal = a.causal;
   p.num_splits = a.num_splits;
-  p.q_vec = aligned16(a.q_nope) && aligned16(a.q_pe) && a.q_nope_stride_batch % 8 == 0 && a.q_nope_stride_head % 8 == 0 &&
-            a.q_pe_stride_batch % 8 == 0 && a.q_pe_stride_head % 8 == 0;
-  p.out_vec = aligned16(a.out) && a.out_stride_batch % 8 == 0 && a.out_stride_head % 8 == 0;
+  p.q_vec = aligned16(a.q_nope) && aligned16(a.q_pe) && a.q_nope_stride_batch % 8 == 0 && a.q_nope_stride_token % 8 == 0 &&
+            a.q_nope_stride_head % 8 == 0 && a.q_pe_stride_batch % 8 == 0 && a.q_pe_stride_token % 8 == 0 &&
+            a.q_pe_stride_head % 8 == 0;
+  p.out_vec = aligned16(a.out) && a.out_stride_batch % 8 == 0 && a.out_stride_token % 8 == 0 && a.out_stride_head % 8 == 0;
   p.out = static_cast<uint16_t*>(a.out);
   p.out_sb = a.out_stride_batch;
+  p.out_st = a.out_stride_token;
   p.out_sh = a.out_stride_head;
   p.lse = a.lse;
   if (a.num_splits > 1) {
@@ -205,7 +218,7 @@ extern "C" int gs_mla_sm90_decode(const GsMlaDecodeArgs* args, void* workspace, 
     namespace ws = graphsafe::mla_sm90_workspace;
     static_assert(sizeof(*p.ws_o) == ws::kPartialElemBytes && kNope == GS_MLA_LATENT_DIM, "workspace.h's layout");
     ws::Layout layout{};
-    if (!ws::layout(uint64_t(a.batch) * a.num_splits * a.num_heads, &layout)) return GS_ERR_INVALID_ARGUMENT;
+    if (!ws::layout(uint64_t(a.batch) * a.num_splits * uint64_t(p.rows), &layout)) return GS_ERR_INVALID_ARGUMENT;
     p.ws_o = static_cast<uint16_t*>(workspace);
     p.ws_lse = reinterpret_cast<float*>(static_cast<uint8_t*>(workspace) + layout.lse_offset);
   }
@@ -233,7 +246,7 @@ extern "C" int gs_mla_sm90_decode(const GsMlaDecodeArgs* args, void* workspace, 
     maps.scale = maps.rope = maps.kv;
   } else {
     const cuuint64_t row = a.kv_format == GS_MLA_KV_FP8_DS_MLA ? GS_MLA_DS_MLA_TOKEN_BYTES : kDim;
-    if (a.kv_format == GS_MLA_KV_FP8_PER_TENSOR && runs_n_kernel(a.num_heads)) {
+    if (a.kv_format == GS_MLA_KV_FP8_PER_TENSOR && runs_n_kernel(int64_t(a.s_q) * a.num_heads)) {
       // The N8 kernel: whole 64-row tiles of 64-byte column blocks, 64-byte swizzled.
       ok = encode_map(&maps.kv, true, row, 64, kTileS, CU_TENSOR_MAP_SWIZZLE_64B);
     } else {

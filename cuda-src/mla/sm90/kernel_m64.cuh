@@ -1,6 +1,6 @@
-// The sm90 MLA split kernel "M64" (48..128 heads, fp8 caches); see kernels.cuh and decode.cu. A
-// bf16/fp16 cache at these head counts takes the seesaw kernel (kernel_seesaw.cuh), which replaced
-// this kernel's native path in the sixth session (0.74x -> 1.0x and more of its time per call).
+// The sm90 MLA split kernel "M64" (more than 32 query rows, fp8 caches); see kernels.cuh and
+// decode.cu. A bf16/fp16 cache at these row counts takes the seesaw kernel (kernel_seesaw.cuh),
+// which replaced this kernel's native path (0.74x -> 1.0x and more of its time per call).
 #pragma once
 
 #include "mla/sm90/fp8.cuh"
@@ -10,7 +10,7 @@
 namespace graphsafe::mla_sm90 {
 
 // =================================================================================================
-// Kernel "M64": heads as the MMA's M. One CTA = (64-head group, split, request); for 48..128 heads
+// Kernel "M64": query rows as the MMA's M. One CTA = (64-row group, split, request); for 33..2048 rows
 // over an fp8 cache (the tile is dequantised to bf16 in shared memory, then read like a bf16 tile).
 //
 //   warpgroup 0: S = Q.K^T (m64n64k16 x 36, Q and K from shared memory), online softmax in
@@ -34,11 +34,11 @@ __global__ void __launch_bounds__(kThreads, 1)
   uint8_t* smem = smem_base_1k(smem_raw);
   const int tid = threadIdx.x;
   const int split = blockIdx.y, b = blockIdx.z;
-  const int head0 = blockIdx.x * 64;
-  const int rows = min(64, p.num_heads - head0);
+  const int row0 = blockIdx.x * 64;
+  const int rows = min(64, p.rows - row0);
   const SplitRange sr = split_range(p, b, split);
   if (sr.n == 0) {
-    write_empty<F16>(p, b, split, head0, rows, tid, kThreads);
+    write_empty<F16>(p, b, split, row0, rows, tid, kThreads);
     return;
   }
 
@@ -61,13 +61,14 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
 
   uint32_t math_phase = 0;
-  load_q<64, kMathThreads>(sq, p, b, head0, rows, tid);
+  load_q<64, kMathThreads>(sq, p, b, row0, rows, tid);
   fence_proxy_async();
   mbar_sync(math_bar, math_phase);
 
   const int wg = tid >> 7;
   const int lane = tid & 31, q = lane & 3;
-  const int r0 = ((tid & 127) >> 5) * 16 + (lane >> 2), r1 = r0 + 8;  // accumulator rows (heads)
+  const int r0 = ((tid & 127) >> 5) * 16 + (lane >> 2), r1 = r0 + 8;  // accumulator rows (query rows row0 + r)
+  const int keys0 = row_keys(p, sr.seq, row0 + r0), keys1 = row_keys(p, sr.seq, row0 + r1);  // causal limits
   float o[128];
 #pragma unroll
   for (int i = 0; i < 128; ++i) o[i] = 0.f;
@@ -103,14 +104,19 @@ __global__ void __launch_bounds__(kThreads, 1)
         for (int k = 0; k < 32; ++k) sc[k] *= sl2_scores;
       }
 
-      // Online softmax on rows r0, r1; columns 8j + 2q + {0,1} (j = 0..7).
-      const int valid = sr.seq - (sr.tile0 + i) * kTileS;  // >= 1
+      // Online softmax on rows r0, r1; columns 8j + 2q + {0,1} (j = 0..7). Keys at or past a
+      // row's limit (the length; causal: the row's own) are masked; a row with none in this tile
+      // keeps its maximum (-inf if it has seen no key yet: softmax_base/alpha keep it harmless).
+      const int valid = sr.seq - (sr.tile0 + i) * kTileS;  // >= 1: the V rows past the length
+      const int v0 = keys0 - (sr.tile0 + i) * kTileS, v1 = keys1 - (sr.tile0 + i) * kTileS;
       float mx0 = -INFINITY, mx1 = -INFINITY;
 #pragma unroll
       for (int j = 0; j < 8; ++j) {
         const int c = 8 * j + 2 * q;
-        if (c >= valid) sc[4 * j] = sc[4 * j + 2] = -INFINITY;
-        if (c + 1 >= valid) sc[4 * j + 1] = sc[4 * j + 3] = -INFINITY;
+        if (c >= v0) sc[4 * j] = -INFINITY;
+        if (c + 1 >= v0) sc[4 * j + 1] = -INFINITY;
+        if (c >= v1) sc[4 * j + 2] = -INFINITY;
+        if (c + 1 >= v1) sc[4 * j + 3] = -INFINITY;
         mx0 = fmaxf(mx0, fmaxf(sc[4 * j], sc[4 * j + 1]));
         mx1 = fmaxf(mx1, fmaxf(sc[4 * j + 2], sc[4 * j + 3]));
       }
@@ -119,15 +125,16 @@ __global__ void __launch_bounds__(kThreads, 1)
       mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
       mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
       const float mn0 = fmaxf(m0, mx0 * sl2), mn1 = fmaxf(m1, mx1 * sl2);
-      const float a0 = ex2(m0 - mn0), a1 = ex2(m1 - mn1);
+      const float a0 = softmax_alpha(m0, mn0), a1 = softmax_alpha(m1, mn1);
       m0 = mn0;
       m1 = mn1;
+      const float e0 = softmax_base(mn0), e1 = softmax_base(mn1);
       float sum0 = 0.f, sum1 = 0.f;
       uint32_t pk[16];
 #pragma unroll
       for (int j = 0; j < 8; ++j) {
-        const float p0 = ex2(fmaf(sc[4 * j], sl2, -mn0)), p1 = ex2(fmaf(sc[4 * j + 1], sl2, -mn0));
-        const float p2 = ex2(fmaf(sc[4 * j + 2], sl2, -mn1)), p3 = ex2(fmaf(sc[4 * j + 3], sl2, -mn1));
+        const float p0 = ex2(fmaf(sc[4 * j], sl2, -e0)), p1 = ex2(fmaf(sc[4 * j + 1], sl2, -e0));
+        const float p2 = ex2(fmaf(sc[4 * j + 2], sl2, -e1)), p3 = ex2(fmaf(sc[4 * j + 3], sl2, -e1));
         sum0 += p0 + p1;
         sum1 += p2 + p3;
         pk[2 * j] = pack2<F16>(p0, p1);
@@ -175,8 +182,9 @@ __global__ void __launch_bounds__(kThreads, 1)
     l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
     l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
     if (q == 0) {
-      s_inv_l[r0] = 1.f / l0 * kv_scale;
-      s_inv_l[r1] = 1.f / l1 * kv_scale;
+      // A row that saw no key is zeros, whatever the scale (as an empty request's).
+      s_inv_l[r0] = l0 == 0.f ? 0.f : 1.f / l0 * kv_scale;
+      s_inv_l[r1] = l1 == 0.f ? 0.f : 1.f / l1 * kv_scale;
       s_lse[r0] = (m0 + __log2f(l0)) * kLn2;
       s_lse[r1] = (m1 + __log2f(l1)) * kLn2;
     }
@@ -208,7 +216,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   // Epilogue: normalise, stage fp32 rows in the (now idle) KV stages, store coalesced.
   mbar_sync(math_bar, math_phase);
   float* so = reinterpret_cast<float*>(skv);
-  stage_and_store_o64<F16>(so, o, wg * 256, q, r0, r1, s_inv_l[r0], s_inv_l[r1], math_bar, math_phase, rows, head0, s_lse, p, b,
+  stage_and_store_o64<F16>(so, o, wg * 256, q, r0, r1, s_inv_l[r0], s_inv_l[r1], math_bar, math_phase, rows, row0, s_lse, p, b,
                            split, tid);
 }
 

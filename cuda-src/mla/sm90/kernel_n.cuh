@@ -9,7 +9,8 @@
 namespace graphsafe::mla_sm90 {
 
 // =================================================================================================
-// Kernel "N": heads as the MMA's N, for 16 or 32 heads (memory-bound). One CTA = (split, request).
+// Kernel "N": query rows as the MMA's N, for up to 16 or 32 rows (memory-bound; fewer rows are
+// padded with zero queries, never stored). One CTA = (split, request).
 // Tokens are the M dimension: S^T = K.Q^T (m64nNk16 x 36), O^T = V^T.P^T (m64nNk16 x 8 x 4, V read
 // MN-major from the same tile bytes). The two warpgroups take alternate tiles, each with its own
 // stage, running max/sum and full O^T; the CTA merges the two at the end. Warpgroup 2 produces:
@@ -53,7 +54,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   grid_dependency_wait();
   const SplitRange sr = split_range(p, b, split);
   if (sr.n == 0) {
-    write_empty<F16>(p, b, split, 0, N, tid, kThreads);
+    write_empty<F16>(p, b, split, 0, p.rows, tid, kThreads);
     return;
   }
 
@@ -80,7 +81,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
 
   uint32_t math_phase = 0;
-  load_q<N, kMathThreads>(sq, p, b, 0, N, tid);
+  load_q<N, kMathThreads>(sq, p, b, 0, p.rows, tid);  // rows past p.rows: zeros, never stored
   fence_proxy_async();
   mbar_sync(math_bar, math_phase);
 
@@ -99,6 +100,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     mrun[k] = -INFINITY;
     lp[k] = 0.f;
   }
+  const uint32_t deltas = NSoftmax<N>::row_deltas(p, q);  // the owned columns' causal limits
   const uint64_t dq = sw128_desc(sq_a, 16, 1024);
   uint8_t* stage = skv + w * kStageBytes;
   const uint32_t st = skv_a + w * kStageBytes;
@@ -118,8 +120,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     wg_wait<0>();
     reg_fence(sc);
 
-    const int valid = sr.seq - (sr.tile0 + i) * kTileS;
-    NSoftmax<N>::tile_max(sc, valid, ta, tb, g, q, w, warp, s_red);
+    const int valid = sr.seq - (sr.tile0 + i) * kTileS;  // V rows past the length are zeroed below
+    NSoftmax<N>::tile_max(sc, valid, deltas, ta, tb, g, q, w, warp, s_red);
 
     float alpha[2 * J];
     uint8_t* pb = stage + 8 * kBlockBytes;  // P^T: K-major [N heads x 64 tokens]
@@ -180,7 +182,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     mbar_sync(math_bar, math_phase);
   }
-  store_rows<F16>(so, L::kOStride, N, 0, s_lse, p, b, split, tid, kMathThreads);
+  store_rows<F16>(so, L::kOStride, p.rows, 0, s_lse, p, b, split, tid, kMathThreads);
 }
 
 }  // namespace graphsafe::mla_sm90

@@ -107,9 +107,8 @@ __device__ __forceinline__ void load_q_f16_scaled(uint8_t* sq, float* s_qf, cons
     for (int k = 0; k < 3; ++k) {
       const int c = lane + 32 * k;
       v[hh][k] = make_uint4(0u, 0u, 0u, 0u);
-      if (c < 72) {
-        const uint16_t* src = c < 64 ? p.q_nope + b * p.q_nope_sb + h * p.q_nope_sh + c * 8
-                                     : p.q_pe + b * p.q_pe_sb + h * p.q_pe_sh + (c - 64) * 8;
+      if (c < 72 && h < p.rows) {  // padding rows past p.rows: zeros (scale 1), never stored
+        const uint16_t* src = q_piece(p, b, h, c);
         if (p.q_vec) {
           v[hh][k] = __ldcg(reinterpret_cast<const uint4*>(src));
         } else {
@@ -200,7 +199,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   grid_dependency_wait();
   const SplitRange sr = split_range(p, b, split);
   if (sr.n == 0) {
-    write_empty<false>(p, b, split, 0, N, tid, kThreads);
+    write_empty<false>(p, b, split, 0, p.rows, tid, kThreads);
     return;
   }
 
@@ -267,6 +266,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       lp[k] = 0.f;
     }
   };
+  const uint32_t deltas = NSoftmax<N>::row_deltas(p, q);  // the owned columns' causal limits
   const uint64_t dq = sw128_desc(smem_u32(sq), 16, 1024);
   uint8_t* pb = sp + w * L::kPBytes;
   const uint64_t dp = sw128_desc(smem_u32(pb), 16, 1024);
@@ -338,7 +338,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         }
 
       // ---- online softmax (n_softmax.cuh; sl2 = 1: the scores are scaled above), P^T in the PV step's token order
-      const int valid = sr.seq - (sr.tile0 + i) * kTileS;
+      const int valid = sr.seq - (sr.tile0 + i) * kTileS;  // V rows past the length are zeroed below
       auto store_p = [&](int h, float pa, float pv) {
         *reinterpret_cast<uint16_t*>(pb + h * 128 + (((kla >> 3) ^ (h & 7)) << 4) + (kla & 7) * 2) = to_bits<true>(pa);
         *reinterpret_cast<uint16_t*>(pb + h * 128 + (((klb >> 3) ^ (h & 7)) << 4) + (klb & 7) * 2) = to_bits<true>(pv);
@@ -352,13 +352,12 @@ __global__ void __launch_bounds__(kThreads, 1)
       // NaN in P either way; a +inf one takes the exact step.
       bool over = false;
       float ts[2 * J];
+      NSoftmax<N>::mask(sc, valid, deltas, ta, tb);
 #pragma unroll
       for (int j = 0; j < J; ++j)
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
           const int k = 2 * j + e;
-          if (ta >= valid) sc[4 * j + e] = -INFINITY;
-          if (tb >= valid) sc[4 * j + 2 + e] = -INFINITY;
           over |= sc[4 * j + e] > mrun[k] + kLazyMax || sc[4 * j + 2 + e] > mrun[k] + kLazyMax;
         }
       if (!__any_sync(0xffffffffu, over)) {  // a warp that will take the exact step anyway stores nothing
@@ -367,7 +366,9 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
           for (int e = 0; e < 2; ++e) {
             const int k = 2 * j + e;
-            const float pa = ex2(sc[4 * j + e] - mrun[k]), pv = ex2(sc[4 * j + 2 + e] - mrun[k]);
+            // softmax_base: a column that has seen no key (mrun -inf) and has none here stays 0.
+            const float base = softmax_base(mrun[k]);
+            const float pa = ex2(sc[4 * j + e] - base), pv = ex2(sc[4 * j + 2 + e] - base);
             ts[k] = pa + pv;
             store_p(8 * j + 2 * q + e, pa, pv);
           }
@@ -377,7 +378,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
         for (int k = 0; k < 2 * J; ++k) lp[k] += ts[k];
       } else {
-        NSoftmax<N>::tile_max(sc, valid, ta, tb, g, q, w, warp, s_red);
+        NSoftmax<N>::tile_max(sc, valid, deltas, ta, tb, g, q, w, warp, s_red);
         float alpha[2 * J];
         NSoftmax<N>::update(sc, 1.f, mrun, lp, alpha, s_red, w, q, store_p);
         fence_proxy_async();
@@ -466,7 +467,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     mbar_sync(math_bar, math_phase);
   }
-  store_rows<false>(so, L::kOStride, N, 0, s_lse, p, b, split, tid, kMathThreads);
+  store_rows<false>(so, L::kOStride, p.rows, 0, s_lse, p, b, split, tid, kMathThreads);
 }
 
 }  // namespace graphsafe::mla_sm90

@@ -1,6 +1,5 @@
-// The sm90 MLA split kernel "seesaw" (48..128 heads, bf16/fp16 KV), docs/design/mla-sm90-compute-bound.md
-// §5. Written in the fifth session without a GPU; first run on the H200 in the sixth: every gpu_mla
-// and gpu_mla_fp8 test passes, racecheck clean on the capture test (docs/benchmarks.md has the figures).
+// The sm90 MLA split kernel "seesaw" (more than 32 query rows, bf16/fp16 KV), docs/design/mla-sm90-compute-bound.md
+// §5.
 #pragma once
 
 #include "mla/sm90/split.cuh"
@@ -9,7 +8,7 @@
 namespace graphsafe::mla_sm90 {
 
 // =================================================================================================
-// One CTA = (64-head group, split, request). The split's tiles are taken two at a time, a pair
+// One CTA = (64-row group, split, request); a row is a query row (a head of one of the s_q tokens). The split's tiles are taken two at a time, a pair
 // (A = tile 2k in buffer 0, B = tile 2k + 1 in buffer 1), and the output by columns: warpgroup 0
 // owns O_L = O[:, 0:256], warpgroup 1 owns O_R = O[:, 256:512].
 //
@@ -96,11 +95,11 @@ __global__ void __launch_bounds__(kThreads, 1) mla_sm90_seesaw_kernel(const __gr
   uint8_t* smem = smem_base_1k(smem_raw);
   const int tid = threadIdx.x;
   const int split = blockIdx.y, b = blockIdx.z;
-  const int head0 = blockIdx.x * 64;
-  const int rows = min(64, p.num_heads - head0);
+  const int row0 = blockIdx.x * 64;
+  const int rows = min(64, p.rows - row0);
   const SplitRange sr = split_range(p, b, split);
   if (sr.n == 0) {
-    write_empty<F16>(p, b, split, head0, rows, tid, kThreads);
+    write_empty<F16>(p, b, split, row0, rows, tid, kThreads);
     return;
   }
 
@@ -125,13 +124,14 @@ __global__ void __launch_bounds__(kThreads, 1) mla_sm90_seesaw_kernel(const __gr
     return;
 
   uint32_t math_phase = 0;
-  load_q<64, kMathThreads>(sq, p, b, head0, rows, tid);
+  load_q<64, kMathThreads>(sq, p, b, row0, rows, tid);
   fence_proxy_async();
   mbar_sync(math_bar, math_phase);
 
   const int wg = tid >> 7, wt = tid & 127;
   const int lane = tid & 31, q = lane & 3;
-  const int r0 = (wt >> 5) * 16 + (lane >> 2), r1 = r0 + 8;  // accumulator rows (heads)
+  const int r0 = (wt >> 5) * 16 + (lane >> 2), r1 = r0 + 8;  // accumulator rows (query rows row0 + r)
+  const int keys0 = row_keys(p, sr.seq, row0 + r0), keys1 = row_keys(p, sr.seq, row0 + r1);  // causal limits
   const float sl2 = p.scale_log2;
   const uint64_t dq = sw128_desc(sq_a, 16, 1024);
   float o[128];
@@ -160,16 +160,22 @@ __global__ void __launch_bounds__(kThreads, 1) mla_sm90_seesaw_kernel(const __gr
   };
   // Softmax of tile t's scores against the running max (mp0, mp1): the new (lazy) maxima, the
   // alphas, P packed as the RS A fragments of the four k-steps (pk[4s .. 4s + 3]), the row sums.
+  // Keys at or past a row's limit are masked: the request's length (only a split's last tile is
+  // partial), and with causal masks the row's own, which can leave a row no key in a tile (its
+  // maximum stays -inf: softmax_base/alpha keep its P 0 and its sums as they were).
   auto softmax = [&](float (&sc)[32], int t, float mp0, float mp1, float& mn0, float& mn1, float& al0, float& al1,
                      uint32_t (&pk)[16], float& sum0, float& sum1) {
-    const int valid = sr.seq - (sr.tile0 + t) * kTileS;  // >= 1
+    const int base = (sr.tile0 + t) * kTileS;
+    const int v0 = keys0 - base, v1 = keys1 - base;
     float mx0 = -INFINITY, mx1 = -INFINITY;
-    if (valid < kTileS) {  // only a split's last tile is partial
+    if (min(v0, v1) < kTileS) {
 #pragma unroll
       for (int j = 0; j < 8; ++j) {
         const int c = 8 * j + 2 * q;
-        if (c >= valid) sc[4 * j] = sc[4 * j + 2] = -INFINITY;
-        if (c + 1 >= valid) sc[4 * j + 1] = sc[4 * j + 3] = -INFINITY;
+        if (c >= v0) sc[4 * j] = -INFINITY;
+        if (c + 1 >= v0) sc[4 * j + 1] = -INFINITY;
+        if (c >= v1) sc[4 * j + 2] = -INFINITY;
+        if (c + 1 >= v1) sc[4 * j + 3] = -INFINITY;
       }
     }
 #pragma unroll
@@ -184,21 +190,22 @@ __global__ void __launch_bounds__(kThreads, 1) mla_sm90_seesaw_kernel(const __gr
     const float x0 = mx0 * sl2, x1 = mx1 * sl2;
     mn0 = x0 > mp0 + kLazyTau ? x0 : mp0;
     mn1 = x1 > mp1 + kLazyTau ? x1 : mp1;
-    al0 = ex2(mp0 - mn0);
-    al1 = ex2(mp1 - mn1);
+    al0 = softmax_alpha(mp0, mn0);
+    al1 = softmax_alpha(mp1, mn1);
+    const float e0 = softmax_base(mn0), e1 = softmax_base(mn1);
     sum0 = 0.f;
     sum1 = 0.f;
 #pragma unroll
     for (int j = 0; j < 8; ++j) {
-      const float p0 = ex2(fmaf(sc[4 * j], sl2, -mn0)), p1 = ex2(fmaf(sc[4 * j + 1], sl2, -mn0));
-      const float p2 = ex2(fmaf(sc[4 * j + 2], sl2, -mn1)), p3 = ex2(fmaf(sc[4 * j + 3], sl2, -mn1));
+      const float p0 = ex2(fmaf(sc[4 * j], sl2, -e0)), p1 = ex2(fmaf(sc[4 * j + 1], sl2, -e0));
+      const float p2 = ex2(fmaf(sc[4 * j + 2], sl2, -e1)), p3 = ex2(fmaf(sc[4 * j + 3], sl2, -e1));
       sum0 += p0 + p1;
       sum1 += p2 + p3;
       pk[2 * j] = pack2<F16>(p0, p1);
       pk[2 * j + 1] = pack2<F16>(p2, p3);
     }
   };
-  // P of tile t into its buffer's block 8 (K-major [64 heads x 64 tokens], the A operand of the
+  // P of tile t into its buffer's block 8 (K-major [64 rows x 64 tokens], the A operand of the
   // other warpgroup's P.V), this warpgroup's maxima and alphas, and (last tile) V rows past the
   // length zeroed; then fence for the async proxy. The caller arrives on its READY barrier.
   auto publish = [&](int t, const uint32_t (&pk)[16], float mn0, float mn1, float al0, float al1, float* s_m, float* s_a) {
@@ -371,12 +378,12 @@ __global__ void __launch_bounds__(kThreads, 1) mla_sm90_seesaw_kernel(const __gr
   }
   mbar_sync(math_bar, math_phase);
   const float lt0 = s_l[r0] + s_l[64 + r0], lt1 = s_l[r1] + s_l[64 + r1];
-  const float i0 = 1.f / lt0, i1 = 1.f / lt1;
+  const float i0 = softmax_inv(lt0), i1 = softmax_inv(lt1);
   if (wg == 0 && q == 0) {
     s_lse[r0] = (m0 + __log2f(lt0)) * kLn2;
     s_lse[r1] = (m1 + __log2f(lt1)) * kLn2;
   }
-  stage_and_store_o64<F16>(reinterpret_cast<float*>(skv), o, wg * 256, q, r0, r1, i0, i1, math_bar, math_phase, rows, head0, s_lse,
+  stage_and_store_o64<F16>(reinterpret_cast<float*>(skv), o, wg * 256, q, r0, r1, i0, i1, math_bar, math_phase, rows, row0, s_lse,
                            p, b, split, tid);
 }
 

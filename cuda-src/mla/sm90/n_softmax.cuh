@@ -1,5 +1,6 @@
 // The online softmax and the warpgroup merge of the two "N"-shaped sm90 split kernels (kernel_n.cuh,
-// kernel_n_fp8.cuh): tokens are the accumulator's rows, heads its columns. A thread of math
+// kernel_n_fp8.cuh): tokens are the accumulator's rows, query rows ("heads" below: a head of one
+// of the request's s_q tokens) its columns. A thread of math
 // warpgroup w (warp `warp`, lane = 4 g + q) holds S^T rows ta = 16 warp + g and tb = ta + 8 for the
 // heads 8 j + 2 q + e (accumulator registers 4 j + e and 4 j + 2 + e); the per-head running state
 // (max mrun, sum lp, rescale alpha) is indexed 2 j + e. Each warpgroup owns a tile at a time; the
@@ -27,17 +28,49 @@ struct NSoftmax {
     named_bar_sync(2 + w, 128);
   }
 
-  // Masks the rows at or past `valid` to -inf, then publishes this warp's per-head maxima of the
-  // tile in s_red[(4 w + warp) N + h] and waits for the warpgroup (named barrier 2 + w).
-  static __device__ __forceinline__ void tile_max(float (&sc)[R], int valid, int ta, int tb, int g, int q, int w,
-                                                  int warp, float* s_red) {
+  // The causal limits of the owned columns (query rows 8 j + 2 q + e, index k = 2 j + e) as one
+  // register: column k attends the request's keys but its last (deltas >> 4k) & 15 (s_q - 1 - t
+  // with causal masks, < GS_MLA_MAX_S_Q = 16; 0 otherwise and for padding columns). An int per
+  // column made the 32-row N8 kernel spill (152 bytes of loads a thread).
+  static __device__ __forceinline__ uint32_t row_deltas(const Params& p, int q) {
+    static_assert(2 * J * 4 <= 32, "eight 4-bit deltas per register");
+    uint32_t deltas = 0;
+#pragma unroll
+    for (int j = 0; j < J; ++j)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int delta = -row_keys(p, 0, 8 * j + 2 * q + e);  // row_keys(seq) = seq - delta
+        deltas |= uint32_t(delta) << (4 * (2 * j + e));
+      }
+    return deltas;
+  }
+  // Masks the scores of rows (tokens) ta, tb at or past their column's limit to -inf: a tile
+  // whose first key is `base` of a request of `seq` keys leaves column k seq - base - delta_k keys.
+  // The fields are unpacked here, each tile: `d` is laundered through an empty asm so the compiler
+  // cannot hoist the unpacked limits out of the tile loop (held there, they took eight registers).
+  static __device__ __forceinline__ void mask(float (&sc)[R], int seq_left, uint32_t deltas, int ta, int tb) {
+    uint32_t d = deltas;
+    asm volatile("" : "+r"(d));
+#pragma unroll
+    for (int j = 0; j < J; ++j)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int v = seq_left - int((d >> (4 * (2 * j + e))) & 15u);
+        if (ta >= v) sc[4 * j + e] = -INFINITY;
+        if (tb >= v) sc[4 * j + 2 + e] = -INFINITY;
+      }
+  }
+
+  // Masks the scores past each column's limit (mask), then publishes this warp's per-head maxima
+  // of the tile in s_red[(4 w + warp) N + h] and waits for the warpgroup (named barrier 2 + w).
+  static __device__ __forceinline__ void tile_max(float (&sc)[R], int seq_left, uint32_t deltas, int ta, int tb, int g,
+                                                  int q, int w, int warp, float* s_red) {
+    mask(sc, seq_left, deltas, ta, tb);
     float cm[2 * J];
 #pragma unroll
     for (int j = 0; j < J; ++j) {
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
-        if (ta >= valid) sc[4 * j + e] = -INFINITY;
-        if (tb >= valid) sc[4 * j + 2 + e] = -INFINITY;
         float m = fmaxf(sc[4 * j + e], sc[4 * j + 2 + e]);
         m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 4));
         m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 8));
@@ -62,10 +95,11 @@ struct NSoftmax {
         const float* red = s_red + w * 4 * N + h;
         const float tm = fmaxf(fmaxf(red[0], red[N]), fmaxf(red[2 * N], red[3 * N]));
         const float mn = fmaxf(mrun[k], tm * sl2);
-        alpha[k] = ex2(mrun[k] - mn);
+        alpha[k] = softmax_alpha(mrun[k], mn);
         mrun[k] = mn;
-        const float pa = ex2(fmaf(sc[4 * j + e], sl2, -mn));
-        const float pv = ex2(fmaf(sc[4 * j + 2 + e], sl2, -mn));
+        const float base = softmax_base(mn);
+        const float pa = ex2(fmaf(sc[4 * j + e], sl2, -base));
+        const float pv = ex2(fmaf(sc[4 * j + 2 + e], sl2, -base));
         lp[k] = lp[k] * alpha[k] + pa + pv;
         store(h, pa, pv);
       }
@@ -110,8 +144,8 @@ struct NSoftmax {
   }
 
   // The merge, second half (after the sync): O = (O0 e0 + O1 e1) / (l0 e0 + l1 e1) times `scale`,
-  // so this warpgroup's coefficient per owned head is e_w / l * scale; warpgroup 0's first lanes
-  // write the heads' LSE.
+  // so this warpgroup's coefficient per owned head is e_w / l * scale (0 for a row that saw no
+  // key: l = 0); warpgroup 0's first lanes write the heads' LSE (-inf for such a row).
   static __device__ __forceinline__ void coefficients(float (&coef)[2 * J], const float* s_m, const float* s_l, float* s_lse,
                                                       float scale, int g, int q, int w, int warp) {
 #pragma unroll
@@ -120,10 +154,11 @@ struct NSoftmax {
       for (int e = 0; e < 2; ++e) {
         const int h = 8 * j + 2 * q + e;
         const float ma = s_m[h], mb = s_m[N + h];
-        const float mm = fmaxf(ma, mb);  // finite: some warpgroup had a tile
-        const float ea = ex2(ma - mm), eb = ex2(mb - mm);
+        const float mm = fmaxf(ma, mb);  // -inf when the row saw no key in either warpgroup's tiles
+        const float base = softmax_base(mm);
+        const float ea = ex2(ma - base), eb = ex2(mb - base);
         const float l = s_l[h] * ea + s_l[N + h] * eb;
-        coef[2 * j + e] = (w == 0 ? ea : eb) / l * scale;
+        coef[2 * j + e] = l == 0.f ? 0.f : (w == 0 ? ea : eb) / l * scale;
         if (w == 0 && warp == 0 && g == 0) s_lse[h] = (mm + __log2f(l)) * kLn2;
       }
   }

@@ -5,7 +5,8 @@
 // The split rule (closed form; tests/mla_plan.rs checks it):
 //
 //   T    = ceil(max_seq_len / 64)              KV tiles of GS_MLA_SM90_TILE_S tokens
-//   C    = batch * ceil(num_heads / 64)        CTAs per split (16 and 32 heads: one CTA per request)
+//   R    = s_q * num_heads                     query rows of a request (FlashMLA's fold)
+//   C    = batch * ceil(R / 64)                CTAs per split (up to 64 rows: one CTA per request)
 //   cap  = max(1, min(256, T, ceil(2 * sm_count / C)))      at most about two waves
 //   cost(s) = ceil(C * s / sm_count) * ceil(T / s)          waves x tiles per CTA (one CTA per SM)
 //   default = the smallest s in 1..=cap with the least cost(s)
@@ -40,16 +41,16 @@ namespace {
 constexpr int64_t kMaxSplits = 256;
 
 int64_t div_up(int64_t a, int64_t b) { return static_cast<int64_t>(ck::div_up(uint64_t(a), uint64_t(b))); }
-bool heads_ok(int32_t h) { return h >= 16 && h <= 128 && h % 16 == 0; }
+bool rows_ok(int32_t heads, int32_t s_q) { return heads >= 1 && heads <= GS_MLA_NUM_HEADS && s_q >= 1 && s_q <= GS_MLA_MAX_S_Q; }
 bool limits_ok(int32_t batch, int32_t max_seq_len, int32_t sm_count) {
   return batch >= 1 && batch <= GS_MLA_MAX_BATCH && max_seq_len >= 1 && max_seq_len <= GS_MLA_MAX_SEQ_LEN &&
          sm_count >= 1 && sm_count <= GS_MLA_MAX_SM_COUNT;
 }
 }  // namespace
 
-extern "C" int gs_mla_sm90_num_splits(int32_t batch, int32_t num_heads, int32_t max_seq_len, int32_t sm_count,
+extern "C" int gs_mla_sm90_num_splits(int32_t batch, int32_t num_heads, int32_t s_q, int32_t max_seq_len, int32_t sm_count,
                                       int32_t requested, int32_t* out_splits) {
-  if (out_splits == nullptr || !limits_ok(batch, max_seq_len, sm_count) || !heads_ok(num_heads) || requested < 0)
+  if (out_splits == nullptr || !limits_ok(batch, max_seq_len, sm_count) || !rows_ok(num_heads, s_q) || requested < 0)
     return GS_ERR_INVALID_ARGUMENT;
   const int64_t tiles = div_up(max_seq_len, GS_MLA_SM90_TILE_S);
   const int64_t limit = std::min(kMaxSplits, tiles);
@@ -58,8 +59,8 @@ extern "C" int gs_mla_sm90_num_splits(int32_t batch, int32_t num_heads, int32_t 
     *out_splits = requested;
     return GS_OK;
   }
-  // Within the limits: ctas <= 65535 * 2, s <= 256, tiles <= 2^25; every product fits int64.
-  const int64_t ctas = int64_t{batch} * div_up(num_heads, 64);
+  // Within the limits: ctas <= 65535 * 32, s <= 256, tiles <= 2^25; every product fits int64.
+  const int64_t ctas = int64_t{batch} * div_up(int64_t{s_q} * num_heads, 64);
   const int64_t cap = std::max<int64_t>(1, std::min(limit, div_up(2 * int64_t{sm_count}, ctas)));
   int64_t best = 1, best_cost = INT64_MAX;
   for (int64_t s = 1; s <= cap; ++s) {
@@ -73,8 +74,8 @@ extern "C" int gs_mla_sm90_num_splits(int32_t batch, int32_t num_heads, int32_t 
   return GS_OK;
 }
 
-extern "C" int gs_mla_sm90_workspace_bytes(int32_t batch, int32_t num_heads, int32_t num_splits, uint64_t* out_bytes) {
-  if (out_bytes == nullptr || batch <= 0 || batch > GS_MLA_MAX_BATCH || !heads_ok(num_heads) || num_splits <= 0 ||
+extern "C" int gs_mla_sm90_workspace_bytes(int32_t batch, int32_t num_heads, int32_t s_q, int32_t num_splits, uint64_t* out_bytes) {
+  if (out_bytes == nullptr || batch <= 0 || batch > GS_MLA_MAX_BATCH || !rows_ok(num_heads, s_q) || num_splits <= 0 ||
       num_splits > kMaxSplits)
     return GS_ERR_INVALID_ARGUMENT;
   if (num_splits == 1) {
@@ -83,7 +84,7 @@ extern "C" int gs_mla_sm90_workspace_bytes(int32_t batch, int32_t num_heads, int
   }
   uint64_t rows = 0;
   graphsafe::mla_sm90_workspace::Layout ws{};
-  if (!ck::mul(uint64_t(batch) * uint64_t(num_splits), uint64_t(num_heads), &rows) ||
+  if (!ck::mul(uint64_t(batch) * uint64_t(num_splits), uint64_t(s_q) * uint64_t(num_heads), &rows) ||
       !graphsafe::mla_sm90_workspace::layout(rows, &ws))
     return GS_ERR_INVALID_ARGUMENT;
   *out_bytes = ws.total;

@@ -30,11 +30,15 @@ constexpr float kLn2 = 0.693147180559945309f;
 constexpr float kLog2e = 1.442695040888963407f;
 
 // Everything a kernel needs besides the tensor map; filled and checked by the host launcher.
+// Query rows: a request's s_q tokens of num_heads heads each, row r = t * num_heads + h (FlashMLA's
+// fold of [s_q, heads] into the MMA's M), `rows` = s_q * num_heads of them. The kernels take the
+// rows as they take heads, a 64-row group (or all rows, for 32 or fewer) per CTA; only loading
+// q, the causal limit and storing out/lse map a row back to its (token, head).
 struct Params {
   const uint16_t* q_nope;
-  int64_t q_nope_sb, q_nope_sh;
+  int64_t q_nope_sb, q_nope_st, q_nope_sh;  // strides (elements) of request, token, head
   const uint16_t* q_pe;
-  int64_t q_pe_sb, q_pe_sh;
+  int64_t q_pe_sb, q_pe_st, q_pe_sh;
   const int32_t* seq_lens;
   const int32_t* page_table;
   int64_t page_table_stride;
@@ -42,17 +46,36 @@ struct Params {
   int32_t num_pages;
   int32_t max_seq_len;
   int32_t num_heads;
+  int32_t s_q;      // query tokens per request
+  int32_t rows;     // s_q * num_heads
+  int32_t causal;   // token t of s_q sees keys 0 ..= len - s_q + t
   int32_t num_splits;
   int32_t q_vec;    // q pointers and strides allow 16-byte loads
   int32_t out_vec;  // out pointer and strides allow 16-byte stores
   uint16_t* out;
-  int64_t out_sb, out_sh;
-  float* lse;     // [batch, heads] or null
-  uint16_t* ws_o;  // splits > 1: [batch, splits, heads, 512] in the output dtype (split.cuh, store_rows)
-  float* ws_lse;  // splits > 1: fp32 [batch, splits, heads]
+  int64_t out_sb, out_st, out_sh;
+  float* lse;     // [batch, heads, s_q] or null
+  uint16_t* ws_o;  // splits > 1: [batch, splits, rows, 512] in the output dtype (split.cuh, store_rows)
+  float* ws_lse;  // splits > 1: fp32 [batch, splits, rows]
   float scale_log2;  // sm_scale * log2(e)
   const float* kv_scale;  // GS_MLA_KV_FP8_PER_TENSOR: the cache's f32 scale (device data)
 };
+
+// Query row r of a request as its (token, head).
+struct QueryRow {
+  int t, h;
+};
+__device__ __forceinline__ QueryRow query_row(const Params& p, int r) {
+  const int t = r / p.num_heads;
+  return QueryRow{t, r - t * p.num_heads};
+}
+// Keys row r attends, of a request of `seq` keys: all of them, or causally seq - (s_q - 1 - t)
+// (<= 0: none; such a row comes out as an empty request's). Padding rows (r >= rows, which the
+// kernels compute and never store) see every key, so they never make a tile empty.
+__device__ __forceinline__ int row_keys(const Params& p, int seq, int r) {
+  if (!p.causal || r >= p.rows) return seq;
+  return seq - (p.s_q - 1 - r / p.num_heads);
+}
 
 // ---- shared memory, barriers ------------------------------------------------------------------
 
@@ -82,6 +105,17 @@ __device__ __forceinline__ float ex2(float x) {
   asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
   return y;
 }
+
+// The exponent base of a softmax row whose running maximum is `m`: m itself, or 0 while the row
+// has seen no key (m = -inf), so that exp2(score - base) is 0 for its masked scores instead of
+// exp2(-inf + inf) = NaN. (A row with no key in a tile or a split is new with causal masks.)
+__device__ __forceinline__ float softmax_base(float m) { return m == -INFINITY ? 0.f : m; }
+// The factor that moves a row's sums from running maximum m_old to m_new (m_new >= m_old): 1
+// when the maximum stayed (also when both are -inf, where exp2(m_old - m_new) would be NaN).
+__device__ __forceinline__ float softmax_alpha(float m_old, float m_new) { return m_old == m_new ? 1.f : ex2(m_old - m_new); }
+// 1 / l, a row's normalisation; 0 for a row that saw no key (l = 0), whose output is zeros. (A
+// NaN sum stays NaN.)
+__device__ __forceinline__ float softmax_inv(float l) { return l == 0.f ? 0.f : 1.f / l; }
 
 template <bool F16>
 __device__ __forceinline__ uint32_t pack2(float a, float b) {

@@ -33,7 +33,7 @@ __device__ __forceinline__ SplitRange split_range(const Params& p, int b, int sp
   return SplitRange{seq, t0, max(0, min(tiles, t0 + per) - t0)};
 }
 
-// Q rows [head0, head0 + valid) of request b into `sq` (ROWS rows, swizzled K-major blocks of
+// Query rows [row0, row0 + valid) of request b into `sq` (ROWS rows, swizzled K-major blocks of
 // ROWS x 128 B); rows past `valid` are zero. NT threads (t = 0..NT-1) share the work.
 // Aligned q (p.q_vec): every 16-byte piece by cp.async.cg (L2 only, no registers), all of a thread's
 // pieces in flight at once, one wait. H200, scratch harness, graphs of 10, outputs bit-identical:
@@ -49,13 +49,16 @@ __device__ __forceinline__ SplitRange split_range(const Params& p, int b, int sp
 // flushed), so the read-only path would see q too; L2-only is the conservative choice where it
 // costs nothing measurable (fp8.cuh's page-table read is where it did).
 constexpr int kQBatch = 9;  // unaligned path: 9 pieces a batch, 36 registers held at a time
+// The 16-byte piece c (0..63 latent, 64..71 rope) of query row r of request b.
+__device__ __forceinline__ const uint16_t* q_piece(const Params& p, int b, int r, int c) {
+  const QueryRow qr = query_row(p, r);
+  return c < 64 ? p.q_nope + b * p.q_nope_sb + qr.t * p.q_nope_st + qr.h * p.q_nope_sh + c * 8
+                : p.q_pe + b * p.q_pe_sb + qr.t * p.q_pe_st + qr.h * p.q_pe_sh + (c - 64) * 8;
+}
 template <int ROWS, int NT>
-__device__ __forceinline__ void load_q(uint8_t* sq, const Params& p, int b, int head0, int valid, int t) {
+__device__ __forceinline__ void load_q(uint8_t* sq, const Params& p, int b, int row0, int valid, int t) {
   constexpr int kItems = ROWS * 72;  // 16-byte pieces: 64 nope + 8 rope per row
-  auto piece = [&](int r, int c) -> const uint16_t* {
-    const int h = head0 + r;
-    return c < 64 ? p.q_nope + b * p.q_nope_sb + h * p.q_nope_sh + c * 8 : p.q_pe + b * p.q_pe_sb + h * p.q_pe_sh + (c - 64) * 8;
-  };
+  auto piece = [&](int r, int c) -> const uint16_t* { return q_piece(p, b, row0 + r, c); };
   auto dst = [&](int r, int c) { return sq + (c >> 3) * (ROWS * 128) + r * 128 + (((c & 7) ^ (r & 7)) << 4); };
   if (p.q_vec) {
     for (int idx = t; idx < kItems; idx += NT) {
@@ -191,18 +194,31 @@ __device__ __forceinline__ bool enter_roles(const CUtensorMap* map, const Params
 // faster wherever partials are a real share of the traffic (H200, scratch harness, graphs of 10,
 // 128 heads: 1 x 65,536 (64 splits) 52.5 -> 43.7 us, 16 x 16,384 (4 splits) 127.4 -> 119.5; 16
 // heads 1 x 65,536 (128 splits) 34.7 -> 31.3; one split unchanged).
+// Where row r of request b writes its output: out[b, t, h, :] and lse[b, h, t] for its (t, h).
+__device__ __forceinline__ uint16_t* out_row(const Params& p, int b, int r) {
+  const QueryRow qr = query_row(p, r);
+  return p.out + b * p.out_sb + qr.t * p.out_st + qr.h * p.out_sh;
+}
+__device__ __forceinline__ int64_t lse_index(const Params& p, int b, int r) {
+  const QueryRow qr = query_row(p, r);
+  return (int64_t(b) * p.num_heads + qr.h) * p.s_q + qr.t;
+}
+// The LSE a finished row reports: a row that attended no key (LSE -inf: l = 0) reports +inf, as
+// FlashMLA does (its output is zeros), so an engine merging attention states by LSE weighs it 0
+// either way; a split's partial keeps -inf, which the combine reads as "empty".
+__device__ __forceinline__ float final_lse(float lse) { return lse == -INFINITY ? INFINITY : lse; }
+
 template <bool F16>
-__device__ __forceinline__ void store_rows(const float* so, int stride, int rows, int head0, const float* slse,
+__device__ __forceinline__ void store_rows(const float* so, int stride, int rows, int row0, const float* slse,
                                            const Params& p, int b, int split, int t, int nt) {
-  const int H = p.num_heads;
+  const int R = p.rows;
   for (int idx = t; idx < rows * 64; idx += nt) {
     const int r = idx >> 6, c8 = idx & 63;
     const float4 x = *reinterpret_cast<const float4*>(so + r * stride + c8 * 8);
     const float4 y = *reinterpret_cast<const float4*>(so + r * stride + c8 * 8 + 4);
-    const int h = head0 + r;
     const uint4 v = make_uint4(pack2<F16>(x.x, x.y), pack2<F16>(x.z, x.w), pack2<F16>(y.x, y.y), pack2<F16>(y.z, y.w));
     if (p.num_splits == 1) {
-      uint16_t* dst = p.out + b * p.out_sb + h * p.out_sh + c8 * 8;
+      uint16_t* dst = out_row(p, b, row0 + r) + c8 * 8;
       if (p.out_vec) {
         *reinterpret_cast<uint4*>(dst) = v;
       } else {
@@ -214,15 +230,14 @@ __device__ __forceinline__ void store_rows(const float* so, int stride, int rows
         }
       }
     } else {
-      *reinterpret_cast<uint4*>(p.ws_o + ((int64_t(b) * p.num_splits + split) * H + h) * kNope + c8 * 8) = v;
+      *reinterpret_cast<uint4*>(p.ws_o + ((int64_t(b) * p.num_splits + split) * R + row0 + r) * kNope + c8 * 8) = v;
     }
   }
   for (int r = t; r < rows; r += nt) {
-    const int h = head0 + r;
     if (p.num_splits == 1) {
-      if (p.lse != nullptr) p.lse[int64_t(b) * H + h] = slse[r];
+      if (p.lse != nullptr) p.lse[lse_index(p, b, row0 + r)] = final_lse(slse[r]);
     } else {
-      p.ws_lse[(int64_t(b) * p.num_splits + split) * H + h] = slse[r];
+      p.ws_lse[(int64_t(b) * p.num_splits + split) * R + row0 + r] = slse[r];
     }
   }
 }
@@ -233,7 +248,7 @@ __device__ __forceinline__ void store_rows(const float* so, int stride, int rows
 constexpr int kOStageStride = 520;  // floats per staged row (conflict-free float2 stores)
 template <bool F16>
 __device__ __forceinline__ void stage_and_store_o64(float* so, const float (&o)[128], int col0, int q, int r0, int r1, float i0,
-                                                    float i1, uint32_t math_bar, uint32_t& math_phase, int rows, int head0,
+                                                    float i1, uint32_t math_bar, uint32_t& math_phase, int rows, int row0,
                                                     const float* s_lse, const Params& p, int b, int split, int tid) {
   const int cbase = col0 + 2 * q;
 #pragma unroll
@@ -242,23 +257,22 @@ __device__ __forceinline__ void stage_and_store_o64(float* so, const float (&o)[
     *reinterpret_cast<float2*>(so + r1 * kOStageStride + cbase + 8 * j) = make_float2(o[4 * j + 2] * i1, o[4 * j + 3] * i1);
   }
   mbar_sync(math_bar, math_phase);
-  store_rows<F16>(so, kOStageStride, rows, head0, s_lse, p, b, split, tid, kMathThreads);
+  store_rows<F16>(so, kOStageStride, rows, row0, s_lse, p, b, split, tid, kMathThreads);
 }
 
-// An empty split (or seq_len 0): one split writes zeros and LSE = -inf; a partial writes only
-// LSE = -inf, which tells the combine kernel to skip (never read) its partial O.
+// An empty split (or seq_len 0): one split writes zeros and LSE = +inf (final_lse); a partial
+// writes only LSE = -inf, which tells the combine kernel to skip (never read) its partial O.
 template <bool F16>
-__device__ __forceinline__ void write_empty(const Params& p, int b, int split, int head0, int rows, int t, int nt) {
-  const int H = p.num_heads;
+__device__ __forceinline__ void write_empty(const Params& p, int b, int split, int row0, int rows, int t, int nt) {
   if (p.num_splits == 1) {
     for (int idx = t; idx < rows * kNope; idx += nt) {
       const int r = idx / kNope, d = idx - r * kNope;
-      p.out[b * p.out_sb + (head0 + r) * p.out_sh + d] = 0;
+      out_row(p, b, row0 + r)[d] = 0;
     }
     if (p.lse != nullptr)
-      for (int r = t; r < rows; r += nt) p.lse[int64_t(b) * H + head0 + r] = -INFINITY;
+      for (int r = t; r < rows; r += nt) p.lse[lse_index(p, b, row0 + r)] = INFINITY;
   } else {
-    for (int r = t; r < rows; r += nt) p.ws_lse[(int64_t(b) * p.num_splits + split) * H + head0 + r] = -INFINITY;
+    for (int r = t; r < rows; r += nt) p.ws_lse[(int64_t(b) * p.num_splits + split) * p.rows + row0 + r] = -INFINITY;
   }
 }
 

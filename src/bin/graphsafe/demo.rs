@@ -235,19 +235,17 @@ mod mla_live {
         let page_table = DeviceBuffer::from_host(&stream, &pt).map_err(e)?;
         let out = DeviceBuffer::alloc_zeroed(&stream, b * NUM_HEADS * 512 * 2).map_err(e)?;
         let lse = DeviceBuffer::alloc_zeroed(&stream, b * NUM_HEADS * 4).map_err(e)?;
-        let args = MlaDecodeArgs {
-            q_nope: Tensor::contiguous(&q_nope, DType::Bf16, &[b, NUM_HEADS, 512]),
-            q_pe: Tensor::contiguous(&q_pe, DType::Bf16, &[b, NUM_HEADS, 64]),
-            kv_cache: Tensor::contiguous(&kv, DType::Bf16, &[pages, PAGE, 576]),
-            kv_format: graphsafe::ops::mla::KvFormat::Native,
-            seq_lens: Tensor::contiguous(&seq_lens, DType::I32, &[b]),
-            page_table: Tensor::contiguous(&page_table, DType::I32, &[b, max_pages]),
-            out: Tensor::contiguous(&out, DType::Bf16, &[b, NUM_HEADS, 512]),
-            lse: Some(Tensor::contiguous(&lse, DType::F32, &[b, NUM_HEADS])),
-            sm_scale: 1.0 / 192f32.sqrt(),
-            max_seq_len: max_seq as u32,
-            num_splits: None,
-        };
+        let args = MlaDecodeArgs::new(
+            Tensor::contiguous(&q_nope, DType::Bf16, &[b, NUM_HEADS, 512]),
+            Tensor::contiguous(&q_pe, DType::Bf16, &[b, NUM_HEADS, 64]),
+            Tensor::contiguous(&kv, DType::Bf16, &[pages, PAGE, 576]),
+            Tensor::contiguous(&seq_lens, DType::I32, &[b]),
+            Tensor::contiguous(&page_table, DType::I32, &[b, max_pages]),
+            Tensor::contiguous(&out, DType::Bf16, &[b, NUM_HEADS, 512]),
+        )
+        .with_lse(Tensor::contiguous(&lse, DType::F32, &[b, NUM_HEADS]))
+        .with_sm_scale(1.0 / 192f32.sqrt())
+        .with_max_seq_len(max_seq as u32);
         // Size before capture: the plan for the largest shape this "engine" captures.
         let arch = MlaArch::for_compute_capability(ctx.device().compute_capability().map_err(e)?).map_err(e)?;
         let plan = args.plan(arch, ctx.device().sm_count().map_err(e)?, ctx.raw()).map_err(e)?;
@@ -259,20 +257,7 @@ mod mla_live {
         let exec = {
             let mut cap = stream.begin_capture(CaptureMode::ThreadLocal).map_err(e)?;
             let w = cap.bind_workspace(&mut ws).map_err(e)?;
-            let mut bind = |buf: &DeviceBuffer| cap.bind_buffer(buf).map_err(e);
-            let ca = MlaDecodeArgs {
-                q_nope: args.q_nope.clone().with_mem(bind(&q_nope)?),
-                q_pe: args.q_pe.clone().with_mem(bind(&q_pe)?),
-                kv_cache: args.kv_cache.clone().with_mem(bind(&kv)?),
-                kv_format: graphsafe::ops::mla::KvFormat::Native,
-                seq_lens: args.seq_lens.clone().with_mem(bind(&seq_lens)?),
-                page_table: args.page_table.clone().with_mem(bind(&page_table)?),
-                out: args.out.clone().with_mem(bind(&out)?),
-                lse: Some(args.lse.clone().expect("set above").with_mem(bind(&lse)?)),
-                sm_scale: args.sm_scale,
-                max_seq_len: args.max_seq_len,
-                num_splits: None,
-            };
+            let ca = args.bind(&mut cap).map_err(e)?;
             decode_captured(&ca, &w, &cap).map_err(e)?;
             cap.end().map_err(e)?.instantiate().map_err(e)?
         };

@@ -1,11 +1,9 @@
 //! `graphsafe plan …`
 
 use clap::Subcommand;
-use graphsafe::driver::DevicePtr;
-use graphsafe::graph::DeviceMemory;
-use graphsafe::ops::mla::{sm100, sm90, KvDtype, KvFormat, KvFormatKind, MlaArch, MlaDecodeArgs, DS_MLA_TOKEN_BYTES};
+use graphsafe::ops::mla::{self as mla, sm100, KvDtype, KvFormatKind, MlaArch, MlaDecodePlan, MlaLimits};
 use graphsafe::ops::nvfp4::{self, Nvfp4Arch};
-use graphsafe::ops::tensor::{DType, Tensor};
+use graphsafe::ops::tensor::DType;
 
 #[derive(Subcommand)]
 pub enum PlanOp {
@@ -41,9 +39,13 @@ pub enum PlanOp {
         /// sm_100/sm_103 (B200, GB200, B300, GB300: CUTLASS's kernel) or sm_90 (H100/H200: graphsafe's).
         #[arg(long, default_value = "sm_100")]
         arch: String,
-        /// Query heads (sm_100: 128; sm_90: a multiple of 16 up to 128).
+        /// Query heads, 1..=128 (sm_100: 128).
         #[arg(long, default_value_t = 128, allow_negative_numbers = true)]
         heads: i64,
+        /// Query tokens per request (MTP / speculative decode), 1..=16 (sm_100: 1). The pre-grow
+        /// size covers every count up to it.
+        #[arg(long = "s-q", default_value_t = 1, allow_negative_numbers = true)]
+        s_q: i64,
         /// Batch sizes, comma separated (e.g. 1,8,64,128), each in 1..=65535.
         #[arg(long, value_delimiter = ',', required = true, allow_negative_numbers = true)]
         batch: Vec<i64>,
@@ -80,13 +82,10 @@ pub fn run(op: PlanOp) -> i32 {
             Ok(()) => 0,
             Err(e) => crate::usage_error(&e),
         },
-        PlanOp::Mla { arch, heads, batch, seq_len, sm_count, page_size, dtype, kv_format, splits, json } => {
+        PlanOp::Mla { arch, heads, s_q, batch, seq_len, sm_count, page_size, dtype, kv_format, splits, json } => {
             let r = kv_format.parse::<KvFormatKind>().and_then(|kv_format| {
-                let shape = MlaShape { batches: &batch, heads, seq_len, sm_count, page_size, splits, kv_format };
-                match graphsafe::arch::plan_mla(&arch)? {
-                    MlaArch::Sm100 => mla(&shape, &dtype, json),
-                    MlaArch::Sm90 => mla_sm90(&shape, &dtype, json),
-                }
+                let shape = MlaShape { batches: &batch, heads, s_q, seq_len, sm_count, page_size, splits, kv_format };
+                mla_plan(graphsafe::arch::plan_mla(&arch)?, &shape, &dtype, json)
             });
             match r {
                 Ok(()) => 0,
@@ -100,6 +99,7 @@ pub fn run(op: PlanOp) -> i32 {
 struct MlaShape<'a> {
     batches: &'a [i64],
     heads: i64,
+    s_q: i64,
     seq_len: i64,
     sm_count: i64,
     page_size: i64,
@@ -107,109 +107,82 @@ struct MlaShape<'a> {
     kv_format: KvFormatKind,
 }
 
-/// Memory that is only an address: the op's host validation (`MlaDecodeArgs::plan` without a
-/// context) reads addresses and extents, never the memory.
-#[derive(Clone, Copy)]
-struct NoMemory(DevicePtr);
+/// A flag's value as the planners' u32 (an out-of-range value is refused by name, as the flag).
+fn flag_u32(flag: &str, v: i64) -> graphsafe::Result<u32> {
+    u32::try_from(v).map_err(|_| graphsafe::Error::invalid(flag, "a value in 0..2^32", v))
+}
 
-impl DeviceMemory for NoMemory {
-    fn device_ptr(&self) -> DevicePtr {
-        self.0
-    }
-    fn len(&self) -> usize {
-        usize::MAX
-    }
-    fn context_raw(&self) -> graphsafe::sys::cuda::CUcontext {
-        std::ptr::null_mut()
+/// A planner's refusal named by the flag that carries the value.
+fn name_by_flags(e: graphsafe::Error) -> graphsafe::Error {
+    match e {
+        graphsafe::Error::InvalidArgument { what, expected, got } => {
+            let what = match what.as_str() {
+                "num_heads" => "--heads",
+                "s_q" => "--s-q",
+                "num_heads, s_q" => "--heads, --s-q",
+                "batch" | "max_batch" => "--batch",
+                "max_seq_len" => "--seq-len",
+                "sm_count" => "--sm-count",
+                "page_size" => "--page-size",
+                "dtype" => "--dtype",
+                "kv_format" => "--kv-format",
+                "num_splits" => "--splits",
+                _ => what.as_str(),
+            }
+            .to_string();
+            graphsafe::Error::InvalidArgument { what, expected, got }
+        }
+        other => other,
     }
 }
 
-/// Refuses what the decode refuses for this KV-cache format with these queries on `arch`, with
-/// the op's own message: the op validates a one-request decode of `a.heads` heads (one 64-token
-/// page, valid on every back-end) over a cache of that format. The native format, which the
-/// planners check completely, is not asked about.
-fn check_kv_format(arch: MlaArch, dtype: KvDtype, a: &MlaShape) -> graphsafe::Result<()> {
-    if a.kv_format == KvFormatKind::Native {
-        return Ok(());
-    }
-    let q = match dtype {
-        KvDtype::Bf16 => DType::Bf16,
-        KvDtype::Fp16 => DType::Fp16,
-        KvDtype::Fp8E4m3 => DType::Fp8E4m3,
-    };
-    let heads = usize::try_from(a.heads).map_err(|_| graphsafe::Error::invalid("heads", "a multiple of 16 in 16..=128", a.heads))?;
-    let out = if q == DType::Fp16 { DType::Fp16 } else { DType::Bf16 };
-    // Each tensor at its own address, 16 MiB apart: none overlaps another.
-    let at = |i: u64| NoMemory(i << 24);
-    let (kv_cache, kv_format) = match a.kv_format {
-        KvFormatKind::Native => unreachable!("returned above"),
-        KvFormatKind::Fp8PerTensor => (Tensor::contiguous(at(3), DType::Fp8E4m3, &[1, 64, 576]), KvFormat::Fp8PerTensor { scale: Tensor::contiguous(at(8), DType::F32, &[1]) }),
-        KvFormatKind::Fp8DsMla => (Tensor::contiguous(at(3), DType::U8, &[1, 64, DS_MLA_TOKEN_BYTES]), KvFormat::Fp8DsMla),
-    };
-    let args = MlaDecodeArgs {
-        q_nope: Tensor::contiguous(at(1), q, &[1, heads, 512]),
-        q_pe: Tensor::contiguous(at(2), q, &[1, heads, 64]),
-        kv_cache,
-        kv_format,
-        seq_lens: Tensor::contiguous(at(4), DType::I32, &[1]),
-        page_table: Tensor::contiguous(at(5), DType::I32, &[1, 1]),
-        out: Tensor::contiguous(at(6), out, &[1, heads, 512]),
-        lse: None,
-        sm_scale: 1.0,
-        max_seq_len: 64,
-        num_splits: None,
-    };
-    args.plan(arch, 132, std::ptr::null_mut()).map(|_| ())
-}
-
-fn mla(a: &MlaShape, dtype: &str, json: bool) -> graphsafe::Result<()> {
+/// `plan mla` on either back-end, through the planners' one front door (`mla::plan`,
+/// `mla::worst_case`): every rule is theirs, refusals name the flag.
+fn mla_plan(arch: MlaArch, a: &MlaShape, dtype: &str, json: bool) -> graphsafe::Result<()> {
     let dtype: KvDtype = dtype.parse()?;
-    check_kv_format(MlaArch::Sm100, dtype, a)?;
-    if a.heads != 128 {
-        return Err(graphsafe::Error::invalid("heads", "128 for sm_100 (pad fewer heads up to 128)", a.heads));
-    }
-    let (seq_len, sm_count) = (a.seq_len, a.sm_count);
-    let plans = a.batches.iter().map(|&b| sm100::plan(dtype, b, seq_len, a.page_size, sm_count, a.splits)).collect::<graphsafe::Result<Vec<_>>>()?;
+    let splits = a.splits.map(|n| flag_u32("--splits", n)).transpose()?;
+    let limits = |batch: i64| -> graphsafe::Result<MlaLimits> {
+        Ok(MlaLimits::new(flag_u32("--heads", a.heads)?, flag_u32("--batch", batch)?, flag_u32("--seq-len", a.seq_len)?, flag_u32("--sm-count", a.sm_count)?)
+            .with_dtype(dtype)
+            .with_kv_format(a.kv_format)
+            .with_s_q(flag_u32("--s-q", a.s_q)?)
+            .with_page_size(flag_u32("--page-size", a.page_size)?)
+            .with_num_splits(splits))
+    };
+    let plans = a.batches.iter().map(|&b| mla::plan(arch, &limits(b)?).map_err(name_by_flags)).collect::<graphsafe::Result<Vec<MlaDecodePlan>>>()?;
     let max_batch = *a.batches.iter().max().expect("clap requires at least one batch");
     // The same split request as the rows: an engine that captures with --splits needs that much.
-    let worst = sm100::worst_case(dtype, max_batch, seq_len, a.page_size, sm_count, a.splits)?;
+    let worst = mla::worst_case(arch, &limits(max_batch)?).map_err(name_by_flags)?;
     let pre = PreGrow::new(worst.workspace_bytes, a, max_batch, (worst.batch, worst.max_seq_len, worst.num_splits));
+    let kernel = match arch {
+        MlaArch::Sm100 => "cutlass-4.2-sm100",
+        MlaArch::Sm90 => "graphsafe-sm90",
+    };
     if json {
-        println!("{}", pre.json("cutlass-4.2-sm100", dtype, a, serde_json::json!(plans)));
+        println!("{}", pre.json(kernel, dtype, a, serde_json::json!(plans)));
         return Ok(());
     }
-    println!("MLA decode plan: CUTLASS 4.2 sm100 kernel, {dtype}, {} KV cache, max seq len {seq_len}, page size {}, {sm_count} SMs", a.kv_format, a.page_size);
-    println!("{:>8} {:>7} {:>11} {:>16}", "batch", "splits", "scheduler", "workspace bytes");
-    for p in &plans {
-        let sched = match p.scheduler {
-            sm100::Scheduler::Persistent => "persistent",
-            sm100::Scheduler::Individual => "individual",
-        };
-        println!("{:>8} {:>7} {:>11} {:>16}", p.batch, p.num_splits, sched, p.workspace_bytes);
-    }
-    println!("{}", pre.line());
-    Ok(())
-}
-
-fn mla_sm90(a: &MlaShape, dtype: &str, json: bool) -> graphsafe::Result<()> {
-    let dtype: KvDtype = dtype.parse()?;
-    check_kv_format(MlaArch::Sm90, dtype, a)?;
-    if a.page_size != 64 && a.page_size != 128 {
-        return Err(graphsafe::Error::invalid("page-size", "64 or 128 for sm_90", a.page_size));
-    }
-    let (heads, seq_len, sm_count) = (a.heads, a.seq_len, a.sm_count);
-    let plans = a.batches.iter().map(|&b| sm90::plan(dtype, heads, b, seq_len, sm_count, a.splits)).collect::<graphsafe::Result<Vec<_>>>()?;
-    let max_batch = *a.batches.iter().max().expect("clap requires at least one batch");
-    let worst = sm90::worst_case(dtype, heads, max_batch, seq_len, sm_count, a.splits)?;
-    let pre = PreGrow::new(worst.workspace_bytes, a, max_batch, (worst.batch, worst.max_seq_len, worst.num_splits));
-    if json {
-        println!("{}", pre.json("graphsafe-sm90", dtype, a, serde_json::json!(plans)));
-        return Ok(());
-    }
-    println!("MLA decode plan: graphsafe sm90 kernel, {dtype}, {} KV cache, {heads} heads, max seq len {seq_len}, {sm_count} SMs", a.kv_format);
-    println!("{:>8} {:>7} {:>16}", "batch", "splits", "workspace bytes");
-    for p in &plans {
-        println!("{:>8} {:>7} {:>16}", p.batch, p.num_splits, p.workspace_bytes);
+    let (seq_len, sm_count) = (a.seq_len, a.sm_count);
+    match arch {
+        MlaArch::Sm100 => {
+            println!("MLA decode plan: CUTLASS 4.2 sm100 kernel, {dtype}, {} KV cache, max seq len {seq_len}, page size {}, {sm_count} SMs", a.kv_format, a.page_size);
+            println!("{:>8} {:>7} {:>11} {:>16}", "batch", "splits", "scheduler", "workspace bytes");
+            for p in &plans {
+                let sched = match sm100::scheduler(p.num_splits)? {
+                    sm100::Scheduler::Persistent => "persistent",
+                    sm100::Scheduler::Individual => "individual",
+                };
+                println!("{:>8} {:>7} {:>11} {:>16}", p.batch, p.num_splits, sched, p.workspace_bytes);
+            }
+        }
+        MlaArch::Sm90 => {
+            let tokens = if a.s_q > 1 { format!(", {} query tokens a request", a.s_q) } else { String::new() };
+            println!("MLA decode plan: graphsafe sm90 kernel, {dtype}, {} KV cache, {} heads{tokens}, max seq len {seq_len}, {sm_count} SMs", a.kv_format, a.heads);
+            println!("{:>8} {:>7} {:>16}", "batch", "splits", "workspace bytes");
+            for p in &plans {
+                println!("{:>8} {:>7} {:>16}", p.batch, p.num_splits, p.workspace_bytes);
+            }
+        }
     }
     println!("{}", pre.line());
     Ok(())
@@ -272,6 +245,7 @@ impl PreGrow {
             "dtype": dtype,
             "kv_format": a.kv_format,
             "heads": a.heads,
+            "s_q": a.s_q,
             "seq_len": self.seq_len,
             "page_size": a.page_size,
             "sm_count": a.sm_count,

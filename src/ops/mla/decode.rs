@@ -9,7 +9,8 @@
 //! [`decode`] (eager) grows the workspace when it must; [`decode_captured`] never grows and returns
 //! [`Error::WorkspaceTooSmall`] instead, launching nothing. Both validate every argument first.
 
-use super::{sm100, sm90, KvDtype, LATENT_DIM, NUM_HEADS, ROPE_DIM};
+use super::plan::{plan, MlaDecodePlan, MlaLimits};
+use super::{KvDtype, LATENT_DIM, MAX_SEQ_LEN, ROPE_DIM};
 use crate::driver::{DeviceBuffer, Stream};
 use crate::error::{Error, Result};
 use crate::graph::target::Target;
@@ -141,62 +142,154 @@ impl std::str::FromStr for KvFormatKind {
 }
 
 /// Arguments of one decode step. `M` is `&DeviceBuffer` eagerly, [`CapturedBuffer`] in a capture.
+///
+/// Build one with [`MlaDecodeArgs::new`] and the `with_*` setters (the fields are public to read
+/// and to change; the struct is `#[non_exhaustive]`, so new arguments come with defaults and never
+/// break a caller). [`MlaDecodeArgs::bind`] turns eager arguments into a capture's.
+///
+/// A request brings `s_q` query tokens (1 for plain decode; 2..=16 for MTP / speculative decode),
+/// each with `H` heads: `q_nope`, `q_pe` and `out` are `[B, s_q, H, dim]`, or `[B, H, dim]` for
+/// one token. Heads: any count in `1..=`[`NUM_HEADS`] on every back-end.
 #[derive(Clone, Debug)]
+#[non_exhaustive]
 pub struct MlaDecodeArgs<M> {
-    /// [B, H, 512], bf16/fp16/fp8.
+    /// `[B, s_q, H, 512]` (or `[B, H, 512]`), bf16/fp16/fp8. Any strides with an inner stride of 1.
     pub q_nope: Tensor<M>,
-    /// [B, H, 64], same dtype as q_nope.
+    /// `[B, s_q, H, 64]` (or `[B, H, 64]`), same dtype as q_nope.
     pub q_pe: Tensor<M>,
-    /// [pages, page_size, 576] contiguous, same dtype as q (see [`KvFormat`] for the fp8 caches).
+    /// `[pages, page_size, 576]` contiguous, same dtype as q (see [`KvFormat`] for the fp8 caches);
+    /// also taken as `[pages, page_size, 1, 576]` (FlashMLA's layout with its `h_kv` = 1: MLA has
+    /// one latent KV head, so any other `h_kv` is refused naming it).
     pub kv_cache: Tensor<M>,
     /// How `kv_cache` stores K and V.
     pub kv_format: KvFormat<M>,
     /// `[B]` i32 lengths. Device data, so never trusted; both back-ends read it the same way:
-    /// a length ≤ 0 is an empty request (its `out` rows are all zeros and its `lse` is `-inf`),
-    /// a length above `max_seq_len` is clamped to `max_seq_len`. (The sm100 path clamps into a
-    /// copy in the workspace before CUTLASS sees it: CUTLASS 4.2 hangs on an empty request with
-    /// batch > 1.)
+    /// a length above `max_seq_len` is clamped to `max_seq_len`, and a query row that attends no
+    /// key (a length ≤ 0, or with `causal` a token `t` with `len - s_q + t < 0`) gets `out` all
+    /// zeros and `lse` `+inf` (FlashMLA's convention: merged by LSE, such a row weighs nothing).
+    /// Slots of the cache past a request's length may hold anything, NaN included: they are never
+    /// read into the result. (The sm100 path clamps into a copy in the workspace before CUTLASS
+    /// sees it: CUTLASS 4.2 hangs on an empty request with batch > 1.)
     pub seq_lens: Tensor<M>,
     /// [B, max_pages] i32 page indices, innermost contiguous. Device data, never trusted: only the
-    /// columns that hold tokens of a request's clamped length are read, and an index outside
-    /// `0..pages` is clamped into it (negative reads page 0, too large reads page `pages - 1`), so
-    /// no index reaches memory outside the cache. The sm100 path reads a clamped, compact copy the
-    /// decode writes into the workspace.
+    /// columns that hold tokens of a request's clamped length are read (an entry past a request's
+    /// last page may hold any value), and an index outside `0..pages` is clamped into it (negative
+    /// reads page 0, too large reads page `pages - 1`), so no index reaches memory outside the
+    /// cache. The sm100 path reads a clamped, compact copy the decode writes into the workspace.
     pub page_table: Tensor<M>,
-    /// [B, H, 512]: bf16 for bf16/fp8 inputs, fp16 for fp16. Any strides with an inner stride of
-    /// 1, except on sm100 when the plan splits the sequence (single requests only): then a head
-    /// stride of 512, since CUTLASS's split reduction writes densely (refused otherwise, naming
-    /// `out.strides`; `num_splits: Some(1)` takes any strides).
+    /// `[B, s_q, H, 512]` (or `[B, H, 512]`, as q): bf16 for bf16/fp8 inputs, fp16 for fp16. Any
+    /// strides with an inner stride of 1, except on sm100 when the plan splits the sequence
+    /// (single requests only): then a head stride of 512, since CUTLASS's split reduction writes
+    /// densely (refused otherwise, naming `out.strides`; `num_splits: Some(1)` takes any strides).
     pub out: Tensor<M>,
-    /// [B, H] f32 log-sum-exp, optional.
+    /// f32 log-sum-exp (natural log, of the scaled scores), optional: `[B, H, s_q]` (FlashMLA's
+    /// layout) for a 4-D q, `[B, H]` for a 3-D one; contiguous. `+inf` for a row that attends no
+    /// key (see `seq_lens`).
     pub lse: Option<Tensor<M>>,
-    /// Softmax scale (finite, > 0), e.g. 1/sqrt(192) for DeepSeek-V3 (with YaRN's mscale applied).
+    /// Softmax scale (finite, > 0). Default `1/sqrt(576)` (FlashMLA's); DeepSeek-V3 uses
+    /// `1/sqrt(192)` with YaRN's mscale applied.
     pub sm_scale: f32,
     /// Upper bound of seq_lens: sizes the splits and the workspace (use the capture's maximum).
+    /// Default: what the page table can name, `page_table.shape[1] × page_size`.
     pub max_seq_len: u32,
+    /// Causal masking across the `s_q` tokens (FlashMLA's `causal=True`): token `t` attends keys
+    /// `0 ..= len - s_q + t`, so the last token sees the whole request. Default `false` (every
+    /// token sees every key); no effect for `s_q = 1`.
+    pub causal: bool,
     /// Explicit KV split count, validated against the back-end's rule; `None` for the default.
     pub num_splits: Option<u32>,
 }
 
-/// What a decode will launch.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
-pub struct MlaDecodePlan {
-    /// Back-end.
-    pub arch: MlaArch,
-    /// Element type of the queries (and of a native cache).
-    pub dtype: KvDtype,
+impl<M> MlaDecodeArgs<M> {
+    /// A decode of `q_nope`/`q_pe` against the native cache `kv_cache`, writing `out`: no `lse`,
+    /// `sm_scale` `1/sqrt(576)`, `max_seq_len` what the page table can name, not causal, the
+    /// default split rule. Nothing is checked here: the op checks everything before it launches.
+    pub fn new(q_nope: Tensor<M>, q_pe: Tensor<M>, kv_cache: Tensor<M>, seq_lens: Tensor<M>, page_table: Tensor<M>, out: Tensor<M>) -> Self {
+        let page_size = kv_cache.shape.get(1).copied().unwrap_or(0) as u64;
+        let table = page_table.shape.get(1).copied().unwrap_or(0) as u64;
+        let max_seq_len = table.saturating_mul(page_size).min(MAX_SEQ_LEN as u64) as u32;
+        MlaDecodeArgs {
+            q_nope,
+            q_pe,
+            kv_cache,
+            kv_format: KvFormat::Native,
+            seq_lens,
+            page_table,
+            out,
+            lse: None,
+            sm_scale: 1.0 / ((LATENT_DIM + ROPE_DIM) as f32).sqrt(),
+            max_seq_len,
+            causal: false,
+            num_splits: None,
+        }
+    }
+    /// Also write the log-sum-exp to `lse` (see the field); `None` writes none.
+    pub fn with_lse(mut self, lse: impl Into<Option<Tensor<M>>>) -> Self {
+        self.lse = lse.into();
+        self
+    }
+    /// The softmax scale.
+    pub fn with_sm_scale(mut self, sm_scale: f32) -> Self {
+        self.sm_scale = sm_scale;
+        self
+    }
+    /// The bound of `seq_lens` the plan sizes for.
+    pub fn with_max_seq_len(mut self, max_seq_len: u32) -> Self {
+        self.max_seq_len = max_seq_len;
+        self
+    }
+    /// Causal masking across the query tokens (see the field).
+    pub fn with_causal(mut self, causal: bool) -> Self {
+        self.causal = causal;
+        self
+    }
     /// How the cache stores K and V.
-    pub kv_format: KvFormatKind,
-    /// Requests.
-    pub batch: u32,
-    /// Heads.
-    pub num_heads: u32,
-    /// Page size.
-    pub page_size: u32,
-    /// KV splits.
-    pub num_splits: u32,
-    /// Workspace bytes needed.
-    pub workspace_bytes: u64,
+    pub fn with_kv_format(mut self, kv_format: KvFormat<M>) -> Self {
+        self.kv_format = kv_format;
+        self
+    }
+    /// An explicit KV split count (`None`: the default rule).
+    pub fn with_num_splits(mut self, num_splits: Option<u32>) -> Self {
+        self.num_splits = num_splits;
+        self
+    }
+
+    /// The same arguments over other memory: `f` maps each tensor's memory (failing on the first
+    /// error). [`bind`](MlaDecodeArgs::bind) is this with a capture's `bind_buffer`.
+    pub fn try_map_mem<N, E>(&self, mut f: impl FnMut(&M) -> std::result::Result<N, E>) -> std::result::Result<MlaDecodeArgs<N>, E>
+    where
+        M: Clone,
+    {
+        let mut t = |x: &Tensor<M>| -> std::result::Result<Tensor<N>, E> {
+            Ok(Tensor { mem: f(&x.mem)?, offset: x.offset, dtype: x.dtype, shape: x.shape.clone(), strides: x.strides.clone() })
+        };
+        Ok(MlaDecodeArgs {
+            q_nope: t(&self.q_nope)?,
+            q_pe: t(&self.q_pe)?,
+            kv_cache: t(&self.kv_cache)?,
+            kv_format: match &self.kv_format {
+                KvFormat::Native => KvFormat::Native,
+                KvFormat::Fp8PerTensor { scale } => KvFormat::Fp8PerTensor { scale: t(scale)? },
+                KvFormat::Fp8DsMla => KvFormat::Fp8DsMla,
+            },
+            seq_lens: t(&self.seq_lens)?,
+            page_table: t(&self.page_table)?,
+            out: t(&self.out)?,
+            lse: self.lse.as_ref().map(&mut t).transpose()?,
+            sm_scale: self.sm_scale,
+            max_seq_len: self.max_seq_len,
+            causal: self.causal,
+            num_splits: self.num_splits,
+        })
+    }
+}
+
+impl<'b> MlaDecodeArgs<&'b DeviceBuffer> {
+    /// The same decode inside `cap`: every buffer bound to the capture (so the graph keeps it
+    /// alive), the views and scalars unchanged. A buffer of another context is refused.
+    pub fn bind<'id>(&self, cap: &mut Capture<'_, 'id>) -> Result<MlaDecodeArgs<CapturedBuffer<'id>>> {
+        self.try_map_mem(|buf| cap.bind_buffer(buf))
+    }
 }
 
 fn kv_dtype(d: DType) -> Option<KvDtype> {
@@ -212,57 +305,58 @@ impl<M: DeviceMemory> MlaDecodeArgs<M> {
     /// Validates everything that can be checked on the host and plans the launch for `arch` on a
     /// GPU with `sm_count` SMs whose context is `ctx` (null skips the device check: planning only).
     pub fn plan(&self, arch: MlaArch, sm_count: u32, ctx: c::CUcontext) -> Result<MlaDecodePlan> {
-        let q_types: &[DType] = match arch {
-            MlaArch::Sm100 => &[DType::Bf16, DType::Fp16, DType::Fp8E4m3],
-            MlaArch::Sm90 => &[DType::Bf16, DType::Fp16],
+        // q's rank says whether a request brings s_q tokens ([B, s_q, H, D]) or one ([B, H, D]).
+        let (batch, s_q, heads) = query_shape(&self.q_nope)?;
+        let four = self.q_nope.shape.len() == 4;
+        let rows_shape = |dim: usize| -> Vec<Option<usize>> {
+            if four {
+                vec![Some(batch), Some(s_q), Some(heads), Some(dim)]
+            } else {
+                vec![Some(batch), Some(heads), Some(dim)]
+            }
         };
         let qn = Check { name: "q_nope", t: &self.q_nope };
-        qn.dtype(q_types)?.shape(&[None, None, Some(LATENT_DIM)])?.inner_contiguous()?;
-        let (batch, heads) = (self.q_nope.shape[0], self.q_nope.shape[1]);
+        qn.dtype(&[DType::Bf16, DType::Fp16, DType::Fp8E4m3])?.shape(&rows_shape(LATENT_DIM))?.inner_contiguous()?;
         if batch == 0 || batch > 65_535 {
             return Err(Error::invalid("q_nope.shape[0] (batch)", "1..=65535", batch));
         }
-        match arch {
-            MlaArch::Sm100 if heads != NUM_HEADS => {
-                return Err(Error::invalid("q_nope.shape[1] (heads)", format!("{NUM_HEADS} for the sm100 kernel (pad heads up to 128)"), heads))
-            }
-            MlaArch::Sm90 => {
-                sm90::check_heads(heads as i64).map_err(|_| Error::invalid("q_nope.shape[1] (heads)", "a multiple of 16 in 16..=128", heads))?;
-            }
-            _ => {}
-        }
         let dt = self.q_nope.dtype;
         let qp = Check { name: "q_pe", t: &self.q_pe };
-        qp.dtype(&[dt])?.shape(&[Some(batch), Some(heads), Some(ROPE_DIM)])?.inner_contiguous()?;
+        qp.dtype(&[dt])?.shape(&rows_shape(ROPE_DIM))?.inner_contiguous()?;
         let format = self.kv_format.kind();
-        if format != KvFormatKind::Native {
-            if arch != MlaArch::Sm90 {
-                return Err(Error::invalid("kv_format", "KvFormat::Native on sm_100 (its fp8 path takes fp8 q and KV: dtype Fp8E4m3)", format));
-            }
-            if dt != DType::Bf16 {
-                return Err(Error::invalid("q_nope.dtype", format!("bf16 with kv_format {format}"), dt));
-            }
-        }
         let (kv_dt, kv_row) = format.cache_element(dt);
         let kv = Check { name: "kv_cache", t: &self.kv_cache };
-        kv.dtype(&[kv_dt])?.shape(&[None, None, Some(kv_row)])?.contiguous()?;
+        if self.kv_cache.shape.len() == 4 {
+            // FlashMLA's [blocks, block_size, h_kv, d]: MLA has one latent KV head.
+            let h_kv = self.kv_cache.shape[2];
+            if h_kv != 1 {
+                return Err(Error::invalid("kv_cache.shape[2] (h_kv, KV heads)", "1 (MLA attends one latent KV head; h_kv > 1 is not MLA)", h_kv));
+            }
+            kv.shape(&[None, None, Some(1), None])?;
+        } else {
+            kv.shape(&[None, None, None])?;
+        }
+        let (pages, page_size) = (self.kv_cache.shape[0], self.kv_cache.shape[1]);
+        // Every rule on the scalars (dtype and format per back-end, heads, tokens, page size) is the
+        // planners' (plan.rs), named here by the tensor that carries the value.
+        let limits = MlaLimits {
+            dtype: kv_dtype(dt).expect("a dtype checked above"),
+            kv_format: format,
+            num_heads: u32::try_from(heads).unwrap_or(u32::MAX),
+            s_q: u32::try_from(s_q).unwrap_or(u32::MAX),
+            batch: batch as u32,
+            max_seq_len: self.max_seq_len,
+            page_size: u32::try_from(page_size).unwrap_or(u32::MAX),
+            sm_count,
+            num_splits: self.num_splits,
+        };
+        super::plan::check(arch, &limits).map_err(|e| name_by_tensors(e, four))?;
+        kv.dtype(&[kv_dt])?.shape(&if self.kv_cache.shape.len() == 4 { vec![None, None, Some(1), Some(kv_row)] } else { vec![None, None, Some(kv_row)] })?.contiguous()?;
         if let KvFormat::Fp8PerTensor { scale } = &self.kv_format {
             Check { name: "kv_format.scale", t: scale }.dtype(&[DType::F32])?.shape(&[Some(1)])?.contiguous()?;
         }
-        let (pages, page_size) = (self.kv_cache.shape[0], self.kv_cache.shape[1]);
         if pages == 0 || (pages as u64).checked_mul(page_size as u64).is_none_or(|tokens| tokens >= 1 << 31) {
             return Err(Error::invalid("kv_cache.shape[0] (pages)", "at least 1, with pages x page_size below 2^31 tokens", pages));
-        }
-        let page_ok = match arch {
-            MlaArch::Sm100 => page_size.is_power_of_two() && page_size <= 128,
-            MlaArch::Sm90 => page_size == 64 || page_size == 128,
-        };
-        if !page_ok {
-            let want = match arch {
-                MlaArch::Sm100 => "a power of two up to 128 (128 uses TMA loads)",
-                MlaArch::Sm90 => "64 or 128",
-            };
-            return Err(Error::invalid("kv_cache.shape[1] (page_size)", want, page_size));
         }
         Check { name: "seq_lens", t: &self.seq_lens }.dtype(&[DType::I32])?.shape(&[Some(batch)])?.contiguous()?;
         let pt = Check { name: "page_table", t: &self.page_table };
@@ -284,9 +378,10 @@ impl<M: DeviceMemory> MlaDecodeArgs<M> {
         }
         let out_dt = if dt == DType::Fp16 { DType::Fp16 } else { DType::Bf16 };
         let out = Check { name: "out", t: &self.out };
-        out.dtype(&[out_dt])?.shape(&[Some(batch), Some(heads), Some(LATENT_DIM)])?.inner_contiguous()?.no_self_overlap()?;
+        out.dtype(&[out_dt])?.shape(&rows_shape(LATENT_DIM))?.inner_contiguous()?.no_self_overlap()?;
         if let Some(lse) = &self.lse {
-            Check { name: "lse", t: lse }.dtype(&[DType::F32])?.shape(&[Some(batch), Some(heads)])?.contiguous()?;
+            let shape: &[Option<usize>] = if four { &[Some(batch), Some(heads), Some(s_q)] } else { &[Some(batch), Some(heads)] };
+            Check { name: "lse", t: lse }.dtype(&[DType::F32])?.shape(shape)?.contiguous()?;
         }
         if !(self.sm_scale.is_finite() && self.sm_scale > 0.0) {
             return Err(Error::invalid("sm_scale", "a finite value > 0", self.sm_scale));
@@ -333,40 +428,22 @@ impl<M: DeviceMemory> MlaDecodeArgs<M> {
         }
         refuse_overlap(written[1], written[0])?;
 
-        let dtype = kv_dtype(dt).expect("checked above");
-        let requested = self.num_splits.map(|n| n as i64);
-        let (num_splits, workspace_bytes) = match arch {
-            MlaArch::Sm100 => {
-                let p = sm100::plan(dtype, batch as i64, self.max_seq_len as i64, page_size as i64, sm_count as i64, requested)?;
-                // With splits, CUTLASS's reduction kernel writes `out` densely, [B, 128, 512]
-                // whatever its strides (examples/77_blackwell_fmha, sm100_fmha_mla_reduction.hpp):
-                // a head stride below 512 would run past the buffer, one above it over the
-                // caller's columns. One split writes through the strides.
-                let (sb, sh) = (self.out.strides[0], self.out.strides[1]);
-                if p.num_splits > 1 && (sh != LATENT_DIM || (batch > 1 && sb != heads * LATENT_DIM)) {
-                    return Err(Error::invalid(
-                        "out.strides",
-                        format!("[{}, {LATENT_DIM}, 1] (dense) when the sm100 decode splits the sequence ({} splits; CUTLASS's split reduction ignores strides), or num_splits 1", heads * LATENT_DIM, p.num_splits),
-                        format!("{:?}", self.out.strides),
-                    ));
-                }
-                (p.num_splits, p.workspace_bytes)
+        let p = plan(arch, &limits)?;
+        if arch == MlaArch::Sm100 {
+            // With splits, CUTLASS's reduction kernel writes `out` densely, [B, 128, 512]
+            // whatever its strides (examples/77_blackwell_fmha, sm100_fmha_mla_reduction.hpp):
+            // a head stride below 512 would run past the buffer, one above it over the
+            // caller's columns. One split writes through the strides.
+            let (sb, sh) = (self.out.strides[0], self.out.strides[self.out.strides.len() - 2]);
+            if p.num_splits > 1 && (sh != LATENT_DIM || (batch > 1 && sb != heads * LATENT_DIM)) {
+                return Err(Error::invalid(
+                    "out.strides",
+                    format!("[{}, {LATENT_DIM}, 1] (dense) when the sm100 decode splits the sequence ({} splits; CUTLASS's split reduction ignores strides), or num_splits 1", heads * LATENT_DIM, p.num_splits),
+                    format!("{:?}", self.out.strides),
+                ));
             }
-            MlaArch::Sm90 => {
-                let p = sm90::plan(dtype, heads as i64, batch as i64, self.max_seq_len as i64, sm_count as i64, requested)?;
-                (p.num_splits, p.workspace_bytes)
-            }
-        };
-        Ok(MlaDecodePlan {
-            arch,
-            dtype,
-            kv_format: format,
-            batch: batch as u32,
-            num_heads: heads as u32,
-            page_size: page_size as u32,
-            num_splits,
-            workspace_bytes,
-        })
+        }
+        Ok(p)
     }
 
     /// The glue's arguments: every tensor admitted to `target` (its span, from its first element)
@@ -376,14 +453,16 @@ impl<M: DeviceMemory> MlaDecodeArgs<M> {
         // extent that fits in the address space); the conversions only restate that.
         let i32_of = |what: &str, v: u64| i32::try_from(v).map_err(|_| Error::invalid(what, "a value below 2^31", v));
         let rows = |target: &mut Target<'_>, name: &str, t: &Tensor<M>| -> Result<Rows> {
-            let (stride_batch, stride_head) = glue_row_strides(t)?;
-            Ok(Rows { span: span(target, name, t)?, stride_batch, stride_head })
+            let (stride_batch, stride_token, stride_head) = glue_row_strides(t)?;
+            Ok(Rows { span: span(target, name, t)?, stride_batch, stride_token, stride_head })
         };
         let (q_nope, q_pe, out) = (rows(target, "q_nope", &self.q_nope)?, rows(target, "q_pe", &self.q_pe)?, rows(target, "out", &self.out)?);
         Ok(glue::Decode {
             dtype: p.dtype.to_glue(),
             batch: i32_of("batch", p.batch as u64)?,
             num_heads: i32_of("num_heads", p.num_heads as u64)?,
+            s_q: i32_of("s_q", p.s_q as u64)?,
+            causal: self.causal,
             max_seq_len: i32_of("max_seq_len", self.max_seq_len as u64)?,
             num_splits: i32_of("num_splits", p.num_splits as u64)?,
             sm_count: i32_of("sm_count", sm_count as u64)?,
@@ -413,17 +492,50 @@ impl<M: DeviceMemory> MlaDecodeArgs<M> {
     }
 }
 
-/// The batch and head strides the kernels get for a `[batch, heads, dim]` tensor (validated by
-/// plan()). A dimension of size 1 is never stepped, so its stride is whatever the caller's framework
-/// left there (1, or 2^40): the kernels get the dense stride instead. sm100 builds tensor maps from
-/// these strides (multiples of 16 bytes below 2^40 only; the glue refuses others), and sm90 takes
-/// its vector path only for strides that are multiples of 8 elements.
-fn glue_row_strides<M: DeviceMemory>(t: &Tensor<M>) -> Result<(i64, i64)> {
-    let dense_head = t.shape[2] as i64;
-    let dense_batch = (t.shape[1] * t.shape[2]) as i64;
-    let stride_batch = if t.shape[0] <= 1 { dense_batch } else { t.stride_i64(0)? };
-    let stride_head = if t.shape[1] <= 1 { dense_head } else { t.stride_i64(1)? };
-    Ok((stride_batch, stride_head))
+/// A planner's refusal (plan.rs names the scalar) named by the tensor that carries the value.
+fn name_by_tensors(e: Error, four: bool) -> Error {
+    match e {
+        Error::InvalidArgument { what, expected, got } => {
+            let what = match what.as_str() {
+                "dtype" => "q_nope.dtype".to_string(),
+                "num_heads" => format!("q_nope.shape[{}] (heads)", if four { 2 } else { 1 }),
+                "s_q" => "q_nope.shape[1] (s_q, query tokens per request)".to_string(),
+                "num_heads, s_q" => "q_nope.shape (heads, tokens)".to_string(),
+                "page_size" => "kv_cache.shape[1] (page_size)".to_string(),
+                _ => what,
+            };
+            Error::InvalidArgument { what, expected, got }
+        }
+        other => other,
+    }
+}
+
+/// The query shape `(batch, s_q, heads)` of a decode, from q_nope: `[B, s_q, H, 512]`, or
+/// `[B, H, 512]` for one token. Any other rank is refused naming q_nope's shape.
+fn query_shape<M>(q: &Tensor<M>) -> Result<(usize, usize, usize)> {
+    match q.shape[..] {
+        [b, s, h, _] => Ok((b, s, h)),
+        [b, h, _] => Ok((b, 1, h)),
+        _ => Err(Error::invalid("q_nope.shape", "[B, s_q, H, 512] or [B, H, 512]", format!("{:?}", q.shape))),
+    }
+}
+
+/// The batch, token and head strides the kernels get for a `[batch, s_q, heads, dim]` (or
+/// `[batch, heads, dim]`: one token) tensor, validated by plan(). A dimension of size 1 is never
+/// stepped, so its stride is whatever the caller's framework left there (1, or 2^40): the kernels
+/// get the dense stride instead. sm100 builds tensor maps from these strides (multiples of 16
+/// bytes below 2^40 only; the glue refuses others), and sm90 takes its vector path only for
+/// strides that are multiples of 8 elements.
+fn glue_row_strides<M: DeviceMemory>(t: &Tensor<M>) -> Result<(i64, i64, i64)> {
+    let n = t.shape.len();
+    let (batch, tokens, heads, dim) = if n == 4 { (t.shape[0], t.shape[1], t.shape[2], t.shape[3]) } else { (t.shape[0], 1, t.shape[1], t.shape[2]) };
+    let dense_head = dim as i64;
+    let dense_token = (heads * dim) as i64;
+    let dense_batch = (tokens * heads * dim) as i64;
+    let stride_batch = if batch <= 1 { dense_batch } else { t.stride_i64(0)? };
+    let stride_token = if tokens <= 1 { dense_token } else { t.stride_i64(1)? };
+    let stride_head = if heads <= 1 { dense_head } else { t.stride_i64(n - 2)? };
+    Ok((stride_batch, stride_token, stride_head))
 }
 
 /// A tensor admitted to `target`: the span from its first element to the end of its memory.
@@ -500,9 +612,13 @@ mod tests {
     #[test]
     fn size_one_dimensions_get_dense_strides() {
         let t = |shape: &[usize], strides: &[usize]| Tensor::strided(NoMemory, 0, DType::Bf16, shape, strides);
-        assert_eq!(glue_row_strides(&t(&[1, 128, 512], &[1, 512, 1])).unwrap(), (128 * 512, 512));
-        assert_eq!(glue_row_strides(&t(&[1, 16, 512], &[1 << 40, 576, 1])).unwrap(), (16 * 512, 576));
-        assert_eq!(glue_row_strides(&t(&[4, 1, 64], &[64, 3, 1])).unwrap(), (64, 64));
-        assert_eq!(glue_row_strides(&t(&[4, 16, 512], &[16 * 576, 576, 1])).unwrap(), (16 * 576, 576));
+        assert_eq!(glue_row_strides(&t(&[1, 128, 512], &[1, 512, 1])).unwrap(), (128 * 512, 128 * 512, 512));
+        assert_eq!(glue_row_strides(&t(&[1, 16, 512], &[1 << 40, 576, 1])).unwrap(), (16 * 512, 16 * 512, 576));
+        assert_eq!(glue_row_strides(&t(&[4, 1, 64], &[64, 3, 1])).unwrap(), (64, 64, 64));
+        assert_eq!(glue_row_strides(&t(&[4, 16, 512], &[16 * 576, 576, 1])).unwrap(), (16 * 576, 16 * 512, 576));
+        // [B, s_q, H, D]: the token stride is the caller's when s_q > 1, dense otherwise.
+        assert_eq!(glue_row_strides(&t(&[4, 2, 16, 512], &[2 * 16 * 576, 16 * 576, 576, 1])).unwrap(), (2 * 16 * 576, 16 * 576, 576));
+        assert_eq!(glue_row_strides(&t(&[4, 1, 16, 512], &[16 * 576, 7, 576, 1])).unwrap(), (16 * 576, 16 * 512, 576));
+        assert_eq!(glue_row_strides(&t(&[1, 2, 1, 512], &[3, 5, 9, 1])).unwrap(), (2 * 512, 5, 512));
     }
 }

@@ -1,7 +1,8 @@
 //! Multi-head latent attention (DeepSeek-V2/V3 MLA) decode.
 //!
-//! Per request one query token, up to 128 query heads, one latent KV head of 512 + 64 rope dims
-//! (QK over 576, V over the first 512), fp32 softmax. [`decode()`] is the op; [`sm100`] (CUTLASS
+//! Per request 1..=16 query tokens (MTP / speculative decode, optionally causal), 1..=128 query
+//! heads, one latent KV head of 512 + 64 rope dims (QK over 576, V over the first 512), fp32
+//! softmax. [`decode()`] is the op; [`sm100`] (CUTLASS
 //! 4.2's Blackwell kernel) and [`sm90`] (graphsafe's Hopper kernel) plan its two back-ends, on any
 //! machine; [`reference`](mod@reference) checks them.
 
@@ -9,14 +10,19 @@ use std::fmt;
 use std::str::FromStr;
 
 pub mod decode;
+pub mod plan;
 pub mod reference;
 pub mod sm100;
 pub mod sm90;
 
-pub use decode::{decode, decode_captured, KvFormat, KvFormatKind, MlaArch, MlaDecodeArgs, MlaDecodePlan, DS_MLA_TOKEN_BYTES};
+pub use decode::{decode, decode_captured, KvFormat, KvFormatKind, MlaArch, MlaDecodeArgs, DS_MLA_TOKEN_BYTES};
+pub use plan::{plan, worst_case, MlaDecodePlan, MlaLimits};
 
-/// Query heads of the MLA kernels (engines with tensor parallelism pad fewer heads up to this).
+/// The most query heads a decode takes (any count from 1 up; CUTLASS's sm100 kernel runs exactly
+/// this many, so graphsafe pads fewer up to it inside its workspace).
 pub const NUM_HEADS: usize = crate::sys::kernels::GS_MLA_NUM_HEADS as usize;
+/// The most query tokens per request (`s_q`: MTP / speculative decode).
+pub const MAX_S_Q: usize = crate::sys::kernels::GS_MLA_MAX_S_Q as usize;
 /// Latent (nope) head dimension.
 pub const LATENT_DIM: usize = crate::sys::kernels::GS_MLA_LATENT_DIM as usize;
 /// Rope head dimension.

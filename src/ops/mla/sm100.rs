@@ -336,7 +336,7 @@ pub fn sanitize_finish(
     let sh = i64::try_from(stride_h).map_err(|_| Error::invalid("out stride", "below 2^63", stride_h))?;
     let mut target = Target::eager(stream, None)?;
     let lens = target.admit("region", &region)?.skip("region", layout.lens_offset)?;
-    let out = Rows { span: target.admit("out", &out)?, stride_batch: sb, stride_head: sh };
+    let out = Rows { span: target.admit("out", &out)?, stride_batch: sb, stride_token: sb, stride_head: sh };
     let lse = lse.map(|l| target.admit("lse", &l)).transpose()?;
     target.commit()?;
     let _current = ctx.enter()?;

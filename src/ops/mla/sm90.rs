@@ -3,10 +3,12 @@
 //! without a GPU. The op and `graphsafe plan mla --arch sm_90` both use these functions.
 //!
 //! Limits: batch `1..=`[`super::MAX_BATCH`], max_seq_len `1..=`[`super::MAX_SEQ_LEN`], sm_count
-//! `1..=`[`super::MAX_SM_COUNT`], heads a multiple of 16 up to 128; beyond them every function
-//! here returns [`Error::InvalidArgument`] naming the limit.
+//! `1..=`[`super::MAX_SM_COUNT`], heads `1..=`[`super::NUM_HEADS`], query tokens per request
+//! `1..=`[`super::MAX_S_Q`]; beyond them every function here returns [`Error::InvalidArgument`]
+//! naming the limit. The kernels fold a request's `s_q × heads` query rows into one set of rows,
+//! so the plan depends on their product only.
 
-use super::{check_limits, in_range, KvDtype, MAX_BATCH};
+use super::{check_limits, in_range, KvDtype, MAX_BATCH, MAX_S_Q, NUM_HEADS};
 use crate::error::{Error, Result};
 use crate::sys::glue::mla as glue;
 use crate::sys::kernels as k;
@@ -16,12 +18,14 @@ pub const TILE_S: u32 = k::GS_MLA_SM90_TILE_S;
 /// The most KV splits the kernel takes.
 pub const MAX_SPLITS: i64 = 256;
 
-/// Heads the sm90 kernel accepts: a multiple of 16 up to 128.
+/// Heads the sm90 kernel accepts: any count up to 128.
 pub fn check_heads(num_heads: i64) -> Result<i32> {
-    if num_heads <= 0 || num_heads > 128 || num_heads % 16 != 0 {
-        return Err(Error::invalid("num_heads", "a multiple of 16 in 16..=128", num_heads));
-    }
-    Ok(num_heads as i32)
+    in_range("num_heads", num_heads, NUM_HEADS as i64)
+}
+
+/// Query tokens per request the kernel accepts: `1..=`[`MAX_S_Q`].
+pub fn check_s_q(s_q: i64) -> Result<i32> {
+    in_range("s_q", s_q, MAX_S_Q as i64)
 }
 
 /// The plan for one decode shape.
@@ -31,6 +35,8 @@ pub struct Plan {
     pub dtype: KvDtype,
     /// Query heads.
     pub num_heads: u32,
+    /// Query tokens per request.
+    pub s_q: u32,
     /// Requests.
     pub batch: u32,
     /// Longest sequence.
@@ -44,9 +50,9 @@ pub struct Plan {
 }
 
 /// KV splits: the default rule when `requested` is `None`, else `requested` after validation.
-pub fn num_splits(batch: i64, num_heads: i64, max_seq_len: i64, sm_count: i64, requested: Option<i64>) -> Result<u32> {
+pub fn num_splits(batch: i64, num_heads: i64, s_q: i64, max_seq_len: i64, sm_count: i64, requested: Option<i64>) -> Result<u32> {
     let (b, s, m) = check_limits(("batch", batch), ("max_seq_len", max_seq_len), sm_count)?;
-    let h = check_heads(num_heads)?;
+    let (h, q) = (check_heads(num_heads)?, check_s_q(s_q)?);
     let req = match requested {
         None => 0,
         Some(r) => {
@@ -57,37 +63,41 @@ pub fn num_splits(batch: i64, num_heads: i64, max_seq_len: i64, sm_count: i64, r
             r as i32
         }
     };
-    Ok(glue::sm90_num_splits(b, h, s, m, req)? as u32)
+    Ok(glue::sm90_num_splits(b, h, q, s, m, req)? as u32)
 }
 
-/// Workspace bytes for (batch, heads, splits).
-pub fn workspace_bytes(batch: i64, num_heads: i64, num_splits: i64) -> Result<u64> {
+/// Workspace bytes for (batch, heads, query tokens, splits).
+pub fn workspace_bytes(batch: i64, num_heads: i64, s_q: i64, num_splits: i64) -> Result<u64> {
     let b = in_range("batch", batch, MAX_BATCH)?;
-    let h = check_heads(num_heads)?;
+    let (h, q) = (check_heads(num_heads)?, check_s_q(s_q)?);
     let n = in_range("num_splits", num_splits, MAX_SPLITS)?;
-    glue::sm90_workspace_bytes(b, h, n)
+    glue::sm90_workspace_bytes(b, h, q, n)
 }
 
-/// Splits and workspace for one shape.
-pub fn plan(dtype: KvDtype, num_heads: i64, batch: i64, max_seq_len: i64, sm_count: i64, requested: Option<i64>) -> Result<Plan> {
+/// Splits and workspace for one shape: `batch` requests of `s_q` query tokens of `num_heads`
+/// heads each, up to `max_seq_len` keys.
+pub fn plan(dtype: KvDtype, num_heads: i64, s_q: i64, batch: i64, max_seq_len: i64, sm_count: i64, requested: Option<i64>) -> Result<Plan> {
     if dtype == KvDtype::Fp8E4m3 {
         return Err(Error::invalid("dtype", "bf16 or fp16 (the sm90 kernel has no fp8 path)", dtype));
     }
-    let n = num_splits(batch, num_heads, max_seq_len, sm_count, requested)?;
+    let n = num_splits(batch, num_heads, s_q, max_seq_len, sm_count, requested)?;
     Ok(Plan {
         dtype,
         num_heads: num_heads as u32,
+        s_q: s_q as u32,
         batch: batch as u32,
         max_seq_len: max_seq_len as u32,
         sm_count: sm_count as u32,
         num_splits: n,
-        workspace_bytes: workspace_bytes(batch, num_heads, n as i64)?,
+        workspace_bytes: workspace_bytes(batch, num_heads, s_q, n as i64)?,
     })
 }
 
-/// The worst case over batch `1..=max_batch` and sequence lengths `1..=max_seq_len`, with the
-/// default split rule (`requested` `None`) or one explicit count: pre-growing to its
-/// `workspace_bytes` before capture covers every one of those shapes.
+/// The worst case over batch `1..=max_batch`, sequence lengths `1..=max_seq_len` and query tokens
+/// `1..=s_q` per request (of `num_heads` heads each), with the default split rule (`requested`
+/// `None`) or one explicit count: pre-growing to its `workspace_bytes` before capture covers every
+/// one of those shapes. (Every token count up to `s_q` is looked at: fewer query rows can mean
+/// more splits, so the workspace is not monotone in `s_q`.)
 ///
 /// Why it is exact and bounded (`cuda-src/mla/sm90/plan.cu` has the rule):
 /// * the workspace is 0 for one split and grows with batch × splits otherwise; the rule depends
@@ -104,15 +114,30 @@ pub fn plan(dtype: KvDtype, num_heads: i64, batch: i64, max_seq_len: i64, sm_cou
 /// At most `2·sm_count` batches × 256 tile counts (each a 256-step rule): well under a second at
 /// the limits, and milliseconds in practice. `tests/mla_plan.rs` and `tests/planner_model.rs`
 /// check it against the maximum over every shape.
-pub fn worst_case(dtype: KvDtype, num_heads: i64, max_batch: i64, max_seq_len: i64, sm_count: i64, requested: Option<i64>) -> Result<Plan> {
+pub fn worst_case(dtype: KvDtype, num_heads: i64, s_q: i64, max_batch: i64, max_seq_len: i64, sm_count: i64, requested: Option<i64>) -> Result<Plan> {
+    let mut worst = worst_case_rows(dtype, num_heads, s_q, max_batch, max_seq_len, sm_count, requested)?;
+    // Token counts below s_q: only the largest of each group count (CTAs per split) can need the
+    // most, since the rule sees the rows only through that count and the workspace grows with them.
+    let groups = |s: i64| (s * num_heads + 63) / 64;
+    for s in (1..s_q).rev().filter(|&s| groups(s) != groups(s + 1)) {
+        let p = worst_case_rows(dtype, num_heads, s, max_batch, max_seq_len, sm_count, requested)?;
+        if p.workspace_bytes > worst.workspace_bytes {
+            worst = p;
+        }
+    }
+    Ok(worst)
+}
+
+/// [`worst_case`] for exactly `s_q` tokens.
+fn worst_case_rows(dtype: KvDtype, num_heads: i64, s_q: i64, max_batch: i64, max_seq_len: i64, sm_count: i64, requested: Option<i64>) -> Result<Plan> {
     let (_, _, sm) = check_limits(("max_batch", max_batch), ("max_seq_len", max_seq_len), sm_count)?;
-    let top = plan(dtype, num_heads, max_batch, max_seq_len, sm_count, requested)?;
+    let top = plan(dtype, num_heads, s_q, max_batch, max_seq_len, sm_count, requested)?;
     if requested.is_some() {
         return Ok(top);
     }
     // Every value here was checked positive (and within the limits) by plan() above.
     let up = |a: i64, b: i64| (a as u64).div_ceil(b as u64) as i64;
-    let groups = up(num_heads, 64);
+    let groups = up(s_q * num_heads, 64);
     let tiles = up(max_seq_len, TILE_S as i64);
     let mut worst = top;
     for b in 1..=max_batch {
@@ -125,7 +150,7 @@ pub fn worst_case(dtype: KvDtype, num_heads: i64, max_batch: i64, max_seq_len: i
             if most.is_some_and(|p| p.num_splits as i64 >= t) {
                 break; // the rule never picks more splits than tiles
             }
-            let p = plan(dtype, num_heads, b, (t * TILE_S as i64).min(max_seq_len), sm_count, None)?;
+            let p = plan(dtype, num_heads, s_q, b, (t * TILE_S as i64).min(max_seq_len), sm_count, None)?;
             if most.is_none_or(|m| p.num_splits > m.num_splits) {
                 most = Some(p);
             }

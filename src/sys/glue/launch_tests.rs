@@ -61,17 +61,19 @@ fn a_stream_k_w4a16_names_the_planners_workspace_and_the_capacity() {
 }
 
 fn decode(batch: i32, max_seq_len: i32, page_size: i32) -> Decode {
-    let rows = |ptr| Rows { span: span(ptr, BIG), stride_batch: 128 * 512, stride_head: 512 };
+    let rows = |ptr| Rows { span: span(ptr, BIG), stride_batch: 128 * 512, stride_token: 128 * 512, stride_head: 512 };
     Decode {
         dtype: GlueDtype::Bf16,
         batch,
         num_heads: 128,
+        s_q: 1,
+        causal: false,
         max_seq_len,
         num_splits: 1,
         sm_count: 132,
         device: 0,
         q_nope: rows(0x10_0000),
-        q_pe: Rows { span: span(0x20_0000, BIG), stride_batch: 128 * 64, stride_head: 64 },
+        q_pe: Rows { span: span(0x20_0000, BIG), stride_batch: 128 * 64, stride_token: 128 * 64, stride_head: 64 },
         kv_cache: span(0x30_0000, BIG),
         kv_layout: KvLayout::Native,
         num_pages: 64,
@@ -162,7 +164,7 @@ fn sanitize_passes_check_their_regions() {
     let layout = mla::sanitize_layout(2, 300, 64, 1).unwrap();
     let e = mla::sanitize(span(0x10_0000, 8), span(0x20_0000, BIG), 5, (2, 300, 64, 10, 1), span(0x30_0000, layout.bytes - 1), null_stream());
     assert_eq!(e.err(), Some(Error::WorkspaceTooSmall { needed: layout.bytes, capacity: layout.bytes - 1 }));
-    let out = Rows { span: span(0x40_0000, 2 * (128 * 512 * 2) - 2), stride_batch: 128 * 512, stride_head: 512 };
+    let out = Rows { span: span(0x40_0000, 2 * (128 * 512 * 2) - 2), stride_batch: 128 * 512, stride_token: 128 * 512, stride_head: 512 };
     let e = mla::sanitize_finish(span(0x50_0000, 8), 2, out, None, null_stream()).unwrap_err();
     assert!(matches!(&e, Error::InvalidArgument { what, .. } if what == "out"), "{e}");
 }

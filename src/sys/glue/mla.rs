@@ -39,35 +39,38 @@ pub(crate) fn sm100_workspace_bytes(dtype: GlueDtype, batch: i32, max_seq_len: i
 }
 
 /// KV splits of the sm90 kernel (`requested` 0: the default rule).
-pub(crate) fn sm90_num_splits(batch: i32, num_heads: i32, max_seq_len: i32, sm_count: i32, requested: i32) -> Result<i32> {
+pub(crate) fn sm90_num_splits(batch: i32, num_heads: i32, s_q: i32, max_seq_len: i32, sm_count: i32, requested: i32) -> Result<i32> {
     // SAFETY: host function; the out-pointer is a live local.
-    out("gs_mla_sm90_num_splits", |o| unsafe { k::gs_mla_sm90_num_splits(batch, num_heads, max_seq_len, sm_count, requested, o) })
+    out("gs_mla_sm90_num_splits", |o| unsafe { k::gs_mla_sm90_num_splits(batch, num_heads, s_q, max_seq_len, sm_count, requested, o) })
 }
 
 /// Workspace bytes of the sm90 decode (0 for one split).
-pub(crate) fn sm90_workspace_bytes(batch: i32, num_heads: i32, num_splits: i32) -> Result<u64> {
+pub(crate) fn sm90_workspace_bytes(batch: i32, num_heads: i32, s_q: i32, num_splits: i32) -> Result<u64> {
     // SAFETY: host function; the out-pointer is a live local.
-    out("gs_mla_sm90_workspace_bytes", |o| unsafe { k::gs_mla_sm90_workspace_bytes(batch, num_heads, num_splits, o) })
+    out("gs_mla_sm90_workspace_bytes", |o| unsafe { k::gs_mla_sm90_workspace_bytes(batch, num_heads, s_q, num_splits, o) })
 }
 
 fn count(what: &str, v: i32) -> Result<u64> {
     u64::try_from(v).ok().filter(|&v| v > 0).ok_or_else(|| Error::invalid(what, "a positive count", v))
 }
 
-/// A `[batch, heads, dim]` operand with its batch and head strides (elements; innermost 1).
+/// A `[batch, s_q, heads, dim]` operand with its batch, token and head strides (elements;
+/// innermost 1).
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Rows {
     pub span: DeviceSpan,
     pub stride_batch: i64,
+    pub stride_token: i64,
     pub stride_head: i64,
 }
 
 impl Rows {
-    /// The address, after checking that `[batch, heads, dim]` elements of `elem` bytes lie in the
-    /// span and that it is `align`-byte aligned.
-    fn address(&self, what: &str, elem: u64, (b, h, dim): (u64, u64, u64), align: u64) -> Result<u64> {
-        let (sb, sh) = (unsigned(&format!("{what}.stride_batch"), self.stride_batch)?, unsigned(&format!("{what}.stride_head"), self.stride_head)?);
-        self.span.require(what, extent_of(what, elem, &[(b, sb), (h, sh), (dim, 1)])?, align)
+    /// The address, after checking that `[batch, s_q, heads, dim]` elements of `elem` bytes lie in
+    /// the span and that it is `align`-byte aligned.
+    fn address(&self, what: &str, elem: u64, (b, s, h, dim): (u64, u64, u64, u64), align: u64) -> Result<u64> {
+        let stride = |name: &str, v: i64| unsigned(&format!("{what}.{name}"), v);
+        let (sb, st, sh) = (stride("stride_batch", self.stride_batch)?, stride("stride_token", self.stride_token)?, stride("stride_head", self.stride_head)?);
+        self.span.require(what, extent_of(what, elem, &[(b, sb), (s, st), (h, sh), (dim, 1)])?, align)
     }
 }
 
@@ -111,13 +114,17 @@ pub(crate) struct Decode {
     pub dtype: GlueDtype,
     pub batch: i32,
     pub num_heads: i32,
+    /// Query tokens per request.
+    pub s_q: i32,
+    /// Token t of s_q attends keys `0 ..= len - s_q + t`.
+    pub causal: bool,
     pub max_seq_len: i32,
     pub num_splits: i32,
     pub sm_count: i32,
     pub device: i32,
-    /// `[batch, heads, 512]`.
+    /// `[batch, s_q, heads, 512]`.
     pub q_nope: Rows,
-    /// `[batch, heads, 64]`.
+    /// `[batch, s_q, heads, 64]`.
     pub q_pe: Rows,
     /// `[num_pages, page_size, 576]` (656 bytes per token for [`KvLayout::Fp8DsMla`]), contiguous.
     pub kv_cache: DeviceSpan,
@@ -130,20 +137,20 @@ pub(crate) struct Decode {
     /// columns of each row are read.
     pub page_table: DeviceSpan,
     pub page_table_stride: i32,
-    /// `[batch, heads, 512]`, 16-bit.
+    /// `[batch, s_q, heads, 512]`, 16-bit.
     pub out: Rows,
-    /// `[batch, heads]` f32.
+    /// `[batch, heads, s_q]` f32.
     pub lse: Option<DeviceSpan>,
     pub sm_scale: f32,
 }
 
 /// Launches the decode on `backend` (when this build has it) with workspace `ws`.
 pub(crate) fn decode(backend: Backend, d: &Decode, ws: DeviceSpan, stream: RawStream) -> Result<()> {
-    let (b, h) = (count("batch", d.batch)?, count("num_heads", d.num_heads)?);
+    let (b, s, h) = (count("batch", d.batch)?, count("s_q", d.s_q)?, count("num_heads", d.num_heads)?);
     let (pages, page) = (count("num_pages", d.num_pages)?, count("page_size", d.page_size)?);
     let e = d.dtype.bytes();
-    let q_nope = d.q_nope.address("q_nope", e, (b, h, 512), 16)?;
-    let q_pe = d.q_pe.address("q_pe", e, (b, h, 64), 16)?;
+    let q_nope = d.q_nope.address("q_nope", e, (b, s, h, 512), 16)?;
+    let q_pe = d.q_pe.address("q_pe", e, (b, s, h, 64), 16)?;
     let (kv_elem, kv_row) = d.kv_layout.token(e);
     let kv = d.kv_cache.require("kv_cache", extent_of("kv_cache", kv_elem, &[(pages, page * kv_row), (page * kv_row, 1)])?, 16)?;
     let kv_scale = match d.kv_layout {
@@ -154,9 +161,9 @@ pub(crate) fn decode(backend: Backend, d: &Decode, ws: DeviceSpan, stream: RawSt
     let columns = count("max_seq_len", d.max_seq_len)?.div_ceil(page);
     let stride = unsigned("page_table_stride", d.page_table_stride as i64)?;
     let table = d.page_table.require("page_table", extent_of("page_table", 4, &[(b, stride), (columns, 1)])?, 4)?;
-    let outp = d.out.address("out", 2, (b, h, 512), 16)?;
+    let outp = d.out.address("out", 2, (b, s, h, 512), 16)?;
     let lse = match d.lse {
-        Some(l) => l.require("lse", 4 * b * h, 4)?,
+        Some(l) => l.require("lse", 4 * b * h * s, 4)?,
         None => 0,
     };
     if backend == Backend::Sm100 {
@@ -165,16 +172,16 @@ pub(crate) fn decode(backend: Backend, d: &Decode, ws: DeviceSpan, stream: RawSt
         // (NDEBUG), so a bad stride would run the kernel on a zeroed map. The op passes a dense
         // stride for a dimension of size 1 (Decode's contract).
         for (what, r, elem) in [("q_nope", &d.q_nope, e), ("q_pe", &d.q_pe, e), ("out", &d.out, 2)] {
-            for (name, s) in [("stride_batch", r.stride_batch), ("stride_head", r.stride_head)] {
-                let bytes = unsigned(&format!("{what}.{name}"), s)?.checked_mul(elem);
+            for (name, st) in [("stride_batch", r.stride_batch), ("stride_token", r.stride_token), ("stride_head", r.stride_head)] {
+                let bytes = unsigned(&format!("{what}.{name}"), st)?.checked_mul(elem);
                 if bytes.is_none_or(|b| b % 16 != 0 || b >= 1 << 40) {
-                    return Err(Error::invalid(format!("{what}.{name}"), "a multiple of 16 bytes below 2^40 (sm100's tensor maps)", s));
+                    return Err(Error::invalid(format!("{what}.{name}"), "a multiple of 16 bytes below 2^40 (sm100's tensor maps)", st));
                 }
             }
         }
     }
     let needed = match backend {
-        Backend::Sm90 => sm90_workspace_bytes(d.batch, d.num_heads, d.num_splits)?,
+        Backend::Sm90 => sm90_workspace_bytes(d.batch, d.num_heads, d.s_q, d.num_splits)?,
         Backend::Sm100 => sm100_workspace_bytes(d.dtype, d.batch, d.max_seq_len, d.page_size, d.sm_count, d.num_splits)?,
     };
     let sizes = require_workspace(&ws, needed, 16)?;
@@ -182,15 +189,19 @@ pub(crate) fn decode(backend: Backend, d: &Decode, ws: DeviceSpan, stream: RawSt
         dtype: d.dtype.code(),
         batch: d.batch,
         num_heads: d.num_heads,
+        s_q: d.s_q,
+        causal: d.causal as i32,
         max_seq_len: d.max_seq_len,
         num_splits: d.num_splits,
         sm_count: d.sm_count,
         device: d.device,
         q_nope: q_nope as *const _,
         q_nope_stride_batch: d.q_nope.stride_batch,
+        q_nope_stride_token: d.q_nope.stride_token,
         q_nope_stride_head: d.q_nope.stride_head,
         q_pe: q_pe as *const _,
         q_pe_stride_batch: d.q_pe.stride_batch,
+        q_pe_stride_token: d.q_pe.stride_token,
         q_pe_stride_head: d.q_pe.stride_head,
         kv_cache: kv as *const _,
         num_pages: d.num_pages,
@@ -200,6 +211,7 @@ pub(crate) fn decode(backend: Backend, d: &Decode, ws: DeviceSpan, stream: RawSt
         page_table_stride: d.page_table_stride,
         out: outp as *mut _,
         out_stride_batch: d.out.stride_batch,
+        out_stride_token: d.out.stride_token,
         out_stride_head: d.out.stride_head,
         lse: lse as *mut f32,
         sm_scale: d.sm_scale,
@@ -262,7 +274,7 @@ pub(crate) fn sanitize_finish(lens: DeviceSpan, batch: i32, out: Rows, lse: Opti
     let b = count("batch", batch)?;
     let heads = k::GS_MLA_NUM_HEADS as u64;
     let lp = lens.require("lens", 4 * b, 4)?;
-    let op = out.address("out", 2, (b, heads, k::GS_MLA_LATENT_DIM as u64), 2)?;
+    let op = out.address("out", 2, (b, 1, heads, k::GS_MLA_LATENT_DIM as u64), 2)?;
     let lse = match lse {
         Some(l) => l.require("lse", 4 * heads * b, 4)?,
         None => 0,

@@ -1,0 +1,190 @@
+//! The MLA decode's one planning front door: what an engine will run ([`MlaLimits`]) in, what a
+//! decode launches and needs ([`MlaDecodePlan`]) out, on either back-end. The op
+//! ([`super::MlaDecodeArgs::plan`]), the C ABI and the CLI all plan through [`plan`] and
+//! [`worst_case`], so each shape rule (heads, query tokens, page sizes, cache formats) is written
+//! here once; [`super::sm90`] and [`super::sm100`] hold each back-end's split and workspace rules.
+
+use super::{sm100, sm90, KvDtype, KvFormatKind, MlaArch, MAX_S_Q, NUM_HEADS};
+use crate::error::{Error, Result};
+
+/// The shapes a decode (or every decode of a capture) runs: one shape for [`plan`], the bounds of
+/// every shape for [`worst_case`] (batch `1..=batch`, lengths `1..=max_seq_len`, tokens
+/// `1..=s_q`). Build it with [`MlaLimits::new`] and the `with_*` setters.
+///
+/// ```
+/// use graphsafe::ops::mla::{self, KvFormatKind, MlaArch, MlaLimits};
+/// // DeepSeek V3 at TP 8 (16 heads), MTP (2 tokens a step), up to 128 requests of 32K tokens, on an H200.
+/// let limits = MlaLimits::new(16, 128, 32_768, 132).with_s_q(2).with_kv_format(KvFormatKind::Fp8DsMla);
+/// let plan = mla::worst_case(MlaArch::Sm90, &limits)?;
+/// assert!(plan.workspace_bytes > 0); // pre-grow the workspace to this before capture
+/// # Ok::<(), graphsafe::Error>(())
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[non_exhaustive]
+pub struct MlaLimits {
+    /// Element type of the queries (and of a native cache). Default bf16.
+    pub dtype: KvDtype,
+    /// How the cache stores K and V. Default [`KvFormatKind::Native`].
+    pub kv_format: KvFormatKind,
+    /// Query heads, `1..=`[`NUM_HEADS`].
+    pub num_heads: u32,
+    /// Query tokens per request, `1..=`[`MAX_S_Q`]. Default 1.
+    pub s_q: u32,
+    /// Requests (for [`worst_case`]: the largest batch).
+    pub batch: u32,
+    /// The longest request, in tokens.
+    pub max_seq_len: u32,
+    /// Tokens per page of the cache. Default 64.
+    pub page_size: u32,
+    /// SMs of the GPU (each row of [`crate::arch::TARGETS`] has its reference GPU's).
+    pub sm_count: u32,
+    /// An explicit KV split count; `None` (default) for the back-end's rule.
+    pub num_splits: Option<u32>,
+}
+
+impl MlaLimits {
+    /// `batch` requests of one token of `num_heads` heads, up to `max_seq_len` keys, on a GPU with
+    /// `sm_count` SMs; bf16, native cache, page size 64, the default split rule.
+    pub fn new(num_heads: u32, batch: u32, max_seq_len: u32, sm_count: u32) -> MlaLimits {
+        MlaLimits { dtype: KvDtype::Bf16, kv_format: KvFormatKind::Native, num_heads, s_q: 1, batch, max_seq_len, page_size: 64, sm_count, num_splits: None }
+    }
+    /// The query (and native cache) element type.
+    pub fn with_dtype(mut self, dtype: KvDtype) -> MlaLimits {
+        self.dtype = dtype;
+        self
+    }
+    /// The cache format.
+    pub fn with_kv_format(mut self, kv_format: KvFormatKind) -> MlaLimits {
+        self.kv_format = kv_format;
+        self
+    }
+    /// Query tokens per request.
+    pub fn with_s_q(mut self, s_q: u32) -> MlaLimits {
+        self.s_q = s_q;
+        self
+    }
+    /// Tokens per page of the cache.
+    pub fn with_page_size(mut self, page_size: u32) -> MlaLimits {
+        self.page_size = page_size;
+        self
+    }
+    /// An explicit KV split count (`None`: the back-end's rule).
+    pub fn with_num_splits(mut self, num_splits: Option<u32>) -> MlaLimits {
+        self.num_splits = num_splits;
+        self
+    }
+}
+
+/// What a decode will launch, and the workspace it needs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct MlaDecodePlan {
+    /// Back-end.
+    pub arch: MlaArch,
+    /// Element type of the queries (and of a native cache).
+    pub dtype: KvDtype,
+    /// How the cache stores K and V.
+    pub kv_format: KvFormatKind,
+    /// Requests (for a worst case: the batch that needs the most).
+    pub batch: u32,
+    /// Query tokens per request (for a worst case: the count that needs the most).
+    pub s_q: u32,
+    /// Heads.
+    pub num_heads: u32,
+    /// The longest request (for a worst case: the length that needs the most).
+    pub max_seq_len: u32,
+    /// Page size.
+    pub page_size: u32,
+    /// KV splits.
+    pub num_splits: u32,
+    /// Workspace bytes needed.
+    pub workspace_bytes: u64,
+}
+
+/// Checks `l` against `arch`'s shape rules, naming the field that breaks one.
+pub(crate) fn check(arch: MlaArch, l: &MlaLimits) -> Result<()> {
+    let dtypes: &[KvDtype] = match arch {
+        MlaArch::Sm100 => &[KvDtype::Bf16, KvDtype::Fp16, KvDtype::Fp8E4m3],
+        MlaArch::Sm90 => &[KvDtype::Bf16, KvDtype::Fp16],
+    };
+    if !dtypes.contains(&l.dtype) {
+        let want = if arch == MlaArch::Sm90 { "bf16 or fp16 on sm_90 (fp8 caches take bf16 queries: kv_format)" } else { "bf16, fp16 or fp8" };
+        return Err(Error::invalid("dtype", want, l.dtype));
+    }
+    if l.kv_format != KvFormatKind::Native {
+        if arch != MlaArch::Sm90 {
+            return Err(Error::invalid("kv_format", "native on sm_100 (its fp8 path takes fp8 q and KV: dtype fp8)", l.kv_format));
+        }
+        if l.dtype != KvDtype::Bf16 {
+            return Err(Error::invalid("dtype", format!("bf16 with kv_format {}", l.kv_format), l.dtype));
+        }
+    }
+    if l.num_heads == 0 || l.num_heads as usize > NUM_HEADS {
+        return Err(Error::invalid("num_heads", format!("1..={NUM_HEADS}"), l.num_heads));
+    }
+    if l.s_q == 0 || l.s_q as usize > MAX_S_Q {
+        return Err(Error::invalid("s_q", format!("1..={MAX_S_Q} query tokens per request"), l.s_q));
+    }
+    if arch == MlaArch::Sm100 && (l.num_heads as usize != NUM_HEADS || l.s_q != 1) {
+        return Err(Error::invalid("num_heads, s_q", format!("{NUM_HEADS} heads of one token on sm_100"), format!("{} heads, {} tokens", l.num_heads, l.s_q)));
+    }
+    match arch {
+        MlaArch::Sm90 if l.page_size != 64 && l.page_size != 128 => Err(Error::invalid("page_size", "64 or 128 on sm_90", l.page_size)),
+        MlaArch::Sm100 => sm100::check_page_size(l.page_size as i64).map(drop),
+        _ => Ok(()),
+    }
+}
+
+/// The plan for one decode shape on `arch`: every shape rule checked (an error names the field),
+/// then the back-end's split count (or `l.num_splits`, validated) and workspace.
+pub fn plan(arch: MlaArch, l: &MlaLimits) -> Result<MlaDecodePlan> {
+    check(arch, l)?;
+    let requested = l.num_splits.map(i64::from);
+    // The workspace does not depend on the cache format (partials are in the output dtype), so
+    // the fp8 formats plan as bf16 (their queries' and output's type).
+    let (num_splits, workspace_bytes) = match arch {
+        MlaArch::Sm90 => {
+            let p = sm90::plan(l.dtype, l.num_heads.into(), l.s_q.into(), l.batch.into(), l.max_seq_len.into(), l.sm_count.into(), requested)?;
+            (p.num_splits, p.workspace_bytes)
+        }
+        MlaArch::Sm100 => {
+            let p = sm100::plan(l.dtype, l.batch.into(), l.max_seq_len.into(), l.page_size.into(), l.sm_count.into(), requested)?;
+            (p.num_splits, p.workspace_bytes)
+        }
+    };
+    Ok(plan_of(arch, l, num_splits, workspace_bytes))
+}
+
+/// The workspace to pre-grow before capture: the most any shape within `l` needs on `arch` (batch
+/// `1..=l.batch`, lengths `1..=l.max_seq_len`, tokens `1..=l.s_q`), as the plan of the shape that
+/// needs it. Every shape rule is checked first, as by [`plan`].
+pub fn worst_case(arch: MlaArch, l: &MlaLimits) -> Result<MlaDecodePlan> {
+    check(arch, l)?;
+    let requested = l.num_splits.map(i64::from);
+    Ok(match arch {
+        MlaArch::Sm90 => {
+            let p = sm90::worst_case(l.dtype, l.num_heads.into(), l.s_q.into(), l.batch.into(), l.max_seq_len.into(), l.sm_count.into(), requested)?;
+            let shape = MlaLimits { batch: p.batch, s_q: p.s_q, max_seq_len: p.max_seq_len, ..*l };
+            plan_of(arch, &shape, p.num_splits, p.workspace_bytes)
+        }
+        MlaArch::Sm100 => {
+            let p = sm100::worst_case(l.dtype, l.batch.into(), l.max_seq_len.into(), l.page_size.into(), l.sm_count.into(), requested)?;
+            let shape = MlaLimits { batch: p.batch, max_seq_len: p.max_seq_len, ..*l };
+            plan_of(arch, &shape, p.num_splits, p.workspace_bytes)
+        }
+    })
+}
+
+fn plan_of(arch: MlaArch, l: &MlaLimits, num_splits: u32, workspace_bytes: u64) -> MlaDecodePlan {
+    MlaDecodePlan {
+        arch,
+        dtype: l.dtype,
+        kv_format: l.kv_format,
+        batch: l.batch,
+        s_q: l.s_q,
+        num_heads: l.num_heads,
+        max_seq_len: l.max_seq_len,
+        page_size: l.page_size,
+        num_splits,
+        workspace_bytes,
+    }
+}
