@@ -345,6 +345,55 @@ typedef struct {
 } GraphsafeCudnnMatmulArgs;
 
 /**
+ * The shapes a decode (or every decode of a capture) runs, for graphsafe_mla_plan_limits and
+ * graphsafe_mla_worst_case_limits: the C face of the Rust planners' `MlaLimits`.
+ */
+typedef struct {
+  /**
+   * Compute capability x10 + minor of the target GPU with an MLA back-end (GRAPHSAFE_ARCH_SM90,
+   * GRAPHSAFE_ARCH_SM100, or 103).
+   */
+  int arch;
+  /**
+   * GRAPHSAFE_DTYPE_* of q (and of a native cache).
+   */
+  int dtype;
+  /**
+   * GRAPHSAFE_MLA_KV_* (0: native).
+   */
+  int kv_format;
+  /**
+   * Query heads, 1..=128 (128 on sm_100).
+   */
+  int num_heads;
+  /**
+   * Query tokens per request, 1..=16 (1 on sm_100); 0 is read as 1. A worst case covers every
+   * count up to it.
+   */
+  int s_q;
+  /**
+   * Requests; a worst case covers every batch up to it.
+   */
+  int batch;
+  /**
+   * Longest request in tokens; a worst case covers every length up to it.
+   */
+  int max_seq_len;
+  /**
+   * Tokens per page of the cache (sm_90: 64 or 128; sm_100: a power of two up to 128).
+   */
+  int page_size;
+  /**
+   * SMs of the GPU.
+   */
+  int sm_count;
+  /**
+   * KV splits, or 0 for the default rule.
+   */
+  int num_splits;
+} GraphsafeMlaLimits;
+
+/**
  * A decode plan: KV splits and workspace bytes.
  */
 typedef struct {
@@ -367,7 +416,10 @@ typedef struct {
 } GraphsafeMlaPlan;
 
 /**
- * One MLA decode step over caller-owned device memory. Strides are in elements.
+ * One MLA decode step over caller-owned device memory. Strides are in elements. A request brings
+ * `s_q` query tokens of `num_heads` heads each: q and out are `[batch, s_q, heads, dim]`, lse is
+ * `[batch, heads, s_q]` (FlashMLA's layouts). A query row that attends no key (an empty request,
+ * or a causal token before the request's first key) gets zeros in out and +inf in lse.
  */
 typedef struct {
   /**
@@ -380,11 +432,24 @@ typedef struct {
    */
   int batch;
   /**
-   * Query heads (128 on sm_100; a multiple of 16 up to 128 on sm_90, with any KV-cache format).
+   * Query heads, 1..=128 (128 on sm_100), with any KV-cache format.
    */
   int num_heads;
   /**
-   * [batch, heads, 512].
+   * Query tokens per request (MTP / speculative decode), 1..=16 (1 on sm_100); 0 is read as 1.
+   */
+  int s_q;
+  /**
+   * Non-zero: token t of s_q attends keys 0 ..= len - s_q + t (FlashMLA's causal); 0: every key.
+   */
+  int causal;
+  /**
+   * KV heads of the cache (FlashMLA's h_kv): 0 or 1 (MLA has one latent KV head; anything else
+   * is refused with GRAPHSAFE_ERROR_INVALID_ARGUMENT naming h_kv).
+   */
+  int num_kv_heads;
+  /**
+   * [batch, s_q, heads, 512].
    */
   uint64_t q_nope;
   /**
@@ -392,17 +457,25 @@ typedef struct {
    */
   int64_t q_nope_stride_batch;
   /**
+   * Stride between query tokens (unused when s_q is 1).
+   */
+  int64_t q_nope_stride_token;
+  /**
    * Stride between heads.
    */
   int64_t q_nope_stride_head;
   /**
-   * [batch, heads, 64].
+   * [batch, s_q, heads, 64].
    */
   uint64_t q_pe;
   /**
    * Stride between requests.
    */
   int64_t q_pe_stride_batch;
+  /**
+   * Stride between query tokens (unused when s_q is 1).
+   */
+  int64_t q_pe_stride_token;
   /**
    * Stride between heads.
    */
@@ -433,8 +506,8 @@ typedef struct {
    */
   int max_pages;
   /**
-   * [batch, heads, 512] output (bf16, or fp16 for fp16 input). On sm100, when the plan splits
-   * the sequence (single requests only), out_stride_head must be 512: CUTLASS's split
+   * [batch, s_q, heads, 512] output (bf16, or fp16 for fp16 input). On sm100, when the plan
+   * splits the sequence (single requests only), out_stride_head must be 512: CUTLASS's split
    * reduction writes densely (INVALID_ARGUMENT otherwise; or ask for num_splits 1).
    */
   uint64_t out;
@@ -443,11 +516,15 @@ typedef struct {
    */
   int64_t out_stride_batch;
   /**
+   * Stride between query tokens (unused when s_q is 1).
+   */
+  int64_t out_stride_token;
+  /**
    * Stride between heads.
    */
   int64_t out_stride_head;
   /**
-   * [batch, heads] fp32 log-sum-exp, or 0.
+   * [batch, heads, s_q] fp32 log-sum-exp (contiguous), or 0.
    */
   uint64_t lse;
   /**
@@ -1019,6 +1096,29 @@ int graphsafe_cudnn_matmul_captured(GraphsafeContext ctx,
                                     GraphsafeWorkspace ws);
 
 /**
+ * Splits and workspace for the one decode shape `limits` describes: the planning front door (the
+ * same rules as the decode, refused with GRAPHSAFE_ERROR_INVALID_ARGUMENT naming the field).
+ * Host-only: works without a GPU. Thread-safe.
+ *
+ * # Safety
+ * `limits` is null (refused) or points to a valid `GraphsafeMlaLimits`; `out` is null (refused)
+ * or points to a writable `GraphsafeMlaPlan`.
+ */
+int graphsafe_mla_plan_limits(const GraphsafeMlaLimits *limits, GraphsafeMlaPlan *out);
+
+/**
+ * The workspace to pre-grow before capturing decodes within `limits`: the worst case over batch
+ * 1..=batch, lengths 1..=max_seq_len and query tokens 1..=s_q (with the default split rule, or
+ * the one count asked for), as graphsafe_mla_plan_limits' rules. `out->worst_batch` and
+ * `worst_seq_len` name the shape that needs it. Host-only; milliseconds in practice.
+ * Thread-safe.
+ *
+ * # Safety
+ * As graphsafe_mla_plan_limits.
+ */
+int graphsafe_mla_worst_case_limits(const GraphsafeMlaLimits *limits, GraphsafeMlaPlan *out);
+
+/**
  * Splits and workspace for one decode shape on `arch` (a compute capability x10 + minor with an
  * MLA kernel: GRAPHSAFE_ARCH_SM90, GRAPHSAFE_ARCH_SM100, or 103). Host-only:
  * works without a GPU. `page_size`: tokens per KV-cache page (sm_100: a power of two up to 128,
@@ -1063,9 +1163,9 @@ int graphsafe_mla_plan_kv(int arch,
 
 /**
  * The workspace to pre-grow before capture: the worst case over batch 1..=max_batch and sequence
- * lengths 1..=max_seq_len with the default split rule, for one page size (see
- * graphsafe_mla_plan for `page_size` and the limits). Host-only; answers in well under a
- * millisecond at the limits. Thread-safe.
+ * lengths 1..=max_seq_len with the default split rule, for one page size and one query token
+ * (graphsafe_mla_worst_case_limits takes more tokens; see graphsafe_mla_plan for `page_size` and
+ * the limits). Host-only; answers in well under a millisecond at the limits. Thread-safe.
  *
  * # Safety
  * `out` is null (refused) or points to a writable `GraphsafeMlaPlan`.

@@ -330,6 +330,8 @@ fn a_captured_mla_decode_and_w4a16_over_cudarc_memory_replay_after_the_engine_dr
         page_table_stride: s.max_pages,
         page_size: s.page,
         num_heads: s.heads,
+        s_q: 1,
+        causal: false,
         sm_scale: s.sm_scale,
     })
     .unwrap();

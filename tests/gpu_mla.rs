@@ -221,7 +221,7 @@ fn sm90_matches_the_reference_over_30_shapes() {
         worst = (worst.0.max(eo), worst.1.max(el));
         if let Some((qn, qp, kv, pt)) = &p.host {
             // The GPU reference itself against the f64 CPU reference.
-            let hp = HostProblem { q_nope: qn, q_pe: qp, kv, seq_lens: &s.seq_lens, page_table: pt, page_table_stride: p.max_pages, page_size: s.page, num_heads: s.heads, sm_scale: p.sm_scale };
+            let hp = HostProblem { q_nope: qn, q_pe: qp, kv, seq_lens: &s.seq_lens, page_table: pt, page_table_stride: p.max_pages, page_size: s.page, num_heads: s.heads, s_q: 1, causal: false, sm_scale: p.sm_scale };
             let (c_out, c_lse) = cpu_decode(&hp).unwrap();
             let (ro, rl) = errors(&r_out, &r_lse, &c_out, &c_lse);
             assert!(ro <= 1e-4 && rl <= 1e-4, "{s:?}: GPU reference vs CPU reference {ro} {rl}");
@@ -461,13 +461,13 @@ fn sanitize_post_pass_writes_only_the_empty_requests() {
         }
         let got = lse.to_host_vec::<f32>(&stream).unwrap();
         for (i, &v) in got.iter().enumerate() {
-            let want = if with_lse && lens[i / 128] == 0 { f32::NEG_INFINITY } else { 1.5 };
+            let want = if with_lse && lens[i / 128] == 0 { f32::INFINITY } else { 1.5 };
             assert_eq!(v.to_bits(), want.to_bits(), "lse {i}");
         }
     }
 }
 
-/// The contract on a whole decode: lengths <= 0 give zeros and -inf, lengths past max_seq_len
+/// The contract on a whole decode: lengths <= 0 give zeros and +inf, lengths past max_seq_len
 /// equal max_seq_len, bad page indices equal the clamped ones, unread columns may hold anything.
 /// Runs on the back-end this GPU has (the sm90 kernel on Hopper, CUTLASS's on Blackwell).
 fn device_data_contract(ctx: &Arc<Context>, stream: &Stream, s: Shape) {
@@ -498,7 +498,7 @@ fn device_data_contract(ctx: &Arc<Context>, stream: &Stream, s: Shape) {
     let row = h * 512;
     for r in 0..2 {
         assert!(out_b[r * row..(r + 1) * row].iter().all(|&v| v == 0), "{s:?}: request {r} is empty: zeros");
-        assert!(lse_b[r * h..(r + 1) * h].iter().all(|&v| v == f32::NEG_INFINITY.to_bits()), "{s:?}: request {r}: -inf");
+        assert!(lse_b[r * h..(r + 1) * h].iter().all(|&v| v == f32::INFINITY.to_bits()), "{s:?}: request {r}: +inf");
     }
     assert_eq!(out_b[2 * row..], out_c[2 * row..], "{s:?}: over-long equals max_seq_len");
     assert_eq!(lse_b[2 * h..], lse_c[2 * h..], "{s:?}");

@@ -242,14 +242,14 @@ fn sm90_fp8_matches_the_dequantized_reference_over_40_shapes() {
         let out = bf16_out(&p, &stream);
         let lse = p.lse.to_host_vec::<f32>(&stream).unwrap();
         let (qn, qp, kv, pt) = &p.host;
-        let hp = HostProblem { q_nope: qn, q_pe: qp, kv, seq_lens: &s.seq_lens, page_table: pt, page_table_stride: p.max_pages, page_size: s.page, num_heads: s.heads, sm_scale: p.sm_scale };
+        let hp = HostProblem { q_nope: qn, q_pe: qp, kv, seq_lens: &s.seq_lens, page_table: pt, page_table_stride: p.max_pages, page_size: s.page, num_heads: s.heads, s_q: 1, causal: false, sm_scale: p.sm_scale };
         let (r_out, r_lse) = cpu_decode(&hp).unwrap();
         let scale = r_out.iter().fold(0f64, |m, &v| m.max(v.abs() as f64)).max(1e-30);
         let eo = out.iter().zip(&r_out).fold(0f64, |m, (&a, &r)| m.max((a as f64 - r as f64).abs())) / scale;
         let mut el = 0f64;
         for (&a, &r) in lse.iter().zip(&r_lse) {
-            if r == f32::NEG_INFINITY {
-                assert_eq!(a, f32::NEG_INFINITY, "{s:?}: an empty request's lse");
+            if r == f32::INFINITY {
+                assert_eq!(a, f32::INFINITY, "{s:?}: an empty request's lse");
             } else {
                 // Absolute, relative beyond |lse| = 100 (f32 sums of 576 products of that size).
                 el = el.max((a as f64 - r as f64).abs() / (r.abs() as f64 / 100.0).max(1.0));
@@ -382,7 +382,7 @@ fn sm90_fp8_garbage_scales_stay_in_their_requests_and_never_hang() {
         let p = build(&stream, &s);
         decode(&args(&p), &mut ws, &stream).unwrap();
         assert!(bf16_out(&p, &stream).iter().all(|v| v.is_nan()), "a NaN scale must give NaN everywhere");
-        assert!(p.lse.to_host_vec::<f32>(&stream).unwrap().iter().all(|v| v.is_nan()), "and a NaN LSE, not an empty request's -inf");
+        assert!(p.lse.to_host_vec::<f32>(&stream).unwrap().iter().all(|v| v.is_nan()), "and a NaN LSE, not an empty request's +inf");
         p.scale.copy_from_host(&[0.0f32], &stream).unwrap();
         decode(&args(&p), &mut ws, &stream).unwrap();
         assert!(bf16_out(&p, &stream).iter().all(|&v| v == 0.0), "a zero scale makes K = V = 0: the output is 0");
@@ -405,7 +405,7 @@ fn sm90_fp8_garbage_scales_stay_in_their_requests_and_never_hang() {
 }
 
 /// The shared device-data contract (include/graphsafe_kernels/mla.h, "Device data") through the
-/// fp8 producer's own page clamp and length handling: lengths 0 and negative give zeros and -inf,
+/// fp8 producer's own page clamp and length handling: lengths 0 and negative give zeros and +inf,
 /// an over-long length equals max_seq_len, and bad page indices in the columns a request reads
 /// (-1, i32::MIN, pages, pages + 3, i32::MAX) give exactly the result of their clamped values.
 fn fp8_device_data_contract(stream: &Stream, s: Shape) {
@@ -433,7 +433,7 @@ fn fp8_device_data_contract(stream: &Stream, s: Shape) {
     let row = h * 512;
     for r in 0..2 {
         assert!(out_b[r * row..(r + 1) * row].iter().all(|&v| v == 0), "{s:?}: request {r} is empty: zeros");
-        assert!(lse_b[r * h..(r + 1) * h].iter().all(|&v| v == f32::NEG_INFINITY.to_bits()), "{s:?}: request {r}: -inf");
+        assert!(lse_b[r * h..(r + 1) * h].iter().all(|&v| v == f32::INFINITY.to_bits()), "{s:?}: request {r}: +inf");
     }
     assert_eq!(out_b[2 * row..], out_ref[2 * row..], "{s:?}: over-long equals max_seq_len");
     assert_eq!(lse_b[2 * h..], lse_ref[2 * h..], "{s:?}");

@@ -76,5 +76,5 @@ gs_mla_reference(const void* q_nope, const void* q_pe, const void* kv, const int
     }
     out[qi * kLatent + d] = seq > 0 ? acc / sum : 0.f;
   }
-  if (threadIdx.x == 0) lse[qi] = seq > 0 ? mx + logf(sum) : -INFINITY;
+  if (threadIdx.x == 0) lse[qi] = seq > 0 ? mx + logf(sum) : INFINITY;  // no key: +inf, the decode's convention
 }

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Prepares the FlashMLA anchor (issue 12, item 4) on the development machine: exports, from a local
+# Prepares the FlashMLA anchor on the development machine: exports, from a local
 # mirror of FlashMLA at one pinned commit, only the files of its dense Hopper bf16 decode, and packs
 # the provisioned CUTLASS 4.2 headers, both into the git-ignored .gpu/ folder, which travels to the
 # GPU machine. FlashMLA's code is never committed to this repository.
@@ -24,7 +24,8 @@ set -euo pipefail
 FLASHMLA_COMMIT=9241ae3ef9bac614dd25e45e507e089f888280e0
 
 # The paths of that commit that the dense bf16 decode compiles from (nothing of sm100, the sparse
-# kernels, prefill, or the fp16 instantiation; the CUTLASS submodule is not taken either).
+# kernels, prefill, or the fp16 instantiation; the CUTLASS submodule is not taken either), and its
+# dense-decoding test with the kernelkit helpers it imports (test_suite.py runs it unmodified).
 FLASHMLA_PATHS=(
   LICENSE
   csrc/api/common.h
@@ -40,6 +41,8 @@ FLASHMLA_PATHS=(
   csrc/sm90/decode/dense/instantiations/bf16.cu
   csrc/smxx/decode/combine
   csrc/smxx/decode/get_decoding_sched_meta
+  tests/test_flash_mla_dense_decoding.py
+  tests/kernelkit
 )
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"

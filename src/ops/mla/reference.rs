@@ -13,9 +13,9 @@ const ROW: usize = LATENT_DIM + ROPE_DIM;
 
 /// Host inputs of a decode, already as f32 (values exactly representable in the kernel's dtype).
 pub struct HostProblem<'a> {
-    /// [B, H, 512]
+    /// [B, s_q, H, 512]
     pub q_nope: &'a [f32],
-    /// [B, H, 64]
+    /// [B, s_q, H, 64]
     pub q_pe: &'a [f32],
     /// [pages, page_size, 576]
     pub kv: &'a [f32],
@@ -29,11 +29,16 @@ pub struct HostProblem<'a> {
     pub page_size: usize,
     /// Query heads.
     pub num_heads: usize,
+    /// Query tokens per request.
+    pub s_q: usize,
+    /// Token t of s_q attends keys `0 ..= len - s_q + t` (else every key).
+    pub causal: bool,
     /// Softmax scale.
     pub sm_scale: f32,
 }
 
-/// CPU reference in f64: (out [B, H, 512], lse [B, H]). A zero-length request gives zeros and -inf.
+/// CPU reference in f64: (out [B, s_q, H, 512], lse [B, H, s_q]). A query row that attends no key
+/// (a zero-length request, or a causal token before the first key) gives zeros and +inf.
 /// Device data is read as the kernels read it (`graphsafe_kernels/mla.h`, "Device data"): a
 /// negative length is an empty request, a page index is clamped into the cache. A length is
 /// clamped to page_table_stride · page_size, the most the table can name; the decode clamps to
@@ -43,6 +48,10 @@ pub struct HostProblem<'a> {
 pub fn cpu_decode(p: &HostProblem) -> Result<(Vec<f32>, Vec<f32>)> {
     let b = p.seq_lens.len();
     let h = p.num_heads;
+    let sq = p.s_q;
+    if sq == 0 {
+        return Err(Error::invalid("s_q", "at least 1", 0));
+    }
     let need = |what: &str, have: usize, per: usize, count: usize| -> Result<usize> {
         let n = count.checked_mul(per).ok_or_else(|| Error::invalid(what, "a size that fits in usize", format!("{count} x {per}")))?;
         if have < n {
@@ -50,7 +59,7 @@ pub fn cpu_decode(p: &HostProblem) -> Result<(Vec<f32>, Vec<f32>)> {
         }
         Ok(n)
     };
-    let bh = b.checked_mul(h).ok_or_else(|| Error::invalid("batch x heads", "a product that fits in usize", format!("{b} x {h}")))?;
+    let bh = b.checked_mul(h).and_then(|n| n.checked_mul(sq)).ok_or_else(|| Error::invalid("batch x s_q x heads", "a product that fits in usize", format!("{b} x {sq} x {h}")))?;
     let out_len = need("q_nope", p.q_nope.len(), LATENT_DIM, bh)?;
     need("q_pe", p.q_pe.len(), ROPE_DIM, bh)?;
     need("page_table", p.page_table.len(), p.page_table_stride, b)?;
@@ -64,7 +73,7 @@ pub fn cpu_decode(p: &HostProblem) -> Result<(Vec<f32>, Vec<f32>)> {
     let pages = p.kv.len() / page_values;
     let max_len = p.page_table_stride.saturating_mul(p.page_size);
     let mut out = vec![0f32; out_len];
-    let mut lse = vec![f32::NEG_INFINITY; bh];
+    let mut lse = vec![f32::INFINITY; bh];
     for bi in 0..b {
         let seq = (p.seq_lens[bi].max(0) as usize).min(max_len);
         if seq > 0 && pages == 0 {
@@ -72,10 +81,11 @@ pub fn cpu_decode(p: &HostProblem) -> Result<(Vec<f32>, Vec<f32>)> {
         }
         let page = |t: usize| (p.page_table[bi * p.page_table_stride + t / p.page_size].max(0) as usize).min(pages.saturating_sub(1));
         let rows: Vec<usize> = (0..seq).map(|t| page(t) * p.page_size + t % p.page_size).collect();
-        for hi in 0..h {
-            let q = bi * h + hi;
-            let mut scores = Vec::with_capacity(seq);
-            for &r in &rows {
+        for (ti, hi) in (0..sq).flat_map(|t| (0..h).map(move |hh| (t, hh))) {
+            let q = (bi * sq + ti) * h + hi; // [B, s_q, H]
+            let keys = if p.causal { (seq + ti + 1).saturating_sub(sq) } else { seq };
+            let mut scores = Vec::with_capacity(keys);
+            for &r in &rows[..keys] {
                 let kv = &p.kv[r * ROW..(r + 1) * ROW];
                 let mut acc = 0f64;
                 for (d, &k) in kv.iter().enumerate().take(LATENT_DIM) {
@@ -86,7 +96,7 @@ pub fn cpu_decode(p: &HostProblem) -> Result<(Vec<f32>, Vec<f32>)> {
                 }
                 scores.push(acc * p.sm_scale as f64);
             }
-            if seq == 0 {
+            if keys == 0 {
                 continue;
             }
             let mx = scores.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
@@ -94,12 +104,12 @@ pub fn cpu_decode(p: &HostProblem) -> Result<(Vec<f32>, Vec<f32>)> {
             let sum: f64 = w.iter().sum();
             for d in 0..LATENT_DIM {
                 let mut acc = 0f64;
-                for (i, &r) in rows.iter().enumerate() {
+                for (i, &r) in rows[..keys].iter().enumerate() {
                     acc += w[i] * p.kv[r * ROW + d] as f64;
                 }
                 out[q * LATENT_DIM + d] = (acc / sum) as f32;
             }
-            lse[q] = (mx + sum.ln()) as f32;
+            lse[(bi * h + hi) * sq + ti] = (mx + sum.ln()) as f32; // [B, H, s_q]
         }
     }
     Ok((out, lse))
