@@ -1,6 +1,8 @@
 //! MLA decode throughput on the GPU it finds: bf16 KV, page 64, batch 64/128, seq 4096/8192,
-//! 16/128 heads, then batch 16 x 16,384 and batch 1 x 65,536, then the fp8 KV caches (per-tensor
-//! and DeepSeek's 656-byte token) against bf16 of the same shapes at 16, 32 and 128 heads.
+//! 16/128 heads, then batch 16 x 16,384 and batch 1 x 65,536, then two query tokens a request
+//! (MTP / speculative decode, causal) at 16, 32, 64 and 128 heads, then the fp8 KV caches
+//! (per-tensor and DeepSeek's 656-byte token) against bf16 of the same shapes at 16, 32, 64 (two
+//! tokens) and 128 heads.
 //!
 //! Honest inputs, the FlashMLA anchor's (benches/anchors/flashmla): random queries and cache
 //! (constant data inflates tensor-core throughput: 128 heads read 650-700 TFLOP/s on zeros where
@@ -11,7 +13,8 @@
 //! host's enqueueing and the launch gaps a graph removes. Per row: µs per call, achieved bandwidth
 //! (KV + Q + O bytes / time), TFLOP/s (B·S·H·2·(576+512) / time); the baseline in the same run is a
 //! device-to-device copy (read + write bytes / time), the HBM rate this GPU actually reaches.
-//! Prints the tables and one `BENCH_JSON` line. `GRAPHSAFE_MLA_BENCH=fp8` runs the fp8 table alone.
+//! Prints the tables and one `BENCH_JSON` line. `GRAPHSAFE_MLA_BENCH=fp8` runs the fp8 table alone,
+//! `GRAPHSAFE_MLA_BENCH=tokens` the two-token table alone.
 
 #[path = "common/random.rs"]
 mod random;
@@ -44,6 +47,8 @@ fn time_us(ctx: &Arc<Context>, stream: &Stream, iters: usize, mut f: impl FnMut(
 /// One timed configuration.
 struct Row {
     heads: usize,
+    /// Query tokens per request (causal when more than one).
+    s_q: usize,
     batch: usize,
     seq: usize,
     kind: KvFormatKind,
@@ -60,12 +65,12 @@ impl Row {
         self.bytes / self.us / 1e3
     }
     fn tflops(&self) -> f64 {
-        (self.batch * self.seq * self.heads) as f64 * 2.0 * 1088.0 / self.us / 1e6
+        (self.batch * self.seq * self.heads * self.s_q) as f64 * 2.0 * 1088.0 / self.us / 1e6
     }
     fn json(&self, copy_gbs: f64, extra: &str) -> String {
         format!(
-            "{{\"heads\":{},\"batch\":{},\"seq\":{},\"kv\":\"{}\",\"splits\":{},\"us\":{:.2},\"eager_us\":{:.2},\"gb_s\":{:.1},\"tflop_s\":{:.2},\"of_copy\":{:.3}{extra}}}",
-            self.heads, self.batch, self.seq, self.kind, self.splits, self.us, self.eager_us, self.gbs(), self.tflops(), self.gbs() / copy_gbs
+            "{{\"heads\":{},\"s_q\":{},\"batch\":{},\"seq\":{},\"kv\":\"{}\",\"splits\":{},\"us\":{:.2},\"eager_us\":{:.2},\"gb_s\":{:.1},\"tflop_s\":{:.2},\"of_copy\":{:.3}{extra}}}",
+            self.heads, self.s_q, self.batch, self.seq, self.kind, self.splits, self.us, self.eager_us, self.gbs(), self.tflops(), self.gbs() / copy_gbs
         )
     }
 }
@@ -90,33 +95,43 @@ fn main() {
 
     let caches = Caches::new(&stream);
     let mut ws = Workspace::new(&stream, 0).unwrap();
-    let mut run = |heads, batch, seq, kind| Case::new(&stream, &caches, heads, batch, seq, kind).time(&ctx, &mut stream, &mut ws);
-    // GRAPHSAFE_MLA_BENCH=fp8 times the fp8 table alone (its bf16 rows included), for quick A/B runs.
-    let fp8_only = std::env::var("GRAPHSAFE_MLA_BENCH").as_deref() == Ok("fp8");
+    let mut run = |heads, s_q, batch, seq, kind| Case::new(&stream, &caches, heads, s_q, batch, seq, kind).time(&ctx, &mut stream, &mut ws);
+    // GRAPHSAFE_MLA_BENCH=fp8 (or tokens) times that table alone (bf16 rows included), for quick A/B runs.
+    let only = std::env::var("GRAPHSAFE_MLA_BENCH").ok();
+    let fp8_only = only.as_deref() == Some("fp8");
+    let tokens_only = only.as_deref() == Some("tokens");
+    let skip_main = fp8_only || tokens_only;
     let mut main_rows = Vec::new();
-    for &heads in if fp8_only { &[][..] } else { &[16usize, 128][..] } {
+    for &heads in if skip_main { &[][..] } else { &[16usize, 128][..] } {
         for &batch in &[64usize, 128] {
             for &seq in &[4096usize, 8192] {
-                main_rows.push(run(heads, batch, seq, KvFormatKind::Native));
+                main_rows.push(run(heads, 1, batch, seq, KvFormatKind::Native));
             }
         }
     }
-    let long_shapes: &[(usize, usize, usize)] = if fp8_only { &[] } else { &[(128, 16, 16384), (128, 1, 65536), (16, 1, 65536)] };
-    let long: Vec<Row> = long_shapes.iter().map(|&(h, b, s)| run(h, b, s, KvFormatKind::Native)).collect();
+    let long_shapes: &[(usize, usize, usize)] = if skip_main { &[] } else { &[(128, 16, 16384), (128, 1, 65536), (16, 1, 65536)] };
+    let long: Vec<Row> = long_shapes.iter().map(|&(h, b, s)| run(h, 1, b, s, KvFormatKind::Native)).collect();
+    let mut tokens = Vec::new();
+    for &heads in if fp8_only { &[][..] } else { &[16usize, 32, 64, 128][..] } {
+        for &(batch, seq) in &[(64usize, 4096usize), (128, 8192)] {
+            tokens.push(run(heads, 2, batch, seq, KvFormatKind::Native));
+        }
+    }
     let mut fp8 = Vec::new();
-    for &(heads, batch, seq) in &[(16usize, 64usize, 4096usize), (16, 128, 8192), (32, 64, 4096), (128, 64, 4096)] {
+    let fp8_shapes: &[(usize, usize, usize, usize)] = if tokens_only { &[] } else { &[(16, 1, 64, 4096), (16, 1, 128, 8192), (32, 1, 64, 4096), (64, 2, 64, 4096), (128, 1, 64, 4096)] };
+    for &(heads, s_q, batch, seq) in fp8_shapes {
         for kind in KvFormatKind::ALL {
-            fp8.push(run(heads, batch, seq, kind));
+            fp8.push(run(heads, s_q, batch, seq, kind));
         }
     }
 
     println!("MLA decode on {} ({} SMs), page {PAGE}, random inputs and page order; copy baseline {copy_gbs:.0} GB/s", info.name, info.sm_count);
     println!("us/call: {CALLS} calls in one graph, median of 30 replays; eager: the same calls launched one by one, median of 30 batches");
-    let header = || println!("{:>6} {:>6} {:>6} {:>12} {:>7} {:>9} {:>9} {:>9} {:>8} {:>9}", "heads", "batch", "seq", "kv", "splits", "us/call", "eager us", "GB/s", "of copy", "TFLOP/s");
+    let header = || println!("{:>6} {:>4} {:>6} {:>6} {:>12} {:>7} {:>9} {:>9} {:>9} {:>8} {:>9}", "heads", "s_q", "batch", "seq", "kv", "splits", "us/call", "eager us", "GB/s", "of copy", "TFLOP/s");
     let line = |r: &Row, extra: &str| {
         println!(
-            "{:>6} {:>6} {:>6} {:>12} {:>7} {:>9.1} {:>9.1} {:>9.0} {:>8.3} {:>9.1}{extra}",
-            r.heads, r.batch, r.seq, r.kind.to_string(), r.splits, r.us, r.eager_us, r.gbs(), r.gbs() / copy_gbs, r.tflops()
+            "{:>6} {:>4} {:>6} {:>6} {:>12} {:>7} {:>9.1} {:>9.1} {:>9.0} {:>8.3} {:>9.1}{extra}",
+            r.heads, r.s_q, r.batch, r.seq, r.kind.to_string(), r.splits, r.us, r.eager_us, r.gbs(), r.gbs() / copy_gbs, r.tflops()
         )
     };
     println!("\nbf16 cache");
@@ -125,19 +140,23 @@ fn main() {
     println!("\nLong requests, bf16 cache");
     header();
     long.iter().for_each(|r| line(r, ""));
+    println!("\nTwo query tokens a request (causal), bf16 cache");
+    header();
+    tokens.iter().for_each(|r| line(r, ""));
     println!("\nfp8 caches against bf16 of the same shape (bf16/fp8 t = bf16 time / this time, > 1: faster)");
-    println!("{:>6} {:>6} {:>6} {:>12} {:>7} {:>9} {:>9} {:>9} {:>8} {:>9} {:>11}", "heads", "batch", "seq", "kv", "splits", "us/call", "eager us", "GB/s", "of copy", "TFLOP/s", "bf16/fp8 t");
-    let speedup = |r: &Row| fp8.iter().find(|b| (b.heads, b.batch, b.seq, b.kind) == (r.heads, r.batch, r.seq, KvFormatKind::Native)).map_or(f64::NAN, |b| b.us / r.us);
+    println!("{:>6} {:>4} {:>6} {:>6} {:>12} {:>7} {:>9} {:>9} {:>9} {:>8} {:>9} {:>11}", "heads", "s_q", "batch", "seq", "kv", "splits", "us/call", "eager us", "GB/s", "of copy", "TFLOP/s", "bf16/fp8 t");
+    let speedup = |r: &Row| fp8.iter().find(|b| (b.heads, b.s_q, b.batch, b.seq, b.kind) == (r.heads, r.s_q, r.batch, r.seq, KvFormatKind::Native)).map_or(f64::NAN, |b| b.us / r.us);
     fp8.iter().for_each(|r| line(r, &format!(" {:>11.2}", speedup(r))));
 
     let js = |rows: &[Row], with_speedup: bool| {
         rows.iter().map(|r| r.json(copy_gbs, &if with_speedup { format!(",\"speedup_vs_bf16\":{:.3}", speedup(r)) } else { String::new() })).collect::<Vec<_>>().join(",")
     };
     println!(
-        "BENCH_JSON {{\"bench\":\"mla\",\"device\":\"{}\",\"timing\":\"graph\",\"copy_gb_s\":{copy_gbs:.1},\"rows\":[{}],\"long_rows\":[{}],\"fp8_rows\":[{}]}}",
+        "BENCH_JSON {{\"bench\":\"mla\",\"device\":\"{}\",\"timing\":\"graph\",\"copy_gb_s\":{copy_gbs:.1},\"rows\":[{}],\"long_rows\":[{}],\"token_rows\":[{}],\"fp8_rows\":[{}]}}",
         info.name,
         js(&main_rows, false),
         js(&long, false),
+        js(&tokens, false),
         js(&fp8, true)
     );
 }
@@ -206,6 +225,7 @@ impl Caches {
 /// the full length, its pages a random permutation of the cache's first `batch * seq / PAGE`.
 struct Case<'c> {
     heads: usize,
+    s_q: usize,
     batch: usize,
     seq: usize,
     kind: KvFormatKind,
@@ -218,7 +238,7 @@ struct Case<'c> {
 }
 
 impl<'c> Case<'c> {
-    fn new(stream: &Stream, caches: &'c Caches, heads: usize, batch: usize, seq: usize, kind: KvFormatKind) -> Case<'c> {
+    fn new(stream: &Stream, caches: &'c Caches, heads: usize, s_q: usize, batch: usize, seq: usize, kind: KvFormatKind) -> Case<'c> {
         let pages = batch * seq / PAGE;
         assert!(batch * seq <= MAX_TOKENS);
         // Fisher-Yates over the pages.
@@ -226,15 +246,17 @@ impl<'c> Case<'c> {
         for (i, r) in (1..pages).rev().zip(random_u64s(pages, (heads * 1_000_003 + batch * 1009 + seq) as u64)) {
             pt.swap(i, (r % (i as u64 + 1)) as usize);
         }
+        let rows = batch * s_q * heads;
         Case {
             heads,
+            s_q,
             batch,
             seq,
             kind,
             caches,
-            q: DeviceBuffer::from_host(stream, &random_bf16(batch * heads * 576, 7 + seq as u64)).unwrap(),
-            out: DeviceBuffer::alloc_zeroed(stream, batch * heads * 512 * 2).unwrap(),
-            lse: DeviceBuffer::alloc_zeroed(stream, batch * heads * 4).unwrap(),
+            q: DeviceBuffer::from_host(stream, &random_bf16(rows * 576, 7 + seq as u64)).unwrap(),
+            out: DeviceBuffer::alloc_zeroed(stream, rows * 512 * 2).unwrap(),
+            lse: DeviceBuffer::alloc_zeroed(stream, rows * 4).unwrap(),
             seq_lens: DeviceBuffer::from_host(stream, &vec![seq as i32; batch]).unwrap(),
             page_table: DeviceBuffer::from_host(stream, &pt).unwrap(),
         }
@@ -243,7 +265,7 @@ impl<'c> Case<'c> {
     /// The decode's arguments over memory `m` gives for each of this case's buffers (the buffers
     /// themselves for an eager call, their capture bindings for a captured one).
     fn args<'a, M: DeviceMemory + Clone>(&'a self, mut m: impl FnMut(&'a DeviceBuffer) -> M) -> MlaDecodeArgs<M> {
-        let (batch, heads, pages_per) = (self.batch, self.heads, self.seq / PAGE);
+        let (batch, s_q, heads, pages_per) = (self.batch, self.s_q, self.heads, self.seq / PAGE);
         let pages = batch * pages_per;
         let (kv_dt, kv_row) = self.kind.cache_element(DType::Bf16);
         let kv_format = match self.kind {
@@ -252,23 +274,25 @@ impl<'c> Case<'c> {
             KvFormatKind::Fp8DsMla => KvFormat::Fp8DsMla,
         };
         let q = m(&self.q);
+        let q_strides = [s_q * heads * 576, heads * 576, 576, 1];
         MlaDecodeArgs::new(
-            Tensor::strided(q.clone(), 0, DType::Bf16, &[batch, heads, 512], &[heads * 576, 576, 1]),
-            Tensor::strided(q, 1024, DType::Bf16, &[batch, heads, 64], &[heads * 576, 576, 1]),
+            Tensor::strided(q.clone(), 0, DType::Bf16, &[batch, s_q, heads, 512], &q_strides),
+            Tensor::strided(q, 1024, DType::Bf16, &[batch, s_q, heads, 64], &q_strides),
             Tensor::contiguous(m(self.caches.of(self.kind)), kv_dt, &[pages, PAGE, kv_row]),
             Tensor::contiguous(m(&self.seq_lens), DType::I32, &[batch]),
             Tensor::contiguous(m(&self.page_table), DType::I32, &[batch, pages_per]),
-            Tensor::contiguous(m(&self.out), DType::Bf16, &[batch, heads, 512]),
+            Tensor::contiguous(m(&self.out), DType::Bf16, &[batch, s_q, heads, 512]),
         )
         .with_kv_format(kv_format)
-        .with_lse(Tensor::contiguous(m(&self.lse), DType::F32, &[batch, heads]))
+        .with_lse(Tensor::contiguous(m(&self.lse), DType::F32, &[batch, heads, s_q]))
+        .with_causal(s_q > 1)
         .with_sm_scale(1.0 / 576f32.sqrt())
         .with_max_seq_len(self.seq as u32)
     }
 
     /// KV + Q + O bytes of one call.
     fn bytes(&self) -> f64 {
-        (self.batch * self.seq * self.kind.token_bytes(KvDtype::Bf16) + self.batch * self.heads * (576 + 512) * 2) as f64
+        (self.batch * self.seq * self.kind.token_bytes(KvDtype::Bf16) + self.batch * self.s_q * self.heads * (576 + 512) * 2) as f64
     }
 
     /// Times the case captured and eagerly; the first (untimed) eager call grows the workspace.
@@ -292,7 +316,7 @@ impl<'c> Case<'c> {
                 decode(&eager, ws, stream).unwrap();
             }
         }) / CALLS as f64;
-        Row { heads: self.heads, batch: self.batch, seq: self.seq, kind: self.kind, splits: plan.num_splits, us, eager_us, bytes: self.bytes() }
+        Row { heads: self.heads, s_q: self.s_q, batch: self.batch, seq: self.seq, kind: self.kind, splits: plan.num_splits, us, eager_us, bytes: self.bytes() }
     }
 }
 
