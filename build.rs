@@ -103,6 +103,8 @@ fn run() -> Result<(), String> {
     kernels::write_manifest(&out_dir, &selected, &units, &built)?;
 
     link(&out_dir, &cuda.lib);
+    // For dependents (`links = "graphsafe"`): capi/build.rs refuses a C library without kernels.
+    println!("cargo::metadata=kernels={}", selected.join(","));
     let mut backends: Vec<String> = Vec::new();
     for t in arch_table::TARGETS.iter().filter(|t| selected.iter().any(|a| a == t.name)) {
         println!("cargo:rustc-cfg=graphsafe_arch=\"{}\"", t.name);
@@ -152,6 +154,7 @@ fn docs_only(manifest_dir: &Path, out_dir: &Path, why: &str) -> Result<(), Strin
     let built = kernels::Built { objects: Vec::new(), units: Vec::new(), fatbins: Vec::new(), skipped: Vec::new(), compiled: 0, cached: 0 };
     kernels::write_modules_rs(out_dir, &built, &units)?;
     println!("cargo:rustc-cfg=graphsafe_no_kernels");
+    println!("cargo::metadata=kernels=none: {why}");
     report_build(&[
         ("ARCHS", ""),
         ("CUDA_VERSION", "none"),
