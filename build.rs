@@ -1,6 +1,7 @@
 //! Build script: finds (or provisions) the CUDA compiler and CUTLASS, compiles `cuda-src/` with a
-//! content-addressed object cache, links the kernels with `cudart_static`, embeds the fatbins the
-//! driver layer loads, and (feature `bindgen`) checks the checked-in bindings for drift.
+//! content-addressed object cache, links the kernels and `cudart_static` into one object that
+//! exports only the `gs_*` glue, embeds the fatbins the driver layer loads, and (feature `bindgen`)
+//! checks the checked-in bindings for drift.
 //! The pieces live in `build/`; README.md lists the environment variables, docs/ARCHITECTURE.md the design.
 
 // The arch table the crate dispatches from (`graphsafe::arch`): one file, read by both.
@@ -98,11 +99,11 @@ fn run() -> Result<(), String> {
     let units = kernels::scan(&manifest_dir.join("cuda-src"), &selected)?;
     let ctx = kernels::Ctx { cuda: &cuda, cutlass: &cutlass, manifest_dir: &manifest_dir, cache: &cache, out_dir: &out_dir };
     let built = kernels::build_all(&ctx, &units)?;
-    kernels::archive(&out_dir, &built.objects)?;
+    kernels::prelink(&out_dir, &built.objects, &cuda.lib)?;
     kernels::write_modules_rs(&out_dir, &built, &units)?;
     kernels::write_manifest(&out_dir, &selected, &units, &built)?;
 
-    link(&out_dir, &cuda.lib);
+    link(&out_dir);
     // For dependents (`links = "graphsafe"`): capi/build.rs refuses a C library without kernels.
     println!("cargo::metadata=kernels={}", selected.join(","));
     let mut backends: Vec<String> = Vec::new();
@@ -175,13 +176,14 @@ fn report_build(fields: &[(&str, &str)]) {
     }
 }
 
-fn link(out_dir: &Path, cuda_lib: &Path) {
+fn link(out_dir: &Path) {
     println!("cargo:rustc-link-search=native={}", out_dir.display());
+    // One object: the kernels with the CUDA runtime (cudart_static) linked in and every symbol but
+    // the `gs_*` glue made local (build/kernels.rs, `prelink`), so a program that has a CUDA
+    // runtime of its own keeps it, and graphsafe keeps its own. cudart_static opens libcuda.so.1
+    // itself at first use, so nothing here links the driver: the crate builds and its CPU tests run
+    // on machines with no driver. What the runtime needs from the system:
     println!("cargo:rustc-link-lib=static=graphsafe_kernels");
-    println!("cargo:rustc-link-search=native={}", cuda_lib.display());
-    // cudart_static opens libcuda.so.1 itself at first use, so nothing here links the driver:
-    // the crate builds and its CPU tests run on machines with no driver.
-    println!("cargo:rustc-link-lib=static=cudart_static");
     for l in ["stdc++", "dl", "rt", "pthread"] {
         println!("cargo:rustc-link-lib=dylib={l}");
     }
