@@ -122,6 +122,7 @@ fn run() -> Result<(), String> {
     report_build(&[
         ("ARCHS", &selected.join(",")),
         ("CUDA_VERSION", &cuda.version),
+        ("CUDART_VERSION", &toolchain::cudart_version(&cuda.include)?.to_string()),
         ("CUDA_SOURCE", &cuda.source),
         ("CUTLASS_VERSION", &cutlass.version),
         ("CUTLASS_SOURCE", &cutlass.source),
@@ -159,6 +160,7 @@ fn docs_only(manifest_dir: &Path, out_dir: &Path, why: &str) -> Result<(), Strin
     report_build(&[
         ("ARCHS", ""),
         ("CUDA_VERSION", "none"),
+        ("CUDART_VERSION", "0"),
         ("CUDA_SOURCE", &format!("none: {why}")),
         ("CUTLASS_VERSION", "none"),
         ("CUTLASS_SOURCE", "none"),
