@@ -104,7 +104,7 @@ fn run() -> Result<(), String> {
     kernels::write_manifest(&out_dir, &selected, &units, &built)?;
 
     link(&out_dir);
-    // For dependents (`links = "graphsafe"`): capi/build.rs refuses a C library without kernels.
+    // For dependents (`links = "graphsafe"`): clib/build.rs refuses a C library without kernels.
     println!("cargo::metadata=kernels={}", selected.join(","));
     let mut backends: Vec<String> = Vec::new();
     for t in arch_table::TARGETS.iter().filter(|t| selected.iter().any(|a| a == t.name)) {

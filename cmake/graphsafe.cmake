@@ -5,7 +5,7 @@
 #   include(third_party/graphsafe/cmake/graphsafe.cmake)     # this file, which both of those include
 #   target_link_libraries(my_engine PRIVATE graphsafe::graphsafe)
 #
-# Builds the C library (the graphsafe-capi member: cargo build -p graphsafe-capi) with cargo
+# Builds the C library (the graphsafe-clib member: cargo build -p graphsafe-clib) with cargo
 # (Rust >= 1.85 and python3 with pip needed on the build machine; the first build provisions the
 # pinned CUDA compiler and CUTLASS, see README.md; without them and offline it fails in one line)
 # into this project's build tree, and exposes it as the imported target graphsafe::graphsafe with
@@ -35,13 +35,13 @@ set(GRAPHSAFE_LIBRARY "${GRAPHSAFE_TARGET_DIR}/${GRAPHSAFE_CARGO_PROFILE}/libgra
 
 file(GLOB_RECURSE _graphsafe_inputs CONFIGURE_DEPENDS
   "${GRAPHSAFE_SOURCE_DIR}/src/*.rs" "${GRAPHSAFE_SOURCE_DIR}/cuda-src/*"
-  "${GRAPHSAFE_SOURCE_DIR}/include/*.h" "${GRAPHSAFE_SOURCE_DIR}/build/*.rs" "${GRAPHSAFE_SOURCE_DIR}/capi/*")
+  "${GRAPHSAFE_SOURCE_DIR}/include/*.h" "${GRAPHSAFE_SOURCE_DIR}/build/*.rs" "${GRAPHSAFE_SOURCE_DIR}/clib/*")
 add_custom_command(
   OUTPUT "${GRAPHSAFE_LIBRARY}"
   COMMAND ${CMAKE_COMMAND} -E env CARGO_TARGET_DIR=${GRAPHSAFE_TARGET_DIR} GRAPHSAFE_CUDA_ARCHS=${GRAPHSAFE_CUDA_ARCHS}
-          ${GRAPHSAFE_CARGO} build -p graphsafe-capi ${_graphsafe_profile_flag} --manifest-path ${GRAPHSAFE_SOURCE_DIR}/Cargo.toml
+          ${GRAPHSAFE_CARGO} build -p graphsafe-clib ${_graphsafe_profile_flag} --manifest-path ${GRAPHSAFE_SOURCE_DIR}/Cargo.toml
   DEPENDS ${_graphsafe_inputs} "${GRAPHSAFE_SOURCE_DIR}/Cargo.toml" "${GRAPHSAFE_SOURCE_DIR}/Cargo.lock" "${GRAPHSAFE_SOURCE_DIR}/build.rs"
-  COMMENT "Building graphsafe (cargo build -p graphsafe-capi ${_graphsafe_profile_flag})"
+  COMMENT "Building graphsafe (cargo build -p graphsafe-clib ${_graphsafe_profile_flag})"
   USES_TERMINAL VERBATIM)
 add_custom_target(graphsafe_cargo_build DEPENDS "${GRAPHSAFE_LIBRARY}")
 

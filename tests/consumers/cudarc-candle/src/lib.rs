@@ -1,6 +1,6 @@
 //! What an engine on cudarc hands graphsafe: its context, a stream and a slice. Compiling this
 //! proves that graphsafe's cudarc is the engine's (one crate, one set of types) whatever cudarc
-//! features the engine chose; ../*/Cargo.toml choose them.
+//! features the engine chose: each engine crate under tests/consumers/ chooses its own.
 
 use cudarc::driver::{CudaContext, CudaSlice, CudaStream};
 use graphsafe::driver::{Context, DeviceBuffer, Stream};
