@@ -1,6 +1,7 @@
 //! Build script: finds (or provisions) the CUDA compiler and CUTLASS, compiles `cuda-src/` with a
-//! content-addressed object cache, links the kernels with `cudart_static`, embeds the fatbins the
-//! driver layer loads, and (feature `bindgen`) checks the checked-in bindings for drift.
+//! content-addressed object cache, links the kernels and `cudart_static` into one object that
+//! exports only the `gs_*` glue, embeds the fatbins the driver layer loads, and (feature `bindgen`)
+//! checks the checked-in bindings for drift.
 //! The pieces live in `build/`; README.md lists the environment variables, docs/ARCHITECTURE.md the design.
 
 // The arch table the crate dispatches from (`graphsafe::arch`): one file, read by both.
@@ -98,11 +99,13 @@ fn run() -> Result<(), String> {
     let units = kernels::scan(&manifest_dir.join("cuda-src"), &selected)?;
     let ctx = kernels::Ctx { cuda: &cuda, cutlass: &cutlass, manifest_dir: &manifest_dir, cache: &cache, out_dir: &out_dir };
     let built = kernels::build_all(&ctx, &units)?;
-    kernels::archive(&out_dir, &built.objects)?;
+    kernels::prelink(&out_dir, &built.objects, &cuda.lib)?;
     kernels::write_modules_rs(&out_dir, &built, &units)?;
     kernels::write_manifest(&out_dir, &selected, &units, &built)?;
 
-    link(&out_dir, &cuda.lib);
+    link(&out_dir);
+    // For dependents (`links = "graphsafe"`): clib/build.rs refuses a C library without kernels.
+    println!("cargo::metadata=kernels={}", selected.join(","));
     let mut backends: Vec<String> = Vec::new();
     for t in arch_table::TARGETS.iter().filter(|t| selected.iter().any(|a| a == t.name)) {
         println!("cargo:rustc-cfg=graphsafe_arch=\"{}\"", t.name);
@@ -119,6 +122,7 @@ fn run() -> Result<(), String> {
     report_build(&[
         ("ARCHS", &selected.join(",")),
         ("CUDA_VERSION", &cuda.version),
+        ("CUDART_VERSION", &toolchain::cudart_version(&cuda.include)?.to_string()),
         ("CUDA_SOURCE", &cuda.source),
         ("CUTLASS_VERSION", &cutlass.version),
         ("CUTLASS_SOURCE", &cutlass.source),
@@ -152,9 +156,11 @@ fn docs_only(manifest_dir: &Path, out_dir: &Path, why: &str) -> Result<(), Strin
     let built = kernels::Built { objects: Vec::new(), units: Vec::new(), fatbins: Vec::new(), skipped: Vec::new(), compiled: 0, cached: 0 };
     kernels::write_modules_rs(out_dir, &built, &units)?;
     println!("cargo:rustc-cfg=graphsafe_no_kernels");
+    println!("cargo::metadata=kernels=none: {why}");
     report_build(&[
         ("ARCHS", ""),
         ("CUDA_VERSION", "none"),
+        ("CUDART_VERSION", "0"),
         ("CUDA_SOURCE", &format!("none: {why}")),
         ("CUTLASS_VERSION", "none"),
         ("CUTLASS_SOURCE", "none"),
@@ -172,13 +178,14 @@ fn report_build(fields: &[(&str, &str)]) {
     }
 }
 
-fn link(out_dir: &Path, cuda_lib: &Path) {
+fn link(out_dir: &Path) {
     println!("cargo:rustc-link-search=native={}", out_dir.display());
+    // One object: the kernels with the CUDA runtime (cudart_static) linked in and every symbol but
+    // the `gs_*` glue made local (build/kernels.rs, `prelink`), so a program that has a CUDA
+    // runtime of its own keeps it, and graphsafe keeps its own. cudart_static opens libcuda.so.1
+    // itself at first use, so nothing here links the driver: the crate builds and its CPU tests run
+    // on machines with no driver. What the runtime needs from the system:
     println!("cargo:rustc-link-lib=static=graphsafe_kernels");
-    println!("cargo:rustc-link-search=native={}", cuda_lib.display());
-    // cudart_static opens libcuda.so.1 itself at first use, so nothing here links the driver:
-    // the crate builds and its CPU tests run on machines with no driver.
-    println!("cargo:rustc-link-lib=static=cudart_static");
     for l in ["stdc++", "dl", "rt", "pthread"] {
         println!("cargo:rustc-link-lib=dylib={l}");
     }

@@ -424,17 +424,106 @@ pub fn build_all(ctx: &Ctx, units: &[Unit]) -> Result<Built, String> {
     Ok(built)
 }
 
-/// Archives the objects into OUT_DIR/libgraphsafe_kernels.a.
-pub fn archive(out_dir: &Path, objects: &[PathBuf]) -> Result<PathBuf, String> {
+/// The symbols graphsafe's Rust code calls in the prelinked object: the kernel glue of
+/// `include/graphsafe_kernels.h`. Every other symbol is made local.
+pub const GLUE_PREFIX: &str = "gs_";
+
+/// Links the kernel objects and the CUDA runtime they call into one relocatable object, makes
+/// every symbol but the `gs_*` glue local, and archives it as OUT_DIR/libgraphsafe_kernels.a.
+///
+/// Why: archived as they were, the objects and `cudart_static` exported ~400 global `cuda*`
+/// symbols (the runtime's API). Linked into a C++ engine that has a CUDA runtime of its own (any
+/// version), the engine's `cudaMalloc` bound to graphsafe's copy, or graphsafe's kernels to the
+/// engine's `libcudart.so`, whichever came first on the link line. After `ld -r`, every reference
+/// from the kernels to the runtime is resolved inside the object, and once those symbols are local
+/// the linker can bind nothing else to them, nor them to anything else.
+///
+/// `--force-group-allocation` dissolves the COMDAT groups (C++ inline and template code): a local
+/// symbol left in a group could be discarded at the final link in favour of a same-named group of
+/// the program's own, leaving the kernels' references to it dangling.
+pub fn prelink(out_dir: &Path, objects: &[PathBuf], cuda_lib: &Path) -> Result<PathBuf, String> {
+    let cudart = cuda_lib.join("libcudart_static.a");
+    if !cudart.is_file() {
+        return Err(format!("the CUDA runtime to link into the kernels is missing: {}", cudart.display()));
+    }
+    let linked = out_dir.join("graphsafe_kernels.linked.o");
+    let object = out_dir.join("graphsafe_kernels.o");
+    let run = |mut cmd: Command, what: &str| -> Result<(), String> {
+        let out = cmd.output().map_err(|e| format!("running {what} ({cmd:?}): {e} (GNU binutils is needed to build graphsafe)"))?;
+        if !out.status.success() {
+            return Err(format!("{what} failed ({cmd:?}):\n{}", String::from_utf8_lossy(&out.stderr)));
+        }
+        Ok(())
+    };
+    let mut ld = Command::new("ld");
+    ld.arg("-r").arg("--force-group-allocation").arg("-o").arg(&linked).args(objects).arg(&cudart);
+    run(ld, "ld -r (the kernels with cudart_static)")?;
+    unique_to_global(&linked)?;
+    let mut objcopy = Command::new("objcopy");
+    objcopy.arg("--wildcard").arg(format!("--keep-global-symbol={GLUE_PREFIX}*")).arg(&linked).arg(&object);
+    run(objcopy, "objcopy (making the CUDA runtime's symbols local)")?;
+    let _ = fs::remove_file(&linked);
     let lib = out_dir.join("libgraphsafe_kernels.a");
     let _ = fs::remove_file(&lib);
     let mut ar = cc::Build::new().get_archiver();
-    ar.arg("crs").arg(&lib).args(objects);
+    ar.arg("crs").arg(&lib).arg(&object);
     let st = ar.status().map_err(|e| format!("running ar: {e}"))?;
     if !st.success() {
         return Err("ar failed".into());
     }
     Ok(lib)
+}
+
+/// Rebinds the object's GNU_UNIQUE symbols as plain globals, in place, so that objcopy makes them
+/// local with the rest (it localizes global and weak symbols, but leaves unique ones global).
+///
+/// g++ gives C++ inline variables and the static locals of inline functions that binding: libcu++'s
+/// tag objects (`cuda::std::in_place`, `…::__cpo::begin`) and the like. Once their COMDAT groups
+/// are dissolved, a global copy of ours would be a second definition beside a C++ engine's own
+/// (which it uses too, through the CUDA headers of its own version): a multiple-definition link
+/// error. Local, each program keeps its own. The symbol table's order (locals first) holds, since
+/// unique symbols are already among the non-local ones.
+fn unique_to_global(object: &Path) -> Result<(), String> {
+    const STB_GLOBAL: u8 = 1;
+    const STB_GNU_UNIQUE: u8 = 10;
+    const SHT_SYMTAB: u32 = 2;
+    let mut elf = fs::read(object).map_err(|e| format!("{}: {e}", object.display()))?;
+    let bad = |what: &str| format!("{}: {what} (expected a 64-bit little-endian ELF relocatable object)", object.display());
+    let u16_at = |b: &[u8], o: usize| b.get(o..o + 2).map(|s| u16::from_le_bytes([s[0], s[1]]) as usize);
+    let u32_at = |b: &[u8], o: usize| b.get(o..o + 4).map(|s| u32::from_le_bytes(s.try_into().unwrap()));
+    let u64_at = |b: &[u8], o: usize| b.get(o..o + 8).map(|s| u64::from_le_bytes(s.try_into().unwrap()) as usize);
+    if elf.get(0..6) != Some(&[0x7f, b'E', b'L', b'F', 2, 1][..]) {
+        return Err(bad("not ELF64 LE"));
+    }
+    let shoff = u64_at(&elf, 0x28).ok_or_else(|| bad("no section headers"))?;
+    let shentsize = u16_at(&elf, 0x3a).ok_or_else(|| bad("no section headers"))?;
+    let shnum = u16_at(&elf, 0x3c).ok_or_else(|| bad("no section headers"))?;
+    if shnum == 0 || shentsize < 0x40 {
+        return Err(bad("an extended or empty section header table"));
+    }
+    let mut changed = 0;
+    for i in 0..shnum {
+        let sh = shoff + i * shentsize;
+        if u32_at(&elf, sh + 4).ok_or_else(|| bad("truncated section header"))? != SHT_SYMTAB {
+            continue;
+        }
+        let (off, size, entsize) = (u64_at(&elf, sh + 0x18), u64_at(&elf, sh + 0x20), u64_at(&elf, sh + 0x38));
+        let (Some(off), Some(size), Some(24)) = (off, size, entsize) else { return Err(bad("a symbol table of unexpected layout")) };
+        if off.checked_add(size).is_none_or(|end| end > elf.len()) {
+            return Err(bad("a symbol table past the end of the file"));
+        }
+        for sym in (off..off + size).step_by(24) {
+            let info = elf[sym + 4];
+            if info >> 4 == STB_GNU_UNIQUE {
+                elf[sym + 4] = (STB_GLOBAL << 4) | (info & 0xf);
+                changed += 1;
+            }
+        }
+    }
+    if changed > 0 {
+        fs::write(object, &elf).map_err(|e| format!("{}: {e}", object.display()))?;
+    }
+    Ok(())
 }
 
 /// OUT_DIR/modules.rs: one `Option<&[u8]>` per fatbin unit (None where its archs were not built).

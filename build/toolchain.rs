@@ -12,8 +12,7 @@ pub struct Cuda {
     pub version_text: String,
     /// e.g. "13.0.88" (the `V…` field of `nvcc --version`).
     pub version: String,
-    /// Where `cuda.h`, `cuda_runtime.h` live (bindgen input).
-    #[cfg_attr(not(feature = "bindgen"), allow(dead_code))]
+    /// Where `cuda.h`, `cuda_runtime.h` live (bindgen input; the runtime's version).
     pub include: PathBuf,
     /// Where `libcudart_static.a` lives.
     pub lib: PathBuf,
@@ -148,4 +147,14 @@ fn version_from_header(root: &Path) -> Option<String> {
             .map(str::to_string)
     };
     Some(format!("{}.{}.{}", field("CUTLASS_MAJOR")?, field("CUTLASS_MINOR")?, field("CUTLASS_PATCH")?))
+}
+
+/// The version of the CUDA runtime the kernels are linked with (`CUDART_VERSION` of the toolkit's
+/// cuda_runtime_api.h, e.g. 13000 for 13.0): what `graphsafe doctor` compares the driver with.
+pub fn cudart_version(include: &Path) -> Result<u32, String> {
+    let header = include.join("cuda_runtime_api.h");
+    let text = std::fs::read_to_string(&header).map_err(|e| format!("graphsafe: {}: {e}", header.display()))?;
+    text.lines()
+        .find_map(|l| l.trim().strip_prefix("#define CUDART_VERSION")?.trim().parse().ok())
+        .ok_or_else(|| format!("graphsafe: no CUDART_VERSION in {}", header.display()))
 }

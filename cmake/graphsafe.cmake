@@ -1,10 +1,13 @@
-# Vendoring graphsafe in a C++ project:
+# Vendoring graphsafe in a C++ project, any of:
 #
-#   include(third_party/graphsafe/cmake/graphsafe.cmake)
+#   add_subdirectory(third_party/graphsafe)                  # the top-level CMakeLists.txt
+#   FetchContent_Declare(graphsafe GIT_REPOSITORY ...) + FetchContent_MakeAvailable(graphsafe)
+#   include(third_party/graphsafe/cmake/graphsafe.cmake)     # this file, which both of those include
 #   target_link_libraries(my_engine PRIVATE graphsafe::graphsafe)
 #
-# Builds the crate's static library with cargo (Rust >= 1.85 and python3 with pip needed on the
-# build machine; the first build provisions the pinned CUDA compiler and CUTLASS, see README.md)
+# Builds the C library (the graphsafe-clib member: cargo build -p graphsafe-clib) with cargo
+# (Rust >= 1.85 and python3 with pip needed on the build machine; the first build provisions the
+# pinned CUDA compiler and CUTLASS, see README.md; without them and offline it fails in one line)
 # into this project's build tree, and exposes it as the imported target graphsafe::graphsafe with
 # include/graphsafe.h on its include path. Options:
 #   GRAPHSAFE_CARGO_PROFILE   release (default) or debug
@@ -32,13 +35,13 @@ set(GRAPHSAFE_LIBRARY "${GRAPHSAFE_TARGET_DIR}/${GRAPHSAFE_CARGO_PROFILE}/libgra
 
 file(GLOB_RECURSE _graphsafe_inputs CONFIGURE_DEPENDS
   "${GRAPHSAFE_SOURCE_DIR}/src/*.rs" "${GRAPHSAFE_SOURCE_DIR}/cuda-src/*"
-  "${GRAPHSAFE_SOURCE_DIR}/include/*.h" "${GRAPHSAFE_SOURCE_DIR}/build/*.rs")
+  "${GRAPHSAFE_SOURCE_DIR}/include/*.h" "${GRAPHSAFE_SOURCE_DIR}/build/*.rs" "${GRAPHSAFE_SOURCE_DIR}/clib/*")
 add_custom_command(
   OUTPUT "${GRAPHSAFE_LIBRARY}"
   COMMAND ${CMAKE_COMMAND} -E env CARGO_TARGET_DIR=${GRAPHSAFE_TARGET_DIR} GRAPHSAFE_CUDA_ARCHS=${GRAPHSAFE_CUDA_ARCHS}
-          ${GRAPHSAFE_CARGO} build --lib ${_graphsafe_profile_flag} --manifest-path ${GRAPHSAFE_SOURCE_DIR}/Cargo.toml
-  DEPENDS ${_graphsafe_inputs} "${GRAPHSAFE_SOURCE_DIR}/Cargo.toml" "${GRAPHSAFE_SOURCE_DIR}/build.rs"
-  COMMENT "Building graphsafe (cargo build --lib ${_graphsafe_profile_flag})"
+          ${GRAPHSAFE_CARGO} build -p graphsafe-clib ${_graphsafe_profile_flag} --manifest-path ${GRAPHSAFE_SOURCE_DIR}/Cargo.toml
+  DEPENDS ${_graphsafe_inputs} "${GRAPHSAFE_SOURCE_DIR}/Cargo.toml" "${GRAPHSAFE_SOURCE_DIR}/Cargo.lock" "${GRAPHSAFE_SOURCE_DIR}/build.rs"
+  COMMENT "Building graphsafe (cargo build -p graphsafe-clib ${_graphsafe_profile_flag})"
   USES_TERMINAL VERBATIM)
 add_custom_target(graphsafe_cargo_build DEPENDS "${GRAPHSAFE_LIBRARY}")
 
@@ -46,7 +49,8 @@ add_library(graphsafe_static STATIC IMPORTED GLOBAL)
 set_target_properties(graphsafe_static PROPERTIES IMPORTED_LOCATION "${GRAPHSAFE_LIBRARY}")
 add_dependencies(graphsafe_static graphsafe_cargo_build)
 
-# The static library bundles the CUDA kernels and cudart_static; it needs these system libraries
+# The static library bundles the CUDA kernels and cudart_static (every runtime symbol local: a
+# program's own CUDA runtime, of any version, links beside it); it needs these system libraries
 # (the one list: cmake/install turns it into the pkg-config file and the CMake package too).
 set(GRAPHSAFE_SYSTEM_LIBRARIES stdc++ dl rt pthread m)
 add_library(graphsafe_graphsafe INTERFACE)

@@ -2,9 +2,11 @@
 //! cache, the activations and the weights are cudarc slices; graphsafe adopts the engine's context
 //! and stream, captures one decode step (MLA attention, then an NVFP4 W4A16 projection of its
 //! output) into a graph, and the graph keeps every cudarc slice alive after the engine drops its
-//! handles. Replays are compared with the eager step bit for bit. Needs an H100/H200 (sm_90).
+//! handles and the workspace grew after the capture. Replays are compared with the eager step bit
+//! for bit. Needs an H100/H200 (sm_90).
 //!
-//! `cargo run --release --features cudarc --example cudarc_interop [replays]` (default 200)
+//! `cargo run --release --features cudarc-13000 --example cudarc_interop [replays]` (default 200);
+//! tests/consumers/cudarc-candle builds it as an engine on candle's cudarc features would.
 //!
 //! Unlike cudarc's own graphs (`CudaStream::begin_capture`/`end_capture`), which hold only the
 //! stream, a graphsafe graph holds every buffer it bakes in, cudarc's included.
@@ -142,6 +144,12 @@ fn main() -> Res<()> {
     let exec = graph.instantiate()?;
     println!("captured: the graph keeps {} allocations alive", graph.kept_alive());
     drop(graph);
+    // The workspace grows past what the graph baked in: a new buffer; the graph keeps the old one.
+    let captured_capacity = ws.capacity();
+    if !ws.ensure_size(2 * captured_capacity + (1 << 20), &stream)? {
+        return Err("the workspace did not grow".into());
+    }
+    println!("workspace grown from {captured_capacity} to {} bytes after the capture", ws.capacity());
 
     // 6. The engine frees its own handles (cudarc's and graphsafe's) and allocates other data of
     //    the same sizes from the same cudarc pool: none of it can land on the graph's memory.

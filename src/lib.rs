@@ -105,4 +105,72 @@ pub mod build_info {
     pub fn skipped_units() -> Vec<&'static str> {
         env!("GRAPHSAFE_BUILD_SKIPPED_UNITS").split(',').filter(|s| !s.is_empty()).collect()
     }
+
+    /// The CUDA runtime linked into the kernels (`cudart_static`: the provisioned toolkit's 13.0,
+    /// or the toolkit the build found), as (major, minor); `None` in a build without kernels.
+    pub fn runtime_version() -> Option<(i32, i32)> {
+        let v: i32 = env!("GRAPHSAFE_BUILD_CUDART_VERSION").parse().unwrap_or(0);
+        (v > 0).then_some((v / 1000, v % 1000 / 10))
+    }
+
+    /// The oldest Linux driver release that supports CUDA `major`.0, which is what a runtime of
+    /// that major version needs (CUDA's minor version compatibility: any 13.x runtime runs on a
+    /// driver for 13.0 or newer). From NVIDIA's CUDA toolkit release notes.
+    pub fn min_linux_driver(major: i32) -> Option<&'static str> {
+        match major {
+            11 => Some("450.80.02"),
+            12 => Some("525.60.13"),
+            13 => Some("580.65.06"),
+            _ => None,
+        }
+    }
+
+    /// How an installed driver fits the bundled runtime ([`driver_fit`]).
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    pub enum DriverFit {
+        /// The driver supports the runtime's CUDA version, or a newer one.
+        Supported,
+        /// The driver supports the runtime's major version, but an older minor one: the runtime
+        /// runs (minor version compatibility), without what that minor version added to the driver.
+        MinorVersionCompatible,
+        /// The driver is older than the runtime's major version: every runtime call, so every
+        /// kernel launch, fails (`cudaErrorInsufficientDriver`). Update the driver.
+        TooOld,
+        /// A build without kernels has no runtime to fit.
+        NoRuntime,
+    }
+
+    /// How a driver that supports CUDA `driver` (`cuDriverGetVersion`, e.g. (12, 8), as
+    /// [`crate::driver::driver_version`] returns it) fits this build's runtime.
+    pub fn driver_fit(driver: (i32, i32)) -> DriverFit {
+        runtime_version().map_or(DriverFit::NoRuntime, |runtime| fit(runtime, driver))
+    }
+
+    pub(crate) fn fit(runtime: (i32, i32), driver: (i32, i32)) -> DriverFit {
+        if driver >= runtime {
+            DriverFit::Supported
+        } else if driver.0 == runtime.0 {
+            DriverFit::MinorVersionCompatible
+        } else {
+            DriverFit::TooOld
+        }
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::{fit, min_linux_driver, DriverFit};
+
+        #[test]
+        fn a_driver_fits_the_runtime_by_cuda_version() {
+            assert_eq!(fit((13, 0), (13, 0)), DriverFit::Supported);
+            assert_eq!(fit((13, 0), (13, 1)), DriverFit::Supported);
+            assert_eq!(fit((13, 0), (14, 0)), DriverFit::Supported);
+            assert_eq!(fit((13, 2), (13, 0)), DriverFit::MinorVersionCompatible);
+            // A 570 driver (CUDA 12.8) cannot run the 13.0 runtime.
+            assert_eq!(fit((13, 0), (12, 8)), DriverFit::TooOld);
+            assert_eq!(fit((12, 8), (12, 9)), DriverFit::Supported);
+            assert_eq!(min_linux_driver(13), Some("580.65.06"));
+            assert_eq!(min_linux_driver(10), None);
+        }
+    }
 }

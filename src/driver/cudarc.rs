@@ -16,13 +16,15 @@
 //!
 //! # One driver
 //!
-//! graphsafe opens `libcuda.so.1` with `dlopen` ([`crate::sys::driver`]); cudarc, built with its
-//! `dynamic-loading` feature, `dlopen`s the driver too (trying `libcuda.so`, …, `libcuda.so.1`). The
-//! dynamic loader returns the object it already loaded for the same file (it matches names,
-//! sonames and the file's device and inode), so both crates call into one copy of the driver and
-//! share its contexts, streams and pointers. [`shares_driver`](crate::driver::cudarc::shares_driver) checks it (the two crates' `cuInit`
-//! resolve to one address), and every `from_cudarc` constructor refuses to mix two drivers (which
-//! happens only when `GRAPHSAFE_CUDA_DRIVER` points graphsafe at another library).
+//! graphsafe opens `libcuda.so.1` with `dlopen` ([`crate::sys::driver`]). cudarc reaches the
+//! driver whichever way the engine's build chose: `dynamic-loading` (cudarc `dlopen`s `libcuda.so`,
+//! …, `libcuda.so.1`), or `dynamic-linking`/`static-linking` (the program is linked against
+//! `libcuda.so`, whose soname is `libcuda.so.1`). Either way the dynamic loader returns the object
+//! it already loaded for the same file (it matches names, sonames and the file's device and inode),
+//! so both crates call into one copy of the driver and share its contexts, streams and pointers.
+//! [`shares_driver`](crate::driver::cudarc::shares_driver) checks it, through cudarc's own entry
+//! points whatever its linking mode, and every `from_cudarc` constructor refuses to mix two drivers
+//! (which happens only when `GRAPHSAFE_CUDA_DRIVER` points graphsafe at another library).
 //!
 //! # Memory: handing a slice to graphsafe
 //!
@@ -79,11 +81,14 @@
 //!
 //! # Build
 //!
-//! cudarc 0.19 with `default-features = false` and `std`, `driver`, `dynamic-loading`, `cuda-13000`
-//! (the pinned toolkit's CUDA 13.0; driver 580 or newer). An engine's own cudarc dependency must
-//! agree on the linking mode (`dynamic-linking` or `static-linking` conflict with
-//! `dynamic-loading`). With this feature the minimum Rust is 1.88 (cudarc's `libloading` 0.9);
-//! without it, the crate's `rust-version`.
+//! graphsafe asks cudarc 0.19 for what it uses, `std` and `driver` (`default-features = false`),
+//! and leaves the linking mode and the CUDA version to the engine's own cudarc dependency, which
+//! cargo unifies with graphsafe's: candle's and mistral.rs's `dynamic-linking` with
+//! `cuda-version-from-build-system`, or `dynamic-loading` with `cuda-12080`, all build. cudarc
+//! needs one of each; graphsafe's own builds (its tests, examples and docs) use the feature
+//! `cudarc-13000` (CUDA 13.0, the pinned toolkit's, and cudarc's fallback `dynamic-loading`). With
+//! this feature the minimum Rust is 1.88 (cudarc's `libloading` 0.9); without it, the crate's
+//! `rust-version`.
 
 use super::{Context, DeviceBuffer, ForeignOwner, ForeignStream, Stream};
 use crate::error::{Error, Result};
@@ -92,19 +97,28 @@ use ::cudarc::driver::{CudaContext, CudaSlice, CudaStream, DevicePtr as _};
 use once_cell::sync::OnceCell;
 use std::sync::Arc;
 
-/// Whether graphsafe and cudarc call into one loaded copy of the driver: both resolve `cuInit` to
-/// the same address. `Ok(false)` when cudarc finds no driver library or loads another one.
+/// Whether graphsafe and cudarc call into one loaded copy of the driver.
+///
+/// Each crate asks its driver for the text of one error code: a driver returns a pointer to its
+/// own static string, so the two pointers are equal exactly when both calls reached the same
+/// loaded library. Asked through cudarc's `cuGetErrorString`, which exists in every cudarc linking
+/// mode and CUDA version (graphsafe cannot know which ones the engine's build chose), and which
+/// needs neither `cuInit` nor a context. `Ok(false)` when the pointers differ, or when cudarc
+/// (dynamic loading) finds no driver library: cudarc panics then, and the panic, which it prints,
+/// is caught here.
 pub fn shares_driver() -> Result<bool> {
-    let ours = crate::sys::driver::api()?.cuInit()?.f as usize;
-    // SAFETY: only asks whether cudarc's library-name candidates open (cudarc's own check, which
-    // does not panic); opening the driver runs its initialisers, as every CUDA program does.
-    if !unsafe { ::cudarc::driver::sys::is_culib_present() } {
-        return Ok(false);
-    }
-    // SAFETY: present (checked above), so cudarc's loader returns its library instead of panicking;
-    // the symbol's address is only compared, never called.
-    let theirs = unsafe { ::cudarc::driver::sys::culib().get::<*const ()>("cuInit") };
-    Ok(theirs.is_ok_and(|s| *s as usize == ours))
+    let probe = c::CUresult::CUDA_ERROR_INVALID_VALUE;
+    let mut ours: *const std::os::raw::c_char = std::ptr::null();
+    // SAFETY: an error code and an out-pointer to a local; the driver writes a static string.
+    let r = unsafe { (crate::sys::driver::api()?.cuGetErrorString()?.f)(probe, &mut ours) };
+    super::check(r, "cuGetErrorString")?;
+    let theirs = std::panic::catch_unwind(|| {
+        let mut p: *const std::os::raw::c_char = std::ptr::null();
+        // SAFETY: as above, through cudarc's binding of the same entry point.
+        let r = unsafe { ::cudarc::driver::sys::cuGetErrorString(::cudarc::driver::sys::CUresult::CUDA_ERROR_INVALID_VALUE, &mut p) };
+        (r == ::cudarc::driver::sys::CUresult::CUDA_SUCCESS).then_some(p as usize)
+    });
+    Ok(matches!(theirs, Ok(Some(p)) if p != 0 && p == ours as usize))
 }
 
 /// [`shares_driver`], asked once; an error unless it holds.
