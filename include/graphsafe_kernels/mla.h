@@ -54,7 +54,7 @@ typedef enum GsMlaScheduler {
  *                              it: its tokens hold whatever that page holds).
  * Only the columns that hold tokens of the (clamped) length are read from the caller's page table.
  * A NaN value in a bf16/fp16 cache, in a 656-byte cache's scales or rope, or a NaN per-tensor scale
- * makes the sm90 decode's heads it reaches NaN, LSE too: never an empty request's zeros and -inf,
+ * makes the sm90 decode's heads it reaches NaN, LSE too: never an empty request's zeros and +inf,
  * never a hang. (e4m3's NaN codes are read as finite values: see gs_mla_sm90_decode.)
  * The sm90 kernel applies this itself. CUTLASS's sm100 kernel does not (a zero length with
  * batch > 1 is an empty persistent split, which hangs CUTLASS 4.2; page indices go straight into

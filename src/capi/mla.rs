@@ -463,7 +463,7 @@ pub unsafe extern "C" fn graphsafe_mla_decode_captured(args: *const GraphsafeMla
 /// `[num_pages, page_size, 576]` for GRAPHSAFE_MLA_KV_FP8_PER_TENSOR (with `kv->kv_scale` the
 /// address of its f32 scale) and bytes `[num_pages, page_size, GRAPHSAFE_MLA_DS_MLA_TOKEN_BYTES]`
 /// for GRAPHSAFE_MLA_KV_FP8_DS_MLA; an fp8 format needs GRAPHSAFE_DTYPE_BF16 q (bf16 output), a
-/// head count the sm_90 kernel takes (a multiple of 16 in 16..=128) and an sm_90 device (else GRAPHSAFE_ERROR_INVALID_ARGUMENT naming the argument;
+/// head count in 1..=128 and an sm_90 device (else GRAPHSAFE_ERROR_INVALID_ARGUMENT naming the argument;
 /// the format, its scale address, dtype and heads are checked before any handle is looked up).
 /// Workspace as graphsafe_mla_plan_kv says. `plan` (nullable) receives what ran. BUSY while the
 /// stream is capturing or `ws` is bound to an open capture. Thread-safe (calls on one workspace

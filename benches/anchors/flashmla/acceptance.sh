@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # FlashMLA's acceptance of graphsafe's MLA decode, on the GPU machine (H200: nvcc, PyTorch, Triton;
 # no network, no Rust), from the repository root, after prepare.sh and with .gpu/lib/libgraphsafe.so
-# (cargo build --release --lib here, GRAPHSAFE_CUDA_ARCHS=sm_90a, copied there) carried along:
+# (cargo build --release -p graphsafe-clib here, GRAPHSAFE_CUDA_ARCHS=sm_90a, copied there) carried along:
 #
 #   bash benches/anchors/flashmla/acceptance.sh [suite|speed|all]     (default all)
 #

@@ -65,7 +65,7 @@ def library_path():
               os.path.join(REPO, "target", "release", "libgraphsafe.so")):
         if p and os.path.isfile(p):
             return p
-    raise FileNotFoundError("no libgraphsafe.so: set GRAPHSAFE_LIB or build it (cargo build --release --lib) and "
+    raise FileNotFoundError("no libgraphsafe.so: set GRAPHSAFE_LIB or build it (cargo build --release -p graphsafe-clib) and "
                             "copy it to .gpu/lib/")
 
 

@@ -39,10 +39,10 @@ pub enum KvFormat<M> {
     /// `[pages, page_size, 576]` fp8 e4m3 with one f32 scale for the whole cache, `scale` (f32
     /// `[1]`, device memory, read when the kernel runs: an engine may update it between replays):
     /// K = V = scale · e4m3, exactly (the scale is applied to the fp32 scores and output). vLLM's
-    /// fp8 KV cache. Queries bf16, output bf16. sm_90, every head count it takes. At 16 and 32
-    /// heads the products run in fp16 with q scaled by a power of two per head (exact for every
-    /// element of q above 2^-28 of its head's largest magnitude) and P in fp16; at 48..128 heads
-    /// in bf16.
+    /// fp8 KV cache. Queries bf16, output bf16. sm_90, every head count and token count it takes.
+    /// Up to 32 query rows (`s_q × heads`) the products run in fp16 with q scaled by a power of two
+    /// per row (exact for every element of q above 2^-28 of its row's largest magnitude) and P in
+    /// fp16; with more rows in bf16.
     Fp8PerTensor {
         /// f32 `[1]`.
         scale: Tensor<M>,
