@@ -38,6 +38,10 @@ impl Allocation {
     pub fn context(&self) -> &Arc<Context> {
         &self.ctx
     }
+    /// Whether another library allocated it (graphsafe holds its owner and never frees it).
+    pub(crate) fn is_foreign(&self) -> bool {
+        self.owner.is_some()
+    }
 }
 
 // Every live graphsafe allocation by its first address (several for one foreign block adopted
@@ -429,7 +433,6 @@ impl DeviceBuffer {
     /// # Safety
     /// `[ptr, ptr + bytes)` (`bytes` > 0) must be device memory of `ctx` that stays allocated while
     /// `owner` lives and that nothing but dropping `owner` frees.
-    #[cfg_attr(not(feature = "cudarc"), allow(dead_code))]
     pub(crate) unsafe fn from_foreign(ctx: &Arc<Context>, ptr: DevicePtr, bytes: usize, owner: ForeignOwner) -> DeviceBuffer {
         DeviceBuffer { alloc: Allocation::new_registered(Allocation { ptr, bytes, ctx: ctx.clone(), owner: Some(owner) }) }
     }

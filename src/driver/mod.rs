@@ -11,6 +11,8 @@ mod context;
 pub mod cudarc;
 mod device;
 mod event;
+// Engine memory adopted from Rust: `DeviceBuffer::adopt`.
+mod foreign;
 pub(crate) mod graph;
 pub(crate) mod launch;
 /// Device memory: [`DeviceBuffer`] handles over shared [`memory::Allocation`]s.
@@ -38,12 +40,12 @@ use once_cell::sync::OnceCell;
 /// A raw device address (`CUdeviceptr`).
 pub type DevicePtr = c::CUdeviceptr;
 
-/// A value outside graphsafe that owns a driver object graphsafe uses (with the `cudarc` feature:
-/// cudarc's context, stream or slice). graphsafe never looks inside it; it only holds it, so the
-/// object outlives graphsafe's use of its handle, and drops it when graphsafe is done (for memory:
-/// after the wait for graphsafe's streams that precedes every free, in place of `cuMemFree`).
+/// A value outside graphsafe that owns a driver object graphsafe uses (the owner of engine memory
+/// adopted with `DeviceBuffer::adopt`; with the `cudarc` feature, cudarc's context, stream or
+/// slice). graphsafe never looks inside it; it only holds it, so the object outlives graphsafe's
+/// use of its handle, and drops it when graphsafe is done (for memory: after the wait for
+/// graphsafe's streams that precedes every free, in place of `cuMemFree`).
 #[derive(Clone)]
-#[cfg_attr(not(feature = "cudarc"), allow(dead_code))]
 pub(crate) struct ForeignOwner(
     // Held for its Drop only: graphsafe never reads it.
     #[allow(dead_code)] pub(crate) std::sync::Arc<dyn std::any::Any + Send + Sync>,
