@@ -128,6 +128,7 @@ fn run() -> Result<(), String> {
         ("CUTLASS_SOURCE", &cutlass.source),
         ("SKIPPED_UNITS", &skipped.join(",")),
         ("CUDA_HOME", &cuda.home.to_string_lossy()),
+        ("CUDA_INCLUDE", &cuda.include.to_string_lossy()),
     ]);
     if built.compiled > 0 {
         println!(
@@ -166,6 +167,7 @@ fn docs_only(manifest_dir: &Path, out_dir: &Path, why: &str) -> Result<(), Strin
         ("CUTLASS_SOURCE", "none"),
         ("SKIPPED_UNITS", ""),
         ("CUDA_HOME", ""),
+        ("CUDA_INCLUDE", ""),
     ]);
     Ok(())
 }

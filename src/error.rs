@@ -58,19 +58,23 @@ pub enum Error {
     },
 
     /// A CUTLASS operation refused the arguments or failed.
-    #[error("CUTLASS {op}: {status}")]
+    #[error("{op}: CUTLASS {status}")]
     Cutlass {
-        /// Which operation.
+        /// The public operation, e.g. `nvfp4::gemm`.
         op: &'static str,
         /// What CUTLASS said.
         status: String,
     },
 
-    /// A CUDA runtime call inside the kernel glue failed.
-    #[error("CUDA runtime error {code} in {op}")]
+    /// A CUDA runtime call of a kernel launch failed. graphsafe's kernels run on the CUDA runtime
+    /// linked into them (`build_info::runtime_version`), whose errors are `cudaError_t`s.
+    #[error("{op}: CUDA runtime error {name} ({code}){}", runtime_advice(*code))]
     CudaRuntime {
-        /// Which glue operation.
+        /// The public operation, e.g. `nvfp4::global_scale`.
         op: &'static str,
+        /// The `cudaError_t`'s name, e.g. `cudaErrorInsufficientDriver`, or `"an unknown
+        /// cudaError_t"` for a code CUDA 13.0 does not have ([`crate::sys::cuda_errors`]).
+        name: &'static str,
         /// The raw `cudaError_t`.
         code: i32,
     },
@@ -124,7 +128,24 @@ pub enum Error {
     },
 }
 
+/// What to do about a runtime error the kernels commonly meet, after its name.
+fn runtime_advice(code: i32) -> &'static str {
+    match code {
+        34 => ": the runtime found a stub libcuda.so, not a driver; put the driver's library first on the loader path",
+        35 => ": the driver is older than the CUDA runtime the kernels are linked with; `graphsafe doctor` names the driver they need",
+        100 => ": the CUDA runtime sees no GPU (CUDA_VISIBLE_DEVICES?)",
+        209 => ": this build has no kernel for the GPU; build for its arch (GRAPHSAFE_CUDA_ARCHS)",
+        _ => "",
+    }
+}
+
 impl Error {
+    /// [`Error::CudaRuntime`] for `cudaError_t` `code` from the public operation `op`, named by
+    /// [`crate::sys::cuda_errors`].
+    pub fn cuda_runtime(op: &'static str, code: i32) -> Self {
+        Error::CudaRuntime { op, name: crate::sys::cuda_errors::name(code).unwrap_or("an unknown cudaError_t"), code }
+    }
+
     /// Shorthand for [`Error::InvalidArgument`].
     pub fn invalid(what: impl Into<String>, expected: impl Into<String>, got: impl fmt::Display) -> Self {
         Error::InvalidArgument { what: what.into(), expected: expected.into(), got: got.to_string() }
@@ -137,4 +158,23 @@ pub(crate) fn positive(what: &str, v: i64) -> Result<i32> {
         return Err(Error::invalid(what, format!("an integer in 1..={}", i32::MAX), v));
     }
     Ok(v as i32)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Error;
+
+    /// The error a kernel launch gets when the driver is too old for the bundled runtime, as it
+    /// reads: the public operation and the runtime's name for the code, the code kept for programs.
+    #[test]
+    fn runtime_errors_name_the_operation_and_the_cuda_error() {
+        let e = Error::cuda_runtime("nvfp4::global_scale", 35);
+        assert_eq!(e, Error::CudaRuntime { op: "nvfp4::global_scale", name: "cudaErrorInsufficientDriver", code: 35 });
+        let text = e.to_string();
+        assert!(text.starts_with("nvfp4::global_scale: CUDA runtime error cudaErrorInsufficientDriver (35)"), "{text}");
+        assert!(text.contains("graphsafe doctor"), "{text}");
+        let text = Error::cuda_runtime("mla::decode", 700).to_string();
+        assert_eq!(text, "mla::decode: CUDA runtime error cudaErrorIllegalAddress (700)");
+        assert!(Error::cuda_runtime("mla::decode", 123_456).to_string().contains("an unknown cudaError_t (123456)"));
+    }
 }

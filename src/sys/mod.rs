@@ -18,6 +18,9 @@ pub mod cuda;
 
 pub mod driver;
 
+/// The CUDA runtime's `cudaError_t` names, for errors of the kernels' runtime.
+pub mod cuda_errors;
+
 /// `libcudnn.so.9` loaded at run time (lazy per symbol), its bindgen output (`cudnn::ffi`), and
 /// safe RAII types over the backend API the ops use.
 pub mod cudnn;

@@ -154,7 +154,7 @@ fn the_sm90_kernel_refuses_fp8_layouts_it_cannot_run() {
         let base = Decode { kv_cache: span(0x30_0000, 64 * 64 * token), kv_layout: layout, ..decode(1, 64, 64) };
         for bad in [Decode { num_heads: 16, dtype: GlueDtype::Fp16, ..base }, Decode { num_heads: 128, dtype: GlueDtype::Fp16, ..base }] {
             let e = mla::decode(Backend::Sm90, &bad, span(0x70_0000, BIG), null_stream()).unwrap_err();
-            assert!(matches!(&e, Error::InvalidArgument { what, .. } if what == "gs_mla_sm90_decode"), "{layout:?} {} heads: {e}", bad.num_heads);
+            assert!(matches!(&e, Error::InvalidArgument { what, .. } if what == "mla::decode"), "{layout:?} {} heads: {e}", bad.num_heads);
         }
     }
 }

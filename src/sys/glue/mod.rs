@@ -86,17 +86,39 @@ pub(crate) fn require_workspace(ws: &DeviceSpan, needed: u64, align: u64) -> Res
     Ok(sizes)
 }
 
-/// Turns a glue status code into a `Result`; `op` names the glue function. `ws` is the workspace
-/// a launch passed (the glue's too-small check uses the same planner the wrapper asked, so these
-/// are the sizes it compared).
-pub(crate) fn check(status: i32, op: &'static str, ws: Option<WsSizes>) -> Result<()> {
+/// The public operation behind a glue function, as errors name it: the glue's symbols
+/// (`gs_nvfp4_global_scale`) are internal, the caller called `nvfp4::global_scale`.
+pub(crate) fn public_op(glue: &str) -> &'static str {
+    match glue {
+        "gs_mla_sm90_decode" | "gs_mla_sm100_decode" | "gs_mla_sanitize" | "gs_mla_sanitize_finish" => "mla::decode",
+        "gs_mla_sm90_num_splits" | "gs_mla_sm90_workspace_bytes" => "mla::sm90::plan",
+        "gs_mla_sm100_num_splits" | "gs_mla_sm100_max_safe_splits" | "gs_mla_sm100_scheduler" | "gs_mla_sm100_workspace_bytes" | "gs_mla_sanitize_layout" => "mla::sm100::plan",
+        "gs_nvfp4_scale_bytes" => "nvfp4::scale_bytes",
+        "gs_nvfp4_gemm_tile" => "nvfp4::gemm_tile",
+        "gs_nvfp4_cutlass_scale_offset" => "nvfp4 scale layout",
+        "gs_nvfp4_gemm_workspace_bytes" | "gs_nvfp4_w4a16_check_shape" | "gs_nvfp4_w4a16_workspace_bytes" | "gs_nvfp4_w4a16_schedule" | "gs_nvfp4_w4a16_prepared_bytes" => "nvfp4::plan",
+        "gs_nvfp4_global_scale" => "nvfp4::global_scale",
+        "gs_nvfp4_quantize" => "nvfp4::quantize",
+        "gs_nvfp4_dequantize" => "nvfp4::dequantize",
+        "gs_nvfp4_w4a16_prepare" => "nvfp4::prepare_weight",
+        "gs_nvfp4_w4a16_gemm" => "nvfp4::w4a16_gemm",
+        "gs_nvfp4_gemm" | "gs_nvfp4_gemm_sm100" | "gs_nvfp4_gemm_sm120" => "nvfp4::gemm",
+        _ => "a graphsafe kernel",
+    }
+}
+
+/// Turns a glue status code into a `Result`; `glue` names the glue function (errors name the
+/// public operation behind it, [`public_op`]). `ws` is the workspace a launch passed (the glue's
+/// too-small check uses the same planner the wrapper asked, so these are the sizes it compared).
+pub(crate) fn check(status: i32, glue: &'static str, ws: Option<WsSizes>) -> Result<()> {
     use k::GsStatus as S;
     let s = S(status as u32);
     if s == S::GS_OK {
         return Ok(());
     }
+    let op = public_op(glue);
     Err(if s == S::GS_ERR_INVALID_ARGUMENT {
-        Error::invalid(op, "arguments the kernel glue accepts", "a value it rejected")
+        Error::invalid(op, "arguments its kernel accepts", "a value the kernel's own checks rejected")
     } else if s == S::GS_ERR_UNSAFE_SPLIT {
         Error::invalid("num_splits", "a count allowed by the split-KV safety rule", "a larger count")
     } else if s == S::GS_ERR_CUTLASS_CANNOT_IMPLEMENT {
@@ -104,11 +126,11 @@ pub(crate) fn check(status: i32, op: &'static str, ws: Option<WsSizes>) -> Resul
     } else if s == S::GS_ERR_CUTLASS_INTERNAL {
         Error::Cutlass { op, status: "internal error".into() }
     } else if s == S::GS_ERR_CUDA {
-        Error::CudaRuntime { op, code: last_cuda_error() }
+        Error::cuda_runtime(op, last_cuda_error())
     } else if let (true, Some(w)) = (s == S::GS_ERR_WORKSPACE_TOO_SMALL, ws) {
         Error::WorkspaceTooSmall { needed: w.needed, capacity: w.capacity }
     } else {
-        Error::Cutlass { op, status: format!("unexpected glue status {status}") }
+        Error::Cutlass { op, status: format!("unexpected kernel status {status}") }
     })
 }
 
@@ -140,6 +162,32 @@ mod tests {
         assert_eq!(check(code, "gs_x", Some(sizes)), Err(Error::WorkspaceTooSmall { needed: 7, capacity: 3 }));
         assert!(matches!(check(code, "gs_x", None), Err(Error::Cutlass { .. })), "a planner never reports it");
         assert_eq!(check(0, "gs_x", None), Ok(()));
+    }
+
+    /// A glue failure names the public operation, never the glue's symbol, for every glue
+    /// function there is (the bindings list them), and a runtime failure the `cudaError_t`'s name.
+    #[test]
+    fn glue_failures_name_the_public_operation() {
+        const BINDINGS: &str = include_str!("../kernels_bindings.rs");
+        let glue: Vec<&str> = BINDINGS.split("pub fn ").skip(1).filter_map(|s| s.split('(').next()).filter(|n| n.starts_with("gs_") && *n != "gs_last_cuda_error").collect();
+        assert!(glue.len() > 20, "{glue:?}");
+        for g in glue {
+            let op = public_op(g);
+            assert!(!op.contains("gs_") && op != public_op("gs_not_a_glue_function"), "{g} -> {op}");
+        }
+        let code = k::GsStatus::GS_ERR_CUDA.0 as i32;
+        match check(code, "gs_nvfp4_global_scale", None) {
+            Err(Error::CudaRuntime { op, name, code }) => {
+                assert_eq!(op, "nvfp4::global_scale");
+                assert_eq!(Some(name), crate::sys::cuda_errors::name(code).or(Some("an unknown cudaError_t")));
+            }
+            other => panic!("{other:?}"),
+        }
+        let invalid = k::GsStatus::GS_ERR_INVALID_ARGUMENT.0 as i32;
+        let e = check(invalid, "gs_mla_sm90_decode", None).unwrap_err();
+        assert!(matches!(&e, Error::InvalidArgument { what, .. } if what == "mla::decode"), "{e}");
+        let e = check(k::GsStatus::GS_ERR_CUTLASS_INTERNAL.0 as i32, "gs_nvfp4_gemm", None).unwrap_err();
+        assert_eq!(e.to_string(), "nvfp4::gemm: CUTLASS internal error");
     }
 }
 
