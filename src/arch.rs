@@ -8,7 +8,9 @@
 //!   [`Error::ArchUnsupported`] says which GPUs the op runs on, or which arch the build lacks;
 //! * planning ([`plan_mla`], [`plan_nvfp4`], [`mla_for_abi`], [`nvfp4_for_abi`]) is host-only and
 //!   works on every build, so it consults the whole table;
-//! * [`require_fp4_tensor_cores`] is what cuDNN's NVFP4 engines need, whatever was built.
+//! * [`require_fp4_tensor_cores`] is what cuDNN's NVFP4 engines need, whatever was built;
+//! * [`sm_count_of`] and [`gpu_named`] answer for a GPU by name ([`GPUS`]), to plan for a GPU that
+//!   is not at hand.
 //!
 //! A compute capability is served by at most one row; a family row (`sm_100f`) serves several.
 
@@ -166,6 +168,53 @@ pub fn require_fp4_tensor_cores(op: &'static str, cc: (i32, i32)) -> Result<()> 
     }
     let rows: Vec<String> = TARGETS.iter().filter(|t| fp4(t)).map(Target::describe).collect();
     Err(Error::ArchUnsupported { op, need: format!("a Blackwell GPU (FP4 tensor cores): {}", rows.join(" or ")), have: cc_name(cc) })
+}
+
+/// `"RTX 5090"`, `"NVIDIA GeForce RTX 5090"`, `"rtx-5090"` → `"rtx5090"`: a name as [`gpu_named`]
+/// compares it (case, spaces, `-`, `_` and the vendor's prefixes do not matter).
+fn gpu_key(name: &str) -> String {
+    let mut k: String = name.chars().filter(|c| c.is_ascii_alphanumeric()).map(|c| c.to_ascii_lowercase()).collect();
+    for prefix in ["nvidia", "geforce"] {
+        if let Some(rest) = k.strip_prefix(prefix) {
+            k = rest.to_string();
+        }
+    }
+    k
+}
+
+/// The GPU of [`GPUS`] called `name` (its name or an alias; case, spaces, hyphens and an
+/// "NVIDIA"/"GeForce" prefix do not matter).
+///
+/// ```
+/// let gpu = graphsafe::arch::gpu_named("NVIDIA H200").unwrap();
+/// assert_eq!((gpu.compute_capability, gpu.sm_count), ((9, 0), 132));
+/// assert!(graphsafe::arch::gpu_named("H300").is_none());
+/// ```
+pub fn gpu_named(name: &str) -> Option<&'static Gpu> {
+    let key = gpu_key(name);
+    GPUS.iter().find(|g| gpu_key(g.name) == key || g.aliases.iter().any(|a| gpu_key(a) == key))
+}
+
+/// The names [`gpu_named`] knows, comma separated (for messages).
+pub fn gpu_names() -> String {
+    GPUS.iter().map(|g| g.name).collect::<Vec<_>>().join(", ")
+}
+
+/// The SM count of the GPU called `name` (the planners' `sm_count`); an unknown name is refused
+/// with every name known ([`Error::InvalidArgument`], `gpu`).
+///
+/// ```
+/// use graphsafe::arch::sm_count_of;
+/// assert_eq!(sm_count_of("H200")?, 132);
+/// assert_eq!(sm_count_of("B200")?, 148);
+/// assert_eq!(sm_count_of("RTX 5090")?, 170);
+/// assert!(sm_count_of("Voodoo 2").is_err());
+/// # Ok::<(), graphsafe::Error>(())
+/// ```
+pub fn sm_count_of(name: &str) -> Result<u32> {
+    gpu_named(name)
+        .map(|g| g.sm_count)
+        .ok_or_else(|| Error::invalid("gpu", format!("a GPU graphsafe knows by name ({}), or its SM count given explicitly", gpu_names()), name))
 }
 
 /// The rows `pick` selects, as `(names "sm_100f", GPUs "sm_100/sm_103 (B200, …)")`.
@@ -343,6 +392,42 @@ mod tests {
                 }
                 other => panic!("{other:?}"),
             }
+        }
+    }
+
+    #[test]
+    fn every_row_plans_for_its_reference_gpu_and_every_gpu_has_a_row() {
+        for t in TARGETS {
+            let g = gpu_named(t.reference_gpu).unwrap_or_else(|| panic!("{}: {} is not in GPUS", t.name, t.reference_gpu));
+            assert_eq!(g.sm_count, t.sm_count, "{}", t.name);
+            assert!(t.runs_on.contains(&g.compute_capability), "{}", t.name);
+        }
+        for (i, g) in GPUS.iter().enumerate() {
+            assert!(target_for_cc(g.compute_capability).is_some(), "{} has no row", g.name);
+            assert!(g.sm_count > 0);
+            // No name (or alias) finds two GPUs.
+            for n in std::iter::once(&g.name).chain(g.aliases) {
+                assert_eq!(gpu_named(n), Some(g), "{n}");
+                assert!(GPUS[..i].iter().all(|o| gpu_key(o.name) != gpu_key(n)), "{n} twice");
+            }
+        }
+    }
+
+    #[test]
+    fn sm_counts_by_the_names_people_type() {
+        assert_eq!(sm_count_of("H200").unwrap(), 132);
+        assert_eq!(sm_count_of("h100 pcie").unwrap(), 114);
+        assert_eq!(sm_count_of("NVIDIA GeForce RTX 5090").unwrap(), 170);
+        assert_eq!(sm_count_of("rtx-5070-ti").unwrap(), 70);
+        assert_eq!(sm_count_of("GB10").unwrap(), 48);
+        match sm_count_of("RTX 4090") {
+            Err(Error::InvalidArgument { what, expected, got }) => {
+                assert_eq!((what.as_str(), got.as_str()), ("gpu", "RTX 4090"));
+                for g in GPUS {
+                    assert!(expected.contains(g.name), "{expected} does not list {}", g.name);
+                }
+            }
+            other => panic!("{other:?}"),
         }
     }
 

@@ -78,8 +78,10 @@ pub struct Target {
     /// The compute capabilities this SASS runs on: several for a family target (`sm_100f`: any
     /// GPU of the sm_100 family). No compute capability is in two rows.
     pub runs_on: &'static [(i32, i32)],
-    /// The GPUs, for messages; the first is the reference GPU of [`Target::sm_count`].
+    /// The GPUs, for messages.
     pub gpus: &'static str,
+    /// The GPU planners assume for the row when given no SM count (a name in [`GPUS`]).
+    pub reference_gpu: &'static str,
     /// The MLA decode back-end here, `None` where MLA has no kernel.
     pub mla: Option<MlaArch>,
     /// The NVFP4 GEMM back-end here, `None` where NVFP4 has no kernel.
@@ -87,8 +89,8 @@ pub struct Target {
     /// The oldest CUDA toolkit whose nvcc compiles this target (family targets came in 12.9);
     /// `build/toolchain.rs` refuses an older one for a build that selects the row.
     pub min_cuda: (u32, u32),
-    /// SMs of the reference GPU: what planners assume when asked to plan for the row without
-    /// an SM count (`graphsafe plan nvfp4 --arch …`).
+    /// SMs of [`Target::reference_gpu`]: what planners assume when asked to plan for the row
+    /// without an SM count (`graphsafe plan … --arch …`).
     pub sm_count: u32,
 }
 
@@ -107,6 +109,7 @@ pub const TARGETS: &[Target] = &[
         gencode: &["arch=compute_90a,code=sm_90a"],
         runs_on: &[(9, 0)],
         gpus: "H100, H200, GH200",
+        reference_gpu: "H100",
         mla: Some(MlaArch::Sm90),
         nvfp4: Some(Nvfp4Arch::Sm90),
         min_cuda: (12, 0),
@@ -117,6 +120,7 @@ pub const TARGETS: &[Target] = &[
         gencode: &["arch=compute_100f,code=sm_100f"],
         runs_on: &[(10, 0), (10, 3)],
         gpus: "B200, GB200, B300, GB300",
+        reference_gpu: "B200",
         mla: Some(MlaArch::Sm100),
         nvfp4: Some(Nvfp4Arch::Sm100),
         min_cuda: (12, 9),
@@ -127,11 +131,45 @@ pub const TARGETS: &[Target] = &[
         gencode: &["arch=compute_120f,code=sm_120f"],
         runs_on: &[(12, 0), (12, 1)],
         gpus: "RTX 50, RTX PRO Blackwell, DGX Spark",
+        reference_gpu: "RTX 5090",
         mla: None,
         nvfp4: Some(Nvfp4Arch::Sm120),
         min_cuda: (12, 9),
         sm_count: 170,
     },
+];
+
+/// A GPU by the name people use for it, for planning without the GPU at hand.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Gpu {
+    /// Its name, as NVIDIA markets it (without "NVIDIA" or "GeForce").
+    pub name: &'static str,
+    /// Other names it goes by.
+    pub aliases: &'static [&'static str],
+    /// Its compute capability.
+    pub compute_capability: (i32, i32),
+    /// Its SM count (what the driver reports as `CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT`, and
+    /// what the planners' `sm_count` means).
+    pub sm_count: u32,
+}
+
+/// The GPUs graphsafe knows by name: the reference GPU of every row of [`TARGETS`], and the other
+/// GPUs of those rows whose SM counts NVIDIA's specifications fix (a Blackwell SM has 128 CUDA
+/// cores, so e.g. the RTX 5090's 21,760 cores are 170 SMs). GPUs missing here are planned with
+/// their SM count given explicitly (`graphsafe doctor` reports it).
+pub const GPUS: &[Gpu] = &[
+    Gpu { name: "H100", aliases: &["H100 SXM", "H100 SXM5"], compute_capability: (9, 0), sm_count: 132 },
+    Gpu { name: "H100 PCIe", aliases: &[], compute_capability: (9, 0), sm_count: 114 },
+    Gpu { name: "H200", aliases: &["H200 SXM"], compute_capability: (9, 0), sm_count: 132 },
+    Gpu { name: "GH200", aliases: &[], compute_capability: (9, 0), sm_count: 132 },
+    Gpu { name: "B200", aliases: &[], compute_capability: (10, 0), sm_count: 148 },
+    Gpu { name: "GB200", aliases: &[], compute_capability: (10, 0), sm_count: 148 },
+    Gpu { name: "RTX 5090", aliases: &[], compute_capability: (12, 0), sm_count: 170 },
+    Gpu { name: "RTX 5080", aliases: &[], compute_capability: (12, 0), sm_count: 84 },
+    Gpu { name: "RTX 5070 Ti", aliases: &[], compute_capability: (12, 0), sm_count: 70 },
+    Gpu { name: "RTX 5070", aliases: &[], compute_capability: (12, 0), sm_count: 48 },
+    Gpu { name: "RTX PRO 6000 Blackwell", aliases: &["RTX PRO 6000"], compute_capability: (12, 0), sm_count: 188 },
+    Gpu { name: "DGX Spark", aliases: &["GB10"], compute_capability: (12, 1), sm_count: 48 },
 ];
 
 /// The row whose SASS runs on compute capability `cc`.
