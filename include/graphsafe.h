@@ -786,6 +786,18 @@ int graphsafe_context_synchronize(GraphsafeContext ctx);
 int graphsafe_context_destroy(GraphsafeContext ctx);
 
 /**
+ * The SM count of the GPU called `name` (a NUL-terminated name such as "H200", "B200" or
+ * "RTX 5090"; case, spaces and an "NVIDIA"/"GeForce" prefix do not matter), for the planners'
+ * `sm_count` when planning for a GPU that is not at hand. An unknown name is
+ * GRAPHSAFE_ERROR_INVALID_ARGUMENT, whose text lists every name known. Host-only. Thread-safe.
+ *
+ * # Safety
+ * `name` is null (refused) or points to a NUL-terminated string; `out` is null (refused) or
+ * points to a writable `int`.
+ */
+int graphsafe_gpu_sm_count(const char *name, int *out);
+
+/**
  * A new non-blocking stream on `ctx`'s device.
  *
  * # Safety
@@ -1218,7 +1230,7 @@ int graphsafe_mla_decode_captured(const GraphsafeMlaDecodeArgs *args,
  * `[num_pages, page_size, 576]` for GRAPHSAFE_MLA_KV_FP8_PER_TENSOR (with `kv->kv_scale` the
  * address of its f32 scale) and bytes `[num_pages, page_size, GRAPHSAFE_MLA_DS_MLA_TOKEN_BYTES]`
  * for GRAPHSAFE_MLA_KV_FP8_DS_MLA; an fp8 format needs GRAPHSAFE_DTYPE_BF16 q (bf16 output), a
- * head count the sm_90 kernel takes (a multiple of 16 in 16..=128) and an sm_90 device (else GRAPHSAFE_ERROR_INVALID_ARGUMENT naming the argument;
+ * head count in 1..=128 and an sm_90 device (else GRAPHSAFE_ERROR_INVALID_ARGUMENT naming the argument;
  * the format, its scale address, dtype and heads are checked before any handle is looked up).
  * Workspace as graphsafe_mla_plan_kv says. `plan` (nullable) receives what ran. BUSY while the
  * stream is capturing or `ws` is bound to an open capture. Thread-safe (calls on one workspace
@@ -1268,6 +1280,27 @@ int graphsafe_nvfp4_plan(int arch,
                          int out_dtype,
                          int sm_count,
                          GraphsafeNvfp4Plan *out);
+
+/**
+ * The workspace to pre-grow before capturing GEMMs of every M in `m_values[0..m_count]` (the
+ * batch sizes an engine captures) against one `[n, k]` weight: the plan of the M that needs the
+ * most (the first such, in the array's order), written to `out`, and that M to `worst_m` (nullable).
+ * The same rules as graphsafe_nvfp4_plan, for every M (GRAPHSAFE_ERROR_INVALID_ARGUMENT naming
+ * the argument, `m_count` 0 included). Host-only: works without a GPU. Thread-safe.
+ *
+ * # Safety
+ * `m_values` is null (refused) or points to `m_count` readable `int`s; `out` is null (refused)
+ * or points to a writable `GraphsafeNvfp4Plan`; `worst_m` is null or points to a writable `int`.
+ */
+int graphsafe_nvfp4_worst_case(int arch,
+                               const int *m_values,
+                               size_t m_count,
+                               int n_,
+                               int k,
+                               int out_dtype,
+                               int sm_count,
+                               GraphsafeNvfp4Plan *out,
+                               int *worst_m);
 
 /**
  * Bytes of the swizzled scale tensor of an [rows, k] NVFP4 matrix (k a multiple of 16):

@@ -121,3 +121,74 @@ fn operand_validation() {
     m.rows = 0;
     rejects(&m, "w.rows");
 }
+
+/// The front door over the M values an engine captures: the worst case is the plan of the first
+/// M that needs the most, computed here from `plan` of each M; it covers every M's workspace.
+#[test]
+fn the_worst_case_over_the_captured_ms_is_the_largest_plan() {
+    use nvfp4::Nvfp4Limits;
+    let ms: Vec<u32> = vec![512, 1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 256];
+    let mut hopper_needs_a_workspace = false;
+    for (arch, sms, outs) in [(Nvfp4Arch::Sm90, 132, &[DType::Bf16][..]), (Nvfp4Arch::Sm100, 148, &[DType::Bf16, DType::Fp16]), (Nvfp4Arch::Sm120, 170, &[DType::Bf16, DType::Fp16])] {
+        for (n, k) in [(8192u32, 8192u32), (28672, 8192), (8192, 28672), (2048, 7168)] {
+            for &out in outs {
+                let plans: Vec<_> = ms.iter().map(|&m| nvfp4::plan(arch, m.into(), n.into(), k.into(), out, sms).unwrap()).collect();
+                let most = plans.iter().map(|p| p.workspace_bytes).max().unwrap();
+                let first = plans.iter().find(|p| p.workspace_bytes == most).unwrap();
+                let worst = nvfp4::worst_case(arch, &Nvfp4Limits::new(ms.clone(), n, k, sms as u32).with_out(out)).unwrap();
+                assert_eq!(&worst, first, "{arch:?} n {n} k {k} {out}");
+                hopper_needs_a_workspace |= arch == Nvfp4Arch::Sm90 && most > 0;
+            }
+        }
+    }
+    assert!(hopper_needs_a_workspace, "the Hopper split-K shapes need a workspace: the worst case is not trivially 0");
+    // One M: the plan of that M.
+    let one = nvfp4::worst_case(Nvfp4Arch::Sm90, &Nvfp4Limits::new([16], 8192, 8192, 132)).unwrap();
+    assert_eq!(one, nvfp4::plan(Nvfp4Arch::Sm90, 16, 8192, 8192, DType::Bf16, 132).unwrap());
+}
+
+#[test]
+fn the_worst_case_refuses_what_plan_refuses_naming_the_limits_field() {
+    use nvfp4::Nvfp4Limits;
+    let what = |arch: Nvfp4Arch, l: Nvfp4Limits| match nvfp4::worst_case(arch, &l) {
+        Err(Error::InvalidArgument { what, .. }) => what,
+        other => panic!("{l:?}: {other:?}"),
+    };
+    assert_eq!(what(Nvfp4Arch::Sm100, Nvfp4Limits::new(Vec::new(), 8192, 8192, 148)), "m");
+    assert_eq!(what(Nvfp4Arch::Sm100, Nvfp4Limits::new([1, 0], 8192, 8192, 148)), "m");
+    assert_eq!(what(Nvfp4Arch::Sm100, Nvfp4Limits::new([1], 8192, 48, 148)), "k");
+    assert_eq!(what(Nvfp4Arch::Sm100, Nvfp4Limits::new([1], 100, 64, 148)), "n");
+    assert_eq!(what(Nvfp4Arch::Sm100, Nvfp4Limits::new([1], 8192, 64, 0)), "sm_count");
+    assert_eq!(what(Nvfp4Arch::Sm90, Nvfp4Limits::new([1], 8192, 64, 132).with_out(DType::Fp16)), "out");
+    assert_eq!(what(Nvfp4Arch::Sm100, Nvfp4Limits::new([1], 8192, 64, 148).with_out(DType::F32)), "out");
+}
+
+/// The C ABI's front door answers what the Rust one does, and names the M.
+#[test]
+fn the_c_worst_case_is_the_rust_one() {
+    use graphsafe::capi::*;
+    let ms = [1i32, 4, 16, 64, 256];
+    let limits = nvfp4::Nvfp4Limits::new(ms.map(|m| m as u32), 8192, 8192, 132);
+    let rust = nvfp4::worst_case(Nvfp4Arch::Sm90, &limits).unwrap();
+    let mut plan = GraphsafeNvfp4Plan::default();
+    let mut worst_m = -1;
+    // SAFETY: a live array of `ms.len()` ints and live out-values.
+    let r = unsafe { graphsafe_nvfp4_worst_case(GRAPHSAFE_ARCH_SM90, ms.as_ptr(), ms.len(), 8192, 8192, GRAPHSAFE_DTYPE_BF16, 132, &mut plan, &mut worst_m) };
+    assert_eq!(r, GRAPHSAFE_OK);
+    assert_eq!((plan.workspace_bytes, plan.prepared_weight_bytes, worst_m), (rust.workspace_bytes, rust.prepared_weight_bytes.unwrap(), rust.m as i32));
+    // SAFETY: as above; zero M values and a null array are refused.
+    let r = unsafe { graphsafe_nvfp4_worst_case(GRAPHSAFE_ARCH_SM90, ms.as_ptr(), 0, 8192, 8192, GRAPHSAFE_DTYPE_BF16, 132, &mut plan, std::ptr::null_mut()) };
+    assert_eq!(r, GRAPHSAFE_ERROR_INVALID_ARGUMENT);
+    // SAFETY: as above.
+    let r = unsafe { graphsafe_nvfp4_worst_case(GRAPHSAFE_ARCH_SM90, std::ptr::null(), 1, 8192, 8192, GRAPHSAFE_DTYPE_BF16, 132, &mut plan, std::ptr::null_mut()) };
+    assert_eq!(r, GRAPHSAFE_ERROR_NULL_POINTER);
+    let mut sms = 0;
+    // SAFETY: NUL-terminated names and a live out-value.
+    assert_eq!(unsafe { graphsafe_gpu_sm_count(c"RTX 5090".as_ptr(), &mut sms) }, GRAPHSAFE_OK);
+    assert_eq!(sms, 170);
+    // SAFETY: as above.
+    assert_eq!(unsafe { graphsafe_gpu_sm_count(c"H300".as_ptr(), &mut sms) }, GRAPHSAFE_ERROR_INVALID_ARGUMENT);
+    // SAFETY: graphsafe_last_error's text is valid until this thread's next failing call.
+    let text = unsafe { std::ffi::CStr::from_ptr(graphsafe_last_error()) }.to_string_lossy().into_owned();
+    assert!(text.contains("H300") && text.contains("B200"), "{text}");
+}

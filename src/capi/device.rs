@@ -151,3 +151,25 @@ pub unsafe extern "C" fn graphsafe_context_synchronize(ctx: GraphsafeContext) ->
 pub unsafe extern "C" fn graphsafe_context_destroy(ctx: GraphsafeContext) -> c_int {
     guard(|| handles::remove::<Context>(Tag::Context, ctx.id).map(drop))
 }
+
+/// The SM count of the GPU called `name` (a NUL-terminated name such as "H200", "B200" or
+/// "RTX 5090"; case, spaces and an "NVIDIA"/"GeForce" prefix do not matter), for the planners'
+/// `sm_count` when planning for a GPU that is not at hand. An unknown name is
+/// GRAPHSAFE_ERROR_INVALID_ARGUMENT, whose text lists every name known. Host-only. Thread-safe.
+///
+/// # Safety
+/// `name` is null (refused) or points to a NUL-terminated string; `out` is null (refused) or
+/// points to a writable `int`.
+#[no_mangle]
+pub unsafe extern "C" fn graphsafe_gpu_sm_count(name: *const c_char, out: *mut c_int) -> c_int {
+    guard(|| {
+        if name.is_null() {
+            return Err(null("name"));
+        }
+        // SAFETY: non-null; the caller promises a NUL-terminated string.
+        let name = unsafe { std::ffi::CStr::from_ptr(name) }.to_string_lossy();
+        let sms = crate::arch::sm_count_of(&name)?;
+        // SAFETY: the caller's contract (null is refused inside).
+        unsafe { put(out, "out", sms as c_int) }
+    })
+}

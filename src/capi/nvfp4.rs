@@ -97,22 +97,71 @@ pub unsafe extern "C" fn graphsafe_nvfp4_plan(arch: c_int, m: c_int, n_: c_int, 
             return Err(null("out"));
         }
         let p = nvfp4::plan(arch_of(arch)?, m as i64, n_ as i64, k as i64, half_dtype(out_dtype, "out_dtype")?, sm_count as i64)?;
-        let t = p.tile.unwrap_or(nvfp4::Tile { m: 0, n: 0, k: 0, cluster_m: 0, cluster_n: 0 });
         // SAFETY: the caller's contract (null is refused inside).
-        unsafe { put(
-            out,
-            "out",
-            GraphsafeNvfp4Plan {
-                tile_m: t.m as c_int,
-                tile_n: t.n as c_int,
-                tile_k: t.k as c_int,
-                cluster_m: t.cluster_m as c_int,
-                cluster_n: t.cluster_n as c_int,
-                workspace_bytes: p.workspace_bytes,
-                prepared_weight_bytes: p.prepared_weight_bytes.unwrap_or(0),
-            },
-        ) }
+        unsafe { put(out, "out", plan_c(&p)) }
     })
+}
+
+/// The workspace to pre-grow before capturing GEMMs of every M in `m_values[0..m_count]` (the
+/// batch sizes an engine captures) against one `[n, k]` weight: the plan of the M that needs the
+/// most (the first such, in the array's order), written to `out`, and that M to `worst_m` (nullable).
+/// The same rules as graphsafe_nvfp4_plan, for every M (GRAPHSAFE_ERROR_INVALID_ARGUMENT naming
+/// the argument, `m_count` 0 included). Host-only: works without a GPU. Thread-safe.
+///
+/// # Safety
+/// `m_values` is null (refused) or points to `m_count` readable `int`s; `out` is null (refused)
+/// or points to a writable `GraphsafeNvfp4Plan`; `worst_m` is null or points to a writable `int`.
+#[no_mangle]
+#[allow(clippy::too_many_arguments)]
+pub unsafe extern "C" fn graphsafe_nvfp4_worst_case(
+    arch: c_int,
+    m_values: *const c_int,
+    m_count: usize,
+    n_: c_int,
+    k: c_int,
+    out_dtype: c_int,
+    sm_count: c_int,
+    out: *mut GraphsafeNvfp4Plan,
+    worst_m: *mut c_int,
+) -> c_int {
+    guard(|| {
+        if m_values.is_null() {
+            return Err(null("m_values"));
+        }
+        if out.is_null() {
+            return Err(null("out"));
+        }
+        let count = |what: &str, v: c_int| u32::try_from(v).map_err(|_| Fail::from(crate::Error::invalid(what, "a value >= 0", v)));
+        let mut ms = Vec::new();
+        for i in 0..m_count {
+            // SAFETY: the caller's contract: `m_count` ints behind the non-null `m_values` (read
+            // unaligned: no alignment is assumed).
+            let m = unsafe { m_values.add(i).read_unaligned() };
+            ms.push(count("m_values", m)?);
+        }
+        let limits = nvfp4::Nvfp4Limits::new(ms, count("n", n_)?, count("k", k)?, count("sm_count", sm_count)?).with_out(half_dtype(out_dtype, "out_dtype")?);
+        let p = nvfp4::worst_case(arch_of(arch)?, &limits)?;
+        // SAFETY: the caller's contract (null is refused above).
+        unsafe { put(out, "out", plan_c(&p)) }?;
+        if !worst_m.is_null() {
+            // SAFETY: non-null; the caller's contract. The M came from an `int`.
+            unsafe { put(worst_m, "worst_m", p.m as c_int) }?;
+        }
+        Ok(())
+    })
+}
+
+fn plan_c(p: &nvfp4::Nvfp4Plan) -> GraphsafeNvfp4Plan {
+    let t = p.tile.unwrap_or(nvfp4::Tile { m: 0, n: 0, k: 0, cluster_m: 0, cluster_n: 0 });
+    GraphsafeNvfp4Plan {
+        tile_m: t.m as c_int,
+        tile_n: t.n as c_int,
+        tile_k: t.k as c_int,
+        cluster_m: t.cluster_m as c_int,
+        cluster_n: t.cluster_n as c_int,
+        workspace_bytes: p.workspace_bytes,
+        prepared_weight_bytes: p.prepared_weight_bytes.unwrap_or(0),
+    }
 }
 
 /// Bytes of the swizzled scale tensor of an [rows, k] NVFP4 matrix (k a multiple of 16):

@@ -187,6 +187,23 @@ static void nvfp4_and_cudnn_planning() {
   CHECK(last_error_mentions("k"));
   CHECK_STATUS(graphsafe_nvfp4_plan(GRAPHSAFE_ARCH_SM90, 16, 8192, 8192, GRAPHSAFE_DTYPE_FP16, 132, &p), GRAPHSAFE_ERROR_INVALID_ARGUMENT);
   CHECK_STATUS(graphsafe_nvfp4_plan(80, 16, 8192, 8192, GRAPHSAFE_DTYPE_BF16, 132, &p), GRAPHSAFE_ERROR_INVALID_ARGUMENT);
+  // The pre-grow over the batch sizes an engine captures: at least each one's own plan.
+  const int ms[] = {1, 2, 4, 8, 16, 32, 64, 128, 256};
+  int sms = 0, worst_m = 0;
+  CHECK_STATUS(graphsafe_gpu_sm_count("H200", &sms), GRAPHSAFE_OK);
+  CHECK(sms == 132);
+  CHECK_STATUS(graphsafe_gpu_sm_count("H300", &sms), GRAPHSAFE_ERROR_INVALID_ARGUMENT);
+  CHECK(last_error_mentions("B200"));
+  GraphsafeNvfp4Plan worst{};
+  CHECK_STATUS(graphsafe_nvfp4_worst_case(GRAPHSAFE_ARCH_SM90, ms, 9, 8192, 8192, GRAPHSAFE_DTYPE_BF16, 132, &worst, &worst_m), GRAPHSAFE_OK);
+  bool listed = false;
+  for (int m : ms) {
+    CHECK_STATUS(graphsafe_nvfp4_plan(GRAPHSAFE_ARCH_SM90, m, 8192, 8192, GRAPHSAFE_DTYPE_BF16, 132, &p), GRAPHSAFE_OK);
+    CHECK(p.workspace_bytes <= worst.workspace_bytes);
+    listed = listed || (m == worst_m && p.workspace_bytes == worst.workspace_bytes);
+  }
+  CHECK(listed && worst.workspace_bytes > 0);
+  CHECK_STATUS(graphsafe_nvfp4_worst_case(GRAPHSAFE_ARCH_SM90, ms, 0, 8192, 8192, GRAPHSAFE_DTYPE_BF16, 132, &worst, nullptr), GRAPHSAFE_ERROR_INVALID_ARGUMENT);
   uint64_t sb = 0;
   CHECK_STATUS(graphsafe_nvfp4_scale_bytes(300, 96, &sb), GRAPHSAFE_OK);
   CHECK(sb == 384 * 8);

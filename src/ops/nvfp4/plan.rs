@@ -1,6 +1,11 @@
 //! Planning (`cuda-src/nvfp4/plan.cu`, `sm90/plan.cu`): scale sizes, the Blackwell tile, and the
 //! workspace and prepared-weight sizes (and on Hopper the kernel's schedule) of one GEMM shape.
 //! Host code; runs without a GPU.
+//!
+//! The front door: [`plan`] for one shape (what the GEMMs plan with on every call) and
+//! [`worst_case`] over every M an engine captures ([`Nvfp4Limits`]): the size to pre-grow the
+//! workspace to before capture. The CLI (`graphsafe plan nvfp4`) and the C ABI
+//! (`graphsafe_nvfp4_worst_case`) answer through them.
 
 use super::{Nvfp4Arch, Nvfp4Plan, Tile, W4a16Schedule};
 use crate::error::{positive, Error, Result};
@@ -49,7 +54,20 @@ pub fn gemm_tile(arch: Nvfp4Arch, m: i64) -> Result<Tile> {
     Ok(Tile { m: t.tile_m as u32, n: t.tile_n as u32, k: t.tile_k as u32, cluster_m: t.cluster_m as u32, cluster_n: t.cluster_n as u32 })
 }
 
-/// Splits, workspace and (Hopper) prepared-weight size for D[m, n] = A[m, k] · W[n, k]ᵀ.
+/// Splits, workspace and (Hopper) prepared-weight size for D[m, n] = A[m, k] · W[n, k]ᵀ: what
+/// [`super::gemm`] and [`super::w4a16_gemm`] plan with (and launch exactly that), on every call.
+///
+/// ```
+/// use graphsafe::ops::nvfp4::{self, Nvfp4Arch};
+/// use graphsafe::ops::tensor::DType;
+/// // One decode step's projection on a B200: D[16, 8192] = A[16, 8192] · W[8192, 8192]ᵀ.
+/// let p = nvfp4::plan(Nvfp4Arch::Sm100, 16, 8192, 8192, DType::Bf16, 148)?;
+/// assert_eq!(p.tile.map(|t| (t.m, t.n)), Some((128, 128)));
+/// // Hopper runs the weight-only kernel over a weight prepared once, outside capture.
+/// let h = nvfp4::plan(Nvfp4Arch::Sm90, 16, 8192, 8192, DType::Bf16, 132)?;
+/// assert!(h.prepared_weight_bytes.unwrap() >= 8192 * 8192 / 2);
+/// # Ok::<(), graphsafe::Error>(())
+/// ```
 pub fn plan(arch: Nvfp4Arch, m: i64, n: i64, kk: i64, out: DType, sm_count: i64) -> Result<Nvfp4Plan> {
     let mm = positive("m", m)?;
     let (nn, k32) = check_nk(n, kk)?;
@@ -88,4 +106,67 @@ pub fn plan(arch: Nvfp4Arch, m: i64, n: i64, kk: i64, out: DType, sm_count: i64)
         }
     };
     Ok(Nvfp4Plan { arch, m: mm as u32, n: nn as u32, k: k32 as u32, tile, workspace_bytes, prepared_weight_bytes: prepared, schedule })
+}
+
+/// The GEMM shapes an engine captures: every M (rows of A, the tokens of a batch) it captures a
+/// graph for, against one weight `[n, k]`, on a GPU with `sm_count` SMs. Build it with
+/// [`Nvfp4Limits::new`] and the `with_*` setters.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+#[non_exhaustive]
+pub struct Nvfp4Limits {
+    /// The M values captured (e.g. an engine's batch sizes 1, 2, 4, …, 512), in any order.
+    pub m: Vec<u32>,
+    /// Rows of the weight (output features), a multiple of 32.
+    pub n: u32,
+    /// The reduction length, a multiple of 32.
+    pub k: u32,
+    /// D's element type: bf16 (default) or fp16 (Blackwell only).
+    pub out: DType,
+    /// SMs of the GPU ([`crate::arch::sm_count_of`] by name).
+    pub sm_count: u32,
+}
+
+impl Nvfp4Limits {
+    /// GEMMs of every M in `m` against an `[n, k]` weight on a GPU of `sm_count` SMs, bf16 out.
+    pub fn new(m: impl Into<Vec<u32>>, n: u32, k: u32, sm_count: u32) -> Nvfp4Limits {
+        Nvfp4Limits { m: m.into(), n, k, out: DType::Bf16, sm_count }
+    }
+    /// D's element type.
+    pub fn with_out(mut self, out: DType) -> Nvfp4Limits {
+        self.out = out;
+        self
+    }
+}
+
+/// The workspace to pre-grow before capture: the plan of the M in `l.m` that needs the most
+/// workspace (the first such M, in `l.m`'s order), every M planned by [`plan`] (so every shape
+/// rule is checked, an error naming the field). Its `workspace_bytes` covers every GEMM of the
+/// limits, so one pre-grow before capture suffices; `prepared_weight_bytes` (Hopper) does not
+/// depend on M.
+///
+/// ```
+/// use graphsafe::arch::sm_count_of;
+/// use graphsafe::ops::nvfp4::{self, Nvfp4Arch, Nvfp4Limits};
+/// // The batch sizes an engine captures, on an H200, for one 8192 x 8192 NVFP4 weight.
+/// let limits = Nvfp4Limits::new([1, 2, 4, 8, 16, 32, 64, 128, 256], 8192, 8192, sm_count_of("H200")?);
+/// let worst = nvfp4::worst_case(Nvfp4Arch::Sm90, &limits)?;
+/// for &m in &limits.m {
+///     let p = nvfp4::plan(Nvfp4Arch::Sm90, m.into(), 8192, 8192, limits.out, 132)?;
+///     assert!(p.workspace_bytes <= worst.workspace_bytes); // one pre-grow covers every capture
+/// }
+/// # Ok::<(), graphsafe::Error>(())
+/// ```
+pub fn worst_case(arch: Nvfp4Arch, l: &Nvfp4Limits) -> Result<Nvfp4Plan> {
+    let mut worst: Option<Nvfp4Plan> = None;
+    for &m in &l.m {
+        let p = plan(arch, m.into(), l.n.into(), l.k.into(), l.out, l.sm_count.into()).map_err(|e| match e {
+            // `plan` names the output dtype as the op's argument `d`; here it is the limits' `out`.
+            Error::InvalidArgument { what, expected, got } if what == "d.dtype" => Error::InvalidArgument { what: "out".into(), expected, got },
+            e => e,
+        })?;
+        if worst.is_none_or(|w| p.workspace_bytes > w.workspace_bytes) {
+            worst = Some(p);
+        }
+    }
+    worst.ok_or_else(|| Error::invalid("m", "at least one M value", "none"))
 }
