@@ -43,14 +43,14 @@ fn main() -> graphsafe::Result<()> {
     let exec = {
         let mut cap = stream.begin_capture(CaptureMode::ThreadLocal)?;
         let wsc = cap.bind_workspace(&mut ws)?;
-        let (xc, wc, yc) = (cap.bind_buffer(&x)?, cap.bind_buffer(&w)?, cap.bind_buffer(&y)?);
         for &m in &batches {
             let args = MatmulArgs {
-                a: Tensor::contiguous(xc.clone(), DType::Bf16, &[m, k]),
-                b: Tensor::strided(wc.clone(), 0, DType::Bf16, &[k, n], &[1, k]),
-                c: Tensor::contiguous(yc.clone(), DType::Bf16, &[m, n]),
+                a: Tensor::contiguous(&x, DType::Bf16, &[m, k]),
+                b: Tensor::strided(&w, 0, DType::Bf16, &[k, n], &[1, k]),
+                c: Tensor::contiguous(&y, DType::Bf16, &[m, n]),
             };
-            let info = cudnn::matmul_captured(&dnn, &args, &wsc, &cap)?;
+            // Every buffer bound to the capture: the graph keeps x, W and y alive.
+            let info = cudnn::matmul_captured(&dnn, &args.bind(&mut cap)?, &wsc, &cap)?;
             println!("captured m={m}: engine {} workspace {} B", info.engine, info.workspace_bytes);
         }
         cap.end()?.instantiate()?

@@ -80,6 +80,24 @@ pub mod workspace;
 
 pub use error::{Error, Result};
 
+/// What a captured decode step needs, in one import: `use graphsafe::prelude::*;`.
+///
+/// The driver objects, the capture and its views, the workspace and its planner, tensor
+/// arguments, and the ops: their modules (`mla`, `nvfp4`, `cudnn`, whose planners share names:
+/// `mla::worst_case`, `nvfp4::worst_case`), their argument types and limits, and MLA's `decode`
+/// and `decode_captured`.
+pub mod prelude {
+    pub use crate::arch::sm_count_of;
+    pub use crate::driver::{Context, DeviceBuffer, Stream};
+    pub use crate::error::{Error, Result};
+    pub use crate::graph::{Capture, CaptureMode, Captured, CapturedBuffer, Graph, GraphExec};
+    pub use crate::ops::cudnn::{self, Cudnn, MatmulArgs, MatmulProblem, Nvfp4MatmulArgs, Nvfp4Problem};
+    pub use crate::ops::mla::{self, decode, decode_captured, KvDtype, KvFormat, KvFormatKind, MlaArch, MlaDecodeArgs, MlaDecodePlan, MlaLimits};
+    pub use crate::ops::nvfp4::{self, Nvfp4Arch, Nvfp4Limits, Nvfp4Matrix, Nvfp4Plan, PreparedWeight};
+    pub use crate::ops::tensor::{DType, Tensor};
+    pub use crate::workspace::{Workspace, WorkspacePlanner};
+}
+
 /// Facts about how this copy of the crate was built (what `graphsafe doctor` reports).
 pub mod build_info {
     /// The GPU archs the kernels were compiled for: rows of [`crate::arch::TARGETS`]

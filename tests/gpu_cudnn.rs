@@ -73,12 +73,7 @@ impl Case {
         }
     }
     fn captured<'c>(&self, cap: &mut Capture<'_, 'c>) -> MatmulArgs<CapturedBuffer<'c>> {
-        let a = self.args();
-        MatmulArgs {
-            a: a.a.with_mem(cap.bind_buffer(&self.a).unwrap()),
-            b: a.b.with_mem(cap.bind_buffer(&self.b).unwrap()),
-            c: a.c.with_mem(cap.bind_buffer(&self.c).unwrap()),
-        }
+        self.args().bind(cap).unwrap()
     }
     /// Worst |got - ref| / allowed over every element of C (≤ 1 passes).
     fn check(&self, got: &[f64]) -> f64 {

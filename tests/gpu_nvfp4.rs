@@ -203,9 +203,10 @@ fn check_captured_replay(stream: &mut Stream, p: &W4a16, alpha: &DeviceBuffer, d
     let exec = {
         let mut cap = stream.begin_capture(CaptureMode::ThreadLocal).unwrap();
         let w = cap.bind_workspace(ws).unwrap();
-        let (ca, cal, cd) = (cap.bind_buffer(&p.a).unwrap(), cap.bind_buffer(alpha).unwrap(), cap.bind_buffer(d).unwrap());
-        let cw = p.w.bind(&mut cap).unwrap();
-        let cplan = nvfp4::w4a16_gemm_captured(&Tensor::contiguous(ca, DType::Bf16, &[m, k]), &cw, &cal, &Tensor::contiguous(cd, DType::Bf16, &[m, n]), &w, &cap).unwrap();
+        let ca = Tensor::contiguous(&p.a, DType::Bf16, &[m, k]).bind(&mut cap).unwrap();
+        let cd = Tensor::contiguous(d, DType::Bf16, &[m, n]).bind(&mut cap).unwrap();
+        let (cal, cw) = (cap.bind_buffer(alpha).unwrap(), p.w.bind(&mut cap).unwrap());
+        let cplan = nvfp4::w4a16_gemm_captured(&ca, &cw, &cal, &cd, &w, &cap).unwrap();
         assert_eq!(&cplan, plan);
         cap.end().unwrap().instantiate().unwrap()
     };

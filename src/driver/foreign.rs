@@ -71,7 +71,7 @@ impl DeviceBuffer {
     /// An engine's block, freed by its own allocator when graphsafe is done with it:
     ///
     /// ```no_run
-    /// use graphsafe::driver::{Context, DeviceBuffer, Stream};
+    /// use graphsafe::prelude::*;
     ///
     /// /// What keeps the engine's block allocated: dropping it gives the block back.
     /// struct EngineBlock {

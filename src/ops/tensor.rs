@@ -4,8 +4,9 @@
 //! `M` is the memory: `&DeviceBuffer` for eager calls, [`CapturedBuffer`](crate::graph::CapturedBuffer) inside a capture (so a
 //! captured op can only be given buffers the graph keeps alive).
 
-use crate::driver::DevicePtr;
+use crate::driver::{DeviceBuffer, DevicePtr};
 use crate::error::{Error, Result};
+use crate::graph::{Capture, CapturedBuffer};
 use crate::sys::cuda as c;
 use std::fmt;
 
@@ -48,6 +49,31 @@ impl fmt::Display for DType {
             DType::I32 => "i32",
             DType::U8 => "u8",
         })
+    }
+}
+
+impl Tensor<&DeviceBuffer> {
+    /// The same view inside `cap`: its buffer bound to the capture (so every graph made from it
+    /// keeps the buffer alive), offset, dtype, shape and strides unchanged. A buffer of another
+    /// device is refused.
+    ///
+    /// ```no_run
+    /// use graphsafe::prelude::*;
+    /// # fn main() -> graphsafe::Result<()> {
+    /// let ctx = Context::new(0)?;
+    /// let mut stream = Stream::new(&ctx)?;
+    /// let buf = DeviceBuffer::alloc_zeroed(&stream, 64 * 128 * 2)?;
+    /// let x = Tensor::contiguous(&buf, DType::Bf16, &[64, 128]);
+    /// let (graph, ()) = stream.capture(CaptureMode::ThreadLocal, |cap| {
+    ///     let xc = x.bind(cap)?; // a Tensor<CapturedBuffer>, what captured ops take
+    ///     assert_eq!(xc.shape, [64, 128]);
+    ///     Ok(())
+    /// })?;
+    /// assert_eq!(graph.kept_alive(), 1);
+    /// # Ok(()) }
+    /// ```
+    pub fn bind<'id>(&self, cap: &mut Capture<'_, 'id>) -> Result<Tensor<CapturedBuffer<'id>>> {
+        Ok(self.clone().with_mem(cap.bind_buffer(self.mem)?))
     }
 }
 

@@ -251,6 +251,14 @@ pub struct MatmulArgs<M> {
     pub c: Tensor<M>,
 }
 
+impl MatmulArgs<&DeviceBuffer> {
+    /// The same matmul inside `cap`: every buffer bound to the capture (so every graph made from
+    /// it keeps them alive), the views unchanged.
+    pub fn bind<'id>(&self, cap: &mut Capture<'_, 'id>) -> Result<MatmulArgs<CapturedBuffer<'id>>> {
+        Ok(MatmulArgs { a: self.a.bind(cap)?, b: self.b.bind(cap)?, c: self.c.bind(cap)? })
+    }
+}
+
 /// (batch, rows, cols, strides[3]) of a rank-2 or rank-3 tensor.
 fn dims3<M>(name: &str, t: &Tensor<M>) -> Result<(usize, usize, usize, [usize; 3])> {
     let ok = (t.shape.len() == 2 || t.shape.len() == 3) && t.strides.len() == t.shape.len();

@@ -205,6 +205,22 @@ pub struct Nvfp4MatmulArgs<M> {
     pub c: Tensor<M>,
 }
 
+impl Nvfp4MatmulArgs<&DeviceBuffer> {
+    /// The same matmul inside `cap`: every buffer bound to the capture (so every graph made from
+    /// it keeps them alive), the problem and views unchanged.
+    pub fn bind<'id>(&self, cap: &mut Capture<'_, 'id>) -> Result<Nvfp4MatmulArgs<CapturedBuffer<'id>>> {
+        Ok(Nvfp4MatmulArgs {
+            problem: self.problem,
+            a: cap.bind_buffer(self.a)?,
+            a_scale: cap.bind_buffer(self.a_scale)?,
+            b: cap.bind_buffer(self.b)?,
+            b_scale: cap.bind_buffer(self.b_scale)?,
+            alpha: cap.bind_buffer(self.alpha)?,
+            c: self.c.bind(cap)?,
+        })
+    }
+}
+
 impl<M: DeviceMemory> Nvfp4MatmulArgs<M> {
     /// Validates sizes, alignment and device (`ctx` null skips the device check).
     pub fn validate(&self, ctx: cu::CUcontext) -> Result<()> {

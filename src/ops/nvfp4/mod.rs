@@ -30,8 +30,10 @@ pub(crate) use quantize::quantize_on;
 pub use w4a16::{prepare_weight, w4a16_gemm, w4a16_gemm_captured, CapturedWeight, PreparedWeight};
 pub(crate) use w4a16::{prepare_weight_on, w4a16_on, WeightArg};
 
+use crate::driver::DeviceBuffer;
 use crate::error::{Error, Result};
 use crate::graph::target::Target;
+use crate::graph::{Capture, CapturedBuffer};
 use crate::ops::tensor::{mem_range, refuse_overlap, Check, DType, DeviceMemory, Tensor};
 use crate::sys::cuda as c;
 use crate::sys::glue::{nvfp4::Fp4Matrix, GlueDtype};
@@ -196,6 +198,20 @@ impl<M: DeviceMemory> Nvfp4Matrix<M> {
             global_scale: target.admit(&format!("{name}.global_scale"), &self.global_scale)?,
             rows: i32_of(&format!("{name}.rows"), self.rows)?,
             k: i32_of(&format!("{name}.k"), self.k)?,
+        })
+    }
+}
+
+impl Nvfp4Matrix<&DeviceBuffer> {
+    /// The same matrix inside `cap`: its three buffers bound to the capture (so every graph made
+    /// from it keeps them alive), the sizes unchanged.
+    pub fn bind<'id>(&self, cap: &mut Capture<'_, 'id>) -> Result<Nvfp4Matrix<CapturedBuffer<'id>>> {
+        Ok(Nvfp4Matrix {
+            packed: cap.bind_buffer(self.packed)?,
+            scales: cap.bind_buffer(self.scales)?,
+            global_scale: cap.bind_buffer(self.global_scale)?,
+            rows: self.rows,
+            k: self.k,
         })
     }
 }
