@@ -133,11 +133,11 @@ fn plan_mla_with_an_fp8_kv_cache_has_the_bf16_plans_and_says_its_format() {
 fn plan_mla_refuses_an_fp8_kv_cache_where_the_decode_does_with_its_message() {
     for (args, needles) in [
         // The op's rule: sm_90 only, bf16 queries.
-        (&["--arch", "sm_90", "--heads", "16", "--kv-format", "fp8", "--dtype", "fp16"][..], &["dtype", "bf16 with kv_format fp8"][..]),
-        (&["--arch", "sm_90", "--heads", "128", "--kv-format", "fp8-ds-mla", "--dtype", "fp16"], &["dtype", "bf16 with kv_format fp8-ds-mla"]),
-        (&["--arch", "sm_100", "--kv-format", "fp8"], &["--kv-format", "sm_100"]),
-        (&["--arch", "sm_103", "--kv-format", "fp8-ds-mla", "--dtype", "fp8"], &["--kv-format", "sm_100"]),
-        (&["--arch", "sm_90", "--heads", "16", "--kv-format", "fp4"], &["kv_format", "native, fp8 or fp8-ds-mla"]),
+        (&["--arch", "sm_90", "--heads", "16", "--kv-format", "fp8", "--dtype", "fp16"][..], &["`--dtype`", "bf16 with --kv-format fp8"][..]),
+        (&["--arch", "sm_90", "--heads", "128", "--kv-format", "fp8-ds-mla", "--dtype", "fp16"], &["`--dtype`", "bf16 with --kv-format fp8-ds-mla"]),
+        (&["--arch", "sm_100", "--kv-format", "fp8"], &["`--kv-format`", "sm_100", "--dtype fp8"]),
+        (&["--arch", "sm_103", "--kv-format", "fp8-ds-mla", "--dtype", "fp8"], &["`--kv-format`", "sm_100"]),
+        (&["--arch", "sm_90", "--heads", "16", "--kv-format", "fp4"], &["`--kv-format`", "native, fp8 or fp8-ds-mla"]),
     ] {
         let all: Vec<&str> = ["plan", "mla", "--batch", "1", "--seq-len", "4096", "--sm-count", "132"].iter().chain(args).copied().collect();
         let out = graphsafe(&all);
@@ -237,4 +237,134 @@ fn demo_runs_and_names_its_target() {
     let text = String::from_utf8(out.stdout).unwrap();
     assert!(text.contains("workspace plan for"), "{text}");
     assert!(text.contains("pre-grow the workspace to"), "{text}");
+}
+
+/// The one line of a refused run (exit 2): its stderr, checked to be a single line.
+fn refusal(args: &[&str]) -> String {
+    let out = graphsafe(args);
+    assert_eq!(out.status.code(), Some(2), "{args:?}: {}", String::from_utf8_lossy(&out.stdout));
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert_eq!(err.trim_end().lines().count(), 1, "{args:?}: {err}");
+    assert!(err.starts_with("error"), "{args:?}: {err}");
+    err
+}
+
+#[test]
+fn a_missing_argument_is_named_in_the_one_line() {
+    let err = refusal(&["plan", "mla", "--seq-len", "10"]);
+    assert!(err.contains("required arguments were not provided") && err.contains("--batch <BATCH>"), "{err}");
+    let err = refusal(&["plan", "nvfp4", "--m", "1"]);
+    assert!(err.contains("--n <N>") && err.contains("--k <K>"), "{err}");
+    let err = refusal(&["plan", "mla", "--batch", "1"]);
+    assert!(err.contains("--seq-len <SEQ_LEN>") && !err.contains("--batch"), "{err}");
+    // clap's tip comes along too.
+    let err = refusal(&["plan", "nvfp4", "--m", "1", "--n", "64", "--k", "64", "--jsn"]);
+    assert!(err.contains("'--jsn'") && err.contains("tip:") && err.contains("'--json'"), "{err}");
+}
+
+/// Every refusal of a flag's value names the flag, and no internal field of the library
+/// (`max_seq_len`, `KvFormat::Native`, `d.dtype`, ...), in its subject or its explanation.
+#[test]
+fn refusals_name_flags_never_the_librarys_fields() {
+    const INTERNAL: &[&str] =
+        &["max_seq_len", "num_heads", "s_q", "kv_format", "page_size", "sm_count", "num_splits", "max_batch", "d.dtype", "KvFormat", "`m`", "`n`", "`k`", "`out`", "`arch`", "`batch`", "`dtype`"];
+    let mla = |extra: &[&'static str]| -> Vec<&'static str> { ["plan", "mla", "--batch", "1", "--seq-len", "4096"].iter().chain(extra).copied().collect() };
+    let nvfp4 = |extra: &[&'static str]| -> Vec<&'static str> { ["plan", "nvfp4", "--m", "1,16", "--n", "8192", "--k", "8192"].iter().chain(extra).copied().collect() };
+    let cases: Vec<(Vec<&str>, &str, &str)> = vec![
+        (mla(&["--heads", "129", "--arch", "sm_90"]), "`--heads`", "1..=128"),
+        (mla(&["--heads", "64"]), "`--heads, --s-q`", "128 heads"),
+        (mla(&["--s-q", "17", "--arch", "sm_90", "--heads", "16"]), "`--s-q`", "1..=16"),
+        (mla(&["--sm-count", "4096"]), "`--sm-count`", "1..=1024"),
+        (mla(&["--page-size", "48"]), "`--page-size`", "power of two"),
+        (mla(&["--dtype", "fp32"]), "`--dtype`", "bf16, fp16 or fp8"),
+        (mla(&["--arch", "sm_90", "--dtype", "fp8"]), "`--dtype`", "--kv-format"),
+        (mla(&["--kv-format", "fp4"]), "`--kv-format`", "native, fp8 or fp8-ds-mla"),
+        (mla(&["--kv-format", "fp8"]), "`--kv-format`", "--dtype fp8"),
+        (mla(&["--arch", "sm_90", "--heads", "16", "--splits", "900"]), "`--splits`", "1..=64"),
+        (vec!["plan", "mla", "--batch", "2", "--seq-len", "10000", "--splits", "4"], "`--splits`", "--seq-len 10000"),
+        (vec!["plan", "mla", "--batch", "1", "--seq-len", "2147483647"], "`--seq-len`", "2147483520"),
+        (vec!["plan", "mla", "--batch", "65536", "--seq-len", "10"], "`--batch`", "65535"),
+        (vec!["plan", "mla", "--batch", "129", "--seq-len", "2147483520", "--page-size", "128"], "`--batch x page-table columns`", "ceil(--seq-len / 128) x 128 / --page-size"),
+        (mla(&["--arch", "sm_121"]), "`--arch`", "sm_100f"),
+        (mla(&["--arch", "RTX 5090"]), "`--arch`", "or a GPU by name"),
+        (nvfp4(&["--arch", "sm_90", "--out", "fp16"]), "`--out`", "bf16"),
+        (nvfp4(&["--out", "fp32"]), "`--out`", "bf16 or fp16"),
+        (vec!["plan", "nvfp4", "--m", "1", "--n", "8192", "--k", "48"], "`--k`", "multiple of 32"),
+        (vec!["plan", "nvfp4", "--m", "1", "--n", "100", "--k", "64"], "`--n`", "multiple of 32"),
+        (vec!["plan", "nvfp4", "--m", "1,0", "--n", "8192", "--k", "64"], "`--m`", "1..="),
+        (nvfp4(&["--sm-count", "0"]), "`--sm-count`", "1..="),
+        (nvfp4(&["--arch", "sm_80"]), "`--arch`", "or a GPU by name: H100"),
+        (vec!["plan", "nvfp4", "--m", "1", "--n", "2147483520", "--k", "2147483520"], "`--m x --k (A's scale factors)`", "int32"),
+    ];
+    for (args, subject, explains) in cases {
+        let err = refusal(&args);
+        assert!(err.contains(&format!("invalid argument {subject}")), "{args:?}: {err}");
+        assert!(err.contains(explains), "{args:?}: {err} does not say {explains:?}");
+        for name in INTERNAL {
+            assert!(!err.contains(name), "{args:?}: {err} names {name}");
+        }
+    }
+}
+
+/// (the JSON document, exit code 0 asserted) of a run.
+fn json(args: &[&str]) -> serde_json::Value {
+    let out = graphsafe(args);
+    assert_eq!(out.status.code(), Some(0), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+#[test]
+fn the_sm_count_defaults_from_the_arch_for_both_ops() {
+    // A row: its reference GPU's; a GPU by name: that GPU's; --sm-count wins.
+    for (arch, sms, from) in [("sm_90", 132, "H100"), ("sm_100", 148, "B200"), ("sm_103", 148, "B200"), ("H200", 132, "H200"), ("h100 pcie", 114, "H100 PCIe"), ("B200", 148, "B200")] {
+        let v = json(&["plan", "mla", "--arch", arch, "--heads", "128", "--batch", "1,64", "--seq-len", "65536", "--json"]);
+        assert_eq!((v["sm_count"].as_u64(), v["sm_count_from"].as_str()), (Some(sms), Some(from)), "{arch}");
+        // Planned with that count: the same plans as with the flag given.
+        let given = json(&["plan", "mla", "--arch", arch, "--heads", "128", "--batch", "1,64", "--seq-len", "65536", "--sm-count", &sms.to_string(), "--json"]);
+        assert_eq!((&v["plans"], &v["pre_grow"]), (&given["plans"], &given["pre_grow"]), "{arch}");
+        assert_eq!(given["sm_count_from"], "--sm-count");
+    }
+    for (arch, sms, from) in [("sm_120", 170, "RTX 5090"), ("RTX 5080", 84, "RTX 5080"), ("DGX Spark", 48, "DGX Spark"), ("sm_90a", 132, "H100")] {
+        let v = json(&["plan", "nvfp4", "--m", "1,256", "--n", "8192", "--k", "8192", "--arch", arch, "--json"]);
+        assert_eq!((v["sm_count"].as_u64(), v["sm_count_from"].as_str()), (Some(sms), Some(from)), "{arch}");
+    }
+    let v = json(&["plan", "nvfp4", "--m", "1", "--n", "8192", "--k", "8192", "--arch", "B200", "--sm-count", "100", "--json"]);
+    assert_eq!((v["sm_count"].as_u64(), v["sm_count_from"].as_str(), v["target"].as_str(), v["gpu"].as_str()), (Some(100), Some("--sm-count"), Some("sm_100f"), Some("B200")));
+    let text = String::from_utf8(graphsafe(&["plan", "mla", "--arch", "H200", "--heads", "16", "--batch", "8", "--seq-len", "4096"]).stdout).unwrap();
+    assert!(text.contains("132 SMs (H200's; --sm-count to change)"), "{text}");
+}
+
+#[test]
+fn json_documents_carry_a_schema_version_the_arch_and_numeric_ranges() {
+    let v = json(&["plan", "mla", "--arch", "sm_90", "--heads", "16", "--s-q", "2", "--batch", "1,8,64", "--seq-len", "65536", "--json"]);
+    assert_eq!(v["schema_version"], 1);
+    assert_eq!((v["arch"].as_str(), v["target"].as_str()), (Some("sm90"), Some("sm_90a")));
+    let pre = &v["pre_grow"];
+    assert_eq!(pre["over_batches"], serde_json::json!({"min": 1, "max": 64}));
+    assert_eq!(pre["over_seq_lens"], serde_json::json!({"min": 1, "max": 65536}));
+    assert_eq!(pre["over_s_q"], serde_json::json!({"min": 1, "max": 2}));
+    assert!(pre["num_splits"].is_null(), "the default rule: no count, not a string");
+    let rows: Vec<u64> = v["plans"].as_array().unwrap().iter().map(|p| p["workspace_bytes"].as_u64().unwrap()).collect();
+    assert!(rows.iter().all(|&r| r <= pre["workspace_bytes"].as_u64().unwrap()), "{v}");
+    let v = json(&["plan", "mla", "--batch", "1", "--seq-len", "65536", "--splits", "3", "--json"]);
+    assert_eq!(v["pre_grow"]["num_splits"], 3);
+
+    // NVFP4: the pre-grow is the largest row's workspace, named by its M. Hopper's stream-K at
+    // m 1 on a 28672-row weight needs one (its fixup's partials); larger M need none.
+    let v = json(&["plan", "nvfp4", "--m", "256,1,16", "--n", "28672", "--k", "8192", "--arch", "sm_90", "--json"]);
+    assert_eq!(v["schema_version"], 1);
+    assert_eq!((v["arch"].as_str(), v["target"].as_str()), (Some("sm90"), Some("sm_90a")));
+    let rows: Vec<(u64, u64)> = v["plans"].as_array().unwrap().iter().map(|p| (p["m"].as_u64().unwrap(), p["workspace_bytes"].as_u64().unwrap())).collect();
+    let (worst_m, most) = rows.iter().copied().max_by_key(|&(_, w)| w).unwrap();
+    let pre = &v["pre_grow"];
+    assert!(most > 0, "{v}");
+    assert_eq!((pre["workspace_bytes"].as_u64(), pre["worst_m"].as_u64()), (Some(most), Some(worst_m)));
+    assert_eq!(pre["over_m"], serde_json::json!([256, 1, 16]));
+    assert_eq!(pre["prepared_weight_bytes"], v["plans"][0]["prepared_weight_bytes"]);
+    let text = String::from_utf8(graphsafe(&["plan", "nvfp4", "--m", "256,1,16", "--n", "28672", "--k", "8192", "--arch", "sm_90"]).stdout).unwrap();
+    assert!(text.contains(&format!("pre-grow before capture: {most} bytes (worst case over m 256,1,16: m {worst_m})")), "{text}");
+    assert!(text.contains("prepared once, outside capture"), "{text}");
+
+    let v = json(&["doctor", "--json"]);
+    assert_eq!(v["schema_version"], 1);
 }

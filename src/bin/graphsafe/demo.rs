@@ -18,26 +18,29 @@ const MAX_SEQ_LEN: i64 = 163_840;
 const PLAN_PAGE_SIZE: i64 = 64;
 /// Batch sizes a serving engine typically captures graphs for.
 const CAPTURE_BATCHES: &[i64] = &[1, 2, 4, 8, 16, 32, 64, 128, 256];
-/// A B200's SMs, the plan's target when no Blackwell GPU is present.
-const B200_SMS: i64 = 148;
-
 pub fn run() -> i32 {
+    // The plan's target when no Blackwell GPU is present: the reference GPU of the arch table's
+    // row for CUTLASS's MLA kernel (a B200).
+    let (ref_gpu, ref_sms) = graphsafe::arch::TARGETS
+        .iter()
+        .find(|t| t.mla == Some(graphsafe::arch::MlaArch::Sm100))
+        .map_or(("B200", 148), |t| (t.reference_gpu, i64::from(t.sm_count)));
     let gpu = driver::device_count().ok().filter(|&n| n > 0).and_then(|_| driver::Device::get(0).ok()?.info().ok());
     let (sm_count, target) = match &gpu {
         Some(d) if graphsafe::arch::target_for_cc(d.compute_capability).and_then(|t| t.mla) == Some(graphsafe::arch::MlaArch::Sm100) => {
             (d.sm_count as i64, format!("GPU 0: {}, {} SMs", d.name, d.sm_count))
         }
         Some(d) => (
-            B200_SMS,
+            ref_sms,
             format!(
-                "a B200 ({B200_SMS} SMs): GPU 0 is {} (sm_{}{}), and the CUTLASS MLA kernel runs on {}",
+                "a {ref_gpu} ({ref_sms} SMs): GPU 0 is {} (sm_{}{}), and the CUTLASS MLA kernel runs on {}",
                 d.name,
                 d.compute_capability.0,
                 d.compute_capability.1,
                 graphsafe::arch::MlaArch::Sm100.targets()
             ),
         ),
-        None => (B200_SMS, format!("a B200 ({B200_SMS} SMs): no GPU found here")),
+        None => (ref_sms, format!("a {ref_gpu} ({ref_sms} SMs): no GPU found here")),
     };
     println!("graphsafe demo: DeepSeek-V3 decode step, MLA {NUM_HEADS} heads x ({LATENT_DIM} latent + {ROPE_DIM} rope), contexts up to {MAX_SEQ_LEN}");
     println!("workspace plan for {target}");

@@ -54,6 +54,7 @@ pub fn run(json: bool) -> i32 {
     };
     if json {
         let v = serde_json::json!({
+            "schema_version": crate::JSON_SCHEMA_VERSION,
             "version": env!("CARGO_PKG_VERSION"),
             "kernel_archs": build_info::archs(),
             "arch_table": graphsafe::arch::TARGETS.iter().map(|t| serde_json::json!({

@@ -41,9 +41,7 @@ fn main() {
                 let _ = e.print();
                 std::process::exit(if e.kind() == ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand { 2 } else { 0 });
             }
-            // One line, as scripts expect; `--help` has the rest.
-            let text = e.to_string();
-            eprintln!("{}", text.lines().next().unwrap_or("error: bad arguments"));
+            eprintln!("{}", one_line(&e.to_string()));
             std::process::exit(2);
         }
     };
@@ -54,6 +52,26 @@ fn main() {
     };
     std::process::exit(code);
 }
+
+/// A clap error in one line, as scripts expect (`--help` has the rest): its first line, then the
+/// lines right under it that name arguments (a missing argument's `  --seq-len <SEQ_LEN>`: without
+/// them "the following required arguments were not provided:" names none), then its tip.
+fn one_line(text: &str) -> String {
+    let mut lines = text.lines();
+    let mut line = lines.next().unwrap_or("error: bad arguments").trim_end().to_string();
+    let named: Vec<&str> = lines.take_while(|l| l.starts_with("  ") && !l.trim().is_empty()).map(str::trim).collect();
+    if !named.is_empty() {
+        line = format!("{line} {}", named.join(", "));
+    }
+    if let Some(tip) = text.lines().find_map(|l| l.trim().strip_prefix("tip: ")) {
+        line = format!("{line} (tip: {tip})");
+    }
+    line
+}
+
+/// The version of every `--json` document (`"schema_version"`): raised when a field changes
+/// meaning or goes away; fields may be added without it.
+pub(crate) const JSON_SCHEMA_VERSION: u32 = 1;
 
 /// Prints an argument error in one line and returns exit code 2.
 pub(crate) fn usage_error(e: &graphsafe::Error) -> i32 {

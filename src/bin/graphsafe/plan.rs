@@ -1,16 +1,25 @@
-//! `graphsafe plan …`
+//! `graphsafe plan …`: both ops plan through the library's front doors (`mla::plan` and
+//! `mla::worst_case`, `nvfp4::plan` and `nvfp4::worst_case`), so every rule is the library's; this
+//! file turns flags into their arguments and their refusals back into flags.
 
 use clap::Subcommand;
+use graphsafe::arch::{Gpu, Target};
 use graphsafe::ops::mla::{self as mla, sm100, KvDtype, KvFormatKind, MlaArch, MlaDecodePlan, MlaLimits};
-use graphsafe::ops::nvfp4::{self, Nvfp4Arch};
+use graphsafe::ops::nvfp4::{self, Nvfp4Limits, Nvfp4Plan};
 use graphsafe::ops::tensor::DType;
+use graphsafe::Error;
+
+/// `--arch`'s help, shared by both ops.
+const ARCH_HELP: &str = "A row of the arch table (sm_90a, sm_100f, sm_120f), a GPU's compute capability (sm_90, sm_100, \
+                         sm_103, sm_120, sm_121) or a GPU by name (H100, H200, B200, RTX 5090, ...: its SM count is then the default)";
 
 #[derive(Subcommand)]
 pub enum PlanOp {
     /// NVFP4 GEMM D[M,N] = A[M,K]·W[N,K]ᵀ: tile and workspace per M (Blackwell: CUTLASS block-scaled;
-    /// Hopper: the weight-only kernel's schedule, with the prepared weight's size).
+    /// Hopper: the weight-only kernel's schedule, with the prepared weight's size), and the pre-grow
+    /// maximum over every M.
     Nvfp4 {
-        /// Rows of A, comma separated (e.g. 1,16,256,4096).
+        /// Rows of A: every batch size captured, comma separated (e.g. 1,16,256,4096).
         #[arg(long, value_delimiter = ',', required = true, allow_negative_numbers = true)]
         m: Vec<i64>,
         /// Rows of W (output features), a multiple of 32.
@@ -19,14 +28,13 @@ pub enum PlanOp {
         /// Reduction length, a multiple of 32.
         #[arg(long, allow_negative_numbers = true)]
         k: i64,
-        /// A row of the arch table (sm_90a, sm_100f, sm_120f) or a GPU's compute capability
-        /// (sm_90, sm_100, sm_103, sm_120, sm_121).
-        #[arg(long, default_value = "sm_100")]
+        #[arg(long, default_value = "sm_100", help = ARCH_HELP)]
         arch: String,
         /// Output dtype: bf16 or fp16 (sm_90: bf16).
         #[arg(long, default_value = "bf16")]
         out: String,
-        /// SMs of the target GPU (default: the arch's reference GPU: H100/H200 132, B200 148, RTX 5090 170).
+        /// SMs of the target GPU (default: the GPU --arch names, else the arch's reference GPU:
+        /// H100 132, B200 148, RTX 5090 170).
         #[arg(long = "sm-count", allow_negative_numbers = true)]
         sm_count: Option<i64>,
         /// Machine-readable output.
@@ -35,8 +43,9 @@ pub enum PlanOp {
     },
     /// MLA decode: splits and workspace per batch, and the pre-grow maximum.
     Mla {
-        /// Target: a row of the arch table or a GPU's compute capability with an MLA kernel:
-        /// sm_100/sm_103 (B200, GB200, B300, GB300: CUTLASS's kernel) or sm_90 (H100/H200: graphsafe's).
+        /// Target with an MLA kernel: sm_100/sm_103 (B200, GB200, B300, GB300: CUTLASS's kernel)
+        /// or sm_90 (H100/H200: graphsafe's), as a row of the arch table, a compute capability or
+        /// a GPU by name (its SM count is then the default).
         #[arg(long, default_value = "sm_100")]
         arch: String,
         /// Query heads, 1..=128 (sm_100: 128).
@@ -52,9 +61,10 @@ pub enum PlanOp {
         /// Longest sequence length, 1..=2147483520.
         #[arg(long = "seq-len", allow_negative_numbers = true)]
         seq_len: i64,
-        /// SMs of the target GPU (B200: 148), 1..=1024.
+        /// SMs of the target GPU, 1..=1024 (default: the GPU --arch names, else the arch's
+        /// reference GPU: H100 132, B200 148).
         #[arg(long = "sm-count", allow_negative_numbers = true)]
-        sm_count: i64,
+        sm_count: Option<i64>,
         /// Tokens per KV-cache page (sm_100: a power of two up to 128, sizing the sanitized page
         /// table in the workspace; sm_90: 64 or 128).
         #[arg(long = "page-size", default_value_t = 64, allow_negative_numbers = true)]
@@ -77,22 +87,168 @@ pub enum PlanOp {
 }
 
 pub fn run(op: PlanOp) -> i32 {
-    match op {
-        PlanOp::Nvfp4 { m, n, k, arch, out, sm_count, json } => match nvfp4_plan(&m, n, k, &arch, &out, sm_count, json) {
-            Ok(()) => 0,
-            Err(e) => crate::usage_error(&e),
-        },
+    let r = match op {
+        PlanOp::Nvfp4 { m, n, k, arch, out, sm_count, json } => {
+            let a = Nvfp4Args { ms: &m, n, k, out: &out, sm_count };
+            nvfp4_plan(&arch, &a, json).map_err(|e| name_by_flags(e, NVFP4_FLAGS))
+        }
         PlanOp::Mla { arch, heads, s_q, batch, seq_len, sm_count, page_size, dtype, kv_format, splits, json } => {
-            let r = kv_format.parse::<KvFormatKind>().and_then(|kv_format| {
-                let shape = MlaShape { batches: &batch, heads, s_q, seq_len, sm_count, page_size, splits, kv_format };
-                mla_plan(graphsafe::arch::plan_mla(&arch)?, &shape, &dtype, json)
-            });
-            match r {
-                Ok(()) => 0,
-                Err(e) => crate::usage_error(&e),
+            let shape = MlaShape { batches: &batch, heads, s_q, seq_len, sm_count, page_size, splits, dtype: &dtype, kv_format: &kv_format };
+            mla_plan(&arch, &shape, json).map_err(|e| name_by_flags(e, MLA_FLAGS))
+        }
+    };
+    match r {
+        Ok(()) => 0,
+        Err(e) => crate::usage_error(&e),
+    }
+}
+
+/// An internal name a planner's refusal may use, the flag that carries it, and whether the name
+/// is also replaced inside the refusal's text (names with `_` or `.` are never prose; short
+/// words like `m` or `batch` are, so only the refused argument's own name is replaced).
+type FlagName = (&'static str, &'static str, bool);
+
+const MLA_FLAGS: &[FlagName] = &[
+    ("num_heads", "--heads", true),
+    ("s_q", "--s-q", true),
+    ("batch", "--batch", false),
+    ("max_batch", "--batch", true),
+    ("max_seq_len", "--seq-len", true),
+    ("sm_count", "--sm-count", true),
+    ("page_size", "--page-size", true),
+    ("dtype", "--dtype", true),
+    ("kv_format", "--kv-format", true),
+    ("num_splits", "--splits", true),
+    ("arch", "--arch", false),
+];
+
+const NVFP4_FLAGS: &[FlagName] = &[
+    ("m", "--m", false),
+    ("n", "--n", false),
+    ("k", "--k", false),
+    ("sm_count", "--sm-count", true),
+    ("out", "--out", false),
+    ("d.dtype", "--out", true),
+    ("arch", "--arch", false),
+];
+
+/// `text` with each whole word (letters, digits, `_`, `.`, `-`; a sentence's final `.` aside)
+/// that `names` lists replaced by its flag: all of them (`what`), or only those marked for prose.
+/// (`-` belongs to words so that a flag already in the text, `--batch`, stays as it is.)
+fn rewrite(text: &str, names: &[FlagName], prose: bool) -> String {
+    let flag = |word: &str| names.iter().find(|(n, _, p)| *n == word && (*p || !prose)).map(|(_, f, _)| *f);
+    let mut out = String::with_capacity(text.len());
+    let mut word = String::new();
+    for c in text.chars().map(Some).chain([None]) {
+        if let Some(c) = c.filter(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-')) {
+            word.push(c);
+            continue;
+        }
+        let stem = word.trim_end_matches('.');
+        match flag(stem) {
+            Some(f) => {
+                out.push_str(f);
+                out.push_str(&word[stem.len()..]);
             }
+            None => out.push_str(&word),
+        }
+        word.clear();
+        out.extend(c);
+    }
+    out
+}
+
+/// A planner's refusal named by the flags that carry its values, never by the library's fields.
+fn name_by_flags(e: Error, names: &[FlagName]) -> Error {
+    match e {
+        Error::InvalidArgument { what, expected, got } => Error::InvalidArgument { what: rewrite(&what, names, false), expected: rewrite(&expected, names, true), got },
+        other => other,
+    }
+}
+
+/// A flag's value as the planners' u32 (an out-of-range value is refused by name, as the flag).
+fn flag_u32(flag: &str, v: i64) -> graphsafe::Result<u32> {
+    u32::try_from(v).map_err(|_| Error::invalid(flag, "a value in 0..2^32", v))
+}
+
+/// What `--arch` names: a row of the arch table (by any name `arch::parse_target` takes), or a GPU
+/// by name (`arch::gpu_named`), whose row is the one its compute capability runs.
+struct Arch {
+    target: &'static Target,
+    gpu: Option<&'static Gpu>,
+}
+
+impl Arch {
+    /// `--arch`, and its back-end for an op (`back_end`: the library's planning lookup of a row);
+    /// refused naming every target the op has, and the GPU names.
+    fn parse<B>(arg: &str, back_end: impl Fn(&str) -> graphsafe::Result<B>) -> graphsafe::Result<(Arch, B)> {
+        let arch = graphsafe::arch::parse_target(arg).map(|target| Arch { target, gpu: None }).or_else(|| {
+            let gpu = graphsafe::arch::gpu_named(arg)?;
+            Some(Arch { target: graphsafe::arch::target_for_cc(gpu.compute_capability)?, gpu: Some(gpu) })
+        });
+        let refused = |e: Error, got: String| match e {
+            Error::InvalidArgument { expected, .. } => Error::invalid("--arch", format!("{expected}; or a GPU by name: {}", graphsafe::arch::gpu_names()), got),
+            e => e,
+        };
+        match arch {
+            Some(a) => match back_end(a.target.name) {
+                Ok(b) => Ok((a, b)),
+                Err(e) => {
+                    let got = a.gpu.map_or(arg.to_string(), |g| format!("{arg} ({})", graphsafe::arch::cc_name(g.compute_capability)));
+                    Err(refused(e, got))
+                }
+            },
+            None => Err(refused(back_end(arg).err().unwrap_or_else(|| Error::invalid("arch", "a target", arg)), arg.to_string())),
         }
     }
+
+    /// The SM count to plan for: `--sm-count`, else the GPU `--arch` named, else the row's
+    /// reference GPU; and where it came from (`"--sm-count"` or the GPU's name).
+    fn sm_count(&self, flag: Option<i64>) -> (i64, &'static str) {
+        match (flag, self.gpu) {
+            (Some(n), _) => (n, "--sm-count"),
+            (None, Some(g)) => (g.sm_count.into(), g.name),
+            (None, None) => (self.target.sm_count.into(), self.target.reference_gpu),
+        }
+    }
+
+    /// How a table's heading says where the SM count came from.
+    fn sm_note(&self, from: &str) -> String {
+        match (from, self.gpu) {
+            ("--sm-count", _) => String::new(),
+            (gpu, Some(_)) => format!(" ({gpu}'s; --sm-count to change)"),
+            (gpu, None) => format!(" ({gpu}'s, the reference GPU of {}; --sm-count to change)", self.target.name),
+        }
+    }
+
+    /// The fields every `--json` document has about the target.
+    fn json(&self, back_end: &str, sm_count: i64, from: &str) -> serde_json::Value {
+        serde_json::json!({
+            "schema_version": crate::JSON_SCHEMA_VERSION,
+            "arch": back_end,
+            "target": self.target.name,
+            "gpu": self.gpu.map(|g| g.name),
+            "sm_count": sm_count,
+            "sm_count_from": from,
+        })
+    }
+}
+
+/// `{"min": 1, "max": max}`: a range of values the pre-grow covers, as numbers.
+fn range(max: i64) -> serde_json::Value {
+    serde_json::json!({ "min": 1, "max": max })
+}
+
+/// Adds `fields` to the object `doc`.
+fn extend(mut doc: serde_json::Value, fields: serde_json::Value) -> serde_json::Value {
+    if let (Some(d), serde_json::Value::Object(f)) = (doc.as_object_mut(), fields) {
+        d.extend(f);
+    }
+    doc
+}
+
+fn print_json(v: &serde_json::Value) {
+    println!("{}", serde_json::to_string_pretty(v).expect("plain JSON values serialize"));
 }
 
 /// What `plan mla` was asked for.
@@ -101,71 +257,71 @@ struct MlaShape<'a> {
     heads: i64,
     s_q: i64,
     seq_len: i64,
-    sm_count: i64,
+    sm_count: Option<i64>,
     page_size: i64,
     splits: Option<i64>,
-    kv_format: KvFormatKind,
+    dtype: &'a str,
+    kv_format: &'a str,
 }
 
-/// A flag's value as the planners' u32 (an out-of-range value is refused by name, as the flag).
-fn flag_u32(flag: &str, v: i64) -> graphsafe::Result<u32> {
-    u32::try_from(v).map_err(|_| graphsafe::Error::invalid(flag, "a value in 0..2^32", v))
-}
-
-/// A planner's refusal named by the flag that carries the value.
-fn name_by_flags(e: graphsafe::Error) -> graphsafe::Error {
-    match e {
-        graphsafe::Error::InvalidArgument { what, expected, got } => {
-            let what = match what.as_str() {
-                "num_heads" => "--heads",
-                "s_q" => "--s-q",
-                "num_heads, s_q" => "--heads, --s-q",
-                "batch" | "max_batch" => "--batch",
-                "max_seq_len" => "--seq-len",
-                "sm_count" => "--sm-count",
-                "page_size" => "--page-size",
-                "dtype" => "--dtype",
-                "kv_format" => "--kv-format",
-                "num_splits" => "--splits",
-                _ => what.as_str(),
-            }
-            .to_string();
-            graphsafe::Error::InvalidArgument { what, expected, got }
-        }
-        other => other,
-    }
-}
-
-/// `plan mla` on either back-end, through the planners' one front door (`mla::plan`,
-/// `mla::worst_case`): every rule is theirs, refusals name the flag.
-fn mla_plan(arch: MlaArch, a: &MlaShape, dtype: &str, json: bool) -> graphsafe::Result<()> {
-    let dtype: KvDtype = dtype.parse()?;
+/// `plan mla` on either back-end, through the planners' one front door (`mla::plan` for each
+/// batch, `mla::worst_case` for the pre-grow).
+fn mla_plan(arch_arg: &str, a: &MlaShape, json: bool) -> graphsafe::Result<()> {
+    let (arch, back_end) = Arch::parse(arch_arg, graphsafe::arch::plan_mla)?;
+    let kv_format: KvFormatKind = a.kv_format.parse()?;
+    let dtype: KvDtype = a.dtype.parse()?;
+    let (sm_count, sm_from) = arch.sm_count(a.sm_count);
     let splits = a.splits.map(|n| flag_u32("--splits", n)).transpose()?;
     let limits = |batch: i64| -> graphsafe::Result<MlaLimits> {
-        Ok(MlaLimits::new(flag_u32("--heads", a.heads)?, flag_u32("--batch", batch)?, flag_u32("--seq-len", a.seq_len)?, flag_u32("--sm-count", a.sm_count)?)
+        Ok(MlaLimits::new(flag_u32("--heads", a.heads)?, flag_u32("--batch", batch)?, flag_u32("--seq-len", a.seq_len)?, flag_u32("--sm-count", sm_count)?)
             .with_dtype(dtype)
-            .with_kv_format(a.kv_format)
+            .with_kv_format(kv_format)
             .with_s_q(flag_u32("--s-q", a.s_q)?)
             .with_page_size(flag_u32("--page-size", a.page_size)?)
             .with_num_splits(splits))
     };
-    let plans = a.batches.iter().map(|&b| mla::plan(arch, &limits(b)?).map_err(name_by_flags)).collect::<graphsafe::Result<Vec<MlaDecodePlan>>>()?;
+    let plans = a.batches.iter().map(|&b| mla::plan(back_end, &limits(b)?)).collect::<graphsafe::Result<Vec<MlaDecodePlan>>>()?;
     let max_batch = *a.batches.iter().max().expect("clap requires at least one batch");
     // The same split request as the rows: an engine that captures with --splits needs that much.
-    let worst = mla::worst_case(arch, &limits(max_batch)?).map_err(name_by_flags)?;
-    let pre = PreGrow::new(worst.workspace_bytes, a, max_batch, (worst.batch, worst.max_seq_len, worst.num_splits));
-    let kernel = match arch {
+    let worst = mla::worst_case(back_end, &limits(max_batch)?)?;
+    let kernel = match back_end {
         MlaArch::Sm100 => "cutlass-4.2-sm100",
         MlaArch::Sm90 => "graphsafe-sm90",
     };
     if json {
-        println!("{}", pre.json(kernel, dtype, a, serde_json::json!(plans)));
+        let doc = serde_json::json!({
+            "op": "mla",
+            "kernel": kernel,
+            "dtype": dtype,
+            "kv_format": kv_format,
+            "heads": a.heads,
+            "s_q": a.s_q,
+            "seq_len": a.seq_len,
+            "page_size": a.page_size,
+            "splits": a.splits,
+            "plans": plans,
+            // The worst case covers every row: each row is a shape of its domain (batch up to the
+            // largest listed, the longest length, tokens up to --s-q), planned with the same
+            // split request.
+            "pre_grow": {
+                "workspace_bytes": worst.workspace_bytes,
+                "over_batches": range(max_batch),
+                "over_seq_lens": range(a.seq_len),
+                "over_s_q": range(a.s_q),
+                "num_splits": a.splits,
+                "worst_batch": worst.batch,
+                "worst_seq_len": worst.max_seq_len,
+                "worst_s_q": worst.s_q,
+                "worst_num_splits": worst.num_splits,
+            }
+        });
+        print_json(&extend(arch.json(back_end.name(), sm_count, sm_from), doc));
         return Ok(());
     }
-    let (seq_len, sm_count) = (a.seq_len, a.sm_count);
-    match arch {
+    let (seq_len, sms) = (a.seq_len, format!("{sm_count} SMs{}", arch.sm_note(sm_from)));
+    match back_end {
         MlaArch::Sm100 => {
-            println!("MLA decode plan: CUTLASS 4.2 sm100 kernel, {dtype}, {} KV cache, max seq len {seq_len}, page size {}, {sm_count} SMs", a.kv_format, a.page_size);
+            println!("MLA decode plan: CUTLASS 4.2 sm100 kernel, {dtype}, {kv_format} KV cache, max seq len {seq_len}, page size {}, {sms}", a.page_size);
             println!("{:>8} {:>7} {:>11} {:>16}", "batch", "splits", "scheduler", "workspace bytes");
             for p in &plans {
                 let sched = match sm100::scheduler(p.num_splits)? {
@@ -177,33 +333,61 @@ fn mla_plan(arch: MlaArch, a: &MlaShape, dtype: &str, json: bool) -> graphsafe::
         }
         MlaArch::Sm90 => {
             let tokens = if a.s_q > 1 { format!(", {} query tokens a request", a.s_q) } else { String::new() };
-            println!("MLA decode plan: graphsafe sm90 kernel, {dtype}, {} KV cache, {} heads{tokens}, max seq len {seq_len}, {sm_count} SMs", a.kv_format, a.heads);
+            println!("MLA decode plan: graphsafe sm90 kernel, {dtype}, {kv_format} KV cache, {} heads{tokens}, max seq len {seq_len}, {sms}", a.heads);
             println!("{:>8} {:>7} {:>16}", "batch", "splits", "workspace bytes");
             for p in &plans {
                 println!("{:>8} {:>7} {:>16}", p.batch, p.num_splits, p.workspace_bytes);
             }
         }
     }
-    println!("{}", pre.line());
+    let rule = a.splits.map_or(String::new(), |n| format!(" with {n} splits"));
+    println!(
+        "pre-grow before capture: {} bytes (worst case over batch 1..={max_batch} and seq len 1..={seq_len}{rule}: batch {}, seq len {}, {} splits)",
+        worst.workspace_bytes, worst.batch, worst.max_seq_len, worst.num_splits
+    );
     Ok(())
 }
 
-fn nvfp4_plan(ms: &[i64], n: i64, k: i64, arch: &str, out: &str, sm_count: Option<i64>, json: bool) -> graphsafe::Result<()> {
-    let target = graphsafe::arch::parse_target(arch);
-    let arch: Nvfp4Arch = graphsafe::arch::plan_nvfp4(arch)?;
-    let out = match out {
+/// What `plan nvfp4` was asked for.
+struct Nvfp4Args<'a> {
+    ms: &'a [i64],
+    n: i64,
+    k: i64,
+    out: &'a str,
+    sm_count: Option<i64>,
+}
+
+/// `plan nvfp4`: each M through `nvfp4::plan`, the pre-grow through `nvfp4::worst_case`.
+fn nvfp4_plan(arch_arg: &str, a: &Nvfp4Args, json: bool) -> graphsafe::Result<()> {
+    let (arch, back_end) = Arch::parse(arch_arg, graphsafe::arch::plan_nvfp4)?;
+    let out = match a.out {
         "bf16" => DType::Bf16,
         "fp16" => DType::Fp16,
-        other => return Err(graphsafe::Error::invalid("out", "bf16 or fp16", other)),
+        other => return Err(Error::invalid("out", "bf16 or fp16", other)),
     };
-    let sms = sm_count.unwrap_or(target.map_or(0, |t| t.sm_count as i64));
-    let plans = ms.iter().map(|&m| nvfp4::plan(arch, m, n, k, out, sms)).collect::<graphsafe::Result<Vec<_>>>()?;
+    let (sms, sm_from) = arch.sm_count(a.sm_count);
+    let plans = a.ms.iter().map(|&m| nvfp4::plan(back_end, m, a.n, a.k, out, sms)).collect::<graphsafe::Result<Vec<Nvfp4Plan>>>()?;
+    let ms = a.ms.iter().map(|&m| flag_u32("--m", m)).collect::<graphsafe::Result<Vec<u32>>>()?;
+    let limits = Nvfp4Limits::new(ms, flag_u32("--n", a.n)?, flag_u32("--k", a.k)?, flag_u32("--sm-count", sms)?).with_out(out);
+    let worst = nvfp4::worst_case(back_end, &limits)?;
     if json {
-        let v = serde_json::json!({ "op": "nvfp4", "arch": arch, "n": n, "k": k, "sm_count": sms, "plans": plans });
-        println!("{}", serde_json::to_string_pretty(&v).expect("plain JSON values serialize"));
+        let doc = serde_json::json!({
+            "op": "nvfp4",
+            "n": a.n,
+            "k": a.k,
+            "out": out,
+            "plans": plans,
+            "pre_grow": {
+                "workspace_bytes": worst.workspace_bytes,
+                "over_m": limits.m,
+                "worst_m": worst.m,
+                "prepared_weight_bytes": worst.prepared_weight_bytes,
+            }
+        });
+        print_json(&extend(arch.json(back_end.name(), sms, sm_from), doc));
         return Ok(());
     }
-    println!("NVFP4 GEMM plan: {arch:?}, N {n}, K {k}, {sms} SMs, {out} out");
+    println!("NVFP4 GEMM plan: {} back-end ({}), N {}, K {}, {sms} SMs{}, {out} out", back_end.name(), arch.target.name, a.n, a.k, arch.sm_note(sm_from));
     println!("{:>8} {:>34} {:>16} {:>16}", "m", "tile (cluster) / schedule", "workspace bytes", "prepared weight");
     for p in &plans {
         let tile = match (p.tile, p.schedule) {
@@ -217,58 +401,8 @@ fn nvfp4_plan(ms: &[i64], n: i64, k: i64, arch: &str, out: &str, sm_count: Optio
         let prep = p.prepared_weight_bytes.map_or("-".to_string(), |b| b.to_string());
         println!("{:>8} {:>34} {:>16} {:>16}", p.m, tile, p.workspace_bytes, prep);
     }
+    let prepared = worst.prepared_weight_bytes.map_or(String::new(), |b| format!("; each weight prepared once, outside capture: {b} bytes"));
+    let over: Vec<String> = limits.m.iter().map(u32::to_string).collect();
+    println!("pre-grow before capture: {} bytes (worst case over m {}: m {}){prepared}", worst.workspace_bytes, over.join(","), worst.m);
     Ok(())
-}
-
-/// What both MLA planners print: the JSON document, or the pre-grow line after the table.
-struct PreGrow {
-    bytes: u64,
-    max_batch: i64,
-    seq_len: i64,
-    splits: Option<i64>,
-    worst_batch: u32,
-    worst_seq_len: u32,
-    worst_splits: u32,
-}
-
-impl PreGrow {
-    /// The worst case covers every printed row: each row is a shape of its domain (batch up to
-    /// the largest listed, the longest length), planned with the same split request.
-    fn new(bytes: u64, a: &MlaShape, max_batch: i64, (worst_batch, worst_seq_len, worst_splits): (u32, u32, u32)) -> PreGrow {
-        PreGrow { bytes, max_batch, seq_len: a.seq_len, splits: a.splits, worst_batch, worst_seq_len, worst_splits }
-    }
-
-    fn json(&self, kernel: &str, dtype: KvDtype, a: &MlaShape, plans: serde_json::Value) -> String {
-        let v = serde_json::json!({
-            "op": "mla",
-            "kernel": kernel,
-            "dtype": dtype,
-            "kv_format": a.kv_format,
-            "heads": a.heads,
-            "s_q": a.s_q,
-            "seq_len": self.seq_len,
-            "page_size": a.page_size,
-            "sm_count": a.sm_count,
-            "splits": self.splits,
-            "plans": plans,
-            "pre_grow": {
-                "workspace_bytes": self.bytes,
-                "over_batches": format!("1..={}", self.max_batch),
-                "over_seq_lens": format!("1..={}", self.seq_len),
-                "num_splits": self.splits.map_or("default rule".to_string(), |n| n.to_string()),
-                "worst_batch": self.worst_batch,
-                "worst_seq_len": self.worst_seq_len,
-                "worst_num_splits": self.worst_splits,
-            }
-        });
-        serde_json::to_string_pretty(&v).expect("plain JSON values serialize")
-    }
-
-    fn line(&self) -> String {
-        let rule = self.splits.map_or(String::new(), |n| format!(" with {n} splits"));
-        format!(
-            "pre-grow before capture: {} bytes (worst case over batch 1..={} and seq len 1..={}{rule}: batch {}, seq len {}, {} splits)",
-            self.bytes, self.max_batch, self.seq_len, self.worst_batch, self.worst_seq_len, self.worst_splits
-        )
-    }
 }
