@@ -10,41 +10,67 @@
 //!
 //! # Quick start
 //!
-//! Size the workspace before capture, capture with every buffer bound, grow whenever you like
+//! An MLA decode step as an engine runs it: size the workspace for every shape the engine will
+//! capture, capture the decode with every buffer bound, grow the workspace whenever you like
 //! afterwards, replay:
 //!
 //! ```no_run
-//! use graphsafe::driver::{Context, DeviceBuffer, Stream};
-//! use graphsafe::graph::CaptureMode;
-//! use graphsafe::ops::testing::{SplitKShape, TestKernels};
-//! use graphsafe::workspace::Workspace;
+//! use graphsafe::prelude::*;
 //!
 //! # fn main() -> graphsafe::Result<()> {
 //! let ctx = Context::new(0)?;
 //! let mut stream = Stream::new(&ctx)?;
-//! let kernels = TestKernels::load(&ctx)?; // a split-K kernel with semaphores in the workspace
-//! let shape = SplitKShape { m: 1024, k: 1024, splits: 8 };
-//! let a = DeviceBuffer::from_host(&stream, &vec![1.0f32; 1024 * 1024])?;
-//! let x = DeviceBuffer::from_host(&stream, &vec![0.5f32; 1024])?;
-//! let y = DeviceBuffer::alloc_zeroed(&stream, 1024 * 4)?;
+//! // DeepSeek V3 at TP 8 (16 heads), up to 64 requests of up to 4096 tokens, pages of 64 tokens.
+//! let (batch, heads, page, max_seq) = (64, 16, 64, 4096);
+//! let (max_pages, pages) = (max_seq / page, batch * max_seq / page);
+//! let q_nope = DeviceBuffer::alloc_zeroed(&stream, batch * heads * 512 * 2)?;
+//! let q_pe = DeviceBuffer::alloc_zeroed(&stream, batch * heads * 64 * 2)?;
+//! let kv = DeviceBuffer::alloc_zeroed(&stream, pages * page * 576 * 2)?;
+//! let seq_lens = DeviceBuffer::from_host(&stream, &vec![max_seq as i32; batch])?;
+//! let page_table = DeviceBuffer::from_host(&stream, &(0..pages as i32).collect::<Vec<_>>())?;
+//! let out = DeviceBuffer::alloc_zeroed(&stream, batch * heads * 512 * 2)?;
+//! let args = MlaDecodeArgs::new(
+//!     Tensor::contiguous(&q_nope, DType::Bf16, &[batch, heads, 512]),
+//!     Tensor::contiguous(&q_pe, DType::Bf16, &[batch, heads, 64]),
+//!     Tensor::contiguous(&kv, DType::Bf16, &[pages, page, 576]),
+//!     Tensor::contiguous(&seq_lens, DType::I32, &[batch]),
+//!     Tensor::contiguous(&page_table, DType::I32, &[batch, max_pages]),
+//!     Tensor::contiguous(&out, DType::Bf16, &[batch, heads, 512]),
+//! )
+//! .with_max_seq_len(max_seq as u32);
 //!
-//! let mut ws = Workspace::new(&stream, shape.workspace_bytes())?; // size before capture
-//! let (graph, ()) = stream.capture(CaptureMode::ThreadLocal, |cap| {
-//!     let w = cap.bind_workspace(&mut ws)?; // borrowed: growing it here does not compile
-//!     let (a, x, y) = (cap.bind_buffer(&a)?, cap.bind_buffer(&x)?, cap.bind_buffer(&y)?);
-//!     kernels.split_k_gemv_captured(&a, &x, &y, shape, &w, cap)
+//! // 1. Size before capture: the most any batch 1..=64 and length 1..=4096 needs on this GPU.
+//! let arch = MlaArch::for_compute_capability(ctx.compute_capability())?;
+//! let limits = MlaLimits::new(heads as u32, batch as u32, max_seq as u32, ctx.sm_count());
+//! let mut ws = Workspace::new(&stream, mla::worst_case(arch, &limits)?.workspace_bytes)?;
+//!
+//! // 2. Capture: every buffer bound (the graph keeps it alive); the workspace borrowed by the
+//! //    capture, so growing it in here does not compile.
+//! let (graph, plan) = stream.capture(CaptureMode::ThreadLocal, |cap| {
+//!     let w = cap.bind_workspace(&mut ws)?;
+//!     mla::decode_captured(&args.bind(cap)?, &w, cap)
 //! })?;
 //! let exec = graph.instantiate()?;
-//! ws.ensure_size(64 << 20, &stream)?; // retires the captured buffer; the graph keeps it alive
-//! exec.launch(&stream)?;
-//! assert_eq!(y.to_host_vec::<f32>(&stream)?[0], 512.0);
+//!
+//! // 3. Grow whenever you like: the captured buffer is retired, and the graph keeps it alive.
+//! ws.ensure_size(plan.workspace_bytes + (64 << 20), &stream)?;
+//!
+//! // 4. Replay each step (the engine rewrites seq_lens and page_table in place between them).
+//! for _ in 0..3 {
+//!     exec.launch(&stream)?;
+//! }
+//! stream.synchronize()?;
 //! # Ok(()) }
 //! ```
 //!
-//! The same shape holds for the real ops: [`ops::mla::decode_captured`],
-//! [`ops::nvfp4::w4a16_gemm_captured`], [`ops::cudnn::matmul_captured`]; their planners
-//! ([`ops::mla::sm90::worst_case`], [`workspace::WorkspacePlanner`], …) give the pre-grow size.
-//! C and C++ engines use the same rules through [`capi`] (`include/graphsafe.h`).
+//! The other ops have the same shape, with a planner for the pre-grow size:
+//! [`ops::nvfp4::gemm_captured`] / [`ops::nvfp4::w4a16_gemm_captured`] with
+//! [`ops::nvfp4::worst_case`] over the batch sizes captured, and [`ops::cudnn::matmul_captured`]
+//! with [`ops::cudnn::plan_workspace`]; [`workspace::WorkspacePlanner`] takes the largest of
+//! several ops sharing one workspace, and [`arch::sm_count_of`] gives a GPU's SM count by name for
+//! planning without it. [`prelude`] has what the example imports. Engine memory is handed to
+//! graphsafe with [`driver::DeviceBuffer::adopt`] (or `from_cudarc`, feature `cudarc`). C and C++
+//! engines use the same rules through [`capi`] (`include/graphsafe.h`).
 //!
 //! Layers, each depending only on those below it:
 //!
@@ -64,6 +90,10 @@
            toolkit with `GRAPHSAFE_OFFLINE=1`). The API documented here is complete; a normal build \
            compiles the CUDA kernels for every row of [`arch::TARGETS`] (see README.md)."
 )]
+// Feature-gated items (`cudarc`) carry a badge on docs.rs, whose nightly rustdoc sets `docsrs`
+// (Cargo.toml); `doc_cfg` is the feature that now also derives those badges from `#[cfg]`
+// (`doc_auto_cfg` was merged into it in Rust 1.92).
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![warn(missing_docs)]
 // Every unsafe operation states its own justification, also inside `unsafe fn`s.
 #![deny(unsafe_op_in_unsafe_fn)]

@@ -202,6 +202,28 @@ impl DeviceBuffer {
     /// not begin is the caller's to keep clear of it: by CUDA's rules the context-wide wait
     /// invalidates the engine's own GLOBAL-mode captures on other threads, and its non-relaxed
     /// captures on this one.
+    ///
+    /// ```no_run
+    /// use cudarc::driver::CudaContext;
+    /// use graphsafe::prelude::*;
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// // The engine's cudarc objects.
+    /// let cu_ctx = CudaContext::new(0)?;
+    /// let cu_stream = cu_ctx.new_stream()?;
+    /// let slice = cu_stream.alloc_zeros::<f32>(1 << 20)?;
+    /// // graphsafe's views of them: the buffer (and every graph that captures it) holds the slice.
+    /// let ctx = Context::from_cudarc(&cu_ctx)?;
+    /// let buf = DeviceBuffer::from_cudarc(&ctx, slice)?;
+    /// // SAFETY: no cudarc work goes to `cu_stream` while a graphsafe capture is open on it.
+    /// let mut stream = unsafe { Stream::from_cudarc(&ctx, &cu_stream) }?;
+    /// let (graph, ()) = stream.capture(CaptureMode::ThreadLocal, |cap| {
+    ///     let b = cap.bind_buffer(&buf)?;
+    ///     cap.memset_u8(&b, 0)
+    /// })?;
+    /// drop(buf); // the graph still holds the slice
+    /// graph.instantiate()?.launch(&stream)?;
+    /// # Ok(()) }
+    /// ```
     pub fn from_cudarc<T: 'static>(ctx: &Arc<Context>, slice: impl Into<Arc<CudaSlice<T>>>) -> Result<DeviceBuffer> {
         one_driver()?;
         let slice: Arc<CudaSlice<T>> = slice.into();

@@ -1,7 +1,7 @@
 //! Tensor arguments of the ops: device memory plus dtype, shape, strides and a byte offset, and the
 //! checks every op runs on them (dtype, shape, stride, alignment, bounds, device).
 //!
-//! `M` is the memory: `&DeviceBuffer` for eager calls, [`CapturedBuffer`](crate::graph::CapturedBuffer) inside a capture (so a
+//! `M` is the memory: `&DeviceBuffer` for eager calls, [`CapturedBuffer`] inside a capture (so a
 //! captured op can only be given buffers the graph keeps alive).
 
 use crate::driver::{DeviceBuffer, DevicePtr};

@@ -41,6 +41,27 @@ pub const WORKSPACE_ALIGN: u64 = 256;
 /// captured the buffer, or [`Workspace::to_host_vec`]) records the buffer's event on its stream
 /// after its work, and one on another stream than the last first waits for that event, so two
 /// kernels never share the scratch memory at once. One workspace per stream avoids the waits.
+///
+/// ```no_run
+/// use graphsafe::prelude::*;
+/// # fn main() -> graphsafe::Result<()> {
+/// let ctx = Context::new(0)?;
+/// let mut stream = Stream::new(&ctx)?;
+/// let mut ws = Workspace::new(&stream, 1 << 20)?; // zero-filled on `stream`
+/// assert!(ws.capacity() >= 1 << 20);
+/// let graph = {
+///     let mut cap = stream.begin_capture(CaptureMode::ThreadLocal)?;
+///     let w = cap.bind_workspace(&mut ws)?; // `ws.ensure_size` does not compile until the end
+///     // ... captured ops take `&w` ...
+///     # let _ = w;
+///     cap.end()?
+/// };
+/// // Growing retires the captured buffer: the graph keeps it alive for its replays.
+/// assert!(ws.ensure_size(64 << 20, &stream)?);
+/// assert_eq!((ws.retired_count(), graph.kept_alive()), (1, 1));
+/// graph.instantiate()?.launch(&stream)?;
+/// # Ok(()) }
+/// ```
 #[derive(Debug)]
 pub struct Workspace {
     ctx: Arc<Context>,

@@ -13,6 +13,21 @@ pub struct Requirement {
 
 /// Collects requirements from every op an engine will capture; [`WorkspacePlanner::bytes`] is the
 /// size to pass to [`crate::workspace::Workspace::ensure_size`] before capturing.
+///
+/// ```
+/// use graphsafe::ops::mla::{self, MlaArch, MlaLimits};
+/// use graphsafe::ops::nvfp4::{self, Nvfp4Arch, Nvfp4Limits};
+/// use graphsafe::workspace::WorkspacePlanner;
+/// // One H200 decode step sharing one workspace: MLA attention and an NVFP4 projection.
+/// let attn = mla::worst_case(MlaArch::Sm90, &MlaLimits::new(16, 64, 32_768, 132))?;
+/// let proj = nvfp4::worst_case(Nvfp4Arch::Sm90, &Nvfp4Limits::new([1, 2, 4, 8, 16, 32, 64], 28_672, 8192, 132))?;
+/// let mut planner = WorkspacePlanner::new();
+/// planner.require("mla decode", attn.workspace_bytes).require("nvfp4 w4a16", proj.workspace_bytes);
+/// assert_eq!(planner.len(), 2);
+/// assert_eq!(planner.bytes(), attn.workspace_bytes.max(proj.workspace_bytes));
+/// assert_eq!(planner.worst().unwrap().bytes, planner.bytes());
+/// # Ok::<(), graphsafe::Error>(())
+/// ```
 #[derive(Clone, Debug, Default)]
 pub struct WorkspacePlanner {
     worst: Option<Requirement>,

@@ -342,6 +342,26 @@ fn plan_of(dnn: &Cudnn, p: &MatmulProblem) -> Result<Arc<super::Plan>> {
 
 /// Eager matmul on `stream`: validates, builds the plan on first use (cached), grows `ws` if the
 /// plan needs more (retiring the old buffer, zero-filled), executes. Returns what the plan is.
+///
+/// ```no_run
+/// # use graphsafe::prelude::*;
+/// # fn main() -> graphsafe::Result<()> {
+/// let ctx = Context::new(0)?;
+/// let stream = Stream::new(&ctx)?;
+/// let dnn = Cudnn::new(&ctx)?; // one per device, for the process
+/// // y[m, n] = x[m, k] · W[n, k]ᵀ: B = Wᵀ is column-major.
+/// let (m, n, k) = (8, 4096, 4096);
+/// let (x, w, y) = (DeviceBuffer::alloc_zeroed(&stream, m * k * 2)?, DeviceBuffer::alloc_zeroed(&stream, n * k * 2)?, DeviceBuffer::alloc_zeroed(&stream, m * n * 2)?);
+/// let args = MatmulArgs {
+///     a: Tensor::contiguous(&x, DType::Bf16, &[m, k]),
+///     b: Tensor::strided(&w, 0, DType::Bf16, &[k, n], &[1, k]),
+///     c: Tensor::contiguous(&y, DType::Bf16, &[m, n]),
+/// };
+/// let mut ws = Workspace::new(&stream, 0)?;
+/// let info = cudnn::matmul(&dnn, &args, &mut ws, &stream)?;
+/// assert!(ws.capacity() >= info.workspace_bytes);
+/// # Ok(()) }
+/// ```
 pub fn matmul(dnn: &Cudnn, args: &MatmulArgs<&DeviceBuffer>, ws: &mut Workspace, stream: &Stream) -> Result<PlanInfo> {
     matmul_on(dnn, args, Target::eager(stream, Some(ws))?)
 }
@@ -350,6 +370,31 @@ pub fn matmul(dnn: &Cudnn, args: &MatmulArgs<&DeviceBuffer>, ws: &mut Workspace,
 /// inside it: building may allocate, which a capture forbids), checks that every view belongs to
 /// `cap` and that the captured workspace holds the plan's (never grows: [`Error::WorkspaceTooSmall`]
 /// naming both sizes, nothing captured), captures the execute.
+///
+/// ```no_run
+/// # use graphsafe::prelude::*;
+/// # fn main() -> graphsafe::Result<()> {
+/// let ctx = Context::new(0)?;
+/// let mut stream = Stream::new(&ctx)?;
+/// let dnn = Cudnn::new(&ctx)?; // one per device, for the process
+/// // y[m, n] = x[m, k] · W[n, k]ᵀ: B = Wᵀ is column-major.
+/// let (m, n, k) = (8, 4096, 4096);
+/// let (x, w, y) = (DeviceBuffer::alloc_zeroed(&stream, m * k * 2)?, DeviceBuffer::alloc_zeroed(&stream, n * k * 2)?, DeviceBuffer::alloc_zeroed(&stream, m * n * 2)?);
+/// let args = MatmulArgs {
+///     a: Tensor::contiguous(&x, DType::Bf16, &[m, k]),
+///     b: Tensor::strided(&w, 0, DType::Bf16, &[k, n], &[1, k]),
+///     c: Tensor::contiguous(&y, DType::Bf16, &[m, n]),
+/// };
+/// // Before the capture: every plan built, the workspace sized for the largest.
+/// let problems: Vec<MatmulProblem> = [1, 8].iter().map(|&m| MatmulProblem::new(m, n, k, DType::Bf16, DType::Bf16).with_b_col_major()).collect();
+/// let mut ws = Workspace::new(&stream, cudnn::plan_workspace(&dnn, &problems)?)?;
+/// let (graph, _info) = stream.capture(CaptureMode::ThreadLocal, |cap| {
+///     let w = cap.bind_workspace(&mut ws)?;
+///     cudnn::matmul_captured(&dnn, &args.bind(cap)?, &w, cap)
+/// })?;
+/// graph.instantiate()?.launch(&stream)?;
+/// # Ok(()) }
+/// ```
 pub fn matmul_captured<'id>(dnn: &Cudnn, args: &MatmulArgs<CapturedBuffer<'id>>, ws: &Captured<'id>, cap: &Capture<'_, 'id>) -> Result<PlanInfo> {
     matmul_on(dnn, args, Target::captured(cap.site(), Some(ws.view()))?)
 }
@@ -381,6 +426,15 @@ pub(crate) fn matmul_on<M: DeviceMemory>(dnn: &Cudnn, args: &MatmulArgs<M>, mut 
 
 /// The workspace bytes `problem`'s plan uses: builds (and caches) the plan, so a later capture
 /// executes exactly the plan that was sized.
+///
+/// ```no_run
+/// # use graphsafe::prelude::*;
+/// # fn main() -> graphsafe::Result<()> {
+/// let dnn = Cudnn::new(&Context::new(0)?)?;
+/// let bytes = cudnn::workspace_size(&dnn, &MatmulProblem::new(8, 4096, 4096, DType::Bf16, DType::Bf16))?;
+/// assert_eq!(dnn.plan_count(), 1); // built now, reused by every later call
+/// # let _ = bytes; Ok(()) }
+/// ```
 pub fn workspace_size(dnn: &Cudnn, problem: &MatmulProblem) -> Result<u64> {
     let p = problem.normalized();
     p.validate()?;
@@ -390,6 +444,23 @@ pub fn workspace_size(dnn: &Cudnn, problem: &MatmulProblem) -> Result<u64> {
 
 /// Size before capture: builds the plan of every problem an engine will capture and returns the
 /// largest workspace among them (0 if none needs one). Pre-grow the shared workspace to it once.
+///
+/// ```no_run
+/// # use graphsafe::prelude::*;
+/// # fn main() -> graphsafe::Result<()> {
+/// let ctx = Context::new(0)?;
+/// let stream = Stream::new(&ctx)?;
+/// let dnn = Cudnn::new(&ctx)?;
+/// // Every batch size the engine captures, for one linear layer (W stored [N, K]).
+/// let problems: Vec<MatmulProblem> =
+///     [1, 2, 4, 8, 16].iter().map(|&m| MatmulProblem::new(m, 4096, 4096, DType::Bf16, DType::Bf16).with_b_col_major()).collect();
+/// let bytes = cudnn::plan_workspace(&dnn, &problems)?;
+/// for p in &problems {
+///     assert!(cudnn::workspace_size(&dnn, p)? <= bytes); // the plans are cached: no rebuild
+/// }
+/// let ws = Workspace::new(&stream, bytes)?; // the one pre-grow
+/// # let _ = ws; Ok(()) }
+/// ```
 pub fn plan_workspace(dnn: &Cudnn, problems: &[MatmulProblem]) -> Result<u64> {
     let mut planner = WorkspacePlanner::new();
     require_workspace(dnn, problems, &mut planner)?;
@@ -397,6 +468,20 @@ pub fn plan_workspace(dnn: &Cudnn, problems: &[MatmulProblem]) -> Result<u64> {
 }
 
 /// [`plan_workspace`] into a [`WorkspacePlanner`] shared with other ops' requirements.
+///
+/// ```no_run
+/// # use graphsafe::prelude::*;
+/// # fn main() -> graphsafe::Result<()> {
+/// let ctx = Context::new(0)?;
+/// let dnn = Cudnn::new(&ctx)?;
+/// let mut planner = WorkspacePlanner::new();
+/// // The attention of the same step shares the workspace.
+/// let attn = mla::worst_case(MlaArch::for_compute_capability(ctx.compute_capability())?, &MlaLimits::new(16, 64, 32_768, ctx.sm_count()))?;
+/// planner.require("mla decode", attn.workspace_bytes);
+/// cudnn::require_workspace(&dnn, &[MatmulProblem::new(64, 4096, 4096, DType::Bf16, DType::Bf16)], &mut planner)?;
+/// let ws = Workspace::new(&Stream::new(&ctx)?, planner.bytes())?;
+/// # let _ = ws; Ok(()) }
+/// ```
 pub fn require_workspace(dnn: &Cudnn, problems: &[MatmulProblem], planner: &mut WorkspacePlanner) -> Result<()> {
     for p in problems {
         let bytes = workspace_size(dnn, p)?;
@@ -418,6 +503,28 @@ pub struct AutotuneReport {
 /// `stream`; `c` is overwritten) and caches the fastest for it. Call it before planning the
 /// workspace and capturing. A plan it replaces stays alive (graphs may hold it). `ws` grows to the
 /// largest candidate's workspace.
+///
+/// ```no_run
+/// # use graphsafe::prelude::*;
+/// # fn main() -> graphsafe::Result<()> {
+/// let ctx = Context::new(0)?;
+/// let stream = Stream::new(&ctx)?;
+/// let dnn = Cudnn::new(&ctx)?; // one per device, for the process
+/// // y[m, n] = x[m, k] · W[n, k]ᵀ: B = Wᵀ is column-major.
+/// let (m, n, k) = (8, 4096, 4096);
+/// let (x, w, y) = (DeviceBuffer::alloc_zeroed(&stream, m * k * 2)?, DeviceBuffer::alloc_zeroed(&stream, n * k * 2)?, DeviceBuffer::alloc_zeroed(&stream, m * n * 2)?);
+/// let args = MatmulArgs {
+///     a: Tensor::contiguous(&x, DType::Bf16, &[m, k]),
+///     b: Tensor::strided(&w, 0, DType::Bf16, &[k, n], &[1, k]),
+///     c: Tensor::contiguous(&y, DType::Bf16, &[m, n]),
+/// };
+/// let mut ws = Workspace::new(&stream, 0)?;
+/// let report = cudnn::autotune(&dnn, &args, &mut ws, &stream, 8)?;
+/// // The fastest plan is now the cached one: later matmuls (and captures) of this problem use it.
+/// let info = cudnn::matmul(&dnn, &args, &mut ws, &stream)?;
+/// assert_eq!(info.engine, report.chosen.engine);
+/// # Ok(()) }
+/// ```
 pub fn autotune(dnn: &Cudnn, args: &MatmulArgs<&DeviceBuffer>, ws: &mut Workspace, stream: &Stream, max_candidates: usize) -> Result<AutotuneReport> {
     dnn.same_context(stream.context())?;
     let p = args.problem(stream.context().raw())?;

@@ -266,6 +266,13 @@ impl<M: DeviceMemory> Nvfp4MatmulArgs<M> {
 }
 
 /// The GPU, then the cuDNN version: what NVFP4 needs, named in the error.
+///
+/// ```
+/// use graphsafe::ops::cudnn::{nvfp4::check_support, Version, NVFP4_MIN_VERSION};
+/// assert!(check_support((10, 0), NVFP4_MIN_VERSION).is_ok()); // B200
+/// assert!(check_support((9, 0), NVFP4_MIN_VERSION).is_err()); // H200: no FP4 tensor cores
+/// assert!(check_support((12, 0), Version { major: 9, minor: 6, patch: 0 }).is_err()); // cuDNN too old
+/// ```
 pub fn check_support(cc: (i32, i32), version: Version) -> Result<()> {
     crate::arch::require_fp4_tensor_cores("cudnn nvfp4 matmul", cc)?;
     if version < NVFP4_MIN_VERSION {
@@ -284,6 +291,14 @@ fn plan_of(dnn: &Cudnn, p: &Nvfp4Problem) -> Result<Arc<super::Plan>> {
 }
 
 /// The workspace bytes of `problem`'s plan (builds and caches it): as [`super::workspace_size`].
+///
+/// ```no_run
+/// # use graphsafe::prelude::*;
+/// # fn main() -> graphsafe::Result<()> {
+/// let dnn = Cudnn::new(&Context::new(0)?)?;
+/// let bytes = cudnn::nvfp4_workspace_size(&dnn, &Nvfp4Problem::new(16, 4096, 4096, DType::Bf16))?;
+/// # let _ = bytes; Ok(()) }
+/// ```
 pub fn nvfp4_workspace_size(dnn: &Cudnn, problem: &Nvfp4Problem) -> Result<u64> {
     problem.validate()?;
     Ok(plan_of(dnn, problem)?.info().workspace_bytes)
@@ -291,12 +306,56 @@ pub fn nvfp4_workspace_size(dnn: &Cudnn, problem: &Nvfp4Problem) -> Result<u64> 
 
 /// Eager NVFP4 matmul: validates, checks the GPU and cuDNN, plans (cached), grows `ws` if needed,
 /// executes on `stream`.
+///
+/// ```no_run
+/// # use graphsafe::prelude::*;
+/// # fn main() -> graphsafe::Result<()> {
+/// let ctx = Context::new(0)?;
+/// let stream = Stream::new(&ctx)?;
+/// let dnn = Cudnn::new(&ctx)?;
+/// let problem = Nvfp4Problem::new(16, 4096, 4096, DType::Bf16);
+/// let buf = |bytes: usize| DeviceBuffer::alloc_zeroed(&stream, bytes);
+/// let (a, a_scale, b, b_scale) = (buf(problem.a_bytes())?, buf(problem.a_scale_bytes())?, buf(problem.b_bytes())?, buf(problem.b_scale_bytes())?);
+/// let (alpha, c) = (DeviceBuffer::from_host(&stream, &[1.0f32])?, buf(16 * 4096 * 2)?);
+/// let args = Nvfp4MatmulArgs {
+///     problem,
+///     a: &a, a_scale: &a_scale, b: &b, b_scale: &b_scale, alpha: &alpha,
+///     c: Tensor::contiguous(&c, DType::Bf16, &[16, 4096]),
+/// };
+/// let mut ws = Workspace::new(&stream, 0)?;
+/// cudnn::nvfp4_matmul(&dnn, &args, &mut ws, &stream)?;
+/// # Ok(()) }
+/// ```
 pub fn nvfp4_matmul(dnn: &Cudnn, args: &Nvfp4MatmulArgs<&DeviceBuffer>, ws: &mut Workspace, stream: &Stream) -> Result<PlanInfo> {
     nvfp4_matmul_on(dnn, args, Target::eager(stream, Some(ws))?)
 }
 
 /// Captured NVFP4 matmul: a plan built before the capture only, never grows the workspace; every
 /// view must belong to `cap`.
+///
+/// ```no_run
+/// # use graphsafe::prelude::*;
+/// # fn main() -> graphsafe::Result<()> {
+/// let ctx = Context::new(0)?;
+/// let mut stream = Stream::new(&ctx)?;
+/// let dnn = Cudnn::new(&ctx)?;
+/// let problem = Nvfp4Problem::new(16, 4096, 4096, DType::Bf16);
+/// let buf = |bytes: usize| DeviceBuffer::alloc_zeroed(&stream, bytes);
+/// let (a, a_scale, b, b_scale) = (buf(problem.a_bytes())?, buf(problem.a_scale_bytes())?, buf(problem.b_bytes())?, buf(problem.b_scale_bytes())?);
+/// let (alpha, c) = (DeviceBuffer::from_host(&stream, &[1.0f32])?, buf(16 * 4096 * 2)?);
+/// let args = Nvfp4MatmulArgs {
+///     problem,
+///     a: &a, a_scale: &a_scale, b: &b, b_scale: &b_scale, alpha: &alpha,
+///     c: Tensor::contiguous(&c, DType::Bf16, &[16, 4096]),
+/// };
+/// let mut ws = Workspace::new(&stream, cudnn::nvfp4_workspace_size(&dnn, &problem)?)?; // plans before capture
+/// let (graph, _info) = stream.capture(CaptureMode::ThreadLocal, |cap| {
+///     let w = cap.bind_workspace(&mut ws)?;
+///     cudnn::nvfp4_matmul_captured(&dnn, &args.bind(cap)?, &w, cap)
+/// })?;
+/// graph.instantiate()?.launch(&stream)?;
+/// # Ok(()) }
+/// ```
 pub fn nvfp4_matmul_captured<'id>(dnn: &Cudnn, args: &Nvfp4MatmulArgs<CapturedBuffer<'id>>, ws: &Captured<'id>, cap: &Capture<'_, 'id>) -> Result<PlanInfo> {
     nvfp4_matmul_on(dnn, args, Target::captured(cap.site(), Some(ws.view()))?)
 }

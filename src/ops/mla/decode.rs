@@ -149,7 +149,7 @@ impl std::str::FromStr for KvFormatKind {
 ///
 /// A request brings `s_q` query tokens (1 for plain decode; 2..=16 for MTP / speculative decode),
 /// each with `H` heads: `q_nope`, `q_pe` and `out` are `[B, s_q, H, dim]`, or `[B, H, dim]` for
-/// one token. Heads: any count in `1..=`[`NUM_HEADS`] on every back-end.
+/// one token. Heads: any count in `1..=`[`NUM_HEADS`](super::NUM_HEADS) on every back-end.
 #[derive(Clone, Debug)]
 #[non_exhaustive]
 pub struct MlaDecodeArgs<M> {
@@ -575,6 +575,34 @@ pub(crate) fn run<M: DeviceMemory>(args: &MlaDecodeArgs<M>, mut target: Target<'
 }
 
 /// Eager decode on `stream`: validates, grows `ws` if needed (retiring, zero-filled), launches.
+///
+/// ```no_run
+/// # use graphsafe::prelude::*;
+/// # fn main() -> graphsafe::Result<()> {
+/// let ctx = Context::new(0)?;
+/// let stream = Stream::new(&ctx)?;
+/// // One request of 16 heads (DeepSeek V3 at TP 8) over two 64-token pages, bf16.
+/// let (heads, page, pages) = (16, 64, 2);
+/// # let q_nope = DeviceBuffer::alloc_zeroed(&stream, heads * 512 * 2)?;
+/// # let q_pe = DeviceBuffer::alloc_zeroed(&stream, heads * 64 * 2)?;
+/// # let kv = DeviceBuffer::alloc_zeroed(&stream, pages * page * 576 * 2)?;
+/// # let seq_lens = DeviceBuffer::from_host(&stream, &[100i32])?;
+/// # let page_table = DeviceBuffer::from_host(&stream, &[0i32, 1])?;
+/// # let out = DeviceBuffer::alloc_zeroed(&stream, heads * 512 * 2)?;
+/// let args = MlaDecodeArgs::new(
+///     Tensor::contiguous(&q_nope, DType::Bf16, &[1, heads, 512]),
+///     Tensor::contiguous(&q_pe, DType::Bf16, &[1, heads, 64]),
+///     Tensor::contiguous(&kv, DType::Bf16, &[pages, page, 576]),
+///     Tensor::contiguous(&seq_lens, DType::I32, &[1]),
+///     Tensor::contiguous(&page_table, DType::I32, &[1, pages]),
+///     Tensor::contiguous(&out, DType::Bf16, &[1, heads, 512]),
+/// );
+/// let mut ws = Workspace::new(&stream, 0)?; // an eager decode grows it as it needs
+/// let plan = mla::decode(&args, &mut ws, &stream)?;
+/// assert!(ws.capacity() >= plan.workspace_bytes);
+/// let out_host = out.to_host_vec::<u16>(&stream)?; // bf16 bits, [1, 16, 512]
+/// # let _ = out_host; Ok(()) }
+/// ```
 pub fn decode(args: &MlaDecodeArgs<&DeviceBuffer>, ws: &mut Workspace, stream: &Stream) -> Result<MlaDecodePlan> {
     run(args, Target::eager(stream, Some(ws))?)
 }
@@ -582,6 +610,44 @@ pub fn decode(args: &MlaDecodeArgs<&DeviceBuffer>, ws: &mut Workspace, stream: &
 /// Captured decode: validates, checks that every view belongs to `cap`, checks the captured
 /// workspace (never grows: `WorkspaceTooSmall` naming both sizes, nothing captured), captures the
 /// launch, and adds every buffer it bakes in to the capture.
+///
+/// Size the workspace before the capture ([`super::worst_case`] over every shape captured); a
+/// captured decode never grows it:
+///
+/// ```no_run
+/// # use graphsafe::prelude::*;
+/// # fn main() -> graphsafe::Result<()> {
+/// let ctx = Context::new(0)?;
+/// let mut stream = Stream::new(&ctx)?;
+/// // One request of 16 heads (DeepSeek V3 at TP 8) over two 64-token pages, bf16.
+/// let (heads, page, pages) = (16, 64, 2);
+/// # let q_nope = DeviceBuffer::alloc_zeroed(&stream, heads * 512 * 2)?;
+/// # let q_pe = DeviceBuffer::alloc_zeroed(&stream, heads * 64 * 2)?;
+/// # let kv = DeviceBuffer::alloc_zeroed(&stream, pages * page * 576 * 2)?;
+/// # let seq_lens = DeviceBuffer::from_host(&stream, &[100i32])?;
+/// # let page_table = DeviceBuffer::from_host(&stream, &[0i32, 1])?;
+/// # let out = DeviceBuffer::alloc_zeroed(&stream, heads * 512 * 2)?;
+/// let args = MlaDecodeArgs::new(
+///     Tensor::contiguous(&q_nope, DType::Bf16, &[1, heads, 512]),
+///     Tensor::contiguous(&q_pe, DType::Bf16, &[1, heads, 64]),
+///     Tensor::contiguous(&kv, DType::Bf16, &[pages, page, 576]),
+///     Tensor::contiguous(&seq_lens, DType::I32, &[1]),
+///     Tensor::contiguous(&page_table, DType::I32, &[1, pages]),
+///     Tensor::contiguous(&out, DType::Bf16, &[1, heads, 512]),
+/// );
+/// let limits = MlaLimits::new(heads as u32, 1, (pages * page) as u32, ctx.sm_count());
+/// let arch = MlaArch::for_compute_capability(ctx.compute_capability())?;
+/// let mut ws = Workspace::new(&stream, mla::worst_case(arch, &limits)?.workspace_bytes)?;
+/// let exec = {
+///     let mut cap = stream.begin_capture(CaptureMode::ThreadLocal)?;
+///     let w = cap.bind_workspace(&mut ws)?; // ws cannot grow until the capture ends
+///     let bound = args.bind(&mut cap)?; // every buffer kept alive by the graph
+///     mla::decode_captured(&bound, &w, &cap)?;
+///     cap.end()?.instantiate()?
+/// };
+/// exec.launch(&stream)?;
+/// # Ok(()) }
+/// ```
 pub fn decode_captured<'id>(args: &MlaDecodeArgs<CapturedBuffer<'id>>, ws: &Captured<'id>, cap: &Capture<'_, 'id>) -> Result<MlaDecodePlan> {
     run(args, Target::captured(cap.site(), Some(ws.view()))?)
 }

@@ -136,6 +136,18 @@ pub(crate) fn check(arch: MlaArch, l: &MlaLimits) -> Result<()> {
 
 /// The plan for one decode shape on `arch`: every shape rule checked (an error names the field),
 /// then the back-end's split count (or `l.num_splits`, validated) and workspace.
+///
+/// ```
+/// use graphsafe::ops::mla::{self, MlaArch, MlaLimits};
+/// // 8 requests of up to 4096 tokens, 16 heads, on an H200 (132 SMs).
+/// let p = mla::plan(MlaArch::Sm90, &MlaLimits::new(16, 8, 4096, 132))?;
+/// assert_eq!((p.batch, p.max_seq_len, p.num_heads), (8, 4096, 16));
+/// assert!(p.num_splits >= 1);
+/// // sm_100 (CUTLASS's kernel) runs 128 heads: 16 is refused, naming the fields.
+/// let e = mla::plan(MlaArch::Sm100, &MlaLimits::new(16, 8, 4096, 148)).unwrap_err();
+/// assert!(e.to_string().contains("num_heads"));
+/// # Ok::<(), graphsafe::Error>(())
+/// ```
 pub fn plan(arch: MlaArch, l: &MlaLimits) -> Result<MlaDecodePlan> {
     check(arch, l)?;
     let requested = l.num_splits.map(i64::from);
@@ -157,6 +169,22 @@ pub fn plan(arch: MlaArch, l: &MlaLimits) -> Result<MlaDecodePlan> {
 /// The workspace to pre-grow before capture: the most any shape within `l` needs on `arch` (batch
 /// `1..=l.batch`, lengths `1..=l.max_seq_len`, tokens `1..=l.s_q`), as the plan of the shape that
 /// needs it. Every shape rule is checked first, as by [`plan`].
+///
+/// ```
+/// use graphsafe::arch::sm_count_of;
+/// use graphsafe::ops::mla::{self, MlaArch, MlaLimits};
+/// // Every decode a B200 engine captures: batch 1..=128, contexts up to 32K tokens.
+/// let limits = MlaLimits::new(128, 128, 32_768, sm_count_of("B200")?);
+/// let worst = mla::worst_case(MlaArch::Sm100, &limits)?;
+/// for batch in [1, 7, 64, 128] {
+///     for len in [1, 1000, 32_768] {
+///         let mut one = limits;
+///         (one.batch, one.max_seq_len) = (batch, len);
+///         assert!(mla::plan(MlaArch::Sm100, &one)?.workspace_bytes <= worst.workspace_bytes);
+///     }
+/// }
+/// # Ok::<(), graphsafe::Error>(())
+/// ```
 pub fn worst_case(arch: MlaArch, l: &MlaLimits) -> Result<MlaDecodePlan> {
     check(arch, l)?;
     let requested = l.num_splits.map(i64::from);

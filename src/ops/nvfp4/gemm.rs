@@ -51,11 +51,63 @@ pub(crate) fn gemm_on<M: DeviceMemory>(a: &Nvfp4Matrix<M>, b: &Nvfp4Matrix<M>, a
 }
 
 /// Blackwell: D[m, n] (bf16/fp16, contiguous) = alpha · A[m, k] · B[n, k]ᵀ, A and B NVFP4; eager.
+///
+/// ```no_run
+/// # use graphsafe::prelude::*;
+/// # fn main() -> graphsafe::Result<()> {
+/// let ctx = Context::new(0)?;
+/// let stream = Stream::new(&ctx)?;
+/// let (m, n, k) = (16, 4096, 4096);
+/// // An NVFP4 matrix [rows, k]: packed e2m1 pairs, swizzled fp8 scales, one f32 global scale.
+/// let matrix = |rows: usize| -> graphsafe::Result<[DeviceBuffer; 3]> {
+///     let scales = nvfp4::scale_bytes(rows as i64, k as i64)? as usize;
+///     Ok([DeviceBuffer::alloc_zeroed(&stream, rows * k / 2)?, DeviceBuffer::alloc_zeroed(&stream, scales)?, DeviceBuffer::from_host(&stream, &[1.0f32])?])
+/// };
+/// let ([ap, asc, ag], [bp, bsc, bg]) = (matrix(m)?, matrix(n)?);
+/// let a = Nvfp4Matrix { packed: &ap, scales: &asc, global_scale: &ag, rows: m, k };
+/// let b = Nvfp4Matrix { packed: &bp, scales: &bsc, global_scale: &bg, rows: n, k };
+/// let alpha = DeviceBuffer::from_host(&stream, &[1.0f32])?;
+/// let d = DeviceBuffer::alloc_zeroed(&stream, m * n * 2)?;
+/// let d = Tensor::contiguous(&d, DType::Bf16, &[m, n]);
+/// let mut ws = Workspace::new(&stream, 0)?;
+/// let plan = nvfp4::gemm(&a, &b, &alpha, &d, &mut ws, &stream)?;
+/// assert_eq!(plan.tile, Some(nvfp4::gemm_tile(plan.arch, m as i64)?));
+/// # Ok(()) }
+/// ```
 pub fn gemm(a: &Nvfp4Matrix<&DeviceBuffer>, b: &Nvfp4Matrix<&DeviceBuffer>, alpha: &DeviceBuffer, d: &Tensor<&DeviceBuffer>, ws: &mut Workspace, stream: &Stream) -> Result<Nvfp4Plan> {
     gemm_on(a, b, &alpha, d, Target::eager(stream, Some(ws))?)
 }
 
 /// Blackwell, captured: never grows the workspace; every view must belong to `cap`.
+///
+/// ```no_run
+/// # use graphsafe::prelude::*;
+/// # fn main() -> graphsafe::Result<()> {
+/// let ctx = Context::new(0)?;
+/// let mut stream = Stream::new(&ctx)?;
+/// let (m, n, k) = (16, 4096, 4096);
+/// // An NVFP4 matrix [rows, k]: packed e2m1 pairs, swizzled fp8 scales, one f32 global scale.
+/// let matrix = |rows: usize| -> graphsafe::Result<[DeviceBuffer; 3]> {
+///     let scales = nvfp4::scale_bytes(rows as i64, k as i64)? as usize;
+///     Ok([DeviceBuffer::alloc_zeroed(&stream, rows * k / 2)?, DeviceBuffer::alloc_zeroed(&stream, scales)?, DeviceBuffer::from_host(&stream, &[1.0f32])?])
+/// };
+/// let ([ap, asc, ag], [bp, bsc, bg]) = (matrix(m)?, matrix(n)?);
+/// let a = Nvfp4Matrix { packed: &ap, scales: &asc, global_scale: &ag, rows: m, k };
+/// let b = Nvfp4Matrix { packed: &bp, scales: &bsc, global_scale: &bg, rows: n, k };
+/// let alpha = DeviceBuffer::from_host(&stream, &[1.0f32])?;
+/// let d = DeviceBuffer::alloc_zeroed(&stream, m * n * 2)?;
+/// let d = Tensor::contiguous(&d, DType::Bf16, &[m, n]);
+/// let arch = Nvfp4Arch::for_compute_capability(ctx.compute_capability())?;
+/// let limits = Nvfp4Limits::new([1, 4, 16], n as u32, k as u32, ctx.sm_count());
+/// let mut ws = Workspace::new(&stream, nvfp4::worst_case(arch, &limits)?.workspace_bytes)?;
+/// let (graph, _plan) = stream.capture(CaptureMode::ThreadLocal, |cap| {
+///     let w = cap.bind_workspace(&mut ws)?;
+///     let (a, b, alpha, d) = (a.bind(cap)?, b.bind(cap)?, cap.bind_buffer(&alpha)?, d.bind(cap)?);
+///     nvfp4::gemm_captured(&a, &b, &alpha, &d, &w, cap)
+/// })?;
+/// graph.instantiate()?.launch(&stream)?;
+/// # Ok(()) }
+/// ```
 pub fn gemm_captured<'id>(a: &Nvfp4Matrix<CapturedBuffer<'id>>, b: &Nvfp4Matrix<CapturedBuffer<'id>>, alpha: &CapturedBuffer<'id>, d: &Tensor<CapturedBuffer<'id>>, ws: &Captured<'id>, cap: &Capture<'_, 'id>) -> Result<Nvfp4Plan> {
     gemm_on(a, b, alpha, d, Target::captured(cap.site(), Some(ws.view()))?)
 }

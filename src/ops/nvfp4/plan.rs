@@ -36,6 +36,13 @@ pub(super) fn check_nk(n: i64, kk: i64) -> Result<(i32, i32)> {
 
 /// Bytes of the swizzled scale tensor of an [rows, k] NVFP4 matrix (k a multiple of 16):
 /// `round_up(rows,128) × round_up(k/16,4)`, exact for every `i32` size (computed in 64 bits).
+///
+/// ```
+/// use graphsafe::ops::nvfp4::scale_bytes;
+/// assert_eq!(scale_bytes(300, 96)?, 384 * 8); // rows to 384, 6 scales a row to 8
+/// assert!(scale_bytes(300, 40).is_err()); // k not a multiple of 16
+/// # Ok::<(), graphsafe::Error>(())
+/// ```
 pub fn scale_bytes(rows: i64, kk: i64) -> Result<u64> {
     let (r, kk) = (positive("rows", rows)?, positive("k", kk)?);
     if kk % GS_NVFP4_BLOCK as i32 != 0 {
@@ -45,6 +52,14 @@ pub fn scale_bytes(rows: i64, kk: i64) -> Result<u64> {
 }
 
 /// The Blackwell GEMM's tile for `m` on `arch` (Sm100 or Sm120).
+///
+/// ```
+/// use graphsafe::ops::nvfp4::{gemm_tile, Nvfp4Arch};
+/// // Decode-sized M gets the small tile, prefill-sized M the 2-CTA cluster's.
+/// assert_eq!((gemm_tile(Nvfp4Arch::Sm100, 8)?.m, gemm_tile(Nvfp4Arch::Sm100, 8)?.cluster_m), (128, 1));
+/// assert_eq!((gemm_tile(Nvfp4Arch::Sm100, 4096)?.m, gemm_tile(Nvfp4Arch::Sm100, 4096)?.cluster_m), (256, 2));
+/// # Ok::<(), graphsafe::Error>(())
+/// ```
 pub fn gemm_tile(arch: Nvfp4Arch, m: i64) -> Result<Tile> {
     let m = positive("m", m)?;
     if arch == Nvfp4Arch::Sm90 {

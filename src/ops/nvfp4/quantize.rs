@@ -29,16 +29,72 @@ pub(crate) fn quantize_on<M: DeviceMemory>(x: &Tensor<M>, gs: &M, out: &Nvfp4Mat
 }
 
 /// Quantizes x [m, k] (bf16/fp16) with the device global scale `gs` into `out`, on `stream`.
+///
+/// ```no_run
+/// # use graphsafe::prelude::*;
+/// # fn main() -> graphsafe::Result<()> {
+/// let ctx = Context::new(0)?;
+/// let stream = Stream::new(&ctx)?;
+/// let (m, k) = (16, 4096);
+/// let x = DeviceBuffer::alloc_zeroed(&stream, m * k * 2)?; // bf16 activations
+/// let x = Tensor::contiguous(&x, DType::Bf16, &[m, k]);
+/// let gs = DeviceBuffer::alloc_zeroed(&stream, 4)?; // the f32 global scale
+/// let packed = DeviceBuffer::alloc_zeroed(&stream, m * k / 2)?;
+/// let scales = DeviceBuffer::alloc_zeroed(&stream, nvfp4::scale_bytes(m as i64, k as i64)? as usize)?;
+/// let q = Nvfp4Matrix { packed: &packed, scales: &scales, global_scale: &gs, rows: m, k };
+/// nvfp4::global_scale(&x, &gs, &stream)?; // 448·6 / amax(|x|)
+/// nvfp4::quantize(&x, &gs, &q, &stream)?;
+/// # Ok(()) }
+/// ```
 pub fn quantize(x: &Tensor<&DeviceBuffer>, gs: &DeviceBuffer, out: &Nvfp4Matrix<&DeviceBuffer>, stream: &Stream) -> Result<()> {
     quantize_on(x, &gs, out, Target::eager(stream, None)?)
 }
 
 /// Captures a quantize (every buffer bound to `cap`).
+///
+/// ```no_run
+/// # use graphsafe::prelude::*;
+/// # fn main() -> graphsafe::Result<()> {
+/// let ctx = Context::new(0)?;
+/// let mut stream = Stream::new(&ctx)?;
+/// let (m, k) = (16, 4096);
+/// let x = DeviceBuffer::alloc_zeroed(&stream, m * k * 2)?; // bf16 activations
+/// let x = Tensor::contiguous(&x, DType::Bf16, &[m, k]);
+/// let gs = DeviceBuffer::alloc_zeroed(&stream, 4)?; // the f32 global scale
+/// let packed = DeviceBuffer::alloc_zeroed(&stream, m * k / 2)?;
+/// let scales = DeviceBuffer::alloc_zeroed(&stream, nvfp4::scale_bytes(m as i64, k as i64)? as usize)?;
+/// let q = Nvfp4Matrix { packed: &packed, scales: &scales, global_scale: &gs, rows: m, k };
+/// let (graph, ()) = stream.capture(CaptureMode::ThreadLocal, |cap| {
+///     let (x, gs, q) = (x.bind(cap)?, cap.bind_buffer(&gs)?, q.bind(cap)?);
+///     nvfp4::quantize_captured(&x, &gs, &q, cap)
+/// })?;
+/// graph.instantiate()?.launch(&stream)?;
+/// # Ok(()) }
+/// ```
 pub fn quantize_captured<'id>(x: &Tensor<CapturedBuffer<'id>>, gs: &CapturedBuffer<'id>, out: &Nvfp4Matrix<CapturedBuffer<'id>>, cap: &Capture<'_, 'id>) -> Result<()> {
     quantize_on(x, gs, out, Target::captured(cap.site(), None)?)
 }
 
 /// The inverse: `out` [m, k] (bf16/fp16) from an NVFP4 matrix, on `stream`.
+///
+/// ```no_run
+/// # use graphsafe::prelude::*;
+/// # fn main() -> graphsafe::Result<()> {
+/// let ctx = Context::new(0)?;
+/// let stream = Stream::new(&ctx)?;
+/// let (m, k) = (16, 4096);
+/// let x = DeviceBuffer::alloc_zeroed(&stream, m * k * 2)?; // bf16 activations
+/// let x = Tensor::contiguous(&x, DType::Bf16, &[m, k]);
+/// let gs = DeviceBuffer::alloc_zeroed(&stream, 4)?; // the f32 global scale
+/// let packed = DeviceBuffer::alloc_zeroed(&stream, m * k / 2)?;
+/// let scales = DeviceBuffer::alloc_zeroed(&stream, nvfp4::scale_bytes(m as i64, k as i64)? as usize)?;
+/// let q = Nvfp4Matrix { packed: &packed, scales: &scales, global_scale: &gs, rows: m, k };
+/// nvfp4::global_scale(&x, &gs, &stream)?;
+/// nvfp4::quantize(&x, &gs, &q, &stream)?;
+/// let back = DeviceBuffer::alloc_zeroed(&stream, m * k * 2)?;
+/// nvfp4::dequantize(&q, &Tensor::contiguous(&back, DType::Bf16, &[m, k]), &stream)?;
+/// # Ok(()) }
+/// ```
 pub fn dequantize(src: &Nvfp4Matrix<&DeviceBuffer>, out: &Tensor<&DeviceBuffer>, stream: &Stream) -> Result<()> {
     let mut target = Target::eager(stream, None)?;
     let ctx = target.context().clone();
@@ -59,6 +115,23 @@ pub fn dequantize(src: &Nvfp4Matrix<&DeviceBuffer>, out: &Tensor<&DeviceBuffer>,
 }
 
 /// `out[0] = 448·6 / amax(|x|)` over a contiguous bf16/fp16 tensor (1 when amax is 0 or not finite).
+///
+/// ```no_run
+/// # use graphsafe::prelude::*;
+/// # fn main() -> graphsafe::Result<()> {
+/// let ctx = Context::new(0)?;
+/// let stream = Stream::new(&ctx)?;
+/// let (m, k) = (16, 4096);
+/// let x = DeviceBuffer::alloc_zeroed(&stream, m * k * 2)?; // bf16 activations
+/// let x = Tensor::contiguous(&x, DType::Bf16, &[m, k]);
+/// let gs = DeviceBuffer::alloc_zeroed(&stream, 4)?; // the f32 global scale
+/// let packed = DeviceBuffer::alloc_zeroed(&stream, m * k / 2)?;
+/// let scales = DeviceBuffer::alloc_zeroed(&stream, nvfp4::scale_bytes(m as i64, k as i64)? as usize)?;
+/// let q = Nvfp4Matrix { packed: &packed, scales: &scales, global_scale: &gs, rows: m, k };
+/// nvfp4::global_scale(&x, &gs, &stream)?;
+/// let scale = gs.to_host_vec::<f32>(&stream)?[0]; // 1.0 for the all-zero x
+/// # let _ = (scale, q); Ok(()) }
+/// ```
 pub fn global_scale(x: &Tensor<&DeviceBuffer>, out: &DeviceBuffer, stream: &Stream) -> Result<()> {
     let mut target = Target::eager(stream, None)?;
     let ctx = target.context().clone();

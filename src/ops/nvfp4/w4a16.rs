@@ -40,6 +40,27 @@ pub struct CapturedWeight<'id> {
 }
 
 /// Repacks an [n, k] NVFP4 weight for the Hopper W4A16 kernel (allocates; eager only).
+///
+/// ```no_run
+/// # use graphsafe::prelude::*;
+/// # fn main() -> graphsafe::Result<()> {
+/// let ctx = Context::new(0)?;
+/// let stream = Stream::new(&ctx)?;
+/// let (m, n, k) = (16, 4096, 4096);
+/// // The NVFP4 weight [n, k]: packed e2m1 pairs, swizzled fp8 scales, one f32 global scale.
+/// let packed = DeviceBuffer::alloc_zeroed(&stream, n * k / 2)?;
+/// let scales = DeviceBuffer::alloc_zeroed(&stream, nvfp4::scale_bytes(n as i64, k as i64)? as usize)?;
+/// let global = DeviceBuffer::from_host(&stream, &[1.0f32])?;
+/// let weight = Nvfp4Matrix { packed: &packed, scales: &scales, global_scale: &global, rows: n, k };
+/// let prepared = nvfp4::prepare_weight(&weight, &stream)?; // once per weight, outside capture
+/// let (a, d) = (DeviceBuffer::alloc_zeroed(&stream, m * k * 2)?, DeviceBuffer::alloc_zeroed(&stream, m * n * 2)?);
+/// let alpha = DeviceBuffer::from_host(&stream, &[1.0f32])?; // read at run time: may change between replays
+/// let (a, d) = (Tensor::contiguous(&a, DType::Bf16, &[m, k]), Tensor::contiguous(&d, DType::Bf16, &[m, n]));
+/// assert_eq!(prepared.shape(), (n, k));
+/// let mut ws = Workspace::new(&stream, 0)?;
+/// nvfp4::w4a16_gemm(&a, &prepared, &alpha, &d, &mut ws, &stream)?;
+/// # Ok(()) }
+/// ```
 pub fn prepare_weight(w: &Nvfp4Matrix<&DeviceBuffer>, stream: &Stream) -> Result<PreparedWeight> {
     let buf = prepare_weight_on(w, Target::eager(stream, None)?)?;
     Ok(PreparedWeight { buf, n: w.rows, k: w.k })
@@ -124,12 +145,60 @@ pub(crate) fn w4a16_on<M: DeviceMemory, W: DeviceMemory>(a: &Tensor<M>, w: Weigh
 }
 
 /// Hopper: D[m, n] (bf16) = alpha · A[m, k] (bf16) · Wᵀ, eager (may grow `ws`).
+///
+/// ```no_run
+/// # use graphsafe::prelude::*;
+/// # fn main() -> graphsafe::Result<()> {
+/// let ctx = Context::new(0)?;
+/// let stream = Stream::new(&ctx)?;
+/// let (m, n, k) = (16, 4096, 4096);
+/// // The NVFP4 weight [n, k]: packed e2m1 pairs, swizzled fp8 scales, one f32 global scale.
+/// let packed = DeviceBuffer::alloc_zeroed(&stream, n * k / 2)?;
+/// let scales = DeviceBuffer::alloc_zeroed(&stream, nvfp4::scale_bytes(n as i64, k as i64)? as usize)?;
+/// let global = DeviceBuffer::from_host(&stream, &[1.0f32])?;
+/// let weight = Nvfp4Matrix { packed: &packed, scales: &scales, global_scale: &global, rows: n, k };
+/// let prepared = nvfp4::prepare_weight(&weight, &stream)?; // once per weight, outside capture
+/// let (a, d) = (DeviceBuffer::alloc_zeroed(&stream, m * k * 2)?, DeviceBuffer::alloc_zeroed(&stream, m * n * 2)?);
+/// let alpha = DeviceBuffer::from_host(&stream, &[1.0f32])?; // read at run time: may change between replays
+/// let (a, d) = (Tensor::contiguous(&a, DType::Bf16, &[m, k]), Tensor::contiguous(&d, DType::Bf16, &[m, n]));
+/// let mut ws = Workspace::new(&stream, 0)?; // grown as the plan needs
+/// let plan = nvfp4::w4a16_gemm(&a, &prepared, &alpha, &d, &mut ws, &stream)?;
+/// assert!(plan.schedule.is_some() && ws.capacity() >= plan.workspace_bytes);
+/// # Ok(()) }
+/// ```
 pub fn w4a16_gemm(a: &Tensor<&DeviceBuffer>, w: &PreparedWeight, alpha: &DeviceBuffer, d: &Tensor<&DeviceBuffer>, ws: &mut Workspace, stream: &Stream) -> Result<Nvfp4Plan> {
     let wa = WeightArg { mem: &&w.buf, n: w.n, k: w.k };
     w4a16_on(a, wa, &alpha, d, Target::eager(stream, Some(ws))?)
 }
 
 /// Hopper, captured: never grows the workspace; every view must belong to `cap`.
+///
+/// ```no_run
+/// # use graphsafe::prelude::*;
+/// # fn main() -> graphsafe::Result<()> {
+/// let ctx = Context::new(0)?;
+/// let mut stream = Stream::new(&ctx)?;
+/// let (m, n, k) = (16, 4096, 4096);
+/// // The NVFP4 weight [n, k]: packed e2m1 pairs, swizzled fp8 scales, one f32 global scale.
+/// let packed = DeviceBuffer::alloc_zeroed(&stream, n * k / 2)?;
+/// let scales = DeviceBuffer::alloc_zeroed(&stream, nvfp4::scale_bytes(n as i64, k as i64)? as usize)?;
+/// let global = DeviceBuffer::from_host(&stream, &[1.0f32])?;
+/// let weight = Nvfp4Matrix { packed: &packed, scales: &scales, global_scale: &global, rows: n, k };
+/// let prepared = nvfp4::prepare_weight(&weight, &stream)?; // once per weight, outside capture
+/// let (a, d) = (DeviceBuffer::alloc_zeroed(&stream, m * k * 2)?, DeviceBuffer::alloc_zeroed(&stream, m * n * 2)?);
+/// let alpha = DeviceBuffer::from_host(&stream, &[1.0f32])?; // read at run time: may change between replays
+/// let (a, d) = (Tensor::contiguous(&a, DType::Bf16, &[m, k]), Tensor::contiguous(&d, DType::Bf16, &[m, n]));
+/// // Size before capture: the most any captured M needs.
+/// let limits = Nvfp4Limits::new([1, 2, 4, 8, 16], n as u32, k as u32, ctx.sm_count());
+/// let mut ws = Workspace::new(&stream, nvfp4::worst_case(Nvfp4Arch::Sm90, &limits)?.workspace_bytes)?;
+/// let (graph, _plan) = stream.capture(CaptureMode::ThreadLocal, |cap| {
+///     let w = cap.bind_workspace(&mut ws)?;
+///     let (a, d, alpha) = (a.bind(cap)?, d.bind(cap)?, cap.bind_buffer(&alpha)?);
+///     nvfp4::w4a16_gemm_captured(&a, &prepared.bind(cap)?, &alpha, &d, &w, cap)
+/// })?;
+/// graph.instantiate()?.launch(&stream)?;
+/// # Ok(()) }
+/// ```
 pub fn w4a16_gemm_captured<'id>(a: &Tensor<CapturedBuffer<'id>>, w: &CapturedWeight<'id>, alpha: &CapturedBuffer<'id>, d: &Tensor<CapturedBuffer<'id>>, ws: &Captured<'id>, cap: &Capture<'_, 'id>) -> Result<Nvfp4Plan> {
     let wa = WeightArg { mem: &w.buf, n: w.n, k: w.k };
     w4a16_on(a, wa, alpha, d, Target::captured(cap.site(), Some(ws.view()))?)
