@@ -104,8 +104,9 @@ static void kv_format_planning() {
   CHECK_STATUS(graphsafe_mla_plan_kv(GRAPHSAFE_ARCH_SM90, GRAPHSAFE_DTYPE_FP16, GRAPHSAFE_MLA_KV_NATIVE, 64, 4, 4096, 128, 132, 0, &p), GRAPHSAFE_OK);
   CHECK_STATUS(graphsafe_mla_plan(GRAPHSAFE_ARCH_SM90, GRAPHSAFE_DTYPE_FP16, 64, 4, 4096, 128, 132, 0, &q), GRAPHSAFE_OK);
   CHECK(p.num_splits == q.num_splits && p.workspace_bytes == q.workspace_bytes);
-  // Refused: heads sm_90 lacks, fp16 (or fp8) q, sm_100, an unknown format, a null out.
-  CHECK_STATUS(graphsafe_mla_plan_kv(GRAPHSAFE_ARCH_SM90, GRAPHSAFE_DTYPE_BF16, GRAPHSAFE_MLA_KV_FP8_PER_TENSOR, 40, 1, 4096, 64, 132, 0, &p), GRAPHSAFE_ERROR_INVALID_ARGUMENT);
+  // Refused: a head count outside 1..=128 (every count in it runs since the sm90 kernel took any),
+  // fp16 (or fp8) q, sm_100, an unknown format, a null out.
+  CHECK_STATUS(graphsafe_mla_plan_kv(GRAPHSAFE_ARCH_SM90, GRAPHSAFE_DTYPE_BF16, GRAPHSAFE_MLA_KV_FP8_PER_TENSOR, 0, 1, 4096, 64, 132, 0, &p), GRAPHSAFE_ERROR_INVALID_ARGUMENT);
   CHECK(last_error_mentions("num_heads"));
   CHECK_STATUS(graphsafe_mla_plan_kv(GRAPHSAFE_ARCH_SM90, GRAPHSAFE_DTYPE_BF16, GRAPHSAFE_MLA_KV_FP8_DS_MLA, 144, 1, 4096, 64, 132, 0, &p), GRAPHSAFE_ERROR_INVALID_ARGUMENT);
   CHECK(last_error_mentions("num_heads"));
@@ -195,10 +196,11 @@ static void nvfp4_and_cudnn_planning() {
   CHECK_STATUS(graphsafe_gpu_sm_count("H300", &sms), GRAPHSAFE_ERROR_INVALID_ARGUMENT);
   CHECK(last_error_mentions("B200"));
   GraphsafeNvfp4Plan worst{};
-  CHECK_STATUS(graphsafe_nvfp4_worst_case(GRAPHSAFE_ARCH_SM90, ms, 9, 8192, 8192, GRAPHSAFE_DTYPE_BF16, 132, &worst, &worst_m), GRAPHSAFE_OK);
+  // A 28672 x 8192 weight: stream-K at m 1 needs its fixup's workspace, larger M none.
+  CHECK_STATUS(graphsafe_nvfp4_worst_case(GRAPHSAFE_ARCH_SM90, ms, 9, 28672, 8192, GRAPHSAFE_DTYPE_BF16, 132, &worst, &worst_m), GRAPHSAFE_OK);
   bool listed = false;
   for (int m : ms) {
-    CHECK_STATUS(graphsafe_nvfp4_plan(GRAPHSAFE_ARCH_SM90, m, 8192, 8192, GRAPHSAFE_DTYPE_BF16, 132, &p), GRAPHSAFE_OK);
+    CHECK_STATUS(graphsafe_nvfp4_plan(GRAPHSAFE_ARCH_SM90, m, 28672, 8192, GRAPHSAFE_DTYPE_BF16, 132, &p), GRAPHSAFE_OK);
     CHECK(p.workspace_bytes <= worst.workspace_bytes);
     listed = listed || (m == worst_m && p.workspace_bytes == worst.workspace_bytes);
   }
