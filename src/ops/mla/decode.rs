@@ -284,7 +284,7 @@ impl<M> MlaDecodeArgs<M> {
     }
 }
 
-impl<'b> MlaDecodeArgs<&'b DeviceBuffer> {
+impl MlaDecodeArgs<&DeviceBuffer> {
     /// The same decode inside `cap`: every buffer bound to the capture (so the graph keeps it
     /// alive), the views and scalars unchanged. A buffer of another context is refused.
     pub fn bind<'id>(&self, cap: &mut Capture<'_, 'id>) -> Result<MlaDecodeArgs<CapturedBuffer<'id>>> {
