@@ -21,6 +21,7 @@ import math
 import os
 import statistics
 import sys
+import types
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
@@ -61,7 +62,7 @@ def main():
     ok = True
     if not args.skip_flashmla:
         fm, _ = bench.build("flashmla")
-        sys.path.insert(0, os.path.join(bench.flashmla_src(), "tests"))
+        sys.path[:0] = [os.path.join(HERE, "forward"), os.path.join(bench.flashmla_src(), "tests")]
         import test_flash_mla_dense_decoding as t  # FlashMLA's test, unmodified: its cases and its data
 
         torch.set_default_device("cuda")
@@ -78,10 +79,7 @@ def main():
             g_fm, fm_res = bench.make_graph(torch, fm_fn, args.calls)
             replay, gs_out, gs_lse = gs_graph(q, kv, table, lens, c.is_causal, scale)
 
-            class GsGraph:
-                replay = staticmethod(replay)
-
-            us_fm, us_gs = (x / args.calls for x in bench.time_alternating(torch, [g_fm, GsGraph()], args.rounds, args.warmup))
+            us_fm, us_gs = (x / args.calls for x in bench.time_alternating(torch, [g_fm, types.SimpleNamespace(replay=replay)], args.rounds, args.warmup))
             fm_out, fm_lse = fm_res[0].float(), fm_res[1].float()
             dout = (fm_out - gs_out.float()).abs().max().item()
             both = torch.isfinite(fm_lse) & torch.isfinite(gs_lse)
@@ -91,11 +89,7 @@ def main():
             sweep = {}
             for n in [int(x) for x in args.splits.split(",") if x]:
                 r2, _, _ = gs_graph(q, kv, table, lens, c.is_causal, scale, n)
-
-                class G2:
-                    replay = staticmethod(r2)
-
-                sweep[n] = round(bench.time_alternating(torch, [G2()], args.rounds, args.warmup)[0] / args.calls, 2)
+                sweep[n] = round(bench.time_alternating(torch, [types.SimpleNamespace(replay=r2)], args.rounds, args.warmup)[0] / args.calls, 2)
                 del r2
             row = {"s_q": c.s_q, "s_k": c.s_k, "causal": c.is_causal, "flashmla_us": round(us_fm, 2), "graphsafe_us": round(us_gs, 2), "splits_sweep_us": sweep,
                    "flashmla_tflop_s": round(flops / us_fm / 1e6, 1), "graphsafe_tflop_s": round(flops / us_gs / 1e6, 1),
@@ -130,11 +124,7 @@ def main():
                     table = torch.randperm(pages, device="cuda", dtype=torch.int32, generator=gen).view(batch, seq // PAGE)
                     lens = torch.full((batch,), seq, device="cuda", dtype=torch.int32)
                     replay, _, _ = gs_graph(q, kv, table, lens, s_q > 1, D_QK ** -0.5)
-
-                    class GsGraph:
-                        replay = staticmethod(replay)
-
-                    us = bench.time_alternating(torch, [GsGraph()], args.rounds, args.warmup)[0] / args.calls
+                    us = bench.time_alternating(torch, [types.SimpleNamespace(replay=replay)], args.rounds, args.warmup)[0] / args.calls
                     nbytes = batch * seq * D_QK * 2.0 + batch * s_q * heads * (D_QK + D_V) * 2.0
                     gbs = nbytes / us / 1e3
                     row = {"heads": heads, "s_q": s_q, "batch": batch, "seq": seq, "graphsafe_us": round(us, 2), "gb_s": round(gbs, 1),
