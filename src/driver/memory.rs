@@ -389,7 +389,11 @@ fn free_relaxed(ptr: DevicePtr, ctx: &Context) -> Result<()> {
     check(unsafe { (f.f)(ptr) }, f.name)
 }
 
-/// Plain element types that may be copied between host and device as raw bytes.
+/// Plain element types that may be copied between host and device as raw bytes: every bit
+/// pattern of their size is a valid value. Device memory holds whatever a kernel, a memset or a
+/// copy wrote there, so reading it back as `T` (here, or through another library that shares the
+/// memory: [`DeviceBuffer::from_cudarc`]) is sound only for such types; `bool`, `char`, enums and
+/// references are not. Sealed: the list cannot grow outside this crate.
 pub trait DeviceCopy: Copy + Send + Sync + 'static + sealed::Sealed {}
 mod sealed {
     pub trait Sealed {}
@@ -397,7 +401,7 @@ mod sealed {
 macro_rules! device_copy {
     ($($t:ty),*) => { $( impl sealed::Sealed for $t {} impl DeviceCopy for $t {} )* };
 }
-device_copy!(u8, i8, u16, i16, u32, i32, u64, i64, f32, f64);
+device_copy!(u8, i8, u16, i16, u32, i32, u64, i64, f32, f64, half::f16, half::bf16);
 
 /// A handle to device memory. Clones share the memory; it is freed when the last handle, and
 /// every graph that captured it, is gone.
