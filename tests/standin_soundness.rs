@@ -101,9 +101,10 @@ fn a_stream_graphsafe_already_wraps_cannot_be_adopted_again() {
     let api = graphsafe::sys::driver::api().unwrap();
     let mut raw: graphsafe::sys::cuda::CUstream = std::ptr::null_mut();
     {
-        let _cur = ctx.enter().unwrap();
-        // SAFETY: out-pointer to a local.
-        unsafe { (api.cuStreamCreate().unwrap().f)(&mut raw, 1) };
+        ctx.with_current(|| {
+            // SAFETY: out-pointer to a local.
+            unsafe { (api.cuStreamCreate().unwrap().f)(&mut raw, 1) };
+        }).unwrap()
     }
     // SAFETY: raw is a live stream of ctx, destroyed below after every wrapper is gone.
     let first = unsafe { Stream::adopt(&ctx, raw) }.unwrap();
@@ -129,9 +130,10 @@ fn a_stream_graphsafe_already_wraps_cannot_be_adopted_again() {
         assert_eq!(graphsafe_context_destroy(c), GRAPHSAFE_OK);
     }
     {
-        let _cur = ctx.enter().unwrap();
-        // SAFETY: made above; no wrapper of it is left.
-        unsafe { (api.cuStreamDestroy().unwrap().f)(raw) };
+        ctx.with_current(|| {
+            // SAFETY: made above; no wrapper of it is left.
+            unsafe { (api.cuStreamDestroy().unwrap().f)(raw) };
+        }).unwrap()
     }
     no_violations(s);
 }
@@ -151,9 +153,10 @@ fn dropping_a_stream_waits_for_its_work_before_it_leaves_the_free_gate() {
     let api = graphsafe::sys::driver::api().unwrap();
     let mut raw: graphsafe::sys::cuda::CUstream = std::ptr::null_mut();
     {
-        let _cur = ctx.enter().unwrap();
-        // SAFETY: out-pointer to a local.
-        unsafe { (api.cuStreamCreate().unwrap().f)(&mut raw, 1) };
+        ctx.with_current(|| {
+            // SAFETY: out-pointer to a local.
+            unsafe { (api.cuStreamCreate().unwrap().f)(&mut raw, 1) };
+        }).unwrap()
     }
     // SAFETY: raw is a live stream of ctx, destroyed below.
     let adopted = unsafe { Stream::adopt(&ctx, raw) }.unwrap();
@@ -161,9 +164,10 @@ fn dropping_a_stream_waits_for_its_work_before_it_leaves_the_free_gate() {
     drop(adopted);
     assert_eq!(s.calls("cuStreamSynchronize"), before + 1, "an adopted stream was dropped without waiting for it");
     {
-        let _cur = ctx.enter().unwrap();
-        // SAFETY: made above; its wrapper is gone.
-        unsafe { (api.cuStreamDestroy().unwrap().f)(raw) };
+        ctx.with_current(|| {
+            // SAFETY: made above; its wrapper is gone.
+            unsafe { (api.cuStreamDestroy().unwrap().f)(raw) };
+        }).unwrap()
     }
     no_violations(s);
 }
@@ -297,25 +301,27 @@ fn a_replay_into_a_capture_graphsafe_did_not_begin_is_refused() {
     drop((graph, buf));
     let api = graphsafe::sys::driver::api().unwrap();
     let foreign_capture = |raw: graphsafe::sys::cuda::CUstream, begin: bool| {
-        let _cur = ctx.enter().unwrap();
-        if begin {
-            // SAFETY: a live stream of ctx; a valid mode.
-            let r = unsafe { (api.cuStreamBeginCapture().unwrap().f)(raw, graphsafe::sys::cuda::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED) };
-            assert_eq!(r, graphsafe::sys::cuda::CUresult::CUDA_SUCCESS);
-        } else {
-            let mut g = std::ptr::null_mut();
-            // SAFETY: the stream is capturing (begun above); out-pointer to a local.
-            unsafe { (api.cuStreamEndCapture().unwrap().f)(raw, &mut g) };
-            // SAFETY: the graph the capture returned, destroyed once.
-            unsafe { (api.cuGraphDestroy().unwrap().f)(g) };
-        }
+        ctx.with_current(|| {
+            if begin {
+                // SAFETY: a live stream of ctx; a valid mode.
+                let r = unsafe { (api.cuStreamBeginCapture().unwrap().f)(raw, graphsafe::sys::cuda::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED) };
+                assert_eq!(r, graphsafe::sys::cuda::CUresult::CUDA_SUCCESS);
+            } else {
+                let mut g = std::ptr::null_mut();
+                // SAFETY: the stream is capturing (begun above); out-pointer to a local.
+                unsafe { (api.cuStreamEndCapture().unwrap().f)(raw, &mut g) };
+                // SAFETY: the graph the capture returned, destroyed once.
+                unsafe { (api.cuGraphDestroy().unwrap().f)(g) };
+            }
+        }).unwrap()
     };
     // The Rust API: an engine's stream, adopted.
     let mut raw: graphsafe::sys::cuda::CUstream = std::ptr::null_mut();
     {
-        let _cur = ctx.enter().unwrap();
-        // SAFETY: out-pointer to a local.
-        unsafe { (api.cuStreamCreate().unwrap().f)(&mut raw, 1) };
+        ctx.with_current(|| {
+            // SAFETY: out-pointer to a local.
+            unsafe { (api.cuStreamCreate().unwrap().f)(&mut raw, 1) };
+        }).unwrap()
     }
     // SAFETY: raw is a live stream of ctx, destroyed below after its wrapper.
     let adopted = unsafe { Stream::adopt(&ctx, raw) }.unwrap();
@@ -329,9 +335,10 @@ fn a_replay_into_a_capture_graphsafe_did_not_begin_is_refused() {
     exec.launch(&adopted).expect("a replay once the engine's capture ended");
     drop(adopted);
     {
-        let _cur = ctx.enter().unwrap();
-        // SAFETY: made above; its wrapper is gone.
-        unsafe { (api.cuStreamDestroy().unwrap().f)(raw) };
+        ctx.with_current(|| {
+            // SAFETY: made above; its wrapper is gone.
+            unsafe { (api.cuStreamDestroy().unwrap().f)(raw) };
+        }).unwrap()
     }
     // The C ABI: a stream whose raw handle the caller asked for.
     let mut cx = GraphsafeContext::default();
@@ -411,7 +418,7 @@ fn workspace_uses_on_different_streams_are_put_in_order() {
     let k = TestKernels::load(&ctx).unwrap();
     let p = soundness::problem(&a, 3);
     let shape = soundness::SHAPE;
-    let mut ws = Workspace::new(&a, shape.workspace_bytes()).unwrap();
+    let mut ws = Workspace::new(&a, shape.workspace_bytes().unwrap()).unwrap();
     let waits = || s.calls("cuStreamWaitEvent");
     let records = || s.calls("cuEventRecord");
     let (w0, r0) = (waits(), records());
@@ -494,7 +501,7 @@ fn an_engine_capture_on_the_previous_stream_is_never_touched() {
     let (_g, s) = exclusive();
     let EngineAndOurs { ctx, raw, a, b, k, p } = engine_and_ours();
     let shape = soundness::SHAPE;
-    let mut ws = Workspace::new(&a, shape.workspace_bytes()).unwrap(); // last use: a
+    let mut ws = Workspace::new(&a, shape.workspace_bytes().unwrap()).unwrap(); // last use: a
     let nodes_before = s.stat("nodes_recorded");
     let raw_u = raw as usize;
     let engine_ctx = ctx.clone();
@@ -535,7 +542,7 @@ fn a_use_after_the_previous_stream_leaked_a_capture_and_was_dropped_still_waits(
     let k = TestKernels::load(&ctx).unwrap();
     let p = soundness::problem(&b, 6);
     let shape = soundness::SHAPE;
-    let mut ws = Workspace::new(&a, shape.workspace_bytes()).unwrap();
+    let mut ws = Workspace::new(&a, shape.workspace_bytes().unwrap()).unwrap();
     k.split_k_gemv(&p.a, &p.x, &p.y, shape, &mut ws, &a).unwrap();
     std::mem::forget(a.begin_capture(CaptureMode::Relaxed).unwrap());
     drop(a);
@@ -568,7 +575,7 @@ fn a_capture_begun_while_a_workspace_use_orders_itself_does_not_take_its_wait() 
     let k = TestKernels::load(&ctx).unwrap();
     let p = soundness::problem(&a, 9);
     let shape = soundness::SHAPE;
-    let mut ws = Workspace::new(&a, shape.workspace_bytes()).unwrap(); // last use: a
+    let mut ws = Workspace::new(&a, shape.workspace_bytes().unwrap()).unwrap(); // last use: a
     let nodes_before = s.stat("nodes_recorded");
     s.delay("cuStreamBeginCapture_v2", 100_000);
     s.delay("cuEventRecord", 150_000);
@@ -617,7 +624,7 @@ fn use_orders_free_gate_and_captures_never_deadlock_under_six_threads() {
     let k = Arc::new(TestKernels::load(&ctx).unwrap());
     let shape = soundness::SHAPE;
     let p = Arc::new(soundness::problem(&s0, 1));
-    let wss: Vec<Arc<Mutex<Workspace>>> = (0..3).map(|_| Arc::new(Mutex::new(Workspace::new(&s0, shape.workspace_bytes()).unwrap()))).collect();
+    let wss: Vec<Arc<Mutex<Workspace>>> = (0..3).map(|_| Arc::new(Mutex::new(Workspace::new(&s0, shape.workspace_bytes().unwrap()).unwrap()))).collect();
     let graph_over = |s0: &mut Stream, i: usize, j: usize| -> GraphExec {
         let (mut a, mut b) = (wss[i].lock().unwrap(), wss[j].lock().unwrap());
         let mut cap = s0.begin_capture(CaptureMode::ThreadLocal).unwrap();
@@ -707,7 +714,7 @@ fn a_replay_on_a_stream_an_engine_captures_through_its_raw_handle_is_refused() {
     let k = TestKernels::load(&ctx).unwrap();
     let p = soundness::problem(&a, 5);
     let shape = soundness::SHAPE;
-    let mut ws = Workspace::new(&a, shape.workspace_bytes()).unwrap();
+    let mut ws = Workspace::new(&a, shape.workspace_bytes().unwrap()).unwrap();
     let exec = common::captured_split_k(&k, &mut a, &p, shape, &mut ws);
     let raw = b.raw(); // handed to the engine
     let nodes_before = s.stat("nodes_recorded");
@@ -744,7 +751,7 @@ fn a_replay_on_a_stream_whose_handle_left_through_its_capture_is_refused_in_an_e
     let k = TestKernels::load(&ctx).unwrap();
     let p = soundness::problem(&a, 5);
     let shape = soundness::SHAPE;
-    let mut ws = Workspace::new(&a, shape.workspace_bytes()).unwrap();
+    let mut ws = Workspace::new(&a, shape.workspace_bytes().unwrap()).unwrap();
     let mut raw: c::CUstream = std::ptr::null_mut();
     let (graph, ()) = a
         .capture(CaptureMode::ThreadLocal, |cap| {
@@ -785,13 +792,13 @@ fn frees_after_an_adopted_stream_was_dropped_mid_engine_capture_wait_for_a_conte
     let (_g, s) = exclusive();
     let EngineAndOurs { ctx, raw, a, b, k, p } = engine_and_ours();
     let shape = soundness::SHAPE;
-    let mut ws = Workspace::new(&a, shape.workspace_bytes()).unwrap();
+    let mut ws = Workspace::new(&a, shape.workspace_bytes().unwrap()).unwrap();
     k.split_k_gemv(&p.a, &p.x, &p.y, shape, &mut ws, &a).unwrap();
     // SAFETY: a live stream of ctx.
     unsafe { engine::begin_capture(&ctx, raw) };
     drop(a); // cannot wait: the engine's capture is open on it
     let live = s.stat("live_allocations");
-    ws.ensure_size(4 * shape.workspace_bytes(), &b).unwrap(); // retires the buffer a's kernel used
+    ws.ensure_size(4 * shape.workspace_bytes().unwrap(), &b).unwrap(); // retires the buffer a's kernel used
     assert_eq!(s.stat("live_allocations"), live + 1, "the retired buffer was freed although the work on the dropped stream was never waited for");
     // SAFETY: the capture begun above; then the stream, whose wrapper is gone.
     unsafe {

@@ -164,8 +164,21 @@ impl Context {
     /// Makes this context current on the calling thread until the guard is dropped, which makes
     /// current again whatever the thread had before (nothing is switched when it already is this
     /// one). Every driver call of the crate that needs a current context runs inside one.
-    pub fn enter(&self) -> Result<CurrentGuard> {
+    ///
+    /// Not public: a guard can be dropped out of order or forgotten, and either leaves one of
+    /// graphsafe's contexts current on the caller's thread (invariant 12). Code outside the crate
+    /// uses [`Context::with_current`], whose scope is a closure.
+    pub(crate) fn enter(&self) -> Result<CurrentGuard> {
         CurrentGuard::enter(self.raw)
+    }
+
+    /// Runs `f` with this context current on the calling thread, then makes current again
+    /// whatever the thread had before (also when `f` panics): for the caller's own driver calls
+    /// that need the context current (raw launches, an engine's copies). Scopes of nested calls
+    /// nest by construction, so the caller's context always comes back.
+    pub fn with_current<R>(&self, f: impl FnOnce() -> R) -> Result<R> {
+        let _current = self.enter()?;
+        Ok(f())
     }
 
     /// The free gate (see [`FreeGate`]).
@@ -279,9 +292,10 @@ fn release_primary(device: Device) {
 }
 
 /// A context made current for a scope ([`Context::enter`]); dropping it restores the context the
-/// thread had current before. Not `Send`: it restores the current context of its own thread.
+/// thread had current before. Not `Send`: it restores the current context of its own thread. Only
+/// the crate makes them, each dropped in the scope that made it.
 #[must_use = "the context is current only while the guard lives"]
-pub struct CurrentGuard {
+pub(crate) struct CurrentGuard {
     // The caller's context (possibly null: none) when we switched; None when nothing changed.
     previous: Option<c::CUcontext>,
     _same_thread: PhantomData<*const ()>,

@@ -53,7 +53,7 @@ impl TestKernels {
         shape.validate()?;
         shape.check_buffers(a.len() as u64, x.len() as u64, y.len() as u64)?;
         let (a, x, y) = (target.admit("a", a)?, target.admit("x", x)?, target.admit("y", y)?);
-        let w = target.workspace(shape.workspace_bytes())?;
+        let w = target.workspace(shape.workspace_bytes()?)?;
         let launch = self.split_k_launch(a, x, y, shape, w)?;
         target.check_launch(&launch)?;
         target.commit()?;
@@ -61,7 +61,7 @@ impl TestKernels {
         // workspace shared with other shapes or ops (what the planner sizes) holds their bytes
         // there: a split-K kernel zeroes its semaphores per launch (invariant 3), a memset node in
         // a graph. (tests/standin_failures.rs, split_k_shapes_sharing_one_workspace…)
-        let (offset, bytes) = shape.counters_range();
+        let (offset, bytes) = shape.counters_range()?;
         target.zero(w, offset, bytes)?;
         target.launch(launch)
     }

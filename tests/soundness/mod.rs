@@ -43,7 +43,7 @@ pub fn views_of_another_capture_are_refused(ctx: &Arc<Context>, a_stream: &mut S
     let k = TestKernels::load(ctx).unwrap();
     let mut b_stream = Stream::new(ctx).unwrap();
     let p = problem(a_stream, 1);
-    let mut ws = Workspace::new(a_stream, SHAPE.workspace_bytes()).unwrap();
+    let mut ws = Workspace::new(a_stream, SHAPE.workspace_bytes().unwrap()).unwrap();
     let sentinel = vec![7.0f32; SHAPE.m as usize];
     p.y.copy_from_host(&sentinel, a_stream).unwrap();
     a_stream.synchronize().unwrap();
@@ -65,8 +65,8 @@ pub fn views_of_another_capture_are_refused(ctx: &Arc<Context>, a_stream: &mut S
     assert_eq!(graph_b.node_kinds().unwrap(), Vec::<NodeKind>::new(), "capture B recorded something");
     let exec_b = graph_b.instantiate().unwrap();
     drop(graph_a);
-    ws.ensure_size(4 * SHAPE.workspace_bytes(), a_stream).unwrap();
-    let _held = churn(a_stream, &[SHAPE.workspace_bytes() as usize, 1 << 20], 8);
+    ws.ensure_size(4 * SHAPE.workspace_bytes().unwrap(), a_stream).unwrap();
+    let _held = churn(a_stream, &[SHAPE.workspace_bytes().unwrap() as usize, 1 << 20], 8);
     for _ in 0..1000 {
         exec_b.launch(a_stream).unwrap();
     }
@@ -118,16 +118,17 @@ pub fn a_leaked_capture_makes_eager_apis_refuse_the_stream(ctx: &Arc<Context>, o
     let api = graphsafe::sys::driver::api().unwrap();
     let end = api.cuStreamEndCapture().unwrap();
     let mut g: c::CUgraph = std::ptr::null_mut();
-    let _cur = ctx.enter().unwrap();
-    // SAFETY: a live stream in capture; out-pointer to a local.
-    assert_eq!(unsafe { (end.f)(s.raw(), &mut g) }, c::CUresult::CUDA_SUCCESS);
-    let nodes = api.cuGraphGetNodes().unwrap();
-    let mut n = 0usize;
-    // SAFETY: a null array asks for the count.
-    assert_eq!(unsafe { (nodes.f)(g, std::ptr::null_mut(), &mut n) }, c::CUresult::CUDA_SUCCESS);
-    assert_eq!(n, 0, "eager work landed in the leaked capture");
-    // SAFETY: g came from cuStreamEndCapture.
-    unsafe { (api.cuGraphDestroy().unwrap().f)(g) };
+    ctx.with_current(|| {
+        // SAFETY: a live stream in capture; out-pointer to a local.
+        assert_eq!(unsafe { (end.f)(s.raw(), &mut g) }, c::CUresult::CUDA_SUCCESS);
+        let nodes = api.cuGraphGetNodes().unwrap();
+        let mut n = 0usize;
+        // SAFETY: a null array asks for the count.
+        assert_eq!(unsafe { (nodes.f)(g, std::ptr::null_mut(), &mut n) }, c::CUresult::CUDA_SUCCESS);
+        assert_eq!(n, 0, "eager work landed in the leaked capture");
+        // SAFETY: g came from cuStreamEndCapture.
+        unsafe { (api.cuGraphDestroy().unwrap().f)(g) };
+    }).unwrap()
 }
 
 /// A context-wide synchronize while a capture of the context is open (on this thread or another)
@@ -208,7 +209,7 @@ pub fn calls_restore_the_callers_current_context(ctx: &Arc<Context>, foreign: c:
 pub fn a_failed_growth_leaves_the_workspace_and_its_graphs_intact(ctx: &Arc<Context>, stream: &mut Stream, too_big: u64) {
     let k = TestKernels::load(ctx).unwrap();
     let p = problem(stream, 7);
-    let mut ws = Workspace::new(stream, SHAPE.workspace_bytes()).unwrap();
+    let mut ws = Workspace::new(stream, SHAPE.workspace_bytes().unwrap()).unwrap();
     let exec = {
         let (g, ()) = stream
             .capture(CaptureMode::ThreadLocal, |cap| {
@@ -243,7 +244,7 @@ pub fn a_failed_growth_leaves_the_workspace_and_its_graphs_intact(ctx: &Arc<Cont
 pub fn a_graph_holds_each_baked_in_allocation_once(ctx: &Arc<Context>, stream: &mut Stream) {
     let k = TestKernels::load(ctx).unwrap();
     let p = problem(stream, 9);
-    let mut ws = Workspace::new(stream, SHAPE.workspace_bytes()).unwrap();
+    let mut ws = Workspace::new(stream, SHAPE.workspace_bytes().unwrap()).unwrap();
     let (g, ()) = stream
         .capture(CaptureMode::ThreadLocal, |cap| {
             let w = cap.bind_workspace(&mut ws)?;
@@ -263,7 +264,7 @@ pub fn a_graph_holds_each_baked_in_allocation_once(ctx: &Arc<Context>, stream: &
 /// still run loaded code.
 pub fn a_graph_keeps_its_kernels_module_loaded(ctx: &Arc<Context>, stream: &mut Stream) {
     let p = problem(stream, 11);
-    let mut ws = Workspace::new(stream, SHAPE.workspace_bytes()).unwrap();
+    let mut ws = Workspace::new(stream, SHAPE.workspace_bytes().unwrap()).unwrap();
     let exec = {
         let k = TestKernels::load(ctx).unwrap();
         let (g, ()) = stream
@@ -293,7 +294,7 @@ pub fn memory_of_another_device_is_refused(ctx0: &Arc<Context>, ctx1: &Arc<Conte
     let mut s0 = Stream::new(ctx0).unwrap();
     let s1 = Stream::new(ctx1).unwrap();
     let p = problem(&s0, 13);
-    let mut ws1 = Workspace::new(&s1, SHAPE.workspace_bytes()).unwrap();
+    let mut ws1 = Workspace::new(&s1, SHAPE.workspace_bytes().unwrap()).unwrap();
     let other_buf = DeviceBuffer::alloc_zeroed(&s1, 4096).unwrap();
     expect_invalid(ws1.ensure_size(1 << 20, &s0).map(drop), "device");
     let (g, ()) = s0
@@ -318,7 +319,7 @@ pub fn workspace_uses_on_two_streams_do_not_race(ctx: &Arc<Context>, a: &mut Str
     let shape = SplitKShape { m: 4096, k: 4096, splits: 16 };
     let pa = split_k_problem(a, shape, 21);
     let pb = split_k_problem(a, shape, 22);
-    let mut ws = Workspace::new(a, shape.workspace_bytes()).unwrap();
+    let mut ws = Workspace::new(a, shape.workspace_bytes().unwrap()).unwrap();
     a.synchronize().unwrap();
     for _ in 0..64 {
         k.split_k_gemv(&pa.a, &pa.x, &pa.y, shape, &mut ws, a).unwrap();
