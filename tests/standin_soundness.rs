@@ -1377,3 +1377,58 @@ fn nvfp4_outputs_overlapping_their_inputs_are_refused_before_anything_is_enqueue
     drop(f);
     no_violations(s);
 }
+
+/// Every op and copy that writes refuses an output overlapping what the same call reads, before
+/// anything is enqueued or captured: the split-K test kernel's `y` over `x` (other CTAs still read
+/// x while y is written: reference 128, got 16448 on the old code) or over `a`, eager and
+/// captured; NVFP4's global scale with `out` inside `x` (the glue zeroes `out` before the amax
+/// kernel reads `x`); a device copy from a buffer onto itself, eager and captured (overlapping
+/// ranges are undefined for cuMemcpy). All were accepted on the old code.
+#[test]
+fn outputs_overlapping_what_the_same_call_reads_are_refused_before_anything_is_enqueued() {
+    use graphsafe::driver::DeviceBuffer;
+    use graphsafe::graph::CaptureMode;
+    use graphsafe::ops::nvfp4;
+    use graphsafe::ops::tensor::{DType, Tensor};
+    use graphsafe::ops::testing::TestKernels;
+    use graphsafe::workspace::Workspace;
+    let (_g, s) = exclusive();
+    let ctx = Context::new(0).expect("the stand-in's device 0");
+    let mut stream = Stream::new(&ctx).unwrap();
+    let k = TestKernels::load(&ctx).unwrap();
+    let shape = soundness::SHAPE;
+    let p = soundness::problem(&stream, 9);
+    let mut ws = Workspace::new(&stream, shape.workspace_bytes().unwrap()).unwrap();
+    let enqueued = || {
+        ["cuLaunchKernel", "cuLaunchKernelEx", "cuMemsetD8Async", "cuMemsetD32Async", "cuMemcpyDtoDAsync"].iter().map(|e| s.calls(e)).sum::<i64>()
+    };
+    #[track_caller]
+    fn refused<T: std::fmt::Debug>(r: graphsafe::Result<T>, names: &str) {
+        match r {
+            Err(graphsafe::Error::InvalidArgument { what, .. }) => assert_eq!(what, names, "the refusal names the output"),
+            other => panic!("an output overlapping an input of the same call was not refused: {other:?}"),
+        }
+    }
+    let before = enqueued();
+    refused(k.split_k_gemv(&p.a, &p.x, &p.x, shape, &mut ws, &stream), "y");
+    refused(k.split_k_gemv(&p.a, &p.x, &p.a, shape, &mut ws, &stream), "y");
+    refused(p.y.copy_from_device(&p.y, &stream), "src");
+    refused(p.y.copy_from_device(&p.y.clone(), &stream), "src");
+    let x16 = Tensor::contiguous(&p.a, DType::Bf16, &[1024]);
+    refused(nvfp4::global_scale(&x16, &p.a, &stream), "out");
+    assert_eq!(enqueued(), before, "a refused call enqueued work");
+    // A copy between two distinct buffers is still fine.
+    p.x.copy_from_device(&p.y, &stream).unwrap_or_else(|e| panic!("{e}"));
+
+    let (graph, ()) = stream
+        .capture(CaptureMode::ThreadLocal, |cap| {
+            let w = cap.bind_workspace(&mut ws)?;
+            let (ca, cx) = (cap.bind_buffer(&p.a)?, cap.bind_buffer(&p.x)?);
+            refused(k.split_k_gemv_captured(&ca, &cx, &cx, shape, &w, cap), "y");
+            refused(cap.copy(&cx, &cx), "src");
+            Ok(())
+        })
+        .unwrap();
+    assert!(graph.node_kinds().unwrap().is_empty(), "a refused captured call left a node: {:?}", graph.node_kinds());
+    no_violations(s);
+}

@@ -595,8 +595,23 @@ impl DeviceBuffer {
         if src.len() > self.len() {
             return Err(Error::invalid("source length", format!("at most {} bytes", self.len()), src.len()));
         }
+        refuse_overlapping_copy(self.device_ptr(), src.device_ptr(), src.len())?;
         copy_d2d_raw(self.device_ptr(), src.device_ptr(), src.len(), stream)
     }
+}
+
+/// Refuses a device copy of `bytes` from `src` to `dst` whose ranges overlap (a buffer copied onto
+/// itself, or two adoptions of one foreign block): cuMemcpy's result is undefined for them.
+pub(crate) fn refuse_overlapping_copy(dst: DevicePtr, src: DevicePtr, bytes: usize) -> Result<()> {
+    let end = |p: DevicePtr| p.saturating_add(bytes as u64);
+    if bytes > 0 && dst < end(src) && src < end(dst) {
+        return Err(Error::invalid(
+            "src",
+            "memory that does not overlap the destination",
+            format!("[{src:#x}, {:#x}) overlapping the destination [{dst:#x}, {:#x})", end(src), end(dst)),
+        ));
+    }
+    Ok(())
 }
 
 pub(crate) fn memset_u8_raw(ptr: DevicePtr, value: u8, bytes: usize, stream: &Stream) -> Result<()> {

@@ -305,6 +305,7 @@ impl<'s, 'id> Capture<'s, 'id> {
         if src.len() > dst.len() {
             return Err(Error::invalid("source length", format!("at most {} bytes", dst.len()), src.len()));
         }
+        crate::driver::memory::refuse_overlapping_copy(dst.device_ptr(), src.device_ptr(), src.len())?;
         site.keep(dst.allocation());
         site.keep(src.allocation());
         copy_d2d_raw(dst.device_ptr(), src.device_ptr(), src.len(), self.stream)
