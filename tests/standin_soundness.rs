@@ -1386,7 +1386,6 @@ fn nvfp4_outputs_overlapping_their_inputs_are_refused_before_anything_is_enqueue
 /// ranges are undefined for cuMemcpy). All were accepted on the old code.
 #[test]
 fn outputs_overlapping_what_the_same_call_reads_are_refused_before_anything_is_enqueued() {
-    use graphsafe::driver::DeviceBuffer;
     use graphsafe::graph::CaptureMode;
     use graphsafe::ops::nvfp4;
     use graphsafe::ops::tensor::{DType, Tensor};
@@ -1430,5 +1429,57 @@ fn outputs_overlapping_what_the_same_call_reads_are_refused_before_anything_is_e
         })
         .unwrap();
     assert!(graph.node_kinds().unwrap().is_empty(), "a refused captured call left a node: {:?}", graph.node_kinds());
+    no_violations(s);
+}
+
+/// A refusal names what differs. Two contexts of one device (the primary one and an engine's
+/// own) used to read "expected a stream on device 0, got a stream on device 0"; the texts now
+/// name both contexts. A negative dimension given to the C ABI used to be reported as the matrix
+/// (`a`, `x`) rather than the dimension (`m`, `k`, `a.rows`).
+#[test]
+fn refusals_name_what_differs() {
+    use graphsafe::capi::*;
+    use graphsafe::driver::DeviceBuffer;
+    let (_g, s) = exclusive();
+    let primary = Context::new(0).expect("the stand-in's device 0");
+    let on_primary = Stream::new(&primary).unwrap();
+    // SAFETY: the stand-in's engine context of device 0 lives for the process.
+    let engine = unsafe { Context::adopt(s.engine_context(0)) }.unwrap();
+    let on_engine = Stream::new(&engine).unwrap();
+    let buf = DeviceBuffer::alloc_zeroed(&on_primary, 64).unwrap();
+    let other = DeviceBuffer::alloc_zeroed(&on_engine, 64).unwrap();
+    let names_both = |r: graphsafe::Result<()>, call: &str| {
+        let e = r.expect_err(call);
+        let text = e.to_string();
+        let (p, g) = (format!("{:?}", primary.raw()), format!("{:?}", engine.raw()));
+        assert!(text.contains(&p) && text.contains(&g), "{call}: the refusal does not name both contexts ({p}, {g}): {text}");
+    };
+    names_both(buf.memset_u8(0, &on_engine), "memset_u8 on a stream of another context of the device");
+    names_both(buf.copy_from_device(&other, &on_primary), "copy_from_device from a buffer of another context");
+
+    let (m, n, k) = (4i32, 256i32, 256i32);
+    let f = CapiNvfp4::new(m, n, k);
+    let (weight, _) = f.buffer(f.plan.prepared_weight_bytes);
+    let (_, a) = f.buffer((m * k * 2) as u64);
+    let (_, d) = f.buffer((m * n * 2) as u64);
+    let (_, alpha) = f.buffer(4);
+    let args = GraphsafeW4a16Args { a, lda: k as i64, weight, n, k, alpha, d, ldd: n as i64, m };
+    let names = |r: i32, dim: &str| {
+        let text = last_error_text();
+        assert_eq!(r, GRAPHSAFE_ERROR_INVALID_ARGUMENT, "{text}");
+        assert!(text.starts_with(&format!("invalid argument `{dim}`")), "the refusal does not name `{dim}`: {text}");
+    };
+    // SAFETY (each call): every address is a live buffer of the sizes above; handles made here.
+    names(unsafe { graphsafe_nvfp4_w4a16_gemm(&GraphsafeW4a16Args { m: -1, ..args }, f.ws, f.st) }, "m");
+    names(unsafe { graphsafe_nvfp4_w4a16_gemm(&GraphsafeW4a16Args { k: -1, ..args }, f.ws, f.st) }, "k");
+    let mut scale_bytes = 0u64;
+    // SAFETY: out-pointer to a local.
+    assert_eq!(unsafe { graphsafe_nvfp4_scale_bytes(m, k, &mut scale_bytes) }, GRAPHSAFE_OK);
+    let (_, out) = f.buffer((m * k / 2) as u64 + scale_bytes + 16);
+    let q = GraphsafeNvfp4Matrix { packed: out, scales: out + (m * k / 2) as u64, global_scale: out + (m * k / 2) as u64 + scale_bytes, rows: m, k };
+    names(unsafe { graphsafe_nvfp4_quantize(a, GRAPHSAFE_DTYPE_BF16, -1, k, k as i64, &q, f.st) }, "m");
+    names(unsafe { graphsafe_nvfp4_quantize(a, GRAPHSAFE_DTYPE_BF16, m, -1, k as i64, &q, f.st) }, "k");
+    names(unsafe { graphsafe_nvfp4_quantize(a, GRAPHSAFE_DTYPE_BF16, m, k, k as i64, &GraphsafeNvfp4Matrix { rows: -1, ..q }, f.st) }, "out.rows");
+    drop((f, buf, other));
     no_violations(s);
 }

@@ -166,7 +166,7 @@ impl Stream {
         one_driver()?;
         let stream_ctx: c::CUcontext = stream.context().cu_ctx().cast();
         if stream_ctx != ctx.raw() {
-            return Err(Error::invalid("stream", "a cudarc stream of the context's CUcontext", "a stream of another context"));
+            return Err(Error::other_context("stream", "a cudarc stream", "the", ctx.raw(), stream_ctx));
         }
         let raw: c::CUstream = stream.cu_stream().cast();
         // SAFETY: `raw` is a live stream of `ctx` (checked above) that the returned value keeps
@@ -198,7 +198,7 @@ impl DeviceBuffer {
         let slice: Arc<CudaSlice<T>> = slice.into();
         let slice_ctx: c::CUcontext = slice.context().cu_ctx().cast();
         if slice_ctx != ctx.raw() {
-            return Err(Error::invalid("slice", "a cudarc slice of the context's CUcontext", "a slice of another context"));
+            return Err(Error::other_context("slice", "a cudarc slice", "the", ctx.raw(), slice_ctx));
         }
         let bytes = slice
             .len()

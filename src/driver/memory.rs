@@ -480,11 +480,7 @@ impl DeviceBuffer {
     fn same_context(&self, stream: &Stream) -> Result<()> {
         stream.ensure_eager()?;
         if stream.context().raw() != self.alloc.ctx.raw() {
-            return Err(Error::invalid(
-                "stream",
-                format!("a stream on device {}", self.alloc.ctx.device().ordinal()),
-                format!("a stream on device {}", stream.context().device().ordinal()),
-            ));
+            return Err(Error::other_context("stream", "a stream", "the buffer's", self.alloc.ctx.raw(), stream.context().raw()));
         }
         Ok(())
     }
@@ -590,7 +586,7 @@ impl DeviceBuffer {
     pub fn copy_from_device(&self, src: &DeviceBuffer, stream: &Stream) -> Result<()> {
         self.same_context(stream)?;
         if src.alloc.ctx.raw() != self.alloc.ctx.raw() {
-            return Err(Error::invalid("src", "a buffer of the destination's context", "a buffer of another context"));
+            return Err(Error::other_context("src", "a buffer", "the destination's", self.alloc.ctx.raw(), src.alloc.ctx.raw()));
         }
         if src.len() > self.len() {
             return Err(Error::invalid("source length", format!("at most {} bytes", self.len()), src.len()));

@@ -114,7 +114,7 @@ impl<'s> UseToken<'s> {
     pub(crate) fn enter(&mut self, stream: &'s Stream) -> Result<()> {
         self.check()?;
         if stream.context().raw() != self.order.ctx.raw() {
-            return Err(Error::invalid("stream", "a stream of the workspace's context", "a stream of another context"));
+            return Err(Error::other_context("stream", "a stream", "the workspace's", self.order.ctx.raw(), stream.context().raw()));
         }
         // SAFETY: this token holds the order.
         let state = unsafe { self.order.state() };

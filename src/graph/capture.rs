@@ -263,7 +263,7 @@ impl<'s, 'id> Capture<'s, 'id> {
 
     fn same_context(&self, ctx: &Context) -> Result<()> {
         if ctx.raw() != self.stream.context().raw() {
-            return Err(Error::invalid("device", "memory of the capturing stream's device", "memory of another device"));
+            return Err(Error::other_context("device", "memory", "the capturing stream's", self.stream.context().raw(), ctx.raw()));
         }
         Ok(())
     }
@@ -361,7 +361,7 @@ impl DetachedCapture {
 
     fn same_context(&self, ctx: c::CUcontext) -> Result<()> {
         if ctx != self.stream.context().raw() {
-            return Err(Error::invalid("device", "memory of the capturing stream's device", "memory of another device"));
+            return Err(Error::other_context("device", "memory", "the capturing stream's", self.stream.context().raw(), ctx));
         }
         Ok(())
     }

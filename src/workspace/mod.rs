@@ -106,7 +106,7 @@ impl Workspace {
     /// (allocation, zero-fill), the workspace is unchanged: same buffer, same capacity, same bytes.
     pub fn ensure_size(&mut self, bytes: u64, stream: &Stream) -> Result<bool> {
         if stream.context().raw() != self.ctx.raw() {
-            return Err(Error::invalid("stream", "a stream of the workspace's device", "a stream of another context"));
+            return Err(Error::other_context("stream", "a stream", "the workspace's", self.ctx.raw(), stream.context().raw()));
         }
         if bytes <= self.capacity {
             return Ok(false);

@@ -296,7 +296,9 @@ pub fn memory_of_another_device_is_refused(ctx0: &Arc<Context>, ctx1: &Arc<Conte
     let p = problem(&s0, 13);
     let mut ws1 = Workspace::new(&s1, SHAPE.workspace_bytes().unwrap()).unwrap();
     let other_buf = DeviceBuffer::alloc_zeroed(&s1, 4096).unwrap();
-    expect_invalid(ws1.ensure_size(1 << 20, &s0).map(drop), "device");
+    // Named by both contexts (two contexts of one device differ only there).
+    expect_invalid(ws1.ensure_size(1 << 20, &s0).map(drop), &format!("{:?}", ctx0.raw()));
+    expect_invalid(ws1.ensure_size(1 << 20, &s0).map(drop), &format!("{:?}", ctx1.raw()));
     let (g, ()) = s0
         .capture(CaptureMode::ThreadLocal, |cap| {
             expect_invalid(cap.bind_workspace(&mut ws1).map(drop), "device");

@@ -295,11 +295,7 @@ impl Cudnn {
     /// Checks that `stream_ctx` is this device's context.
     pub(crate) fn same_context(&self, stream_ctx: &Context) -> Result<()> {
         if stream_ctx.raw() != self.ctx.raw() {
-            return Err(Error::invalid(
-                "stream",
-                format!("a stream on the cuDNN handle's device {}", self.ctx.device().ordinal()),
-                format!("a stream on device {}", stream_ctx.device().ordinal()),
-            ));
+            return Err(Error::other_context("stream", "a stream", "the cuDNN handle's", self.ctx.raw(), stream_ctx.raw()));
         }
         Ok(())
     }
