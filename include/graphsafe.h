@@ -19,6 +19,9 @@
 
 #include <stdint.h>
 #include <stddef.h>
+#ifdef __cplusplus
+extern "C" {
+#endif  /* __cplusplus */
 
 /**
  * Success.
@@ -607,10 +610,6 @@ typedef struct {
    */
   int out_dtype;
 } GraphsafeNvfp4GemmArgs;
-
-#ifdef __cplusplus
-extern "C" {
-#endif // __cplusplus
 
 /**
  * This thread's text for the last failed call (empty if none). The pointer stays valid until this
@@ -1273,7 +1272,7 @@ int graphsafe_nvfp4_gemm_captured(const GraphsafeNvfp4GemmArgs *args,
                                   GraphsafeWorkspace ws);
 
 #ifdef __cplusplus
-}  // extern "C"
-#endif  // __cplusplus
+}  /* extern "C" */
+#endif  /* __cplusplus */
 
 #endif  /* GRAPHSAFE_H */
