@@ -1483,3 +1483,77 @@ fn refusals_name_what_differs() {
     drop((f, buf, other));
     no_violations(s);
 }
+
+/// Invariant 7's run-time half, which the README claims: `Stream::adopt` (and the C ABI's
+/// `graphsafe_stream_adopt`) refuses the legacy stream (null, and its `CU_STREAM_LEGACY` handle 1)
+/// and the per-thread default stream (`CU_STREAM_PER_THREAD`, 2): work there synchronizes with
+/// every other stream, and a capture on it is not graphsafe's to make safe. Nothing is wrapped.
+#[test]
+fn adopting_the_legacy_or_per_thread_stream_is_refused() {
+    use graphsafe::capi::*;
+    let (_g, s) = exclusive();
+    let ctx = Context::new(0).expect("the stand-in's device 0");
+    let (mut cx, mut st) = (GraphsafeContext::default(), GraphsafeStream::default());
+    // SAFETY: out-pointer to a local.
+    assert_eq!(unsafe { graphsafe_context_create(0, &mut cx) }, GRAPHSAFE_OK);
+    let queries = s.calls("cuStreamGetCtx");
+    for (name, raw) in [("null (legacy)", 0usize), ("CU_STREAM_LEGACY", 1), ("CU_STREAM_PER_THREAD", 2)] {
+        let handle = raw as graphsafe::sys::cuda::CUstream;
+        // SAFETY: the handles are the driver's special values, refused before any use.
+        match unsafe { Stream::adopt(&ctx, handle) } {
+            Err(graphsafe::Error::InvalidArgument { what, expected, .. }) => {
+                assert_eq!(what, "stream", "{name}");
+                assert!(expected.contains("legacy and per-thread"), "{name}: {expected}");
+            }
+            other => panic!("Stream::adopt accepted {name}: {other:?}"),
+        }
+        // SAFETY: as above; out-pointer to a local.
+        assert_eq!(unsafe { graphsafe_stream_adopt(cx, handle.cast(), &mut st) }, GRAPHSAFE_ERROR_INVALID_ARGUMENT, "graphsafe_stream_adopt of {name}");
+    }
+    assert_eq!(s.calls("cuStreamGetCtx"), queries, "a refused handle reached the driver");
+    // SAFETY: made above.
+    assert_eq!(unsafe { graphsafe_context_destroy(cx) }, GRAPHSAFE_OK);
+    no_violations(s);
+}
+
+/// `Graph` and `GraphExec` are `Send` (the README's claim; they are not `Sync`,
+/// tests/compile_fail/graphs_are_not_sync.rs): an engine builds graphs on one thread and replays
+/// or drops them on another. Checked by the type system and on the stand-in: an executable moved
+/// to another thread replays there into the buffer its graph captured, and both are dropped there.
+#[test]
+fn graphs_and_executables_are_send() {
+    use graphsafe::graph::{CaptureMode, Graph, GraphExec};
+    use graphsafe::ops::testing::TestKernels;
+    use graphsafe::workspace::Workspace;
+    fn send<T: Send>() {}
+    send::<Graph>();
+    send::<GraphExec>();
+    let (_g, s) = exclusive();
+    let ctx = Context::new(0).expect("the stand-in's device 0");
+    let mut stream = Stream::new(&ctx).unwrap();
+    let k = TestKernels::load(&ctx).unwrap();
+    let shape = soundness::SHAPE;
+    let p = soundness::problem(&stream, 17);
+    let mut ws = Workspace::new(&stream, shape.workspace_bytes().unwrap()).unwrap();
+    let (graph, ()) = stream
+        .capture(CaptureMode::ThreadLocal, |cap| {
+            let w = cap.bind_workspace(&mut ws)?;
+            let (a, x, y) = (cap.bind_buffer(&p.a)?, cap.bind_buffer(&p.x)?, cap.bind_buffer(&p.y)?);
+            cap.memset_u8(&y, 0)?;
+            k.split_k_gemv_captured(&a, &x, &y, shape, &w, cap)
+        })
+        .unwrap();
+    let exec = graph.instantiate().unwrap();
+    let y = p.y.clone();
+    let got = std::thread::spawn(move || {
+        let other = Stream::new(stream.context()).unwrap();
+        exec.launch(&other).unwrap();
+        let got = y.to_host_vec::<f32>(&other).unwrap();
+        drop((exec, graph));
+        got
+    })
+    .join()
+    .unwrap();
+    assert_eq!(got, p.expected, "the replay on the other thread");
+    no_violations(s);
+}
