@@ -1557,3 +1557,70 @@ fn graphs_and_executables_are_send() {
     assert_eq!(got, p.expected, "the replay on the other thread");
     no_violations(s);
 }
+
+/// A host copy waits for its stream on every path that enqueued it: a failing check before the
+/// wait (an injected `cuStreamIsCapturing` failure, as the wait used to run the capture check
+/// first) or a failing wait (`cuStreamSynchronize`, once) must not return while the copy may still
+/// read the caller's source. The stand-in's async mode reads page-locked sources at the next
+/// ordered operation; the source is overwritten right after each call, whatever it returned, and
+/// the device must hold the bytes of the call. The call may report the failure (Err), never with
+/// the copy in flight. (On the old code the call returned Err at once and the device then held
+/// the overwritten bytes; for `copy_to_host` into page-locked memory the device would write the
+/// destination after its borrow ended.)
+#[test]
+fn host_copies_wait_for_their_stream_even_when_a_check_or_the_wait_fails() {
+    use graphsafe::capi::*;
+    use graphsafe::driver::DeviceBuffer;
+    use graphsafe::sys::cuda::CUresult;
+    let (_g, s) = exclusive();
+    let ctx = Context::new(0).expect("the stand-in's device 0");
+    let stream = Stream::new(&ctx).unwrap();
+    let b = DeviceBuffer::alloc_zeroed(&stream, 4096).unwrap();
+    let (mut cx, mut st, mut cb) = (GraphsafeContext::default(), GraphsafeStream::default(), GraphsafeBuffer::default());
+    // SAFETY: out-pointers to locals; handles made here, destroyed below.
+    unsafe {
+        assert_eq!(graphsafe_context_create(0, &mut cx), GRAPHSAFE_OK);
+        assert_eq!(graphsafe_stream_create(cx, &mut st), GRAPHSAFE_OK);
+        assert_eq!(graphsafe_buffer_create(st, 4096, 1, &mut cb), GRAPHSAFE_OK);
+    }
+    // Each failure once, on the call that comes after the copy was enqueued: the second
+    // cuStreamIsCapturing of a copy (its first is the check before the copy), and the first
+    // cuStreamSynchronize.
+    let failures = [("cuStreamIsCapturing", 1, CUresult::CUDA_ERROR_UNKNOWN), ("cuStreamSynchronize", 0, CUresult::CUDA_ERROR_UNKNOWN)];
+    let mut host = vec![0u8; 4096];
+    let mut seen = Vec::new();
+    for (i, &(entry, after, code)) in failures.iter().enumerate() {
+        for call in ["copy_from_host", "copy_from_host_at", "graphsafe_buffer_write"] {
+            let value = 0x10 + i as u8;
+            host.fill(value);
+            s.async_htod(true);
+            s.fail(entry, after, code);
+            let ok = match call {
+                "copy_from_host" => b.copy_from_host(&host, &stream).is_ok(),
+                "copy_from_host_at" => b.copy_from_host_at(0, &host, &stream).is_ok(),
+                // SAFETY: `host` holds 4096 readable bytes; a live buffer and stream.
+                _ => (unsafe { graphsafe_buffer_write(cb, 0, host.as_ptr().cast(), 4096, st) }) == GRAPHSAFE_OK,
+            };
+            s.fail_repeat(entry, 0, 0, CUresult::CUDA_SUCCESS); // disarmed, had it not fired
+            host.fill(0xEE);
+            s.async_htod(false); // the copies still pending read the host now
+            let mut back = vec![0u8; 4096];
+            if call.starts_with("graphsafe") {
+                // SAFETY: `back` holds 4096 writable bytes; live handles.
+                assert_eq!(unsafe { graphsafe_buffer_read(cb, 0, back.as_mut_ptr().cast(), 4096, st) }, GRAPHSAFE_OK);
+            } else {
+                b.copy_to_host(&mut back, &stream).unwrap();
+            }
+            seen.push(format!("{call} with {entry} failing: returned {}, device holds {:#x}", if ok { "Ok" } else { "Err" }, back[0]));
+            assert!(back.iter().all(|&v| v == value), "{call} with {entry} failing returned ({}) before its copy read the source: the device holds {:#x}, not {value:#x}", if ok { "Ok" } else { "Err" }, back[0]);
+        }
+    }
+    eprintln!("{seen:#?}");
+    // SAFETY: made above.
+    unsafe {
+        assert_eq!(graphsafe_buffer_destroy(cb), GRAPHSAFE_OK);
+        assert_eq!(graphsafe_stream_destroy(st), GRAPHSAFE_OK);
+        assert_eq!(graphsafe_context_destroy(cx), GRAPHSAFE_OK);
+    }
+    no_violations(s);
+}

@@ -517,11 +517,11 @@ impl DeviceBuffer {
             return Ok(());
         }
         let _current = stream.context().enter()?;
-        let f = init()?.cuMemcpyHtoDAsync()?;
-        // SAFETY: src is valid for `bytes` and stays borrowed until the stream is synchronized; the
-        // destination range is inside our allocation.
+        let (f, sync) = (init()?.cuMemcpyHtoDAsync()?, init()?.cuStreamSynchronize()?);
+        // SAFETY: src is valid for `bytes` and stays borrowed until the copy is over (the wait
+        // below returns only then); the destination range is inside our allocation.
         check(unsafe { (f.f)(self.alloc.ptr, src.as_ptr().cast(), bytes, stream.handle()) }, f.name)?;
-        stream.synchronize()
+        stream.wait_for_host_copy(&sync)
     }
 
     /// Copies the start of the buffer into `dst` and waits for `stream`, so `dst` is filled on return.
@@ -535,10 +535,11 @@ impl DeviceBuffer {
             return Ok(());
         }
         let _current = stream.context().enter()?;
-        let f = init()?.cuMemcpyDtoHAsync()?;
-        // SAFETY: dst is valid for `bytes` and stays borrowed until the stream is synchronized.
+        let (f, sync) = (init()?.cuMemcpyDtoHAsync()?, init()?.cuStreamSynchronize()?);
+        // SAFETY: dst is valid for `bytes` and stays borrowed until the copy is over (the wait
+        // below returns only then).
         check(unsafe { (f.f)(dst.as_mut_ptr().cast(), self.alloc.ptr, bytes, stream.handle()) }, f.name)?;
-        stream.synchronize()
+        stream.wait_for_host_copy(&sync)
     }
 
     /// Copies `src` into the buffer at byte `offset`, on `stream`, and waits for `stream` (`src`
@@ -552,11 +553,11 @@ impl DeviceBuffer {
             return Ok(());
         }
         let _current = stream.context().enter()?;
-        let f = init()?.cuMemcpyHtoDAsync()?;
+        let (f, sync) = (init()?.cuMemcpyHtoDAsync()?, init()?.cuStreamSynchronize()?);
         // SAFETY: the range is inside our allocation; src is valid for its length and stays
-        // borrowed until the stream is synchronized.
+        // borrowed until the copy is over (the wait below returns only then).
         check(unsafe { (f.f)(self.alloc.ptr + offset as u64, src.as_ptr().cast(), src.len(), stream.handle()) }, f.name)?;
-        stream.synchronize()
+        stream.wait_for_host_copy(&sync)
     }
 
     /// Copies the buffer's bytes at `offset` into `dst` and waits for `stream`.
@@ -569,10 +570,11 @@ impl DeviceBuffer {
             return Ok(());
         }
         let _current = stream.context().enter()?;
-        let f = init()?.cuMemcpyDtoHAsync()?;
-        // SAFETY: dst is valid for its length and borrowed until the synchronize below.
+        let (f, sync) = (init()?.cuMemcpyDtoHAsync()?, init()?.cuStreamSynchronize()?);
+        // SAFETY: dst is valid for its length and borrowed until the copy is over (the wait below
+        // returns only then).
         check(unsafe { (f.f)(dst.as_mut_ptr().cast(), self.alloc.ptr + offset as u64, dst.len(), stream.handle()) }, f.name)?;
-        stream.synchronize()
+        stream.wait_for_host_copy(&sync)
     }
 
     /// Reads the whole buffer as `T`s (waits for `stream`).

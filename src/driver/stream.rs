@@ -33,6 +33,18 @@ pub struct Stream {
 
 static NEXT_STREAM_UID: AtomicU64 = AtomicU64::new(1);
 
+/// `cuStreamSynchronize`'s function pointer type.
+pub(crate) type SyncFn = <c::PFN_cuStreamSynchronize_v2000 as crate::sys::driver::OptionInner>::Inner;
+
+/// Errors after which the wait for a stream cannot be had and is not needed: the context's work
+/// stopped for good (a sticky fault: 214, 700, 702, 709, 710, 714-719; the driver torn down: 4;
+/// 999, which the driver keeps answering once it is broken), or the stream was pulled into a
+/// capture graphsafe did not begin (900-908), which only the caller's broken promise on an
+/// adopted or exported stream allows.
+fn no_more_work_runs(code: u32) -> bool {
+    matches!(code, 4 | 214 | 700 | 702 | 709 | 710 | 714..=719 | 900..=908 | 999)
+}
+
 fn next_uid() -> u64 {
     NEXT_STREAM_UID.fetch_add(1, Ordering::Relaxed)
 }
@@ -169,6 +181,34 @@ impl Stream {
         let f = init()?.cuStreamSynchronize()?;
         // SAFETY: raw is a live stream.
         check(unsafe { (f.f)(self.raw) }, f.name)
+    }
+
+    /// The wait of a host copy just enqueued on this stream (`sync`, its `cuStreamSynchronize`,
+    /// resolved before the copy so that nothing can fail between the enqueue and the wait): the
+    /// caller's host memory is borrowed only for the call, and page-locked memory is read or
+    /// written by the device asynchronously. So this returns only once the copy is over: no capture
+    /// check first (the copy's own check ran before the enqueue, and a check that failed here
+    /// returned with the copy in flight), and a failed wait is retried until the stream is idle,
+    /// then reported (`Err`: something failed, but the copy no longer touches the caller's memory).
+    /// The retries stop early only on errors after which no work of the context runs any more
+    /// (a sticky fault, a torn-down driver) or when the stream has been pulled into a capture
+    /// graphsafe did not begin (the caller's promise on adopted and exported streams, broken).
+    pub(crate) fn wait_for_host_copy(&self, sync: &crate::sys::driver::Entry<SyncFn>) -> Result<()> {
+        // SAFETY: a live stream (this value holds it).
+        let first = check(unsafe { (sync.f)(self.raw) }, sync.name);
+        let Err(failed) = first else { return Ok(()) };
+        let mut pause = std::time::Duration::from_micros(50);
+        loop {
+            // SAFETY: as above.
+            match check(unsafe { (sync.f)(self.raw) }, sync.name) {
+                Ok(()) => return Err(failed),
+                Err(Error::Driver { code, .. }) if no_more_work_runs(code) => return Err(failed),
+                Err(_) => {
+                    std::thread::sleep(pause);
+                    pause = (pause * 2).min(std::time::Duration::from_millis(10));
+                }
+            }
+        }
     }
 
     /// Whether the driver reports the stream in the middle of a capture (graphsafe's, an invalidated
