@@ -43,7 +43,7 @@ pub unsafe extern "C" fn graphsafe_capture_begin(stream: GraphsafeStream, mode: 
                 return Err(busy(format!("the stream is already capturing (capture {c:#x})")));
             }
             let cap = DetachedCapture::begin(s.stream.clone(), mode)?;
-            *lock(&obj.state) = Some(CapState { cap, bound: Vec::new() });
+            **lock(&obj.state) = Some(CapState { cap, bound: Vec::new() });
             st.capturing = Some(id);
             Ok(())
         })();

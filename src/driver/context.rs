@@ -1,5 +1,6 @@
 use super::{check, init, log_drop_error, Device, ForeignOwner};
 use crate::error::Result;
+use crate::logging::Locked;
 use crate::sys::cuda as c;
 use std::marker::PhantomData;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -181,9 +182,10 @@ impl Context {
         Ok(f())
     }
 
-    /// The free gate (see [`FreeGate`]).
-    pub(crate) fn free_gate(&self) -> MutexGuard<'_, FreeGate> {
-        self.gate.lock().unwrap_or_else(|p| p.into_inner())
+    /// The free gate (see [`FreeGate`]); records logged while it is held reach the logger once
+    /// this thread holds no lock of graphsafe's.
+    pub(crate) fn free_gate(&self) -> Locked<MutexGuard<'_, FreeGate>> {
+        Locked::new(self.gate.lock().unwrap_or_else(|p| p.into_inner()))
     }
 
     /// Lists `raw` among graphsafe's streams of this context; `false` (nothing changed) when a

@@ -7,6 +7,7 @@
 
 use super::{check, driver_error, init, log_drop_error, Context, Stream};
 use crate::error::{Error, Result};
+use crate::logging::Locked;
 use crate::sys::cuda as c;
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -23,8 +24,10 @@ use std::sync::{Arc, Mutex, MutexGuard};
 struct Family(Arc<Mutex<()>>);
 
 impl Family {
-    fn lock(&self) -> MutexGuard<'_, ()> {
-        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    /// Records logged while it is held reach the logger once this thread holds no lock of
+    /// graphsafe's (a logger dropping an executable of this family would take it again).
+    fn lock(&self) -> Locked<MutexGuard<'_, ()>> {
+        Locked::new(self.0.lock().unwrap_or_else(|p| p.into_inner()))
     }
 }
 

@@ -134,9 +134,11 @@ pub(crate) fn driver_error(r: c::CUresult, call: &'static str) -> Error {
     Error::Driver { call, code: r.0, name, text }
 }
 
-/// Logs an error from a destructor: `Drop` cannot return it, and hiding it would be worse.
+/// Logs an error from a destructor: `Drop` cannot return it, and hiding it would be worse. The
+/// record reaches the application's logger once this thread holds no lock of graphsafe's
+/// (`crate::logging`).
 pub(crate) fn log_drop_error(what: &str, r: Result<()>) {
     if let Err(e) = r {
-        log::error!("graphsafe: {what} failed in drop: {e}");
+        crate::logging::error(format!("graphsafe: {what} failed in drop: {e}"));
     }
 }

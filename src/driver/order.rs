@@ -87,6 +87,10 @@ impl StreamOrder {
         while self.held.compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed).is_err() {
             std::thread::yield_now();
         }
+        // Counted as a lock of this thread's: a record logged meanwhile (a free's failure) waits
+        // until the token is released, as a logger replaying a graph over this buffer would spin
+        // on it.
+        crate::logging::hold_marker();
         UseToken { order: self.clone(), on: None, _stream: PhantomData }
     }
 
@@ -151,15 +155,13 @@ impl Drop for UseToken<'_> {
                     Some(e)
                 }
             };
-            // Released before the error is logged: the logger is the user's code, and one that
-            // used this buffer (a replay of a graph sharing it) would otherwise wait for itself.
-            self.order.held.store(false, Ordering::Release);
             if let Some(e) = failed {
+                // Kept until the order is released below (`crate::logging`).
                 log_drop_error("recording a workspace use", Err::<(), _>(e));
             }
-            return;
         }
         self.order.held.store(false, Ordering::Release);
+        crate::logging::release_marker();
     }
 }
 

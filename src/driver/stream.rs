@@ -302,7 +302,7 @@ impl Drop for Stream {
                 // Destroying a stream ends the capture on it: an engine's capture on the handle
                 // `raw()` gave out would lose its graph (a leaked graphsafe capture is lost
                 // anyway). The stream is left to whoever captures it: a leak, logged.
-                log::error!("graphsafe: a stream was dropped while a capture is open on it; it is not destroyed (left to the capture's owner)");
+                crate::logging::error("graphsafe: a stream was dropped while a capture is open on it; it is not destroyed (left to the capture's owner)".into());
                 return;
             }
             let r = (|| {

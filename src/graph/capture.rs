@@ -97,7 +97,7 @@ fn abandon(stream: &Stream, id: CaptureId, mode: CaptureMode) {
     match finish(stream, id, mode).0 {
         Ok(graph) => drop(graph),
         Err(Error::CaptureInvalidated { .. }) => {}
-        Err(e) => log::error!("graphsafe: ending an abandoned capture failed: {e}"),
+        Err(e) => crate::logging::error(format!("graphsafe: ending an abandoned capture failed: {e}")),
     }
 }
 

@@ -46,6 +46,7 @@ pub use nvfp4::{nvfp4_matmul, nvfp4_matmul_captured, nvfp4_workspace_size, Nvfp4
 
 use crate::driver::Context;
 use crate::error::{Error, Result};
+use crate::logging::Locked;
 use crate::sys::cudnn::backend::{self, ExecPlan, Handle, OpGraph, VariantPack};
 use crate::sys::cudnn::{self as sys, ffi as c, Api};
 use crate::sys::DeviceSpan;
@@ -171,7 +172,7 @@ impl Cudnn {
     /// and with it `ctx`, lives until the process exits (an adopted context must too).
     pub fn new(ctx: &Arc<Context>) -> Result<Arc<Cudnn>> {
         let api = sys::api()?;
-        let mut reg = REGISTRY.lock().unwrap_or_else(|e| e.into_inner());
+        let mut reg = Locked::new(REGISTRY.lock().unwrap_or_else(|e| e.into_inner()));
         if let Some(d) = reg.iter().find(|d| d.ctx.raw() == ctx.raw()) {
             return Ok(d.clone());
         }
@@ -225,10 +226,11 @@ impl Cudnn {
         self.api.last_error_string()
     }
 
-    fn lock(&self) -> MutexGuard<'_, State> {
+    fn lock(&self) -> Locked<MutexGuard<'_, State>> {
         // A panic while holding the lock cannot leave the cache inconsistent (inserts are single
-        // operations), so a poisoned lock is still usable.
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+        // operations), so a poisoned lock is still usable. Counted (`crate::logging`): cuDNN's
+        // failures are logged while plans are built under it.
+        Locked::new(self.state.lock().unwrap_or_else(|e| e.into_inner()))
     }
 
     /// The key of `op` on this device.
@@ -288,7 +290,7 @@ impl Cudnn {
             s.handle.set_stream(stream)?;
             s.stream = stream as usize;
         }
-        let mut pack = plan.last_pack.lock().unwrap_or_else(|e| e.into_inner());
+        let mut pack = Locked::new(plan.last_pack.lock().unwrap_or_else(|e| e.into_inner()));
         s.handle.execute(&plan.exec, ptrs, ws, &mut pack)
     }
 
