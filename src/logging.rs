@@ -81,6 +81,11 @@ pub(crate) fn error(text: String) {
     emit(log::Level::Error, text);
 }
 
+/// Logs a warning record.
+pub(crate) fn warn(text: String) {
+    emit(log::Level::Warn, text);
+}
+
 /// Logs a debug record; `text` is built only when debug records are enabled at all.
 pub(crate) fn debug(text: impl FnOnce() -> String) {
     if log::Level::Debug <= log::max_level() {

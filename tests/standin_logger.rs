@@ -183,3 +183,62 @@ fn a_logger_that_calls_the_c_abi_on_the_stream_whose_call_logged() {
     }
 }
 
+/// One transient driver error inside a free: in its wait (`cuStreamSynchronize`,
+/// `cuStreamIsCapturing`, `cuThreadExchangeStreamCaptureMode`) or in `cuMemFree` itself. The
+/// block used to be leaked for good (its address refused, later the primary context released under
+/// it) with the failure only logged; it is now kept, the failure reported to the logger, and the
+/// block given back at the next free of the context.
+#[test]
+fn a_transient_error_in_a_free_is_reported_and_retried_at_the_next_free() {
+    let (_g, s) = standin::exclusive();
+    for entry in ["cuStreamSynchronize", "cuStreamIsCapturing", "cuThreadExchangeStreamCaptureMode", "cuMemFree"] {
+        let ctx = Context::new(0).unwrap();
+        let stream = Stream::new(&ctx).unwrap();
+        let live = s.live_allocations();
+        let victim = DeviceBuffer::alloc_zeroed(&stream, 4096).unwrap();
+        let next = DeviceBuffer::alloc_zeroed(&stream, 4096).unwrap();
+        s.fail(entry, 0, CUresult::CUDA_ERROR_UNKNOWN);
+        let records = with_logger(entry, || {}, move || drop(victim));
+        logged(&records, entry);
+        assert_eq!(s.live_allocations(), live + 2, "{entry}: a free whose wait failed gave the block back");
+        drop(next);
+        assert_eq!(s.live_allocations(), live, "{entry}: the kept block was not given back at the next free");
+    }
+    assert_eq!(s.violations(), 0, "{}", s.last_violation());
+}
+
+/// A stream whose wait fails as it is dropped used to leave the context's later frees deferred
+/// until someone happened to call `Context::synchronize`: its work is now stood for by an event
+/// recorded on it before it goes, which later frees wait for.
+#[test]
+fn a_stream_whose_wait_fails_as_it_drops_does_not_defer_the_contexts_frees() {
+    let (_g, s) = standin::exclusive();
+    let ctx = Context::new(0).unwrap();
+    let (dropped, other) = (Stream::new(&ctx).unwrap(), Stream::new(&ctx).unwrap());
+    let live = s.live_allocations();
+    s.fail("cuStreamSynchronize", 0, CUresult::CUDA_ERROR_UNKNOWN);
+    let records = with_logger("a stream whose wait fails", || {}, move || drop(dropped));
+    logged(&records, "cuStreamSynchronize");
+    drop(DeviceBuffer::alloc_zeroed(&other, 4096).unwrap());
+    assert_eq!(s.live_allocations(), live, "the free after a stream's failed wait was deferred");
+    assert_eq!(s.violations(), 0, "{}", s.last_violation());
+}
+
+/// A block kept after a failed free holds its context: the primary context is not released under
+/// it (the stand-in counts that as a violation: the real driver frees everything in a context it
+/// resets), and the block goes back at the next synchronize of a new value of the context.
+#[test]
+fn a_block_kept_after_a_failed_free_keeps_its_context_retained() {
+    let (_g, s) = standin::exclusive();
+    let live = s.live_allocations();
+    {
+        let ctx = Context::new(1).unwrap();
+        let stream = Stream::new(&ctx).unwrap();
+        let victim = DeviceBuffer::alloc_zeroed(&stream, 4096).unwrap();
+        s.fail("cuStreamSynchronize", 0, CUresult::CUDA_ERROR_UNKNOWN);
+        logged(&with_logger("a failed free before the context goes", || {}, move || drop(victim)), "cuStreamSynchronize");
+    }
+    assert_eq!(s.violations(), 0, "{}", s.last_violation());
+    Context::new(1).unwrap().synchronize().unwrap();
+    assert_eq!(s.live_allocations(), live, "the kept block was not given back at the context's next synchronize");
+}

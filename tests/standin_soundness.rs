@@ -76,12 +76,12 @@ fn memory_of_another_device_is_refused() {
 }
 
 #[test]
-fn a_context_synchronize_during_a_capture_is_refused() {
+fn a_context_synchronize_never_disturbs_a_capture() {
     let (_g, s) = exclusive();
     let ctx = Context::new(0).expect("the stand-in's device 0");
     let mut stream = Stream::new(&ctx).unwrap();
     let before = s.calls("cuCtxSynchronize");
-    soundness::a_context_synchronize_during_a_capture_is_refused(&ctx, &mut stream);
+    soundness::a_context_synchronize_never_disturbs_a_capture(&ctx, &mut stream);
     assert_eq!(s.calls("cuCtxSynchronize"), before + 1, "only the synchronize after the capture reached the driver");
     no_violations(s);
 }
@@ -203,16 +203,14 @@ fn an_executable_is_never_destroyed_while_its_graph_is_instantiated_on_another_t
     no_violations(s);
 }
 
-/// A capture whose begin the driver refuses is counted open for a moment (frees in its context
-/// are deferred meanwhile); when it was the last, the frees deferred in that moment go through at
-/// once instead of waiting for an unrelated later free.
+/// A capture begins under the context's free gate, so a free never overlaps it: a free during a
+/// begin the driver refuses waits for the begin, then goes through (not deferred to an unrelated
+/// later free).
 #[test]
 fn a_free_during_a_failed_capture_begin_waits_for_it_and_goes_through() {
     use graphsafe::driver::DeviceBuffer;
     use graphsafe::sys::cuda::CUresult;
     let (_g, s) = exclusive();
-    // Device 1: `a_leaked_capture_…` leaves a capture of device 0's context open for the rest of
-    // the process (by design every later free there is deferred), which would hide this one.
     let ctx = Context::new(1).expect("the stand-in's device 1");
     let mut stream = Stream::new(&ctx).unwrap();
     let other = Stream::new(&ctx).unwrap();
@@ -248,27 +246,26 @@ fn a_free_during_a_failed_capture_begin_waits_for_it_and_goes_through() {
 
 /// One transient driver failure of `cuStreamEndCapture` must not leave the capture open for good:
 /// the failed `end` reports the error, the drop of the capture ends it, and afterwards the stream
-/// takes eager work, frees in its context go through, and (a GLOBAL capture) allocations on other
-/// threads are allowed again.
+/// takes eager work and (a GLOBAL capture) allocations on other threads are allowed again. Frees
+/// of memory the capture does not hold go through while it is open (its stream's work before the
+/// capture is waited for through the event recorded as it began).
 #[test]
 fn a_failed_capture_end_does_not_leave_the_capture_open_for_good() {
     use graphsafe::driver::DeviceBuffer;
     use graphsafe::sys::cuda::CUresult;
     let (_g, s) = exclusive();
-    // Device 1 (see `a_free_during_a_failed_capture_begin_…`).
     let ctx = Context::new(1).expect("the stand-in's device 1");
     let mut stream = Stream::new(&ctx).unwrap();
     let other = Stream::new(&ctx).unwrap();
     let buf = DeviceBuffer::alloc_zeroed(&other, 4096).unwrap();
     let live = s.live_allocations();
     let cap = stream.begin_capture(graphsafe::graph::CaptureMode::Global).unwrap();
-    drop(buf); // deferred: a capture of the context is open
-    assert_eq!(s.live_allocations(), live, "a free went through while a capture was open");
+    drop(buf); // not bound to the capture: given back at once
+    assert_eq!(s.live_allocations(), live - 1, "a free of memory the open capture does not hold was deferred");
     s.fail("cuStreamEndCapture", 0, CUresult::CUDA_ERROR_UNKNOWN);
     assert!(cap.end().is_err(), "the injected end failure was not reported");
     assert!(!stream.is_capturing().unwrap(), "the stream is still capturing after the failed end was dropped");
     stream.synchronize().expect("eager work on the stream after the failed end");
-    assert_eq!(s.live_allocations(), live - 1, "the free deferred during the capture never went through");
     let elsewhere = std::thread::spawn(|| {
         let ctx0 = Context::new(0).unwrap();
         DeviceBuffer::alloc_zeroed(&Stream::new(&ctx0).unwrap(), 256).map(drop)
@@ -952,12 +949,14 @@ fn host_to_device_copies_have_read_their_source_when_they_return() {
 }
 
 /// A module is unloaded the way memory is freed: only after graphsafe's streams of its context
-/// were waited for (a kernel or replay queued there may still run its code), and not while a
-/// capture of the context is open (waiting for a capturing stream would break the capture): then
-/// the unload waits until the last capture ends. (Before, the last handle's drop called
-/// cuModuleUnload at once, which the driver does not promise to order after queued work.)
+/// were waited for (a kernel or replay queued there may still run its code). A capture open in the
+/// context does not hold it up, nor is it disturbed: its stream is not synchronized (that would
+/// invalidate it), the work queued there before it began is waited for through the event recorded
+/// then. (Before, the last handle's drop called cuModuleUnload at once, which the driver does not
+/// promise to order after queued work; later, the unload waited for every capture of the context
+/// to end.)
 #[test]
-fn a_module_is_unloaded_only_after_the_streams_drained_and_no_capture_is_open() {
+fn a_module_is_unloaded_only_after_the_streams_drained_and_never_disturbs_a_capture() {
     use graphsafe::graph::CaptureMode;
     use graphsafe::ops::testing::TestKernels;
     let (_g, s) = exclusive();
@@ -975,15 +974,16 @@ fn a_module_is_unloaded_only_after_the_streams_drained_and_no_capture_is_open() 
     drop(k);
     assert_eq!(s.calls("cuModuleUnload"), unloads + 1, "the module was not unloaded");
     assert!(s.calls("cuStreamSynchronize") >= syncs + 2, "unloaded without waiting for the context's streams");
-    // Dropped while a capture of the context is open: deferred until it ends.
+    // Dropped while a capture of the context is open (one that does not launch its kernels).
     let k = TestKernels::load(&ctx).unwrap();
-    k.empty(&stream).unwrap();
+    k.empty(&other).unwrap();
     let cap = other.begin_capture(CaptureMode::ThreadLocal).unwrap();
-    let unloads = s.calls("cuModuleUnload");
+    let (unloads, event_waits) = (s.calls("cuModuleUnload"), s.calls("cuEventSynchronize"));
     drop(k);
-    assert_eq!(s.calls("cuModuleUnload"), unloads, "unloaded while a capture of the context was open");
+    assert_eq!(s.calls("cuModuleUnload"), unloads + 1, "the unload waited for an unrelated capture");
+    assert!(s.calls("cuEventSynchronize") > event_waits, "the capturing stream's earlier work was not waited for");
     let graph = cap.end().expect("the capture survived the module's drop");
-    assert_eq!(s.calls("cuModuleUnload"), unloads + 1, "the deferred unload did not happen when the capture ended");
+    assert!(graph.node_kinds().unwrap().is_empty());
     drop(graph);
     no_violations(s);
 }
@@ -1236,14 +1236,14 @@ fn a_capture_end_from_the_wrong_thread_is_busy_and_keeps_the_handle() {
     no_violations(s);
 }
 
-/// The address of a graphsafe buffer destroyed while a capture of its context is open: its free
-/// waits for the capture to end, so the driver still reports it allocated, but it is dead. Passed
-/// to a captured op as a raw pointer it must be refused (INVALID_ARGUMENT, nothing captured); on
-/// the old code it passed as the caller's own memory, the capture kept nothing alive, and the
-/// graph's replays wrote into memory freed when the capture ended. The same for an old workspace
-/// address after the workspace grew during a capture on another stream.
+/// The address of a graphsafe buffer destroyed while its free cannot happen yet (here: an engine
+/// captures on an adopted stream of the context, which no free may wait for): the driver still
+/// reports it allocated, but it is dead. Passed to a captured op as a raw pointer it must be
+/// refused (INVALID_ARGUMENT, nothing captured); on the old code it passed as the caller's own
+/// memory, the capture kept nothing alive, and the graph's replays wrote into memory freed when
+/// the free went through. The same for an old workspace address after the workspace grew.
 #[test]
-fn a_destroyed_buffer_whose_free_waits_for_a_capture_is_refused_as_a_raw_pointer() {
+fn a_destroyed_buffer_whose_free_waits_is_refused_as_a_raw_pointer() {
     use graphsafe::capi::*;
     let (_g, s) = exclusive();
     let mut cx = GraphsafeContext::default();
@@ -1295,6 +1295,13 @@ fn a_destroyed_buffer_whose_free_waits_for_a_capture_is_refused_as_a_raw_pointer
     assert_eq!(unsafe { graphsafe_workspace_create(st[0], 1 << 16, &mut ws) }, GRAPHSAFE_OK);
     let (mut old_ws, mut cap_bytes) = (0u64, 0u64);
     assert_eq!(unsafe { graphsafe_workspace_info(ws, &mut cap_bytes, &mut old_ws) }, GRAPHSAFE_OK);
+    // The engine's stream, adopted, then captured by the engine: frees of the context wait.
+    let ctx0 = Context::new(0).unwrap();
+    let engine_stream = standin::engine::create_stream(&ctx0);
+    let mut adopted = GraphsafeStream::default();
+    assert_eq!(unsafe { graphsafe_stream_adopt(cx, engine_stream.cast(), &mut adopted) }, GRAPHSAFE_OK);
+    // SAFETY: a live stream of ctx0.
+    unsafe { standin::engine::begin_capture(&ctx0, engine_stream) };
     let mut cap = GraphsafeCapture::default();
     assert_eq!(unsafe { graphsafe_capture_begin(st[1], GRAPHSAFE_CAPTURE_RELAXED, &mut cap) }, GRAPHSAFE_OK);
     let live = s.live_allocations();
@@ -1302,7 +1309,7 @@ fn a_destroyed_buffer_whose_free_waits_for_a_capture_is_refused_as_a_raw_pointer
     let mut grew = 0;
     assert_eq!(unsafe { graphsafe_workspace_ensure_size(ws, 1 << 20, st[0], &mut grew) }, GRAPHSAFE_OK);
     assert_eq!(grew, 1);
-    assert_eq!(s.live_allocations(), live + 1, "the frees were not deferred while the capture is open");
+    assert_eq!(s.live_allocations(), live + 1, "the frees were not deferred while the engine captures");
     let mut other_ws = GraphsafeWorkspace::default();
     assert_eq!(unsafe { graphsafe_workspace_create(st[0], 0, &mut other_ws) }, GRAPHSAFE_OK);
     assert_eq!(unsafe { graphsafe_capture_bind_workspace(cap, other_ws, std::ptr::null_mut(), std::ptr::null_mut()) }, GRAPHSAFE_OK);
@@ -1312,13 +1319,18 @@ fn a_destroyed_buffer_whose_free_waits_for_a_capture_is_refused_as_a_raw_pointer
         assert_eq!(r, GRAPHSAFE_ERROR_INVALID_ARGUMENT, "{what} in memory destroyed during the capture: {text}");
         assert!(text.contains("destroyed"), "{what}: the error does not say the memory was destroyed: {text}");
     }
+    // SAFETY: the engine's capture, begun above.
+    assert_eq!(unsafe { standin::engine::end_capture(&ctx0, engine_stream) }, graphsafe::sys::cuda::CUresult::CUDA_SUCCESS);
     let mut g = GraphsafeGraph::default();
     assert_eq!(unsafe { graphsafe_capture_end(cap, &mut g) }, GRAPHSAFE_OK);
     let mut nodes = 0u64;
     assert_eq!(unsafe { graphsafe_graph_node_count(g, &mut nodes) }, GRAPHSAFE_OK);
     assert_eq!(nodes, 0, "a refused call captured work");
     assert_eq!(unsafe { graphsafe_graph_destroy(g) }, GRAPHSAFE_OK);
-    assert_eq!(s.live_allocations(), live - 1, "the deferred frees did not go through at the capture's end");
+    assert_eq!(s.live_allocations(), live - 1, "the deferred frees did not go through once they could");
+    assert_eq!(unsafe { graphsafe_stream_destroy(adopted) }, GRAPHSAFE_OK);
+    // SAFETY: its wrapper is gone.
+    unsafe { standin::engine::destroy_stream(&ctx0, engine_stream) };
     for b in keep {
         assert_eq!(unsafe { graphsafe_buffer_destroy(b) }, GRAPHSAFE_OK);
     }

@@ -64,6 +64,15 @@ pub(crate) fn end_capture(stream: &Stream) -> Result<DriverGraph> {
 /// `raw` is a live stream of `ctx`'s context (or the legacy stream, null).
 pub(crate) unsafe fn stream_is_capturing(ctx: &Context, raw: c::CUstream) -> Result<bool> {
     let _current = ctx.enter()?;
+    // SAFETY: the caller's contract; `ctx` is current.
+    unsafe { stream_is_capturing_current(raw) }
+}
+
+/// [`stream_is_capturing`] with the stream's context already current.
+///
+/// # Safety
+/// `raw` is a live stream of the current context (or the legacy stream, null).
+pub(crate) unsafe fn stream_is_capturing_current(raw: c::CUstream) -> Result<bool> {
     let f = init()?.cuStreamIsCapturing()?;
     let mut status = c::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
     // SAFETY: a live stream (the caller's contract); out-pointer to a local.

@@ -5,6 +5,7 @@
 //! Objects hold an `Arc<Context>` and make it current on the calling thread before each driver
 //! call that needs it, so they can be used from any thread.
 
+pub(crate) mod captures;
 mod context;
 /// cudarc interop (feature `cudarc`): adopt cudarc's context, streams and slices.
 #[cfg(feature = "cudarc")]

@@ -131,20 +131,23 @@ pub fn a_leaked_capture_makes_eager_apis_refuse_the_stream(ctx: &Arc<Context>, o
     }).unwrap()
 }
 
-/// A context-wide synchronize while a capture of the context is open (on this thread or another)
-/// is refused, and the capture is not disturbed: it still ends with the work recorded before.
-pub fn a_context_synchronize_during_a_capture_is_refused(ctx: &Arc<Context>, stream: &mut Stream) {
+/// A context synchronize never disturbs a graphsafe capture. On the capturing thread it is refused
+/// (a context-wide wait there is illegal and invalidates the capture); from another thread it waits
+/// for each of graphsafe's streams instead of the whole context (on the H200 a context-wide wait
+/// invalidated captures other threads had open), for the capturing one the work queued before the
+/// capture began. The capture still ends with the work recorded before.
+pub fn a_context_synchronize_never_disturbs_a_capture(ctx: &Arc<Context>, stream: &mut Stream) {
     let k = TestKernels::load(ctx).unwrap();
+    k.empty(stream).unwrap();
     let cap = stream.begin_capture(CaptureMode::ThreadLocal).unwrap();
     k.empty_captured(&cap).unwrap();
     expect_capturing(ctx.synchronize(), "Context::synchronize on the capturing thread");
     let other = ctx.clone();
-    let from_another_thread = std::thread::spawn(move || other.synchronize()).join().unwrap();
-    expect_capturing(from_another_thread, "Context::synchronize on another thread");
-    let graph = cap.end().expect("the capture survived both refusals");
+    std::thread::spawn(move || other.synchronize()).join().unwrap().expect("Context::synchronize on another thread waits per stream");
+    let graph = cap.end().expect("the capture survived both");
     assert_eq!(graph.node_kinds().unwrap(), [NodeKind::Kernel], "the capture holds exactly the launch recorded before");
     drop(graph);
-    ctx.synchronize().expect("allowed again once the capture is over");
+    ctx.synchronize().expect("a context-wide wait once the capture is over");
 }
 
 fn current() -> c::CUcontext {
@@ -343,4 +346,35 @@ pub fn workspace_uses_on_two_streams_do_not_race(ctx: &Arc<Context>, a: &mut Str
     a.synchronize().unwrap();
     assert_eq!(pb.y.to_host_vec::<f32>(&b).unwrap(), pb.expected, "the replay on B shared the workspace with A's GEMVs");
     assert_eq!(pa.y.to_host_vec::<f32>(a).unwrap(), pa.expected);
+}
+
+/// A capture leaked with `mem::forget` degrades its own stream and nothing else: frees of memory
+/// used on other streams go through at once (they used to be deferred for as long as the process
+/// lived), and `Context::synchronize` from another thread waits for the context's streams (for
+/// the leaked capture's: the work queued before it began) instead of being refused for good; on
+/// the capture's own thread it is still refused. `in_use` reports the device memory in use, in
+/// bytes. (The caller drops `leaky`, which ends the leaked capture.)
+pub fn a_forgotten_capture_leaves_frees_and_synchronizes_of_other_streams_alone(ctx: &Arc<Context>, leaky: &mut Stream, in_use: &dyn Fn() -> u64) {
+    const BIG: usize = 64 << 20;
+    let k = TestKernels::load(ctx).unwrap();
+    let other = Stream::new(ctx).unwrap();
+    let p = problem(&other, 21);
+    let mut ws = Workspace::new(&other, SHAPE.workspace_bytes().unwrap()).unwrap();
+    // Work queued on the stream just before its capture begins: frees must still wait for it.
+    k.split_k_gemv(&p.a, &p.x, &p.y, SHAPE, &mut ws, leaky).unwrap();
+    std::mem::forget(leaky.begin_capture(CaptureMode::Relaxed).unwrap());
+    let start = in_use();
+    for round in 0..4u64 {
+        let b = DeviceBuffer::alloc_zeroed(&other, BIG).unwrap();
+        k.split_k_gemv(&p.a, &p.x, &p.y, SHAPE, &mut ws, &other).unwrap();
+        ws.ensure_size(SHAPE.workspace_bytes().unwrap() * (2 + round), &other).unwrap(); // retires a buffer
+        drop(b);
+    }
+    let grown = in_use().saturating_sub(start);
+    assert!(grown < BIG as u64, "frees were deferred by the forgotten capture: {grown} more bytes in use after 4 rounds of {BIG}");
+    let c = ctx.clone();
+    std::thread::spawn(move || c.synchronize()).join().unwrap().expect("Context::synchronize on another thread during the forgotten capture");
+    expect_capturing(ctx.synchronize(), "Context::synchronize on the forgotten capture's thread");
+    expect_capturing(leaky.synchronize(), "the forgotten capture's stream");
+    assert_eq!(p.y.to_host_vec::<f32>(&other).unwrap(), p.expected);
 }

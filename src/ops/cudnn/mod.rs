@@ -152,10 +152,11 @@ pub struct Cudnn {
 }
 
 /// Runs a cuDNN call that may allocate device memory (creating a handle, building plans) unless
-/// a GLOBAL-mode capture is open in the process: then `StreamCapturing`, nothing called, as for
-/// graphsafe's own allocations (`driver::memory::outside_global_capture`).
+/// a graphsafe capture forbids allocating to this thread (a GLOBAL-mode one anywhere, a
+/// THREAD_LOCAL one of this thread): then `StreamCapturing`, nothing called, as for graphsafe's
+/// own allocations (`driver::captures::outside_forbidding_capture`).
 pub(crate) fn may_allocate<T>(f: impl FnOnce() -> Result<T>) -> Result<T> {
-    crate::driver::memory::outside_global_capture(f)
+    crate::driver::captures::outside_forbidding_capture(f)
 }
 
 static REGISTRY: Lazy<Mutex<Vec<Arc<Cudnn>>>> = Lazy::new(|| Mutex::new(Vec::new()));
