@@ -9,6 +9,8 @@
 //!   dropped, or when the driver no longer reports the capture;
 //! * a THREAD_LOCAL capture's thread gets its allocations back when the stream is dropped (graphsafe
 //!   ends the driver's capture, from that thread, or destroys the stream from another);
+//! * a C ABI capture whose thread exits is abandoned by graphsafe at that thread's exit: its stream
+//!   and workspaces usable again, its handle invalid;
 //! * while a thread has a THREAD_LOCAL capture open, graphsafe refuses its eager allocations
 //!   (`StreamCapturing`, nothing done) instead of letting the driver invalidate the capture, and a
 //!   context synchronize from that thread (of any context) is refused too.
@@ -167,6 +169,58 @@ fn a_context_synchronize_on_a_capturing_thread_is_refused_whatever_context_it_na
         assert_eq!(graphsafe_stream_destroy(st), GRAPHSAFE_OK);
         assert_eq!(graphsafe_context_destroy(a), GRAPHSAFE_OK);
         assert_eq!(graphsafe_context_destroy(b), GRAPHSAFE_OK);
+    }
+    no_violations(s);
+}
+
+/// A C caller's thread that exits with a THREAD_LOCAL or GLOBAL capture open: nobody can end that
+/// capture any more (CUDA: only its thread may), so it used to stay open for good (`capture_end`
+/// BUSY forever, its stream and workspace BUSY, the context's frees deferred, and for GLOBAL every
+/// allocation of every thread refused). graphsafe now abandons it at the thread's exit, from that
+/// thread: the handle is gone, the stream and workspace are usable, frees and allocations proceed.
+#[test]
+fn a_c_abi_capture_whose_thread_exits_is_abandoned_at_the_threads_exit() {
+    use graphsafe::capi::*;
+    let (_g, s) = exclusive();
+    for mode in [GRAPHSAFE_CAPTURE_THREAD_LOCAL, GRAPHSAFE_CAPTURE_GLOBAL] {
+        let (captures, live) = (s.stat("open_captures"), s.live_allocations());
+        let (mut cx, mut st, mut ws, mut buf) = (GraphsafeContext::default(), GraphsafeStream::default(), GraphsafeWorkspace::default(), GraphsafeBuffer::default());
+        // SAFETY (every call in this test): out-pointers to locals; handles made here.
+        unsafe {
+            assert_eq!(graphsafe_context_create(0, &mut cx), GRAPHSAFE_OK);
+            assert_eq!(graphsafe_stream_create(cx, &mut st), GRAPHSAFE_OK);
+            assert_eq!(graphsafe_workspace_create(st, 4096, &mut ws), GRAPHSAFE_OK);
+            assert_eq!(graphsafe_buffer_create(st, 4096, 1, &mut buf), GRAPHSAFE_OK);
+        }
+        let cap = std::thread::spawn(move || {
+            let mut cap = GraphsafeCapture::default();
+            // SAFETY: as above.
+            unsafe {
+                assert_eq!(graphsafe_capture_begin(st, mode, &mut cap), GRAPHSAFE_OK);
+                assert_eq!(graphsafe_capture_bind_workspace(cap, ws, std::ptr::null_mut(), std::ptr::null_mut()), GRAPHSAFE_OK);
+            }
+            cap // the thread exits with the capture open
+        })
+        .join()
+        .unwrap();
+        let mut g = GraphsafeGraph::default();
+        // SAFETY: as above.
+        unsafe {
+            let end = graphsafe_capture_end(cap, &mut g);
+            assert_eq!(end, GRAPHSAFE_ERROR_INVALID_HANDLE, "mode {mode}: the capture of an exited thread is still there (BUSY forever before)");
+            assert_eq!(graphsafe_stream_synchronize(st), GRAPHSAFE_OK, "mode {mode}: the stream");
+            assert_eq!(graphsafe_workspace_ensure_size(ws, 1 << 20, st, std::ptr::null_mut()), GRAPHSAFE_OK, "mode {mode}: the workspace");
+            let mut other = GraphsafeBuffer::default();
+            assert_eq!(graphsafe_buffer_create(st, 4096, 0, &mut other), GRAPHSAFE_OK, "mode {mode}: an allocation");
+            assert_eq!(graphsafe_buffer_destroy(other), GRAPHSAFE_OK);
+            assert_eq!(graphsafe_buffer_destroy(buf), GRAPHSAFE_OK);
+            assert_eq!(graphsafe_workspace_destroy(ws), GRAPHSAFE_OK);
+            assert_eq!(graphsafe_stream_destroy(st), GRAPHSAFE_OK);
+        }
+        assert_eq!(s.live_allocations(), live, "mode {mode}: frees were deferred");
+        assert_eq!(s.stat("open_captures"), captures, "mode {mode}: the driver's capture is still open");
+        // SAFETY: made above.
+        assert_eq!(unsafe { graphsafe_context_destroy(cx) }, GRAPHSAFE_OK);
     }
     no_violations(s);
 }

@@ -9,11 +9,19 @@ use super::handles::{self, Tag};
 use super::{busy, guard, null, put, Fail};
 use crate::driver::DeviceBuffer;
 use crate::graph::{CaptureMode, DetachedCapture, Graph};
+use std::cell::RefCell;
 use std::ffi::c_int;
+use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{Arc, Mutex};
 
 /// Begins capturing `stream` (mode: GRAPHSAFE_CAPTURE_*). The stream takes no eager graphsafe work
-/// until the capture ends or is destroyed. Same-thread rule for THREAD_LOCAL/GLOBAL (CUDA's).
+/// until the capture ends or is destroyed. Same-thread rule for THREAD_LOCAL/GLOBAL (CUDA's): end
+/// or destroy it on the thread that began it. While it is open, graphsafe refuses (BUSY) the calls
+/// the driver forbids there and that would invalidate it: allocations (buffer and workspace
+/// creation, growth, eager ops that grow) on this thread, and for GLOBAL on every thread; a
+/// context synchronize on this thread. If the thread exits with it still open, graphsafe abandons
+/// it at the thread's exit, as graphsafe_capture_destroy would (the handle becomes invalid; the
+/// stream and bound workspaces are usable again).
 ///
 /// # Safety
 /// `out` is null (refused) or points to a writable `GraphsafeCapture`. Thread-safe.
@@ -51,9 +59,47 @@ pub unsafe extern "C" fn graphsafe_capture_begin(stream: GraphsafeStream, mode: 
             let _ = handles::remove::<CaptureObj>(Tag::Capture, id);
             return Err(e);
         }
+        if mode != CaptureMode::Relaxed {
+            // Only this thread can end it (CUDA's rule): if it exits first, the capture is
+            // abandoned then, from here.
+            let _ = BEGUN_HERE.try_with(|b| b.remember(id));
+        }
         // SAFETY: non-null; the caller's contract.
         unsafe { put(out, "out", GraphsafeCapture { id }) }
     })
+}
+
+/// The THREAD_LOCAL and GLOBAL captures begun on this thread through the C ABI (handle ids): the
+/// driver lets only this thread end them, so a thread that exits with one open would leave it open
+/// for good (its stream and workspaces BUSY, `capture_end` BUSY from every other thread). At the
+/// thread's exit, while it still runs, each one still open is abandoned as by
+/// graphsafe_capture_destroy: the driver's capture ended (from the right thread), its graph thrown
+/// away, the bound workspaces released, the handle unregistered.
+struct BegunHere(RefCell<Vec<u64>>);
+
+impl BegunHere {
+    fn remember(&self, id: u64) {
+        let Ok(mut ids) = self.0.try_borrow_mut() else { return };
+        // Ended ones are forgotten now and then (their end, on this thread, already happened).
+        if ids.len() >= 64 {
+            ids.retain(|&c| capture_obj(GraphsafeCapture { id: c }).is_ok());
+        }
+        ids.push(id);
+    }
+}
+
+impl Drop for BegunHere {
+    fn drop(&mut self) {
+        for id in std::mem::take(self.0.get_mut()) {
+            // Nothing may unwind out of a thread-exit destructor (the process would abort); an id
+            // already ended or destroyed is refused quietly (INVALID_HANDLE).
+            let _ = catch_unwind(AssertUnwindSafe(|| finish(GraphsafeCapture { id }, false)));
+        }
+    }
+}
+
+thread_local! {
+    static BEGUN_HERE: BegunHere = const { BegunHere(RefCell::new(Vec::new())) };
 }
 
 /// Binds a workspace to the capture: until the capture ends it cannot grow or be destroyed, and
