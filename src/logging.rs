@@ -20,6 +20,10 @@ use std::ops::{Deref, DerefMut};
 thread_local! {
     // No destructor (a `Cell` of an integer): readable at every point of thread exit.
     static HELD: Cell<usize> = const { Cell::new(0) };
+    // Whether KEPT holds anything: read at every release without touching KEPT, whose destructor
+    // would otherwise be registered on every thread that takes a lock (and, in a shared library,
+    // keep it loaded past a `dlclose` until the thread exits).
+    static ANY_KEPT: Cell<bool> = const { Cell::new(false) };
     static KEPT: RefCell<Vec<(log::Level, String)>> = const { RefCell::new(Vec::new()) };
 }
 
@@ -100,8 +104,9 @@ fn emit(level: log::Level, text: String) {
     if HELD.with(Cell::get) > 0 {
         let mut kept = Some((level, text));
         let _ = KEPT.try_with(|k| {
-            if let Ok(mut k) = k.try_borrow_mut() {
-                k.push(kept.take().expect("taken once"));
+            if let (Ok(mut k), Some(record)) = (k.try_borrow_mut(), kept.take()) {
+                k.push(record);
+                ANY_KEPT.with(|a| a.set(true));
             }
         });
         // This thread's storage is gone (thread exit) or in use: never the logger under a lock.
@@ -115,6 +120,9 @@ fn emit(level: log::Level, text: String) {
 
 /// Hands the kept records to the logger (this thread holds no lock of graphsafe's).
 fn flush() {
+    if !ANY_KEPT.with(|a| a.replace(false)) {
+        return;
+    }
     let kept = KEPT.try_with(|k| k.try_borrow_mut().map(|mut k| std::mem::take(&mut *k)).unwrap_or_default()).unwrap_or_default();
     for (level, text) in kept {
         // A record the logger's own graphsafe calls log is kept and handed over by their release.
