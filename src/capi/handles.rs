@@ -58,25 +58,18 @@ const MAX_EPOCH: u32 = 0xFFF;
 /// probability).
 fn epoch() -> u32 {
     static EPOCH: Lazy<u32> = Lazy::new(|| {
-        let mut key: std::ffi::c_uint = 0;
-        // SAFETY: an out-pointer to a local and no destructor; the key is never deleted, so it
-        // stays this load's for the life of the process.
-        let created = unsafe { pthread_key_create(&mut key, None) } == 0;
         const KEYS: u32 = 1024;
-        if created && key < KEYS {
-            return key + 1;
+        match crate::sys::process::leak_pthread_key() {
+            Some(key) if key < KEYS => key + 1,
+            _ => {
+                let noise = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.subsec_nanos() ^ d.as_secs() as u32)
+                    ^ std::process::id().rotate_left(16)
+                    ^ (&EPOCH as *const Lazy<u32> as usize as u32);
+                KEYS + 1 + noise % (MAX_EPOCH - KEYS)
+            }
         }
-        let noise = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.subsec_nanos() ^ d.as_secs() as u32)
-            ^ std::process::id().rotate_left(16)
-            ^ (&EPOCH as *const _ as usize as u32);
-        KEYS + 1 + noise % (MAX_EPOCH - KEYS)
     });
     *EPOCH
-}
-
-extern "C" {
-    // POSIX (libc): `pthread_key_t` is an unsigned int on Linux.
-    fn pthread_key_create(key: *mut std::ffi::c_uint, destructor: Option<unsafe extern "C" fn(*mut std::ffi::c_void)>) -> std::ffi::c_int;
 }
 
 struct Slot {
