@@ -193,7 +193,7 @@ unsafe impl Sync for Context {}
 
 impl Context {
     /// Retains the primary context of device `ordinal`. It is not made current: every call that
-    /// needs it makes it current for its own duration ([`Context::enter`]) and restores whatever the
+    /// needs it makes it current for its own duration and restores whatever the
     /// calling thread had current before (invariant 12; engines own their threads' contexts).
     pub fn new(ordinal: usize) -> Result<Arc<Context>> {
         let device = Device::get(ordinal)?;

@@ -365,7 +365,7 @@ fn free_relaxed(ptr: DevicePtr, ctx: &Context) -> Result<()> {
 /// Plain element types that may be copied between host and device as raw bytes: every bit
 /// pattern of their size is a valid value. Device memory holds whatever a kernel, a memset or a
 /// copy wrote there, so reading it back as `T` (here, or through another library that shares the
-/// memory: [`DeviceBuffer::from_cudarc`]) is sound only for such types; `bool`, `char`, enums and
+/// memory: `DeviceBuffer::from_cudarc`, feature `cudarc`) is sound only for such types; `bool`, `char`, enums and
 /// references are not. Sealed: the list cannot grow outside this crate.
 pub trait DeviceCopy: Copy + Send + Sync + 'static + sealed::Sealed {}
 mod sealed {
