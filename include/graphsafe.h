@@ -872,8 +872,9 @@ int graphsafe_workspace_destroy(GraphsafeWorkspace ws);
  * the driver forbids there and that would invalidate it: allocations (buffer and workspace
  * creation, growth, eager ops that grow) on this thread, and for GLOBAL on every thread; a
  * context synchronize on this thread. If the thread exits with it still open, graphsafe abandons
- * it at the thread's exit, as graphsafe_capture_destroy would (the handle becomes invalid; the
- * stream and bound workspaces are usable again).
+ * it at the thread's exit, as graphsafe_capture_destroy would (the stream and bound workspaces
+ * are usable again); the handle then stays valid until its owner consumes it:
+ * graphsafe_capture_end answers GRAPHSAFE_ERROR_CAPTURE_INVALIDATED, graphsafe_capture_destroy OK.
  *
  * # Safety
  * `out` is null (refused) or points to a writable `GraphsafeCapture`. Thread-safe.

@@ -177,7 +177,8 @@ fn a_context_synchronize_on_a_capturing_thread_is_refused_whatever_context_it_na
 /// capture any more (CUDA: only its thread may), so it used to stay open for good (`capture_end`
 /// BUSY forever, its stream and workspace BUSY, the context's frees deferred, and for GLOBAL every
 /// allocation of every thread refused). graphsafe now abandons it at the thread's exit, from that
-/// thread: the handle is gone, the stream and workspace are usable, frees and allocations proceed.
+/// thread: the stream and workspace are usable, frees and allocations proceed, and the handle is
+/// left for its owner to consume (its end: CAPTURE_INVALIDATED, no graph; its destroy: OK).
 #[test]
 fn a_c_abi_capture_whose_thread_exits_is_abandoned_at_the_threads_exit() {
     use graphsafe::capi::*;
@@ -206,8 +207,14 @@ fn a_c_abi_capture_whose_thread_exits_is_abandoned_at_the_threads_exit() {
         let mut g = GraphsafeGraph::default();
         // SAFETY: as above.
         unsafe {
-            let end = graphsafe_capture_end(cap, &mut g);
-            assert_eq!(end, GRAPHSAFE_ERROR_INVALID_HANDLE, "mode {mode}: the capture of an exited thread is still there (BUSY forever before)");
+            if mode == GRAPHSAFE_CAPTURE_THREAD_LOCAL {
+                let end = graphsafe_capture_end(cap, &mut g);
+                assert_eq!(end, GRAPHSAFE_ERROR_CAPTURE_INVALIDATED, "mode {mode}: the end of a capture abandoned at its thread's exit (BUSY forever before)");
+            } else {
+                let destroy = graphsafe_capture_destroy(cap);
+                assert_eq!(destroy, GRAPHSAFE_OK, "mode {mode}: the destroy of a capture abandoned at its thread's exit (BUSY forever before)");
+            }
+            assert_eq!(graphsafe_capture_destroy(cap), GRAPHSAFE_ERROR_INVALID_HANDLE, "mode {mode}: the handle was not consumed");
             assert_eq!(graphsafe_stream_synchronize(st), GRAPHSAFE_OK, "mode {mode}: the stream");
             assert_eq!(graphsafe_workspace_ensure_size(ws, 1 << 20, st, std::ptr::null_mut()), GRAPHSAFE_OK, "mode {mode}: the workspace");
             let mut other = GraphsafeBuffer::default();

@@ -116,6 +116,9 @@ pub(crate) struct CaptureObj {
     pub(super) stream: Arc<StreamObj>,
     /// `None` until the driver's capture has begun, and again once it ended.
     pub(super) state: Mutex<Option<CapState>>,
+    /// Set when graphsafe abandoned the capture at the exit of the thread that began it: the
+    /// handle stays registered for its owner's end (CAPTURE_INVALIDATED) or destroy (OK).
+    pub(super) abandoned: std::sync::atomic::AtomicBool,
 }
 pub(super) struct CapState {
     pub(super) cap: DetachedCapture,
