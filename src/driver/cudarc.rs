@@ -52,8 +52,9 @@
 //!    used (a [`Stream::from_cudarc`] stream is the same `CUstream`) is ordered after graphsafe's
 //!    work by stream order. graphsafe itself writes the memory (a memset, a copy, a kernel's
 //!    output) with any bytes, so what cudarc reads back as `T` must be valid for every bit
-//!    pattern: only [`DeviceCopy`] element types can be adopted (a `CudaSlice<bool>` holding 167
-//!    would read back as a `bool` that is neither true nor false);
+//!    pattern: only [`DeviceCopy`](crate::driver::memory::DeviceCopy) element types can be
+//!    adopted (a `CudaSlice<bool>` holding 167 would read back as a `bool` that is neither true
+//!    nor false);
 //! 3. the free happens after graphsafe's streams drained (graphsafe dropping the last share), or later,
 //!    by cudarc, if the engine still holds one: either way after all of graphsafe's work.
 //!
