@@ -28,7 +28,7 @@
 //! let x = DeviceBuffer::from_host(&stream, &vec![0.5f32; 1024])?;
 //! let y = DeviceBuffer::alloc_zeroed(&stream, 1024 * 4)?;
 //!
-//! let mut ws = Workspace::new(&stream, shape.workspace_bytes())?; // size before capture
+//! let mut ws = Workspace::new(&stream, shape.workspace_bytes()?)?; // size before capture
 //! let (graph, ()) = stream.capture(CaptureMode::ThreadLocal, |cap| {
 //!     let w = cap.bind_workspace(&mut ws)?; // borrowed: growing it here does not compile
 //!     let (a, x, y) = (cap.bind_buffer(&a)?, cap.bind_buffer(&x)?, cap.bind_buffer(&y)?);
@@ -74,6 +74,7 @@ pub mod capi;
 pub mod driver;
 pub mod error;
 pub mod graph;
+mod logging;
 pub mod ops;
 pub mod sys;
 pub mod workspace;
