@@ -3,8 +3,9 @@
 //! load already handed out, or a stale id kept from the first load would name (and destroy) an
 //! object of the second. Each load's ids carry a load epoch, unique in the process.
 //!
-//! The test opens the cdylib cargo built beside this test executable twice, on the stand-in driver
-//! (tests/standin), creating a context in each load and leaving it alive across the unload.
+//! The test opens the C library's cdylib (libgraphsafe.so of the graphsafe-clib package) twice, on
+//! the stand-in driver (tests/standin), creating a context in each load and leaving it alive across
+//! the unload.
 
 mod standin;
 
@@ -19,15 +20,23 @@ const RTLD_NOLOAD: c_int = 0x4;
 type Create = unsafe extern "C" fn(c_int, *mut GraphsafeContext) -> c_int;
 type Destroy = unsafe extern "C" fn(GraphsafeContext) -> c_int;
 
-/// The shared library cargo built with this test (the lib's `cdylib` crate type), beside it in
-/// `deps/`, or in the profile's folder above.
+/// The C library's shared object, built from this checkout by cargo in a target folder of its own
+/// (`cargo test` builds only the Rust library; the C library is the graphsafe-clib package, and a
+/// nested cargo on the outer one's target folder would wait on its lock).
 fn cdylib() -> PathBuf {
     let exe = std::env::current_exe().expect("the test executable's path");
-    let deps = exe.parent().expect("its folder").to_path_buf();
-    [deps.join("libgraphsafe.so"), deps.parent().map(|p| p.join("libgraphsafe.so")).unwrap_or_default()]
-        .into_iter()
-        .find(|p| p.is_file())
-        .unwrap_or_else(|| panic!("no libgraphsafe.so beside {} (the cdylib cargo builds with the tests)", exe.display()))
+    // target/<profile>/deps/<exe> -> target/capi-reload
+    let target = exe.ancestors().nth(3).expect("the target folder").join("capi-reload");
+    let out = std::process::Command::new(env!("CARGO"))
+        .args(["build", "--quiet", "-p", "graphsafe-clib", "--target-dir"])
+        .arg(&target)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .expect("running cargo to build the C library");
+    assert!(out.status.success(), "cargo build -p graphsafe-clib failed:\n{}", String::from_utf8_lossy(&out.stderr));
+    let so = target.join("debug").join("libgraphsafe.so");
+    assert!(so.is_file(), "no {} after building the C library", so.display());
+    so
 }
 
 #[test]
