@@ -63,8 +63,13 @@ fn main() {
         }
     };
     // The raw driver calls below (cuLaunchKernel) need the context current on this thread, and
-    // graphsafe restores whatever the caller had current (invariant 12): make it current here.
-    let _current = ctx.enter().unwrap();
+    // graphsafe restores whatever the caller had current (invariant 12): they run inside
+    // `with_current`, the scope that makes it current.
+    ctx.with_current(|| bench(&ctx)).unwrap();
+}
+
+fn bench(ctx: &std::sync::Arc<Context>) {
+    let ctx = ctx.clone();
     let mut stream = Stream::new(&ctx).unwrap();
     let k = TestKernels::load(&ctx).unwrap();
     let a = api().unwrap();

@@ -18,7 +18,7 @@ fn main() -> graphsafe::Result<()> {
     let y = DeviceBuffer::alloc_zeroed(&stream, 1024 * 4)?;
 
     // 1. Size before capture, so nothing needs to grow inside it.
-    let mut ws = Workspace::new(&stream, shape.workspace_bytes())?;
+    let mut ws = Workspace::new(&stream, shape.workspace_bytes()?)?;
     // 2. Capture: the workspace is borrowed until the capture returns, so it cannot grow in
     //    between, and the views bound here cannot leave it or reach another capture.
     let (graph, ()) = stream.capture(CaptureMode::ThreadLocal, |cap| {

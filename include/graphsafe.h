@@ -19,6 +19,9 @@
 
 #include <stdint.h>
 #include <stddef.h>
+#ifdef __cplusplus
+extern "C" {
+#endif  /* __cplusplus */
 
 /**
  * Success.
@@ -685,10 +688,6 @@ typedef struct {
   int out_dtype;
 } GraphsafeNvfp4GemmArgs;
 
-#ifdef __cplusplus
-extern "C" {
-#endif // __cplusplus
-
 /**
  * This thread's text for the last failed call (empty if none). The pointer stays valid until this
  * thread's next failing graphsafe call, or until the thread exits (the text is thread-local: a
@@ -763,12 +762,16 @@ int graphsafe_context_create(int ordinal, GraphsafeContext *out);
 int graphsafe_context_adopt(void *cu_context, GraphsafeContext *out);
 
 /**
- * Waits for all work in the context (every stream of it, graphsafe's or not). Refused with
- * GRAPHSAFE_ERROR_BUSY while a graphsafe capture of the context is open on any thread
- * (a context-wide synchronize would invalidate it). Also what gives memory back after a stream
- * was destroyed while it could not be waited for (an engine's capture open on an adopted
- * stream): from then on graphsafe defers every free of the context, never freeing early, until
- * this call has waited. Captures graphsafe did not begin are not seen: by CUDA's rules the wait
+ * Waits for the work of the context. Refused with GRAPHSAFE_ERROR_BUSY while a graphsafe capture
+ * is open on the calling thread, in any context (a context-wide wait there would invalidate it).
+ * With no graphsafe capture of the context open it waits for all work in the context (every
+ * stream of it, graphsafe's or not); while graphsafe captures are open on other threads it waits
+ * for each of graphsafe's streams of the context instead (for a capturing one, the work queued
+ * before its capture began), since a context-wide wait would invalidate them. Also what gives
+ * memory back after a stream was destroyed while it could not be waited for (an engine's
+ * capture open on an adopted stream: from then on graphsafe defers every free of the context,
+ * never freeing early, until this call has waited with no capture open) or after a free whose
+ * wait failed. Captures graphsafe did not begin are not seen: by CUDA's rules the wait
  * invalidates the caller's own GLOBAL-mode captures on other threads and its non-relaxed captures
  * on this one, so do not call it while the caller captures.
  *
@@ -953,7 +956,14 @@ int graphsafe_workspace_destroy(GraphsafeWorkspace ws);
 
 /**
  * Begins capturing `stream` (mode: GRAPHSAFE_CAPTURE_*). The stream takes no eager graphsafe work
- * until the capture ends or is destroyed. Same-thread rule for THREAD_LOCAL/GLOBAL (CUDA's).
+ * until the capture ends or is destroyed. Same-thread rule for THREAD_LOCAL/GLOBAL (CUDA's): end
+ * or destroy it on the thread that began it. While it is open, graphsafe refuses (BUSY) the calls
+ * the driver forbids there and that would invalidate it: allocations (buffer and workspace
+ * creation, growth, eager ops that grow) on this thread, and for GLOBAL on every thread; a
+ * context synchronize on this thread. If the thread exits with it still open, graphsafe abandons
+ * it at the thread's exit, as graphsafe_capture_destroy would (the stream and bound workspaces
+ * are usable again); the handle then stays valid until its owner consumes it:
+ * graphsafe_capture_end answers GRAPHSAFE_ERROR_CAPTURE_INVALIDATED, graphsafe_capture_destroy OK.
  *
  * # Safety
  * `out` is null (refused) or points to a writable `GraphsafeCapture`. Thread-safe.
@@ -1406,7 +1416,7 @@ int graphsafe_nvfp4_gemm_captured(const GraphsafeNvfp4GemmArgs *args,
                                   GraphsafeWorkspace ws);
 
 #ifdef __cplusplus
-}  // extern "C"
-#endif  // __cplusplus
+}  /* extern "C" */
+#endif  /* __cplusplus */
 
 #endif  /* GRAPHSAFE_H */

@@ -150,6 +150,13 @@ impl Error {
     pub fn invalid(what: impl Into<String>, expected: impl Into<String>, got: impl fmt::Display) -> Self {
         Error::InvalidArgument { what: what.into(), expected: expected.into(), got: got.to_string() }
     }
+
+    /// `what` (a `thing`: "memory", "a stream") belongs to context `got` where one of `whose`
+    /// context `expected` was needed. Both handles are named: two contexts of one device (the
+    /// primary one and an engine's own) differ only there.
+    pub(crate) fn other_context(what: impl Into<String>, thing: &str, whose: &str, expected: crate::sys::cuda::CUcontext, got: crate::sys::cuda::CUcontext) -> Self {
+        Error::invalid(what, format!("{thing} of {whose} context {expected:?}"), format!("{thing} of another context, {got:?}"))
+    }
 }
 
 /// Rejects zero and negative sizes with an [`Error::InvalidArgument`] naming the argument.

@@ -104,6 +104,7 @@ pub mod capi;
 pub mod driver;
 pub mod error;
 pub mod graph;
+mod logging;
 pub mod ops;
 pub mod sys;
 pub mod workspace;

@@ -7,7 +7,9 @@ fn captured_workspaces_cannot_grow() {
 }
 
 /// With the `cudarc` feature: adopting a cudarc stream is `unsafe` (the engine can still reach it
-/// through cudarc's safe API while graphsafe captures).
+/// through cudarc's safe API while graphsafe captures), and a slice is adopted only when every bit
+/// pattern is a valid element (`from_cudarc_of_bool`: graphsafe writes arbitrary bytes that cudarc
+/// then reads as `T`).
 #[cfg(feature = "cudarc")]
 #[test]
 fn cudarc_streams_are_adopted_with_unsafe() {

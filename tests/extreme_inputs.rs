@@ -343,3 +343,31 @@ fn the_host_references_never_panic_on_caller_input() {
     }
     assert!(no_panic("dequantize_ds_mla, a partial token", || dequantize_ds_mla(&[0u8; 657])).is_err());
 }
+
+/// The split-K test kernel's shape is caller input too: its fields are public `u32`s, and
+/// `splits · m · 4` does not fit in 64 bits at their edges. Its workspace size is checked
+/// arithmetic (no panic in debug, no wrapped size in release), and a shape whose size overflows is
+/// refused, naming it.
+#[test]
+fn split_k_shapes_at_the_edges_of_u32_never_panic() {
+    use graphsafe::ops::testing::SplitKShape;
+    let edges = [0u32, 1, 2, 127, 128, 129, 65_535, 65_536, i32::MAX as u32, i32::MAX as u32 + 1, u32::MAX - 1, u32::MAX];
+    for &m in &edges {
+        for &k in &edges {
+            for &splits in &edges {
+                let shape = SplitKShape { m, k, splits };
+                let bytes = no_panic(&format!("{shape:?}.workspace_bytes()"), || shape.workspace_bytes());
+                // The exact size, in 128 bits: partials, rounded to 256 B, then one counter per 128 rows.
+                let exact = (splits as u128 * m as u128 * 4).next_multiple_of(256) + m.div_ceil(128) as u128 * 4;
+                match bytes {
+                    Ok(b) => assert_eq!(b as u128, exact, "{shape:?}"),
+                    Err(graphsafe::Error::InvalidArgument { what, .. }) => {
+                        assert!(exact > u64::MAX as u128, "{shape:?}: refused a size that fits ({exact})");
+                        assert_eq!(what, "shape");
+                    }
+                    Err(e) => panic!("{shape:?}: {e}"),
+                }
+            }
+        }
+    }
+}

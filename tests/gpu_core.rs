@@ -22,7 +22,7 @@ fn eager_split_k_matches_the_host_reference_bit_for_bit() {
         k.split_k_gemv(&p.a, &p.x, &p.y, SHAPE, &mut ws, &stream).unwrap();
         assert_eq!(p.y.to_host_vec::<f32>(&stream).unwrap(), p.expected);
     }
-    assert_eq!(ws.capacity(), SHAPE.workspace_bytes().next_multiple_of(256));
+    assert_eq!(ws.capacity(), SHAPE.workspace_bytes().unwrap().next_multiple_of(256));
 }
 
 #[test]
@@ -30,7 +30,7 @@ fn replay_after_grow_and_allocator_churn_is_bit_identical_for_1000_replays() {
     let Some((ctx, mut stream)) = gpu() else { return };
     let k = TestKernels::load(&ctx).unwrap();
     let p = split_k_problem(&stream, SHAPE, 7);
-    let mut ws = Workspace::new(&stream, SHAPE.workspace_bytes()).unwrap();
+    let mut ws = Workspace::new(&stream, SHAPE.workspace_bytes().unwrap()).unwrap();
     let captured_ptr = ws.device_ptr();
     let captured_cap = ws.capacity() as usize;
 
@@ -48,7 +48,7 @@ fn replay_after_grow_and_allocator_churn_is_bit_identical_for_1000_replays() {
     let mut freed_sizes = vec![captured_cap];
     for step in 1..=3u64 {
         let before = ws.capacity() as usize;
-        assert!(ws.ensure_size(SHAPE.workspace_bytes() * (1 + step), &stream).unwrap());
+        assert!(ws.ensure_size(SHAPE.workspace_bytes().unwrap() * (1 + step), &stream).unwrap());
         assert_ne!(ws.device_ptr(), captured_ptr);
         if step > 1 {
             freed_sizes.push(before);
@@ -75,7 +75,7 @@ fn a_graph_keeps_its_buffers_alive_after_the_user_drops_them() {
     let k = TestKernels::load(&ctx).unwrap();
     let p = split_k_problem(&stream, SHAPE, 11);
     let out = DeviceBuffer::alloc_zeroed(&stream, SHAPE.m as usize * 4).unwrap();
-    let mut ws = Workspace::new(&stream, SHAPE.workspace_bytes()).unwrap();
+    let mut ws = Workspace::new(&stream, SHAPE.workspace_bytes().unwrap()).unwrap();
     let exec = {
         let mut cap = stream.begin_capture(CaptureMode::ThreadLocal).unwrap();
         let w = cap.bind_workspace(&mut ws).unwrap();
@@ -95,7 +95,7 @@ fn a_graph_keeps_its_buffers_alive_after_the_user_drops_them() {
     let expected = p.expected.clone();
     drop(p); // a, x, y: only the executable references them now
     drop(ws);
-    let _held = churn(&stream, &[SHAPE.workspace_bytes() as usize, SHAPE.m as usize * 4, SHAPE.k as usize * 4], 4);
+    let _held = churn(&stream, &[SHAPE.workspace_bytes().unwrap() as usize, SHAPE.m as usize * 4, SHAPE.k as usize * 4], 4);
     for _ in 0..10 {
         out.memset_u8(0, &stream).unwrap();
         exec.launch(&stream).unwrap();
@@ -167,10 +167,10 @@ fn new_and_grown_workspaces_read_zero_even_on_dirty_recycled_blocks() {
     // only the workspace's own zero-fill can make this pass.
     let k = TestKernels::load(&ctx).unwrap();
     let p = split_k_problem(&stream, SHAPE, 5);
-    let dirty = DeviceBuffer::alloc(&ctx, SHAPE.workspace_bytes().next_multiple_of(256) as usize).unwrap();
+    let dirty = DeviceBuffer::alloc(&ctx, SHAPE.workspace_bytes().unwrap().next_multiple_of(256) as usize).unwrap();
     dirty.memset_u8(0x5A, &stream).unwrap();
     drop(dirty);
-    let ws = Workspace::new(&stream, SHAPE.workspace_bytes()).unwrap();
+    let ws = Workspace::new(&stream, SHAPE.workspace_bytes().unwrap()).unwrap();
     // SAFETY: every address is live until the read-back below synchronizes the stream.
     unsafe { k.split_k_gemv_raw(p.a.device_ptr(), p.x.device_ptr(), p.y.device_ptr(), SHAPE, ws.device_ptr(), stream.raw(), &ctx).unwrap() };
     assert_eq!(p.y.to_host_vec::<f32>(&stream).unwrap(), p.expected);
@@ -182,7 +182,7 @@ fn a_dirty_workspace_really_breaks_the_split_k_kernel() {
     let Some((ctx, stream)) = gpu() else { return };
     let k = TestKernels::load(&ctx).unwrap();
     let p = split_k_problem(&stream, SHAPE, 9);
-    let mut ws = Workspace::new(&stream, SHAPE.workspace_bytes()).unwrap();
+    let mut ws = Workspace::new(&stream, SHAPE.workspace_bytes().unwrap()).unwrap();
     let raw = DeviceBuffer::alloc(&ctx, ws.capacity() as usize).unwrap();
     raw.memset_u8(0x01, &stream).unwrap(); // counters = 0x01010101
     p.y.memset_u8(0, &stream).unwrap();
@@ -203,7 +203,7 @@ fn every_memset_copy_and_launch_in_a_capture_is_a_node_of_the_graph() {
     let k = TestKernels::load(&ctx).unwrap();
     let p = split_k_problem(&stream, SHAPE, 13);
     let copy = DeviceBuffer::alloc_zeroed(&stream, SHAPE.m as usize * 4).unwrap();
-    let mut ws = Workspace::new(&stream, SHAPE.workspace_bytes()).unwrap();
+    let mut ws = Workspace::new(&stream, SHAPE.workspace_bytes().unwrap()).unwrap();
     let graph = {
         let mut cap = stream.begin_capture(CaptureMode::ThreadLocal).unwrap();
         let w = cap.bind_workspace(&mut ws).unwrap();
@@ -235,7 +235,7 @@ fn too_small_a_captured_workspace_is_an_error_and_launches_nothing() {
     let Some((ctx, mut stream)) = gpu() else { return };
     let k = TestKernels::load(&ctx).unwrap();
     let p = split_k_problem(&stream, SHAPE, 17);
-    let small = SHAPE.workspace_bytes() / 2;
+    let small = SHAPE.workspace_bytes().unwrap() / 2;
     let mut ws = Workspace::new(&stream, small).unwrap();
     let graph = {
         let mut cap = stream.begin_capture(CaptureMode::ThreadLocal).unwrap();
@@ -243,7 +243,7 @@ fn too_small_a_captured_workspace_is_an_error_and_launches_nothing() {
         let (a, x, y) = (cap.bind_buffer(&p.a).unwrap(), cap.bind_buffer(&p.x).unwrap(), cap.bind_buffer(&p.y).unwrap());
         match k.split_k_gemv_captured(&a, &x, &y, SHAPE, &w, &cap) {
             Err(Error::WorkspaceTooSmall { needed, capacity }) => {
-                assert_eq!(needed, SHAPE.workspace_bytes());
+                assert_eq!(needed, SHAPE.workspace_bytes().unwrap());
                 assert_eq!(capacity, small.next_multiple_of(256));
             }
             other => panic!("expected WorkspaceTooSmall, got {other:?}"),
@@ -293,7 +293,7 @@ fn every_capture_mode_records_a_working_graph() {
     let Some((ctx, mut stream)) = gpu() else { return };
     let k = TestKernels::load(&ctx).unwrap();
     let p = split_k_problem(&stream, SHAPE, 23);
-    let mut ws = Workspace::new(&stream, SHAPE.workspace_bytes()).unwrap();
+    let mut ws = Workspace::new(&stream, SHAPE.workspace_bytes().unwrap()).unwrap();
     for mode in [CaptureMode::Global, CaptureMode::ThreadLocal, CaptureMode::Relaxed] {
         let exec = {
             let mut cap = stream.begin_capture(mode).unwrap();

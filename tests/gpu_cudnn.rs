@@ -534,11 +534,12 @@ fn a_raw_executor_refuses_a_capture_its_adopted_streams_owner_began() {
     let Some(dnn) = dnn(&ctx) else { return };
     let api = graphsafe::sys::driver::api().unwrap();
     let raw = {
-        let _cur = ctx.enter().unwrap();
-        let mut raw: c::CUstream = std::ptr::null_mut();
-        // SAFETY: out-pointer to a local; flags 1 (non-blocking).
-        assert_eq!(unsafe { (api.cuStreamCreate().unwrap().f)(&mut raw, 1) }, c::CUresult::CUDA_SUCCESS);
-        raw
+        ctx.with_current(|| {
+            let mut raw: c::CUstream = std::ptr::null_mut();
+            // SAFETY: out-pointer to a local; flags 1 (non-blocking).
+            assert_eq!(unsafe { (api.cuStreamCreate().unwrap().f)(&mut raw, 1) }, c::CUresult::CUDA_SUCCESS);
+            raw
+        }).unwrap()
     };
     // SAFETY: a live stream of ctx that nothing else wraps; destroyed below, after the wrapper.
     let adopted = unsafe { Stream::adopt(&ctx, raw) }.unwrap();
@@ -554,16 +555,17 @@ fn a_raw_executor_refuses_a_capture_its_adopted_streams_owner_began() {
     let exec = RawExecutor::new(&dnn, &p, ptrs, wspan, &adopted).unwrap();
     assert_eq!(exec.call(), 0);
     let graph = {
-        let _cur = ctx.enter().unwrap();
-        // SAFETY: a live stream of ctx; a valid mode.
-        let r = unsafe { (api.cuStreamBeginCapture().unwrap().f)(raw, c::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED) };
-        assert_eq!(r, c::CUresult::CUDA_SUCCESS);
-        let refused = exec.call();
-        let mut g = std::ptr::null_mut();
-        // SAFETY: the capture begun above; out-pointer to a local.
-        assert_eq!(unsafe { (api.cuStreamEndCapture().unwrap().f)(raw, &mut g) }, c::CUresult::CUDA_SUCCESS);
-        assert_eq!(refused, u32::MAX, "an execute went into the engine's own capture");
-        g
+        ctx.with_current(|| {
+            // SAFETY: a live stream of ctx; a valid mode.
+            let r = unsafe { (api.cuStreamBeginCapture().unwrap().f)(raw, c::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED) };
+            assert_eq!(r, c::CUresult::CUDA_SUCCESS);
+            let refused = exec.call();
+            let mut g = std::ptr::null_mut();
+            // SAFETY: the capture begun above; out-pointer to a local.
+            assert_eq!(unsafe { (api.cuStreamEndCapture().unwrap().f)(raw, &mut g) }, c::CUresult::CUDA_SUCCESS);
+            assert_eq!(refused, u32::MAX, "an execute went into the engine's own capture");
+            g
+        }).unwrap()
     };
     let mut nodes = 0usize;
     // SAFETY: the graph the end returned; a null node array asks for the count only.
@@ -575,7 +577,8 @@ fn a_raw_executor_refuses_a_capture_its_adopted_streams_owner_began() {
     drop(exec);
     adopted.synchronize().unwrap();
     drop((case, ws, adopted));
-    let _cur = ctx.enter().unwrap();
-    // SAFETY: no wrapper is left; nothing is queued on it.
-    assert_eq!(unsafe { (api.cuStreamDestroy().unwrap().f)(raw) }, c::CUresult::CUDA_SUCCESS);
+    ctx.with_current(|| {
+        // SAFETY: no wrapper is left; nothing is queued on it.
+        assert_eq!(unsafe { (api.cuStreamDestroy().unwrap().f)(raw) }, c::CUresult::CUDA_SUCCESS);
+    }).unwrap()
 }

@@ -50,9 +50,23 @@ fn a_graph_keeps_its_kernels_module_loaded() {
 }
 
 #[test]
-fn a_context_synchronize_during_a_capture_is_refused() {
+fn a_context_synchronize_never_disturbs_a_capture() {
     let Some((ctx, mut stream)) = gpu() else { return };
-    soundness::a_context_synchronize_during_a_capture_is_refused(&ctx, &mut stream);
+    soundness::a_context_synchronize_never_disturbs_a_capture(&ctx, &mut stream);
+}
+
+/// Runs on the H200: frees (cuMemFree, relaxed capture mode) and a per-stream context synchronize
+/// while a capture is open must not disturb it, and must not wait for it.
+#[test]
+fn a_forgotten_capture_leaves_frees_and_synchronizes_of_other_streams_alone() {
+    let Some((ctx, mut stream)) = gpu() else { return };
+    let in_use = || {
+        let m = graphsafe::driver::MemInfo::query(&ctx).unwrap();
+        m.total - m.free
+    };
+    soundness::a_forgotten_capture_leaves_frees_and_synchronizes_of_other_streams_alone(&ctx, &mut stream, &in_use);
+    drop(stream);
+    ctx.synchronize().expect("allowed on this thread once the forgotten capture's stream is gone");
 }
 
 #[test]

@@ -17,7 +17,7 @@ fn replaying_a_graph_whose_workspace_was_freed_is_detected() {
     let Some((ctx, mut stream)) = gpu() else { return };
     let k = TestKernels::load(&ctx).unwrap();
     let SplitKProblem { a, x, y, expected } = split_k_problem(&stream, SHAPE, 31);
-    let ws_bytes = SHAPE.workspace_bytes().next_multiple_of(256) as usize;
+    let ws_bytes = SHAPE.workspace_bytes().unwrap().next_multiple_of(256) as usize;
     let ws = DeviceBuffer::alloc_zeroed(&stream, ws_bytes).unwrap();
     let ws_ptr: DevicePtr = ws.device_ptr();
 

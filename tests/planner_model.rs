@@ -196,11 +196,11 @@ fn m90_splits(b: i64, rows: i64, seq: i64, sm: i64, req: Option<i64>) -> Option<
 }
 
 fn m90_workspace(b: i64, rows: i64, s: u128) -> u128 {
-    if s == 1 {
-        return 0;
-    }
-    let rows = b as u128 * s * rows as u128;
-    r256(rows * 512 * 2) + r256(rows * 4)
+    let partial_rows = b as u128 * s * rows as u128;
+    let partials = if s > 1 { r256(partial_rows * 512 * 2) + r256(partial_rows * 4) } else { 0 };
+    // A batch's work schedule: the lengths read once and the items' order.
+    let schedule = if b > 1 { r256(4 * b as u128) + r256(4 * b as u128 * s) } else { 0 };
+    partials + schedule
 }
 
 fn m90_plan(b: i64, (h, s_q): (i64, i64), seq: i64, sm: i64, req: Option<i64>) -> Option<(u128, u128)> {

@@ -57,7 +57,7 @@ fn a_graph_that_captured_adopted_memory_keeps_its_owner_until_the_graph_drops() 
     let y = adopt_engine_block(&ctx, m * 4, &dropped);
     a.copy_from_host(&a_host, &stream).unwrap();
     x.copy_from_host(&x_host, &stream).unwrap();
-    let mut ws = Workspace::new(&stream, shape.workspace_bytes()).unwrap();
+    let mut ws = Workspace::new(&stream, shape.workspace_bytes().unwrap()).unwrap();
     let exec = {
         let (graph, ()) = stream
             .capture(CaptureMode::ThreadLocal, |cap| {

@@ -170,6 +170,33 @@ fn every_call_that_makes_a_context_current_restores_the_callers() {
     assert_eq!(s.violations(), 0, "{}", s.last_violation());
 }
 
+/// The public way to make a graphsafe context current is a closure: inside it the context is
+/// current, after it (nested scopes included, and a panic in the closure) the caller's context is
+/// back. (The guard `Context::enter` returned could be dropped out of order or forgotten, leaving
+/// a graphsafe context current: it is crate-private now, tests/compile_fail/context_guard_misnested.rs.)
+#[test]
+fn with_current_makes_a_context_current_for_its_closure_only() {
+    let (_g, _s) = exclusive();
+    let ctx0 = Context::new(0).unwrap();
+    let ctx1 = Context::new(1).unwrap();
+    for caller in [std::ptr::null_mut(), ctx1.raw()] {
+        set_current(caller);
+        let seen = ctx0
+            .with_current(|| {
+                let outer = current();
+                let inner = ctx1.with_current(current).unwrap();
+                (outer, inner, current())
+            })
+            .unwrap();
+        assert_eq!(seen, (ctx0.raw(), ctx1.raw(), ctx0.raw()), "current inside the closures");
+        assert_eq!(current(), caller, "the caller's context after the closure");
+        let unwound = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| ctx0.with_current(|| panic!("the caller's closure panics"))));
+        assert!(unwound.is_err());
+        assert_eq!(current(), caller, "the caller's context after a panic in the closure");
+    }
+    set_current(std::ptr::null_mut());
+}
+
 #[test]
 fn objects_of_another_device_are_refused() {
     let (_g, s) = exclusive();
@@ -190,7 +217,7 @@ fn objects_of_another_device_are_refused() {
         DeviceBuffer::alloc_zeroed(&s1, SHAPE.k as usize * 4).unwrap(),
         DeviceBuffer::alloc_zeroed(&s1, SHAPE.m as usize * 4).unwrap(),
     );
-    let mut ws0 = Workspace::new(&s0, SHAPE.workspace_bytes()).unwrap();
+    let mut ws0 = Workspace::new(&s0, SHAPE.workspace_bytes().unwrap()).unwrap();
     invalid(k0.split_k_gemv(&a1, &x1, &y1, SHAPE, &mut ws0, &s0), "device 0's kernel on device 1's buffers");
     let graph = {
         let mut cap = s0.begin_capture(CaptureMode::ThreadLocal).unwrap();
@@ -259,7 +286,7 @@ fn kernels_of_another_context_are_refused_before_anything_is_enqueued() {
         DeviceBuffer::alloc_zeroed(&s0, SHAPE.k as usize * 4).unwrap(),
         DeviceBuffer::alloc_zeroed(&s0, SHAPE.m as usize * 4).unwrap(),
     );
-    let mut ws0 = Workspace::new(&s0, SHAPE.workspace_bytes()).unwrap();
+    let mut ws0 = Workspace::new(&s0, SHAPE.workspace_bytes().unwrap()).unwrap();
     s0.synchronize().unwrap();
     let memsets = || s.calls("cuMemsetD8Async") + s.calls("cuMemsetD32Async");
     let (before, launches) = (memsets(), s.calls("cuLaunchKernel"));
@@ -435,9 +462,10 @@ fn a_stream_of_another_context_cannot_be_adopted() {
     let api = graphsafe::sys::driver::api().unwrap();
     let mut raw: c::CUstream = std::ptr::null_mut();
     {
-        let _cur = ctx1.enter().unwrap();
-        // SAFETY: out-pointer to a local.
-        assert_eq!(unsafe { (api.cuStreamCreate().unwrap().f)(&mut raw, 1) }, c::CUresult::CUDA_SUCCESS);
+        ctx1.with_current(|| {
+            // SAFETY: out-pointer to a local.
+            assert_eq!(unsafe { (api.cuStreamCreate().unwrap().f)(&mut raw, 1) }, c::CUresult::CUDA_SUCCESS);
+        }).unwrap()
     }
     // SAFETY: raw is a live stream (of ctx1), destroyed below; refused before anything is wrapped.
     match unsafe { Stream::adopt(&ctx0, raw) } {
@@ -453,9 +481,10 @@ fn a_stream_of_another_context_cannot_be_adopted() {
     assert_eq!(unsafe { graphsafe_stream_adopt(cx, raw.cast(), &mut st) }, GRAPHSAFE_ERROR_INVALID_ARGUMENT);
     unsafe { graphsafe_context_destroy(cx) };
     {
-        let _cur = ctx1.enter().unwrap();
-        // SAFETY: made above; no wrapper of it is left.
-        unsafe { (api.cuStreamDestroy().unwrap().f)(raw) };
+        ctx1.with_current(|| {
+            // SAFETY: made above; no wrapper of it is left.
+            unsafe { (api.cuStreamDestroy().unwrap().f)(raw) };
+        }).unwrap()
     }
     assert_eq!(s.violations(), 0, "{}", s.last_violation());
 }

@@ -9,11 +9,21 @@ use super::handles::{self, Tag};
 use super::{busy, guard, null, put, Fail};
 use crate::driver::DeviceBuffer;
 use crate::graph::{CaptureMode, DetachedCapture, Graph};
+use std::cell::RefCell;
 use std::ffi::c_int;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 /// Begins capturing `stream` (mode: GRAPHSAFE_CAPTURE_*). The stream takes no eager graphsafe work
-/// until the capture ends or is destroyed. Same-thread rule for THREAD_LOCAL/GLOBAL (CUDA's).
+/// until the capture ends or is destroyed. Same-thread rule for THREAD_LOCAL/GLOBAL (CUDA's): end
+/// or destroy it on the thread that began it. While it is open, graphsafe refuses (BUSY) the calls
+/// the driver forbids there and that would invalidate it: allocations (buffer and workspace
+/// creation, growth, eager ops that grow) on this thread, and for GLOBAL on every thread; a
+/// context synchronize on this thread. If the thread exits with it still open, graphsafe abandons
+/// it at the thread's exit, as graphsafe_capture_destroy would (the stream and bound workspaces
+/// are usable again); the handle then stays valid until its owner consumes it:
+/// graphsafe_capture_end answers GRAPHSAFE_ERROR_CAPTURE_INVALIDATED, graphsafe_capture_destroy OK.
 ///
 /// # Safety
 /// `out` is null (refused) or points to a writable `GraphsafeCapture`. Thread-safe.
@@ -32,7 +42,7 @@ pub unsafe extern "C" fn graphsafe_capture_begin(stream: GraphsafeStream, mode: 
         let s = stream_obj(stream)?;
         // Register the (not yet begun) capture first: no registry call may happen under the
         // stream's lock (rule 1), and the stream must record the capture's id under that lock.
-        let obj = Arc::new(CaptureObj { stream: s.clone(), state: Mutex::new(None) });
+        let obj = Arc::new(CaptureObj { stream: s.clone(), state: Mutex::new(None), abandoned: AtomicBool::new(false) });
         let id = handles::insert(Tag::Capture, obj.clone())?;
         let begun = (|| {
             let mut st = lock(&s.state);
@@ -43,7 +53,7 @@ pub unsafe extern "C" fn graphsafe_capture_begin(stream: GraphsafeStream, mode: 
                 return Err(busy(format!("the stream is already capturing (capture {c:#x})")));
             }
             let cap = DetachedCapture::begin(s.stream.clone(), mode)?;
-            *lock(&obj.state) = Some(CapState { cap, bound: Vec::new() });
+            **lock(&obj.state) = Some(CapState { cap, bound: Vec::new() });
             st.capturing = Some(id);
             Ok(())
         })();
@@ -51,9 +61,47 @@ pub unsafe extern "C" fn graphsafe_capture_begin(stream: GraphsafeStream, mode: 
             let _ = handles::remove::<CaptureObj>(Tag::Capture, id);
             return Err(e);
         }
+        if mode != CaptureMode::Relaxed {
+            // Only this thread can end it (CUDA's rule): if it exits first, the capture is
+            // abandoned then, from here.
+            let _ = BEGUN_HERE.try_with(|b| b.remember(id));
+        }
         // SAFETY: non-null; the caller's contract.
         unsafe { put(out, "out", GraphsafeCapture { id }) }
     })
+}
+
+/// The THREAD_LOCAL and GLOBAL captures begun on this thread through the C ABI (handle ids): the
+/// driver lets only this thread end them, so a thread that exits with one open would leave it open
+/// for good (its stream and workspaces BUSY, `capture_end` BUSY from every other thread). At the
+/// thread's exit, while it still runs, each one still open is abandoned as by
+/// graphsafe_capture_destroy: the driver's capture ended (from the right thread), its graph thrown
+/// away, the bound workspaces released; the handle stays registered for its owner (`finish`).
+struct BegunHere(RefCell<Vec<u64>>);
+
+impl BegunHere {
+    fn remember(&self, id: u64) {
+        let Ok(mut ids) = self.0.try_borrow_mut() else { return };
+        // Ended ones are forgotten now and then (their end, on this thread, already happened).
+        if ids.len() >= 64 {
+            ids.retain(|&c| capture_obj(GraphsafeCapture { id: c }).is_ok());
+        }
+        ids.push(id);
+    }
+}
+
+impl Drop for BegunHere {
+    fn drop(&mut self) {
+        for id in std::mem::take(self.0.get_mut()) {
+            // Nothing may unwind out of a thread-exit destructor (the process would abort); an id
+            // already ended or destroyed is skipped.
+            let _ = catch_unwind(AssertUnwindSafe(|| abandon_at_exit(id)));
+        }
+    }
+}
+
+thread_local! {
+    static BEGUN_HERE: BegunHere = const { BegunHere(RefCell::new(Vec::new())) };
 }
 
 /// Binds a workspace to the capture: until the capture ends it cannot grow or be destroyed, and
@@ -118,34 +166,49 @@ pub unsafe extern "C" fn graphsafe_capture_bind_buffer(capture: GraphsafeCapture
     })
 }
 
-/// Ends (`keep_graph`) or abandons the capture. Stream, then capture, then workspaces are locked
-/// (rule 3) and stay locked until the driver's capture is over, so no eager op can slip into it.
-/// A capture the driver still holds open after a failed end (e.g. a thread-local capture ended
-/// from another thread) is left exactly as it was.
+/// Ends the driver's capture of `c` (handle `id`) and closes it: stream, then capture, then
+/// workspaces are locked (rule 3) and stay locked until the driver's capture is over, so no eager
+/// op can slip into it. Returns the end's outcome and what the capture kept (for the caller to
+/// drop outside the locks). A capture the driver still holds open after a failed end (e.g. a
+/// thread-local capture ended from another thread) is left exactly as it was: BUSY.
+fn close(c: &CaptureObj, id: u64) -> Result<(crate::Result<Graph>, CapState), Fail> {
+    let s = c.stream.clone();
+    let mut st = lock(&s.state);
+    let mut cs = lock(&c.state);
+    let state = cs.as_mut().ok_or_else(|| closed("capture", id))?;
+    let ended = state.cap.end();
+    if state.cap.is_open() {
+        // The driver still captures: nothing changed, the handle stays valid. Always BUSY, so
+        // a caller can tell this from a failed end that consumed the handle (DRIVER et al.).
+        let why = ended.err().map_or_else(String::new, |e| format!(": {e}"));
+        return Err(busy(format!("the capture is still open and its handle still valid{why}")));
+    }
+    let Some(done) = cs.take() else { return Err(closed("capture", id)) };
+    for (_, w, _) in &done.bound {
+        lock(&w.state).bound_to = None;
+    }
+    if st.capturing == Some(id) {
+        st.capturing = None;
+    }
+    Ok((ended, done))
+}
+
+/// Ends (`keep_graph`) or abandons the capture, consuming the handle (unless BUSY: see `close`).
 fn finish(capture: GraphsafeCapture, keep_graph: bool) -> Result<Option<Graph>, Fail> {
     let c = capture_obj(capture)?;
-    let s = c.stream.clone();
-    let (outcome, _done) = {
-        let mut st = lock(&s.state);
-        let mut cs = lock(&c.state);
-        let state = cs.as_mut().ok_or_else(|| closed("capture", capture.id))?;
-        let ended = state.cap.end();
-        if state.cap.is_open() {
-            // The driver still captures: nothing changed, the handle stays valid. Always BUSY, so
-            // a caller can tell this from a failed end that consumed the handle (DRIVER et al.).
-            let why = ended.err().map_or_else(String::new, |e| format!(": {e}"));
-            return Err(busy(format!("the capture is still open and its handle still valid{why}")));
+    if c.abandoned.load(Ordering::Acquire) {
+        // Abandoned at its thread's exit: only the handle is left.
+        let _ = handles::remove::<CaptureObj>(Tag::Capture, capture.id);
+        if keep_graph {
+            return Err(Fail(
+                super::GRAPHSAFE_ERROR_CAPTURE_INVALIDATED,
+                format!("capture {:#x} was abandoned when the thread that began it exited: no graph (the handle is now consumed)", capture.id),
+            ));
         }
-        let done = cs.take().expect("checked above");
-        for (_, w, _) in &done.bound {
-            lock(&w.state).bound_to = None;
-        }
-        if st.capturing == Some(capture.id) {
-            st.capturing = None;
-        }
-        // `done` (and what it still keeps alive) is dropped after the locks are released.
-        (ended, done)
-    };
+        return Ok(None);
+    }
+    // `_done` (and what it still keeps alive) is dropped after the locks are released.
+    let (outcome, _done) = close(&c, capture.id)?;
     // Unregister outside every lock (rule 1); dropping the graph (abandon) also happens here.
     let _ = handles::remove::<CaptureObj>(Tag::Capture, capture.id);
     match outcome {
@@ -153,6 +216,19 @@ fn finish(capture: GraphsafeCapture, keep_graph: bool) -> Result<Option<Graph>, 
         Ok(_) => Ok(None),
         Err(crate::Error::CaptureInvalidated { .. }) if !keep_graph => Ok(None),
         Err(e) => Err(e.into()),
+    }
+}
+
+/// Abandons capture `id` at the exit of the thread that began it (the only one the driver lets
+/// end it), if it is still open: the driver's capture ended and its graph thrown away, the bound
+/// workspaces released and the stream usable, as by graphsafe_capture_destroy; the handle stays
+/// registered, marked, for its owner's end or destroy (a C++ `thread_local` owner may still run
+/// its destructor after this one).
+fn abandon_at_exit(id: u64) {
+    let Ok(c) = capture_obj(GraphsafeCapture { id }) else { return };
+    if let Ok((_, done)) = close(&c, id) {
+        c.abandoned.store(true, Ordering::Release);
+        drop(done);
     }
 }
 

@@ -11,6 +11,7 @@ use crate::graph::target::Target;
 use crate::graph::{DetachedCapture, Graph, GraphExec, WorkspaceView};
 use crate::workspace::Workspace;
 use std::ffi::{c_char, c_int};
+use crate::logging::Locked;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 /// A device's primary context (or an adopted one).
@@ -115,6 +116,9 @@ pub(crate) struct CaptureObj {
     pub(super) stream: Arc<StreamObj>,
     /// `None` until the driver's capture has begun, and again once it ended.
     pub(super) state: Mutex<Option<CapState>>,
+    /// Set when graphsafe abandoned the capture at the exit of the thread that began it: the
+    /// handle stays registered for its owner's end (CAPTURE_INVALIDATED) or destroy (OK).
+    pub(super) abandoned: std::sync::atomic::AtomicBool,
 }
 pub(super) struct CapState {
     pub(super) cap: DetachedCapture,
@@ -125,10 +129,15 @@ pub(super) struct CapState {
 pub(super) type GraphObj = Mutex<Graph>;
 pub(super) type GraphExecObj = Mutex<GraphExec>;
 
-pub(super) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+/// An object lock of the C ABI's. Records graphsafe logs while one is held (a free failing under
+/// a workspace's growth) reach the logger once the thread holds none: a logger calling the C ABI
+/// on the same object would wait for its own thread.
+pub(super) type Guard<'a, T> = Locked<MutexGuard<'a, T>>;
+
+pub(super) fn lock<T>(m: &Mutex<T>) -> Guard<'_, T> {
     // Every critical section leaves its state consistent at each step, so a panic elsewhere while
     // holding the lock (caught by the guard) does not make the state unusable.
-    m.lock().unwrap_or_else(|p| p.into_inner())
+    Locked::new(m.lock().unwrap_or_else(|p| p.into_inner()))
 }
 
 pub(super) fn closed(what: &str, id: u64) -> Fail {
@@ -153,7 +162,7 @@ pub(super) fn new_stream_obj(stream: Stream) -> Arc<StreamObj> {
 
 /// Locks the stream for eager work: open and not capturing. Hold the guard for as long as the
 /// work is being enqueued (rule 4: a capture cannot begin in between).
-pub(super) fn lock_eager(s: &StreamObj, id: u64) -> Result<MutexGuard<'_, StreamState>, Fail> {
+pub(super) fn lock_eager(s: &StreamObj, id: u64) -> Result<Guard<'_, StreamState>, Fail> {
     let st = lock(&s.state);
     if st.closed {
         return Err(closed("stream", id));
@@ -164,7 +173,7 @@ pub(super) fn lock_eager(s: &StreamObj, id: u64) -> Result<MutexGuard<'_, Stream
     Ok(st)
 }
 
-pub(super) fn lock_workspace(w: &WorkspaceObj, id: u64) -> Result<MutexGuard<'_, WsState>, Fail> {
+pub(super) fn lock_workspace(w: &WorkspaceObj, id: u64) -> Result<Guard<'_, WsState>, Fail> {
     let st = lock(&w.state);
     if st.closed {
         return Err(closed("workspace", id));

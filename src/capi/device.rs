@@ -127,12 +127,16 @@ pub unsafe extern "C" fn graphsafe_context_adopt(cu_context: *mut c_void, out: *
     })
 }
 
-/// Waits for all work in the context (every stream of it, graphsafe's or not). Refused with
-/// GRAPHSAFE_ERROR_BUSY while a graphsafe capture of the context is open on any thread
-/// (a context-wide synchronize would invalidate it). Also what gives memory back after a stream
-/// was destroyed while it could not be waited for (an engine's capture open on an adopted
-/// stream): from then on graphsafe defers every free of the context, never freeing early, until
-/// this call has waited. Captures graphsafe did not begin are not seen: by CUDA's rules the wait
+/// Waits for the work of the context. Refused with GRAPHSAFE_ERROR_BUSY while a graphsafe capture
+/// is open on the calling thread, in any context (a context-wide wait there would invalidate it).
+/// With no graphsafe capture of the context open it waits for all work in the context (every
+/// stream of it, graphsafe's or not); while graphsafe captures are open on other threads it waits
+/// for each of graphsafe's streams of the context instead (for a capturing one, the work queued
+/// before its capture began), since a context-wide wait would invalidate them. Also what gives
+/// memory back after a stream was destroyed while it could not be waited for (an engine's
+/// capture open on an adopted stream: from then on graphsafe defers every free of the context,
+/// never freeing early, until this call has waited with no capture open) or after a free whose
+/// wait failed. Captures graphsafe did not begin are not seen: by CUDA's rules the wait
 /// invalidates the caller's own GLOBAL-mode captures on other threads and its non-relaxed captures
 /// on this one, so do not call it while the caller captures.
 ///

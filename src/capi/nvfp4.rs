@@ -69,19 +69,22 @@ fn n(v: c_int, what: &str) -> Result<usize, Fail> {
     usize::try_from(v).map_err(|_| crate::Error::invalid(what, "a value >= 0", v).into())
 }
 
-/// Rows in caller memory, row-major with leading dimension `ld` (elements).
-fn matrix_2d(ptr: u64, what: &str, dtype: DType, rows: c_int, cols: c_int, ld: i64, ctx: CallerMemory<'_>) -> Result<Tensor<Raw>, Fail> {
-    let ld = usize::try_from(ld).map_err(|_| crate::Error::invalid(what, "a leading dimension >= 0", ld))?;
-    Ok(Tensor::strided(ctx.pointer(ptr, what)?, 0, dtype, &[n(rows, what)?, n(cols, what)?], &[ld, 1]))
+/// Rows in caller memory, row-major with leading dimension `ld` (elements). `rows` and `cols` are
+/// (value, the argument's name): a refusal names the dimension, not the matrix.
+fn matrix_2d(ptr: u64, what: &str, dtype: DType, rows: (c_int, &str), cols: (c_int, &str), ld: i64, ctx: CallerMemory<'_>) -> Result<Tensor<Raw>, Fail> {
+    let ld = usize::try_from(ld).map_err(|_| crate::Error::invalid(format!("{what}'s leading dimension"), "a leading dimension >= 0", ld))?;
+    let shape = [n(rows.0, rows.1)?, n(cols.0, cols.1)?];
+    Ok(Tensor::strided(ctx.pointer(ptr, what)?, 0, dtype, &shape, &[ld, 1]))
 }
 
 fn nvfp4_matrix(m: &GraphsafeNvfp4Matrix, what: &str, ctx: CallerMemory<'_>) -> Result<Nvfp4Matrix<Raw>, Fail> {
+    let (rows, k) = (n(m.rows, &format!("{what}.rows"))?, n(m.k, &format!("{what}.k"))?);
     Ok(Nvfp4Matrix {
-        packed: ctx.pointer(m.packed, what)?,
-        scales: ctx.pointer(m.scales, what)?,
-        global_scale: ctx.pointer(m.global_scale, what)?,
-        rows: n(m.rows, what)?,
-        k: n(m.k, what)?,
+        packed: ctx.pointer(m.packed, &format!("{what}.packed"))?,
+        scales: ctx.pointer(m.scales, &format!("{what}.scales"))?,
+        global_scale: ctx.pointer(m.global_scale, &format!("{what}.global_scale"))?,
+        rows,
+        k,
     })
 }
 
@@ -200,7 +203,7 @@ pub unsafe extern "C" fn graphsafe_nvfp4_quantize(x: u64, dtype: c_int, m: c_int
 fn quantize(o: &GraphsafeNvfp4Matrix, x: u64, dtype: c_int, m: c_int, k: c_int, ld_x: i64, t: Target<'_>) -> Result<(), Fail> {
     let ctx = CallerMemory::on(t.context());
     let q = nvfp4_matrix(o, "out", ctx)?;
-    let xt = matrix_2d(x, "x", half_dtype(dtype, "dtype")?, m, k, ld_x, ctx)?;
+    let xt = matrix_2d(x, "x", half_dtype(dtype, "dtype")?, (m, "m"), (k, "k"), ld_x, ctx)?;
     Ok(quantize_on(&xt, &q.global_scale, &q, t)?)
 }
 
@@ -274,8 +277,8 @@ pub struct GraphsafeW4a16Args {
 
 fn w4a16(a: &GraphsafeW4a16Args, weight: &DeviceBuffer, t: Target<'_>) -> Result<(), Fail> {
     let ctx = CallerMemory::on(t.context());
-    let at = matrix_2d(a.a, "a", DType::Bf16, a.m, a.k, a.lda, ctx)?;
-    let dt = matrix_2d(a.d, "d", DType::Bf16, a.m, a.n, a.ldd, ctx)?;
+    let at = matrix_2d(a.a, "a", DType::Bf16, (a.m, "m"), (a.k, "k"), a.lda, ctx)?;
+    let dt = matrix_2d(a.d, "d", DType::Bf16, (a.m, "m"), (a.n, "n"), a.ldd, ctx)?;
     let w = WeightArg { mem: &weight, n: n(a.n, "n")?, k: n(a.k, "k")? };
     w4a16_on(&at, w, &ctx.pointer(a.alpha, "alpha")?, &dt, t)?;
     Ok(())
@@ -335,7 +338,7 @@ pub struct GraphsafeNvfp4GemmArgs {
 fn gemm(a: &GraphsafeNvfp4GemmArgs, t: Target<'_>) -> Result<(), Fail> {
     let ctx = CallerMemory::on(t.context());
     let (am, bm) = (nvfp4_matrix(&a.a, "a", ctx)?, nvfp4_matrix(&a.b, "b", ctx)?);
-    let dt = matrix_2d(a.d, "d", half_dtype(a.out_dtype, "out_dtype")?, a.a.rows, a.b.rows, a.b.rows as i64, ctx)?;
+    let dt = matrix_2d(a.d, "d", half_dtype(a.out_dtype, "out_dtype")?, (a.a.rows, "a.rows"), (a.b.rows, "b.rows"), a.b.rows as i64, ctx)?;
     gemm_on(&am, &bm, &ctx.pointer(a.alpha, "alpha")?, &dt, t)?;
     Ok(())
 }

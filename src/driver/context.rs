@@ -1,5 +1,6 @@
 use super::{check, init, log_drop_error, Device, ForeignOwner};
 use crate::error::Result;
+use crate::logging::Locked;
 use crate::sys::cuda as c;
 use std::marker::PhantomData;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -39,30 +40,149 @@ fn gate_of(raw: c::CUcontext) -> Arc<Mutex<FreeGate>> {
 
 /// What a free has to know to wait for the work that may still use a block without disturbing a
 /// capture: graphsafe's streams of this context (graphsafe enqueues work only on those, and graph
-/// replays run only on those), and how many graphsafe captures are open (synchronizing a
-/// capturing stream, or the whole context, would invalidate the capture). Frees hold the lock
-/// while they wait and free; beginning a capture (the driver's begin included) and destroying a
-/// stream take it briefly, so neither can slip in between. Under it
-/// only the deferred-free list's lock and, beginning a GLOBAL-mode capture, the global-capture
-/// count's write lock are taken (after it, never before), and driver calls are made; no other
-/// graphsafe lock.
+/// replays run only on those), and the graphsafe captures open on them. Frees hold the lock while
+/// they wait and free; beginning a capture (the driver's begin included) and destroying a stream
+/// take it briefly, so neither can slip in between. Under it only the deferred-free list's lock and
+/// the open-capture registry's (`super::captures`, after it, never before) are taken, and driver
+/// calls are made; no other graphsafe lock.
 ///
-/// A stream dropped while it could not be waited for (an engine's capture open on an adopted
-/// stream, or on a graphsafe stream whose raw handle it took) leaves work behind that no listed
-/// stream covers: `unwaited` counts those, and while it is not zero every free is deferred, until
-/// [`Context::synchronize`] has waited for all of the context's work.
+/// A stream in a graphsafe capture is not synchronized (that would invalidate the capture): no work
+/// of it runs until the capture ends, and the work queued on it before is stood for by an event
+/// recorded there just before the capture began (`captures`). A stream dropped without its work
+/// waited for (its wait failed, or a capture leaked on it could not be ended from the dropping
+/// thread) leaves an event behind too (`pending`). Only a stream dropped with no way to wait for it
+/// (an engine's capture open on an adopted stream, or on a graphsafe stream whose raw handle it
+/// took: recording there would be captured) counts in `unwaited`, and while it is not zero every
+/// free is deferred, until [`Context::synchronize`] has waited for all of the context's work.
 #[derive(Debug, Default)]
 pub(crate) struct FreeGate {
-    open_captures: usize,
-    unwaited: usize,
     streams: Vec<usize>,
+    captures: Vec<GateCapture>,
+    pending: Vec<GateEvent>,
+    unwaited: usize,
+}
+
+/// A graphsafe capture open on one of the context's streams, and the event recorded on that stream
+/// just before the capture began.
+#[derive(Debug)]
+struct GateCapture {
+    id: u64,
+    stream: usize,
+    before: GateEvent,
+}
+
+/// An event of the gate's context, recorded on one of its streams outside any capture. A raw
+/// handle, not an [`super::Event`], which holds its `Context`: the gate belongs to the context.
+#[derive(Debug)]
+struct GateEvent(c::CUevent);
+
+// SAFETY: an event handle may be used from any thread; the gate's lock serializes its uses.
+unsafe impl Send for GateEvent {}
+
+impl GateEvent {
+    /// A new event recorded on `stream` (of the current context, and not capturing: the caller
+    /// checked).
+    fn record(stream: c::CUstream) -> Result<GateEvent> {
+        let a = init()?;
+        let (create, record) = (a.cuEventCreate()?, a.cuEventRecord()?);
+        let mut raw = std::ptr::null_mut();
+        // SAFETY: out-pointer to a local; the context is current.
+        check(unsafe { (create.f)(&mut raw, c::CUevent_flags::CU_EVENT_DISABLE_TIMING.0) }, create.name)?;
+        let ev = GateEvent(raw);
+        // SAFETY: a live event and stream of the current context.
+        match check(unsafe { (record.f)(ev.0, stream) }, record.name) {
+            Ok(()) => Ok(ev),
+            Err(e) => {
+                ev.destroy();
+                Err(e)
+            }
+        }
+    }
+
+    /// Blocks until the work before the record is done.
+    fn wait(&self) -> Result<()> {
+        let f = init()?.cuEventSynchronize()?;
+        // SAFETY: a live event, recorded outside any capture.
+        check(unsafe { (f.f)(self.0) }, f.name)
+    }
+
+    /// Destroys the event (its context current).
+    fn destroy(self) {
+        let r = (|| {
+            let f = init()?.cuEventDestroy()?;
+            // SAFETY: created by `record`, destroyed once (this consumes it).
+            check(unsafe { (f.f)(self.0) }, f.name)
+        })();
+        log_drop_error("cuEventDestroy (an event of the free gate)", r);
+    }
+}
+
+/// How one listed stream is waited for.
+enum Wait<'a> {
+    Stream(usize),
+    Event(&'a GateEvent),
+}
+
+/// What a dropped stream leaves for later frees to wait for.
+pub(crate) enum StreamWork {
+    /// Nothing: its work was waited for (or it is a leaked capture's, whose earlier work the
+    /// capture's event stands for, already in `pending`).
+    Waited,
+    /// Its wait failed: an event recorded on it now stands for its work, or, if that cannot be
+    /// recorded, frees wait for a [`Context::synchronize`].
+    Unwaited,
+    /// It is in a capture graphsafe did not begin: frees wait for a [`Context::synchronize`].
+    Captured,
 }
 
 impl FreeGate {
-    /// The streams to wait for, if no graphsafe capture is open and no stream was dropped unwaited
-    /// (else a free must wait).
-    pub(crate) fn quiescent_streams(&self) -> Option<&[usize]> {
-        (self.open_captures == 0 && self.unwaited == 0).then_some(&self.streams)
+    /// Waits for the work that may still use a block of the context (its context current): every
+    /// listed stream that is not capturing, and for those in a graphsafe capture the work queued
+    /// before it began; then the work of dropped streams (`pending`). With this thread's capture
+    /// mode relaxed, so the waits are legal inside this thread's own capture. `Ok(false)`, having
+    /// waited for nothing, when the driver reports a listed stream in a capture graphsafe did not
+    /// begin (an engine's, on an adopted stream: it cannot be waited for without invalidating it).
+    /// The caller checks [`FreeGate::has_unwaited`] too.
+    pub(crate) fn wait_for_streams(&mut self) -> Result<bool> {
+        let _relaxed = super::memory::RelaxedCaptureMode::enter()?;
+        let mut waits = Vec::with_capacity(self.streams.len());
+        for &s in &self.streams {
+            // SAFETY: a live stream of the current context: streams leave the list (under the gate
+            // the caller holds) before they are destroyed.
+            let capturing = unsafe { super::graph::stream_is_capturing_current(s as c::CUstream) }?;
+            match (capturing, self.captures.iter().find(|c| c.stream == s)) {
+                (false, _) => waits.push(Wait::Stream(s)),
+                (true, Some(c)) => waits.push(Wait::Event(&c.before)),
+                (true, None) => return Ok(false),
+            }
+        }
+        let sync = init()?.cuStreamSynchronize()?;
+        for w in waits {
+            match w {
+                // SAFETY: as above; it is not capturing, and no graphsafe capture can begin on it
+                // while the gate is held (captures begin under it).
+                Wait::Stream(s) => check(unsafe { (sync.f)(s as c::CUstream) }, sync.name)?,
+                Wait::Event(e) => e.wait()?,
+            }
+        }
+        for e in &self.pending {
+            e.wait()?;
+        }
+        // That work is over: its events have served.
+        for e in self.pending.drain(..) {
+            e.destroy();
+        }
+        Ok(true)
+    }
+
+    /// Whether a stream was dropped with no way to wait for its work (see [`FreeGate`]).
+    pub(crate) fn has_unwaited(&self) -> bool {
+        self.unwaited > 0
+    }
+
+    /// Whether a graphsafe capture of the context is open (on any thread).
+    pub(crate) fn capturing(&self) -> bool {
+        !self.captures.is_empty()
     }
 }
 
@@ -73,7 +193,7 @@ unsafe impl Sync for Context {}
 
 impl Context {
     /// Retains the primary context of device `ordinal`. It is not made current: every call that
-    /// needs it makes it current for its own duration ([`Context::enter`]) and restores whatever the
+    /// needs it makes it current for its own duration and restores whatever the
     /// calling thread had current before (invariant 12; engines own their threads' contexts).
     pub fn new(ordinal: usize) -> Result<Arc<Context>> {
         let device = Device::get(ordinal)?;
@@ -164,13 +284,27 @@ impl Context {
     /// Makes this context current on the calling thread until the guard is dropped, which makes
     /// current again whatever the thread had before (nothing is switched when it already is this
     /// one). Every driver call of the crate that needs a current context runs inside one.
-    pub fn enter(&self) -> Result<CurrentGuard> {
+    ///
+    /// Not public: a guard can be dropped out of order or forgotten, and either leaves one of
+    /// graphsafe's contexts current on the caller's thread (invariant 12). Code outside the crate
+    /// uses [`Context::with_current`], whose scope is a closure.
+    pub(crate) fn enter(&self) -> Result<CurrentGuard> {
         CurrentGuard::enter(self.raw)
     }
 
-    /// The free gate (see [`FreeGate`]).
-    pub(crate) fn free_gate(&self) -> MutexGuard<'_, FreeGate> {
-        self.gate.lock().unwrap_or_else(|p| p.into_inner())
+    /// Runs `f` with this context current on the calling thread, then makes current again
+    /// whatever the thread had before (also when `f` panics): for the caller's own driver calls
+    /// that need the context current (raw launches, an engine's copies). Scopes of nested calls
+    /// nest by construction, so the caller's context always comes back.
+    pub fn with_current<R>(&self, f: impl FnOnce() -> R) -> Result<R> {
+        let _current = self.enter()?;
+        Ok(f())
+    }
+
+    /// The free gate (see [`FreeGate`]); records logged while it is held reach the logger once
+    /// this thread holds no lock of graphsafe's.
+    pub(crate) fn free_gate(&self) -> Locked<MutexGuard<'_, FreeGate>> {
+        Locked::new(self.gate.lock().unwrap_or_else(|p| p.into_inner()))
     }
 
     /// Lists `raw` among graphsafe's streams of this context; `false` (nothing changed) when a
@@ -186,78 +320,125 @@ impl Context {
     }
 
     /// Forgets `raw` and runs `destroy` (its `cuStreamDestroy`) under the gate, so that no free is
-    /// synchronizing the stream while it goes.
-    /// `waited`: whether the stream's work was waited for first; if not, later frees of the
-    /// context are deferred until [`Context::synchronize`] (see [`FreeGate`]).
-    pub(crate) fn unregister_stream(&self, raw: c::CUstream, waited: bool, destroy: impl FnOnce()) {
+    /// synchronizing the stream while it goes. `work`: how later frees cover what the stream may
+    /// still run ([`StreamWork`]).
+    pub(crate) fn unregister_stream(&self, raw: c::CUstream, work: StreamWork, destroy: impl FnOnce()) {
         let mut g = self.free_gate();
         if let Some(i) = g.streams.iter().position(|&s| s == raw as usize) {
             g.streams.swap_remove(i);
-            if !waited {
-                g.unwaited += 1;
+            match work {
+                StreamWork::Waited => {}
+                StreamWork::Unwaited => {
+                    // Stood for by an event recorded on it now, if the driver says the record will
+                    // not be captured.
+                    let recorded = (|| {
+                        let _current = self.enter()?;
+                        // SAFETY: a live stream of this context (destroyed below, after this).
+                        if unsafe { super::graph::stream_is_capturing_current(raw) }? {
+                            return Err(crate::Error::StreamCapturing { detail: "a capture graphsafe did not begin".into() });
+                        }
+                        GateEvent::record(raw)
+                    })();
+                    match recorded {
+                        Ok(e) => g.pending.push(e),
+                        Err(_) => g.unwaited += 1,
+                    }
+                }
+                StreamWork::Captured => g.unwaited += 1,
             }
         }
         destroy();
     }
 
-    /// A capture begins in this context: it counts as open (from now until
-    /// [`Context::capture_closed`] frees wait: they are deferred, never lost), and `begin` (the
-    /// driver's cuStreamBeginCapture) runs under the gate, so that whoever holds the gate sees no
-    /// stream of the context start a graphsafe capture until it lets go (a free, which asks the
-    /// driver about every stream before it synchronizes them). If `begin` fails the count is given back before the gate is (no free can
-    /// have seen it, so none was deferred for it); if it succeeds the capture's end closes it
-    /// ([`Context::capture_closed`]).
-    pub(crate) fn capture_opening<T>(&self, begin: impl FnOnce() -> crate::error::Result<T>) -> crate::error::Result<T> {
+    /// A graphsafe capture begins on `stream` (of this context, not capturing: the caller checked):
+    /// under the gate an event is recorded on the stream (the work before the capture, which frees
+    /// wait for instead of the capturing stream), then `begin` (the process-wide registry's entry
+    /// and the driver's cuStreamBeginCapture) runs, so whoever holds the gate sees no stream of the
+    /// context start a capture until it lets go. If `begin` fails, nothing is left behind.
+    pub(crate) fn capture_opening(&self, id: u64, stream: c::CUstream, begin: impl FnOnce() -> Result<()>) -> Result<()> {
         let mut g = self.free_gate();
-        g.open_captures += 1;
-        let r = begin();
-        if r.is_err() {
-            g.open_captures -= 1;
+        let _current = self.enter()?;
+        let before = GateEvent::record(stream)?;
+        if let Err(e) = begin() {
+            before.destroy();
+            return Err(e);
         }
-        r
+        g.captures.push(GateCapture { id, stream: stream as usize, before });
+        Ok(())
     }
 
-    /// A capture of this context is over (ended, abandoned, or it never began). Returns how many
-    /// remain open.
-    pub(crate) fn capture_closed(&self) -> usize {
+    /// Graphsafe capture `id` of this context is over (`left_work` false), or its stream leaves
+    /// with the capture still open at the driver (`left_work` true: the work queued before the
+    /// capture is then still waited for by later frees). Returns whether it was open here: the
+    /// first of the paths that close a capture (its end, its stream's drop, its thread's exit)
+    /// closes it, the others find nothing.
+    pub(crate) fn capture_closed(&self, id: u64, left_work: bool) -> bool {
         let mut g = self.free_gate();
-        g.open_captures = g.open_captures.saturating_sub(1);
-        g.open_captures
+        let Some(i) = g.captures.iter().position(|c| c.id == id) else { return false };
+        let c = g.captures.swap_remove(i);
+        if left_work {
+            g.pending.push(c.before);
+        } else {
+            let _current = self.enter();
+            c.before.destroy();
+        }
+        true
     }
 
-    /// Waits for all work in the context.
+    /// Waits for the work of the context.
     ///
-    /// Refused with [`Error::StreamCapturing`](crate::Error::StreamCapturing) while a graphsafe capture of this context is open,
-    /// on any thread: a context-wide synchronize is illegal in a capture on the calling thread and,
-    /// on the H200, invalidated captures other threads had open. No capture can begin while it
-    /// waits (it holds the context's free gate). A capture leaked with `mem::forget` stays open,
-    /// so it keeps this refused; wait for streams with [`Stream::synchronize`](crate::driver::Stream::synchronize).
+    /// Refused with [`Error::StreamCapturing`](crate::Error::StreamCapturing) while a graphsafe
+    /// capture is open on the calling thread, in any context: a context-wide wait there is illegal
+    /// and invalidates it (a capture leaked with `mem::forget` counts until its stream is dropped or
+    /// the driver no longer reports it).
     ///
-    /// After a stream was dropped while it could not be waited for (an engine's capture was open
-    /// on it), frees of this context are deferred until this has waited for all of the context's
-    /// work; it then gives them back. Captures graphsafe did not begin are not seen: by CUDA's
-    /// rules the wait invalidates an engine's GLOBAL-mode captures on other threads and its
-    /// non-relaxed captures on this one, so do not call it while the engine captures.
+    /// With no graphsafe capture of this context open, it waits for all work in the context
+    /// (`cuCtxSynchronize`). While captures are open on other threads, a context-wide wait would
+    /// invalidate them (seen on the H200), so it waits instead for each of graphsafe's streams of
+    /// the context, for a capturing one the work queued before its capture began; work the engine
+    /// queued on streams graphsafe does not know is then not waited for. No capture can begin while
+    /// it waits (it holds the context's free gate).
+    ///
+    /// Frees deferred until the context's work was waited for (after a stream was dropped while an
+    /// engine's capture was open on it, or after a free whose wait failed) are given back when it
+    /// has. Captures graphsafe did not begin are not seen: by CUDA's rules the wait invalidates an
+    /// engine's GLOBAL-mode captures on other threads and its non-relaxed captures on this one, so
+    /// do not call it while the engine captures.
     pub fn synchronize(&self) -> Result<()> {
-        let mut gate = self.free_gate();
-        if gate.open_captures > 0 {
+        if let Some(id) = super::captures::open_on_this_thread() {
             return Err(crate::Error::StreamCapturing {
-                detail: format!("{} graphsafe capture(s) open in this context; a context synchronize would invalidate them", gate.open_captures),
+                detail: format!("graphsafe capture #{id} is open on this thread; a context synchronize here would invalidate it"),
             });
         }
-        let _current = self.enter()?;
-        let f = init()?.cuCtxSynchronize()?;
-        // SAFETY: no arguments.
-        let r = check(unsafe { (f.f)() }, f.name);
-        let release = r.is_ok() && gate.unwaited > 0;
-        if release {
-            gate.unwaited = 0;
+        // Declared first, dropped last: what it holds is given back after the gate is released.
+        let mut later = super::memory::AfterGate::default();
+        {
+            let mut gate = self.free_gate();
+            let _current = self.enter()?;
+            let all = if gate.capturing() {
+                if !gate.wait_for_streams()? {
+                    return Err(crate::Error::StreamCapturing {
+                        detail: "the driver reports one of graphsafe's streams of the context in a capture graphsafe did not begin; waiting for it would invalidate that capture".into(),
+                    });
+                }
+                !gate.has_unwaited()
+            } else {
+                let f = init()?.cuCtxSynchronize()?;
+                // SAFETY: no arguments.
+                check(unsafe { (f.f)() }, f.name)?;
+                // Everything the gate waits for is over: the dropped streams' events too.
+                gate.unwaited = 0;
+                for e in gate.pending.drain(..) {
+                    e.destroy();
+                }
+                true
+            };
+            if all {
+                super::memory::free_deferred_after_synchronize(self, &mut later);
+            }
         }
-        drop(gate);
-        if release {
-            super::memory::retry_deferred_frees(self);
-        }
-        r
+        drop(later);
+        Ok(())
     }
 }
 
@@ -279,9 +460,10 @@ fn release_primary(device: Device) {
 }
 
 /// A context made current for a scope ([`Context::enter`]); dropping it restores the context the
-/// thread had current before. Not `Send`: it restores the current context of its own thread.
+/// thread had current before. Not `Send`: it restores the current context of its own thread. Only
+/// the crate makes them, each dropped in the scope that made it.
 #[must_use = "the context is current only while the guard lives"]
-pub struct CurrentGuard {
+pub(crate) struct CurrentGuard {
     // The caller's context (possibly null: none) when we switched; None when nothing changed.
     previous: Option<c::CUcontext>,
     _same_thread: PhantomData<*const ()>,

@@ -52,7 +52,11 @@
 //! 2. afterwards the slice is shared (`Arc`), and cudarc writes only through `&mut CudaSlice`: while
 //!    graphsafe holds its share, cudarc can only read it, and a read issued on the stream graphsafe
 //!    used (a [`Stream::from_cudarc`] stream is the same `CUstream`) is ordered after graphsafe's
-//!    work by stream order;
+//!    work by stream order. graphsafe itself writes the memory (a memset, a copy, a kernel's
+//!    output) with any bytes, so what cudarc reads back as `T` must be valid for every bit
+//!    pattern: only [`DeviceCopy`](crate::driver::memory::DeviceCopy) element types can be
+//!    adopted (a `CudaSlice<bool>` holding 167 would read back as a `bool` that is neither true
+//!    nor false);
 //! 3. the free happens after graphsafe's streams drained (graphsafe dropping the last share), or later,
 //!    by cudarc, if the engine still holds one: either way after all of graphsafe's work.
 //!
@@ -90,6 +94,7 @@
 //! this feature the minimum Rust is 1.88 (cudarc's `libloading` 0.9); without it, the crate's
 //! `rust-version`.
 
+use super::memory::DeviceCopy;
 use super::{Context, DeviceBuffer, ForeignOwner, ForeignStream, Stream};
 use crate::error::{Error, Result};
 use crate::sys::cuda as c;
@@ -176,7 +181,7 @@ impl Stream {
         one_driver()?;
         let stream_ctx: c::CUcontext = stream.context().cu_ctx().cast();
         if stream_ctx != ctx.raw() {
-            return Err(Error::invalid("stream", "a cudarc stream of the context's CUcontext", "a stream of another context"));
+            return Err(Error::other_context("stream", "a cudarc stream", "the", ctx.raw(), stream_ctx));
         }
         let raw: c::CUstream = stream.cu_stream().cast();
         // SAFETY: `raw` is a live stream of `ctx` (checked above) that the returned value keeps
@@ -191,7 +196,8 @@ impl DeviceBuffer {
     /// Hands a cudarc slice of `ctx`'s context to graphsafe: the buffer, its clones and every graph
     /// (and executable) that captures it hold the slice, so the engine may drop its own handles
     /// while a graph still uses the memory. Pass an `Arc` clone to keep using the slice through
-    /// cudarc, or the slice itself.
+    /// cudarc, or the slice itself. The element type is a [`DeviceCopy`] one (every bit pattern
+    /// valid): graphsafe writes the memory with arbitrary bytes, which cudarc then reads as `T`.
     ///
     /// Waits for the context first, so every pending cudarc use of the slice (its allocation, its
     /// copies and kernels on any stream) is finished before graphsafe can touch it. Call it when
@@ -224,12 +230,12 @@ impl DeviceBuffer {
     /// graph.instantiate()?.launch(&stream)?;
     /// # Ok(()) }
     /// ```
-    pub fn from_cudarc<T: 'static>(ctx: &Arc<Context>, slice: impl Into<Arc<CudaSlice<T>>>) -> Result<DeviceBuffer> {
+    pub fn from_cudarc<T: DeviceCopy>(ctx: &Arc<Context>, slice: impl Into<Arc<CudaSlice<T>>>) -> Result<DeviceBuffer> {
         one_driver()?;
         let slice: Arc<CudaSlice<T>> = slice.into();
         let slice_ctx: c::CUcontext = slice.context().cu_ctx().cast();
         if slice_ctx != ctx.raw() {
-            return Err(Error::invalid("slice", "a cudarc slice of the context's CUcontext", "a slice of another context"));
+            return Err(Error::other_context("slice", "a cudarc slice", "the", ctx.raw(), slice_ctx));
         }
         let bytes = slice
             .len()

@@ -32,7 +32,7 @@ impl Event {
     pub fn record(&self, stream: &Stream) -> Result<()> {
         stream.ensure_eager()?;
         if stream.context().raw() != self.ctx.raw() {
-            return Err(crate::Error::invalid("stream", "a stream of the event's context", "a stream of another context"));
+            return Err(crate::Error::other_context("stream", "a stream", "the event's", self.ctx.raw(), stream.context().raw()));
         }
         let _current = self.ctx.enter()?;
         let f = init()?.cuEventRecord()?;

@@ -7,6 +7,7 @@
 
 use super::{check, driver_error, init, log_drop_error, Context, Stream};
 use crate::error::{Error, Result};
+use crate::logging::Locked;
 use crate::sys::cuda as c;
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -23,8 +24,10 @@ use std::sync::{Arc, Mutex, MutexGuard};
 struct Family(Arc<Mutex<()>>);
 
 impl Family {
-    fn lock(&self) -> MutexGuard<'_, ()> {
-        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    /// Records logged while it is held reach the logger once this thread holds no lock of
+    /// graphsafe's (a logger dropping an executable of this family would take it again).
+    fn lock(&self) -> Locked<MutexGuard<'_, ()>> {
+        Locked::new(self.0.lock().unwrap_or_else(|p| p.into_inner()))
     }
 }
 
@@ -61,6 +64,15 @@ pub(crate) fn end_capture(stream: &Stream) -> Result<DriverGraph> {
 /// `raw` is a live stream of `ctx`'s context (or the legacy stream, null).
 pub(crate) unsafe fn stream_is_capturing(ctx: &Context, raw: c::CUstream) -> Result<bool> {
     let _current = ctx.enter()?;
+    // SAFETY: the caller's contract; `ctx` is current.
+    unsafe { stream_is_capturing_current(raw) }
+}
+
+/// [`stream_is_capturing`] with the stream's context already current.
+///
+/// # Safety
+/// `raw` is a live stream of the current context (or the legacy stream, null).
+pub(crate) unsafe fn stream_is_capturing_current(raw: c::CUstream) -> Result<bool> {
     let f = init()?.cuStreamIsCapturing()?;
     let mut status = c::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
     // SAFETY: a live stream (the caller's contract); out-pointer to a local.

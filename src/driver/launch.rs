@@ -85,7 +85,7 @@ impl Function {
             return Err(Error::invalid("launch dimensions", "all of grid and block >= 1", format!("{cfg:?}")));
         }
         if stream.context().raw() != self.module().context().raw() {
-            return Err(Error::invalid("stream", "a stream of the kernel's context", "a stream of another context"));
+            return Err(Error::other_context("stream", "a stream", "the kernel's", self.module().context().raw(), stream.context().raw()));
         }
         Ok(())
     }

@@ -4,8 +4,9 @@ use crate::sys::cuda as c;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, Weak};
 
-/// Device memory from `cuMemAlloc`, freed when the last reference goes away (once graphsafe's
-/// streams of its context drained; deferred while a capture is open there); or memory another
+/// Device memory from `cuMemAlloc`, freed when the last reference goes away (once the work of
+/// graphsafe's streams of its context drained; deferred while an engine's capture on one of them
+/// cannot be waited for, see `release`); or memory another
 /// library allocated (a cudarc slice: `DeviceBuffer::from_cudarc`, feature `cudarc`), whose owner
 /// it holds and drops, in place of the free, at that same point.
 ///
@@ -152,40 +153,6 @@ impl Drop for Allocation {
     }
 }
 
-// A GLOBAL-mode capture forbids allocations on every thread of the process while it is open: the
-// driver would refuse the call and invalidate the capture. graphsafe refuses first (the capture
-// survives). Allocations hold the read side from their check to their cuMemAlloc; beginning a
-// global capture holds the write side, so the two never overlap.
-static GLOBAL_CAPTURES: std::sync::RwLock<usize> = std::sync::RwLock::new(0);
-
-/// Runs `begin` (a GLOBAL-mode cuStreamBeginCapture) with no allocation in flight, counting the
-/// capture open if it succeeds.
-pub(crate) fn begin_global_capture<T>(begin: impl FnOnce() -> Result<T>) -> Result<T> {
-    let mut open = GLOBAL_CAPTURES.write().unwrap_or_else(|p| p.into_inner());
-    let r = begin();
-    if r.is_ok() {
-        *open += 1;
-    }
-    r
-}
-
-/// A GLOBAL-mode capture is over.
-pub(crate) fn end_global_capture() {
-    let mut open = GLOBAL_CAPTURES.write().unwrap_or_else(|p| p.into_inner());
-    *open = open.saturating_sub(1);
-}
-
-/// Runs `alloc` unless a GLOBAL-mode capture is open (then: `StreamCapturing`, nothing called).
-pub(crate) fn outside_global_capture<T>(alloc: impl FnOnce() -> Result<T>) -> Result<T> {
-    let open = GLOBAL_CAPTURES.read().unwrap_or_else(|p| p.into_inner());
-    if *open > 0 {
-        return Err(Error::StreamCapturing {
-            detail: format!("{} GLOBAL-mode capture(s) open in this process, which forbid allocating on every thread", *open),
-        });
-    }
-    alloc()
-}
-
 /// What giving an allocation back means: `cuMemFree` for graphsafe's own, dropping the owner for
 /// another library's (cudarc frees the slice, on its stream, when its last `Arc` goes); and for a
 /// loaded module, `cuModuleUnload` (a kernel or replay still queued may run its code, so it is
@@ -204,127 +171,36 @@ struct ModuleHandle(c::CUmodule);
 unsafe impl Send for ModuleHandle {}
 
 /// Unloads `module` (loaded into `ctx`, with no graphsafe owner left) once no work can still run
-/// its code: after graphsafe's streams of the context drained, deferred while a capture of the
-/// context is open (see `release`).
+/// its code: after the work of the context's streams drained (see `release`).
 pub(crate) fn unload_module_when_idle(module: c::CUmodule, ctx: &Arc<Context>) {
     release(Block::Module(ModuleHandle(module)), ctx);
 }
 
-// Frees refused because a capture was open (see `release`), retried after the next successful
-// synchronize: never freed before the work that used them finished, never lost.
-static DEFERRED: Mutex<Vec<(Block, Arc<Context>)>> = Mutex::new(Vec::new());
-
-fn defer(block: Block, ctx: &Arc<Context>) {
-    DEFERRED.lock().unwrap_or_else(|p| p.into_inner()).push((block, ctx.clone()));
+/// A block whose free must wait, with its context (held: the primary context is not released
+/// under memory the driver still has allocated) and whether its failure was already reported.
+struct Deferred {
+    block: Block,
+    ctx: Arc<Context>,
+    reported: bool,
 }
 
-/// Returns a block to the driver once no work can still use it.
-///
-/// Work in flight may use the block (a kernel queued before a workspace grew, the last replay of a
-/// graph just dropped), and `cuMemFree` is not documented to wait for it. So the free waits
-/// explicitly for every graphsafe stream of the context — graphsafe enqueues work, and replays
-/// graphs, only on those — and frees, all under the context's free gate (`FreeGate`), with this
-/// thread's capture mode relaxed. It never synchronizes a capturing stream or the whole context:
-/// either would invalidate a capture another thread has open. While any graphsafe capture of the
-/// context is open (or the driver reports one of its streams capturing), the block is deferred
-/// and given back when the last capture ends, or at the next free that can wait. Frees are rare
-/// (growth, graph teardown); a decode loop does none.
-fn release(block: Block, ctx: &Arc<Context>) {
-    // Deferring happens under the gate: the capture whose end retries deferred frees closes under
-    // it too, so a block is either on the list before that retry looks, or sees no capture open.
-    let gate = ctx.free_gate();
-    let Some(streams) = gate.quiescent_streams() else {
-        return defer(block, ctx);
-    };
-    match synchronize_streams(ctx, streams) {
-        Ok(true) => {
-            give_back(block, ctx);
-            free_deferred_after_synchronize(ctx);
-        }
-        Ok(false) => defer(block, ctx),
-        Err(e) => {
-            // Work may still use the block: it is leaked, never freed early (for foreign memory
-            // that means never dropping its owner, which would free it), and its address stays
-            // refused as an op's pointer. (A module is leaked likewise: its handle is dropped
-            // without an unload.)
-            match block {
-                Block::Ours(_, released) => std::mem::forget(released),
-                Block::Foreign(owner, released) => {
-                    std::mem::forget(owner);
-                    std::mem::forget(released);
-                }
-                Block::Module(_) => {}
-            }
-            log_drop_error("waiting for the streams before a free", Err(e));
-        }
-    }
+// Frees that could not happen yet (see `release`), retried at the next free or synchronize of the
+// context: never freed before the work that used them finished, never lost. A leaf lock.
+static DEFERRED: Mutex<Vec<Deferred>> = Mutex::new(Vec::new());
+
+fn defer(block: Block, ctx: &Arc<Context>, reported: bool) {
+    DEFERRED.lock().unwrap_or_else(|p| p.into_inner()).push(Deferred { block, ctx: ctx.clone(), reported });
 }
 
-/// Waits for each stream (relaxed capture mode, `ctx` current). `Ok(false)`, having waited for
-/// none, when the driver reports one of them capturing (a capture begun outside graphsafe).
-pub(crate) fn synchronize_streams(ctx: &Context, streams: &[usize]) -> Result<bool> {
-    let _current = ctx.enter()?;
-    let _relaxed = RelaxedCaptureMode::enter()?;
-    for &s in streams {
-        // SAFETY: a live stream of `ctx`: streams leave the list (under the gate we hold) before
-        // they are destroyed.
-        if unsafe { super::graph::stream_is_capturing(ctx, s as c::CUstream) }? {
-            return Ok(false);
-        }
-    }
-    let sync = init()?.cuStreamSynchronize()?;
-    for &s in streams {
-        // SAFETY: as above; none of them is capturing, and none can begin to while we hold the gate.
-        check(unsafe { (sync.f)(s as c::CUstream) }, sync.name)?;
-    }
-    Ok(true)
-}
+/// What a free under the gate leaves for after it: the owners of foreign memory, whose drop is
+/// their library's code (and takes its own locks), are dropped once the gate is released. Declare
+/// it before taking the gate, so that it drops after it.
+#[derive(Default)]
+pub(crate) struct AfterGate(Vec<(ForeignOwner, Released, Arc<Context>)>);
 
-/// Frees what was deferred in `ctx`, if its streams can be waited for now (called when the last
-/// capture of the context ends; cheap when nothing is deferred).
-pub(crate) fn retry_deferred_frees(ctx: &Context) {
-    let any = DEFERRED.lock().unwrap_or_else(|p| p.into_inner()).iter().any(|(_, c)| c.raw() == ctx.raw());
-    if !any {
-        return;
-    }
-    let gate = ctx.free_gate();
-    if let Some(streams) = gate.quiescent_streams() {
-        if let Ok(true) = synchronize_streams(ctx, streams) {
-            free_deferred_after_synchronize(ctx);
-        }
-    }
-}
-
-/// Gives `block` back; `ctx`'s streams were just waited for, under the gate the caller holds.
-fn give_back(block: Block, ctx: &Arc<Context>) {
-    match block {
-        Block::Ours(ptr, released) => match free_relaxed(ptr, ctx) {
-            Ok(()) => drop(released),
-            Err(e) if refused_by_capture(&e) => defer(Block::Ours(ptr, released), ctx),
-            Err(e) => {
-                // Whether the memory was given back is unknown: its address stays refused.
-                std::mem::forget(released);
-                log_drop_error("cuMemFree", Err(e));
-            }
-        },
-        Block::Module(m) => {
-            let r = (|| {
-                let _current = ctx.enter()?;
-                let _relaxed = RelaxedCaptureMode::enter()?;
-                let f = init()?.cuModuleUnload()?;
-                // SAFETY: a module graphsafe loaded, with no owner left and no work that can still
-                // run its code (the streams were just waited for); unloaded once.
-                check(unsafe { (f.f)(m.0) }, f.name)
-            })();
-            match r {
-                Err(e) if refused_by_capture(&e) => defer(Block::Module(m), ctx),
-                r => log_drop_error("cuModuleUnload", r),
-            }
-        }
-        Block::Foreign(owner, released) => {
-            if owner.stream_is_capturing(ctx) {
-                return defer(Block::Foreign(owner, released), ctx);
-            }
+impl Drop for AfterGate {
+    fn drop(&mut self) {
+        for (owner, released, ctx) in self.0.drain(..) {
             // Dropped with the context current and the capture mode relaxed: whatever the owner
             // makes current is undone by the guard (invariant 12).
             let guards = ctx.enter().and_then(|c| RelaxedCaptureMode::enter().map(|r| (c, r)));
@@ -336,21 +212,118 @@ fn give_back(block: Block, ctx: &Arc<Context>) {
     }
 }
 
+/// Returns a block to the driver once no work can still use it.
+///
+/// Work in flight may use the block (a kernel queued before a workspace grew, the last replay of a
+/// graph just dropped), and `cuMemFree` is not documented to wait for it. So the free first waits,
+/// under the context's free gate (`FreeGate`), with this thread's capture mode relaxed, for the
+/// work of every graphsafe stream of the context — graphsafe enqueues work, and replays graphs,
+/// only on those: a stream that is not capturing is synchronized; one in a graphsafe capture is
+/// not (that would invalidate the capture), its work queued before the capture is waited for
+/// through the event recorded then (nothing of it runs during the capture, and the capture keeps
+/// what it bound); a dropped stream's work through the event it left. Then it frees. A capture open
+/// elsewhere, leaked or not, does not hold the free up. It never synchronizes the whole context.
+///
+/// The block is deferred, and given back at the next free or synchronize of the context that can
+/// wait, when a stream of the context is in a capture graphsafe did not begin (an engine's), when
+/// a stream was dropped with no way to wait for it, or when the wait or the free itself fails (a
+/// transient driver error: reported to the log once, never freed early, never dropped). Frees are
+/// rare (growth, graph teardown); a decode loop does none.
+fn release(block: Block, ctx: &Arc<Context>) {
+    let mut later = AfterGate::default();
+    let mut gate = ctx.free_gate();
+    let waited = ctx.enter().and_then(|_current| gate.wait_for_streams());
+    match waited {
+        Ok(true) if !gate.has_unwaited() => {
+            // What was deferred first: a block this free fails to give back is retried at the
+            // next free, not again at once.
+            free_deferred_after_synchronize(ctx, &mut later);
+            give_back(block, ctx, false, &mut later);
+        }
+        Ok(_) => defer(block, ctx, false),
+        Err(e) => {
+            // Work may still use the block: kept (for foreign memory: its owner is not dropped,
+            // which would free it), and its address stays refused as an op's pointer.
+            defer(block, ctx, true);
+            crate::logging::error(format!(
+                "graphsafe: waiting for the context's streams before a free failed: {e}; the memory is kept and given back at the next free or synchronize of the context"
+            ));
+        }
+    }
+}
+
+/// Frees what was deferred in `ctx`, if its work can be waited for now (called when a capture of
+/// the context ends; cheap when nothing is deferred).
+pub(crate) fn retry_deferred_frees(ctx: &Context) {
+    let any = DEFERRED.lock().unwrap_or_else(|p| p.into_inner()).iter().any(|d| d.ctx.raw() == ctx.raw());
+    if !any {
+        return;
+    }
+    let mut later = AfterGate::default();
+    let mut gate = ctx.free_gate();
+    if let Ok(true) = ctx.enter().and_then(|_current| gate.wait_for_streams()) {
+        if !gate.has_unwaited() {
+            free_deferred_after_synchronize(ctx, &mut later);
+        }
+    }
+}
+
+/// Gives `block` back; `ctx`'s work was just waited for, under the gate the caller holds. A
+/// failure defers it again, reported once (`reported`: already).
+fn give_back(block: Block, ctx: &Arc<Context>, reported: bool, later: &mut AfterGate) {
+    match block {
+        // A cuMemFree that fails has not freed the block (a CUDA call that fails has no effect),
+        // unless the failure is the context's sticky error, after which every retry fails too: so
+        // a retry never frees memory handed out again meanwhile.
+        Block::Ours(ptr, released) => match free_relaxed(ptr, ctx) {
+            Ok(()) => drop(released),
+            Err(e) => {
+                if !reported && !refused_by_capture(&e) {
+                    crate::logging::error(format!("graphsafe: {e}; the memory is kept and freed at the next free or synchronize of the context"));
+                }
+                defer(Block::Ours(ptr, released), ctx, reported || !refused_by_capture(&e));
+            }
+        },
+        Block::Module(m) => {
+            let r = (|| {
+                let _current = ctx.enter()?;
+                let _relaxed = RelaxedCaptureMode::enter()?;
+                let f = init()?.cuModuleUnload()?;
+                // SAFETY: a module graphsafe loaded, with no owner left and no work that can still
+                // run its code (the streams were just waited for); unloaded once.
+                check(unsafe { (f.f)(m.0) }, f.name)
+            })();
+            if let Err(e) = r {
+                if !reported && !refused_by_capture(&e) {
+                    crate::logging::error(format!("graphsafe: {e}; the module is kept and unloaded at the next free or synchronize of the context"));
+                }
+                defer(Block::Module(m), ctx, reported || !refused_by_capture(&e));
+            }
+        }
+        Block::Foreign(owner, released) => {
+            if owner.stream_is_capturing(ctx) {
+                return defer(Block::Foreign(owner, released), ctx, reported);
+            }
+            later.0.push((owner, released, ctx.clone()));
+        }
+    }
+}
+
 /// Gives back every deferred block of `ctx`'s CUcontext (whichever `Context` value deferred it:
-/// they share the gate). Call only under the gate, right after the streams were waited for: a
-/// deferred block has no owner left, so no work enqueued since can use it.
-fn free_deferred_after_synchronize(ctx: &Context) {
-    let mine: Vec<(Block, Arc<Context>)> = {
+/// they share the gate). Call only under the gate, right after the context's work was waited for:
+/// a deferred block has no owner left, so no work enqueued since can use it.
+pub(crate) fn free_deferred_after_synchronize(ctx: &Context, later: &mut AfterGate) {
+    let mine: Vec<Deferred> = {
         let mut d = DEFERRED.lock().unwrap_or_else(|p| p.into_inner());
         if d.is_empty() {
             return;
         }
-        let (mine, rest) = std::mem::take(&mut *d).into_iter().partition(|(_, c)| c.raw() == ctx.raw());
+        let (mine, rest) = std::mem::take(&mut *d).into_iter().partition(|d| d.ctx.raw() == ctx.raw());
         *d = rest;
         mine
     };
-    for (block, c) in mine {
-        give_back(block, &c);
+    for d in mine {
+        give_back(d.block, &d.ctx, d.reported, later);
     }
 }
 
@@ -360,10 +333,10 @@ fn refused_by_capture(e: &Error) -> bool {
 }
 
 /// This thread's capture mode set to relaxed until dropped (then restored).
-struct RelaxedCaptureMode(c::CUstreamCaptureMode);
+pub(crate) struct RelaxedCaptureMode(c::CUstreamCaptureMode);
 
 impl RelaxedCaptureMode {
-    fn enter() -> Result<RelaxedCaptureMode> {
+    pub(crate) fn enter() -> Result<RelaxedCaptureMode> {
         let f = init()?.cuThreadExchangeStreamCaptureMode()?;
         let mut mode = c::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED;
         // SAFETY: in/out pointer to a local holding a valid mode.
@@ -393,7 +366,11 @@ fn free_relaxed(ptr: DevicePtr, ctx: &Context) -> Result<()> {
     check(unsafe { (f.f)(ptr) }, f.name)
 }
 
-/// Plain element types that may be copied between host and device as raw bytes.
+/// Plain element types that may be copied between host and device as raw bytes: every bit
+/// pattern of their size is a valid value. Device memory holds whatever a kernel, a memset or a
+/// copy wrote there, so reading it back as `T` (here, or through another library that shares the
+/// memory: `DeviceBuffer::from_cudarc`, feature `cudarc`) is sound only for such types; `bool`, `char`, enums and
+/// references are not. Sealed: the list cannot grow outside this crate.
 pub trait DeviceCopy: Copy + Send + Sync + 'static + sealed::Sealed {}
 mod sealed {
     pub trait Sealed {}
@@ -401,7 +378,7 @@ mod sealed {
 macro_rules! device_copy {
     ($($t:ty),*) => { $( impl sealed::Sealed for $t {} impl DeviceCopy for $t {} )* };
 }
-device_copy!(u8, i8, u16, i16, u32, i32, u64, i64, f32, f64);
+device_copy!(u8, i8, u16, i16, u32, i32, u64, i64, f32, f64, half::f16, half::bf16);
 
 /// A handle to device memory. Clones share the memory; it is freed when the last handle, and
 /// every graph that captured it, is gone.
@@ -419,7 +396,7 @@ impl DeviceBuffer {
         let _current = ctx.enter()?;
         let f = init()?.cuMemAlloc()?;
         let mut ptr = 0;
-        outside_global_capture(|| {
+        super::captures::outside_forbidding_capture(|| {
             // SAFETY: out-pointer to a local.
             check(unsafe { (f.f)(&mut ptr, bytes) }, f.name)
         })?;
@@ -479,11 +456,7 @@ impl DeviceBuffer {
     fn same_context(&self, stream: &Stream) -> Result<()> {
         stream.ensure_eager()?;
         if stream.context().raw() != self.alloc.ctx.raw() {
-            return Err(Error::invalid(
-                "stream",
-                format!("a stream on device {}", self.alloc.ctx.device().ordinal()),
-                format!("a stream on device {}", stream.context().device().ordinal()),
-            ));
+            return Err(Error::other_context("stream", "a stream", "the buffer's", self.alloc.ctx.raw(), stream.context().raw()));
         }
         Ok(())
     }
@@ -520,11 +493,11 @@ impl DeviceBuffer {
             return Ok(());
         }
         let _current = stream.context().enter()?;
-        let f = init()?.cuMemcpyHtoDAsync()?;
-        // SAFETY: src is valid for `bytes` and stays borrowed until the stream is synchronized; the
-        // destination range is inside our allocation.
+        let (f, sync) = (init()?.cuMemcpyHtoDAsync()?, init()?.cuStreamSynchronize()?);
+        // SAFETY: src is valid for `bytes` and stays borrowed until the copy is over (the wait
+        // below returns only then); the destination range is inside our allocation.
         check(unsafe { (f.f)(self.alloc.ptr, src.as_ptr().cast(), bytes, stream.handle()) }, f.name)?;
-        stream.synchronize()
+        stream.wait_for_host_copy(&sync)
     }
 
     /// Copies the start of the buffer into `dst` and waits for `stream`, so `dst` is filled on return.
@@ -538,10 +511,11 @@ impl DeviceBuffer {
             return Ok(());
         }
         let _current = stream.context().enter()?;
-        let f = init()?.cuMemcpyDtoHAsync()?;
-        // SAFETY: dst is valid for `bytes` and stays borrowed until the stream is synchronized.
+        let (f, sync) = (init()?.cuMemcpyDtoHAsync()?, init()?.cuStreamSynchronize()?);
+        // SAFETY: dst is valid for `bytes` and stays borrowed until the copy is over (the wait
+        // below returns only then).
         check(unsafe { (f.f)(dst.as_mut_ptr().cast(), self.alloc.ptr, bytes, stream.handle()) }, f.name)?;
-        stream.synchronize()
+        stream.wait_for_host_copy(&sync)
     }
 
     /// Copies `src` into the buffer at byte `offset`, on `stream`, and waits for `stream` (`src`
@@ -555,11 +529,11 @@ impl DeviceBuffer {
             return Ok(());
         }
         let _current = stream.context().enter()?;
-        let f = init()?.cuMemcpyHtoDAsync()?;
+        let (f, sync) = (init()?.cuMemcpyHtoDAsync()?, init()?.cuStreamSynchronize()?);
         // SAFETY: the range is inside our allocation; src is valid for its length and stays
-        // borrowed until the stream is synchronized.
+        // borrowed until the copy is over (the wait below returns only then).
         check(unsafe { (f.f)(self.alloc.ptr + offset as u64, src.as_ptr().cast(), src.len(), stream.handle()) }, f.name)?;
-        stream.synchronize()
+        stream.wait_for_host_copy(&sync)
     }
 
     /// Copies the buffer's bytes at `offset` into `dst` and waits for `stream`.
@@ -572,10 +546,11 @@ impl DeviceBuffer {
             return Ok(());
         }
         let _current = stream.context().enter()?;
-        let f = init()?.cuMemcpyDtoHAsync()?;
-        // SAFETY: dst is valid for its length and borrowed until the synchronize below.
+        let (f, sync) = (init()?.cuMemcpyDtoHAsync()?, init()?.cuStreamSynchronize()?);
+        // SAFETY: dst is valid for its length and borrowed until the copy is over (the wait below
+        // returns only then).
         check(unsafe { (f.f)(dst.as_mut_ptr().cast(), self.alloc.ptr + offset as u64, dst.len(), stream.handle()) }, f.name)?;
-        stream.synchronize()
+        stream.wait_for_host_copy(&sync)
     }
 
     /// Reads the whole buffer as `T`s (waits for `stream`).
@@ -589,13 +564,28 @@ impl DeviceBuffer {
     pub fn copy_from_device(&self, src: &DeviceBuffer, stream: &Stream) -> Result<()> {
         self.same_context(stream)?;
         if src.alloc.ctx.raw() != self.alloc.ctx.raw() {
-            return Err(Error::invalid("src", "a buffer of the destination's context", "a buffer of another context"));
+            return Err(Error::other_context("src", "a buffer", "the destination's", self.alloc.ctx.raw(), src.alloc.ctx.raw()));
         }
         if src.len() > self.len() {
             return Err(Error::invalid("source length", format!("at most {} bytes", self.len()), src.len()));
         }
+        refuse_overlapping_copy(self.device_ptr(), src.device_ptr(), src.len())?;
         copy_d2d_raw(self.device_ptr(), src.device_ptr(), src.len(), stream)
     }
+}
+
+/// Refuses a device copy of `bytes` from `src` to `dst` whose ranges overlap (a buffer copied onto
+/// itself, or two adoptions of one foreign block): cuMemcpy's result is undefined for them.
+pub(crate) fn refuse_overlapping_copy(dst: DevicePtr, src: DevicePtr, bytes: usize) -> Result<()> {
+    let end = |p: DevicePtr| p.saturating_add(bytes as u64);
+    if bytes > 0 && dst < end(src) && src < end(dst) {
+        return Err(Error::invalid(
+            "src",
+            "memory that does not overlap the destination",
+            format!("[{src:#x}, {:#x}) overlapping the destination [{dst:#x}, {:#x})", end(src), end(dst)),
+        ));
+    }
+    Ok(())
 }
 
 pub(crate) fn memset_u8_raw(ptr: DevicePtr, value: u8, bytes: usize, stream: &Stream) -> Result<()> {

@@ -5,6 +5,7 @@
 //! Objects hold an `Arc<Context>` and make it current on the calling thread before each driver
 //! call that needs it, so they can be used from any thread.
 
+pub(crate) mod captures;
 mod context;
 /// cudarc interop (feature `cudarc`): adopt cudarc's context, streams and slices.
 #[cfg(feature = "cudarc")]
@@ -136,9 +137,11 @@ pub(crate) fn driver_error(r: c::CUresult, call: &'static str) -> Error {
     Error::Driver { call, code: r.0, name, text }
 }
 
-/// Logs an error from a destructor: `Drop` cannot return it, and hiding it would be worse.
+/// Logs an error from a destructor: `Drop` cannot return it, and hiding it would be worse. The
+/// record reaches the application's logger once this thread holds no lock of graphsafe's
+/// (`crate::logging`).
 pub(crate) fn log_drop_error(what: &str, r: Result<()>) {
     if let Err(e) = r {
-        log::error!("graphsafe: {what} failed in drop: {e}");
+        crate::logging::error(format!("graphsafe: {what} failed in drop: {e}"));
     }
 }

@@ -36,8 +36,8 @@ impl Module {
         let f = init()?.cuModuleLoadData()?;
         let mut raw = std::ptr::null_mut();
         // Loading allocates device memory for the code: refused like an allocation while a
-        // GLOBAL-mode capture is open anywhere in the process (the capture survives).
-        super::memory::outside_global_capture(|| {
+        // graphsafe capture forbids allocating to this thread (the capture survives).
+        super::captures::outside_forbidding_capture(|| {
             // SAFETY: aligned holds the image (complete and well-formed: the caller's contract)
             // and outlives the call (the driver copies it).
             check(unsafe { (f.f)(&mut raw, aligned.as_ptr().cast()) }, f.name)

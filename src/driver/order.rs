@@ -21,7 +21,8 @@
 //!
 //! Uses never happen on a capturing stream (eager work and replays refuse one), so every record is
 //! eager. Lock order: C ABI locks, then use tokens (a replay takes its buffers' tokens in address
-//! order), then the context's free gate; nothing holding the gate takes a token.
+//! order), then the context's free gate, then the open-capture registry; nothing holding the gate
+//! takes a token (the whole order: docs/ARCHITECTURE.md, "Workspace uses across streams").
 //! (An earlier version recorded on the previous stream at each change of stream instead; on the
 //! H200 a capture begun between its "is that stream capturing?" and its record took the record,
 //! and the wait on it forked the new stream into that capture: CUDA_ERROR_STREAM_CAPTURE_UNJOINED.)
@@ -87,6 +88,10 @@ impl StreamOrder {
         while self.held.compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed).is_err() {
             std::thread::yield_now();
         }
+        // Counted as a lock of this thread's: a record logged meanwhile (a free's failure) waits
+        // until the token is released, as a logger replaying a graph over this buffer would spin
+        // on it.
+        crate::logging::hold_marker();
         UseToken { order: self.clone(), on: None, _stream: PhantomData }
     }
 
@@ -114,7 +119,7 @@ impl<'s> UseToken<'s> {
     pub(crate) fn enter(&mut self, stream: &'s Stream) -> Result<()> {
         self.check()?;
         if stream.context().raw() != self.order.ctx.raw() {
-            return Err(Error::invalid("stream", "a stream of the workspace's context", "a stream of another context"));
+            return Err(Error::other_context("stream", "a stream", "the workspace's", self.order.ctx.raw(), stream.context().raw()));
         }
         // SAFETY: this token holds the order.
         let state = unsafe { self.order.state() };
@@ -151,15 +156,13 @@ impl Drop for UseToken<'_> {
                     Some(e)
                 }
             };
-            // Released before the error is logged: the logger is the user's code, and one that
-            // used this buffer (a replay of a graph sharing it) would otherwise wait for itself.
-            self.order.held.store(false, Ordering::Release);
             if let Some(e) = failed {
+                // Kept until the order is released below (`crate::logging`).
                 log_drop_error("recording a workspace use", Err::<(), _>(e));
             }
-            return;
         }
         self.order.held.store(false, Ordering::Release);
+        crate::logging::release_marker();
     }
 }
 

@@ -1,3 +1,4 @@
+use super::context::StreamWork;
 use super::{check, init, log_drop_error, Context, ForeignOwner};
 use crate::error::{Error, Result};
 use crate::sys::cuda as c;
@@ -32,6 +33,18 @@ pub struct Stream {
 }
 
 static NEXT_STREAM_UID: AtomicU64 = AtomicU64::new(1);
+
+/// `cuStreamSynchronize`'s function pointer type.
+pub(crate) type SyncFn = <c::PFN_cuStreamSynchronize_v2000 as crate::sys::driver::OptionInner>::Inner;
+
+/// Errors after which the wait for a stream cannot be had and is not needed: the context's work
+/// stopped for good (a sticky fault: 214, 700, 702, 709, 710, 714-719; the driver torn down: 4;
+/// 999, which the driver keeps answering once it is broken), or the stream was pulled into a
+/// capture graphsafe did not begin (900-908), which only the caller's broken promise on an
+/// adopted or exported stream allows.
+fn no_more_work_runs(code: u32) -> bool {
+    matches!(code, 4 | 214 | 700 | 702 | 709 | 710 | 714..=719 | 900..=908 | 999)
+}
 
 fn next_uid() -> u64 {
     NEXT_STREAM_UID.fetch_add(1, Ordering::Relaxed)
@@ -171,6 +184,34 @@ impl Stream {
         check(unsafe { (f.f)(self.raw) }, f.name)
     }
 
+    /// The wait of a host copy just enqueued on this stream (`sync`, its `cuStreamSynchronize`,
+    /// resolved before the copy so that nothing can fail between the enqueue and the wait): the
+    /// caller's host memory is borrowed only for the call, and page-locked memory is read or
+    /// written by the device asynchronously. So this returns only once the copy is over: no capture
+    /// check first (the copy's own check ran before the enqueue, and a check that failed here
+    /// returned with the copy in flight), and a failed wait is retried until the stream is idle,
+    /// then reported (`Err`: something failed, but the copy no longer touches the caller's memory).
+    /// The retries stop early only on errors after which no work of the context runs any more
+    /// (a sticky fault, a torn-down driver) or when the stream has been pulled into a capture
+    /// graphsafe did not begin (the caller's promise on adopted and exported streams, broken).
+    pub(crate) fn wait_for_host_copy(&self, sync: &crate::sys::driver::Entry<SyncFn>) -> Result<()> {
+        // SAFETY: a live stream (this value holds it).
+        let first = check(unsafe { (sync.f)(self.raw) }, sync.name);
+        let Err(failed) = first else { return Ok(()) };
+        let mut pause = std::time::Duration::from_micros(50);
+        loop {
+            // SAFETY: as above.
+            match check(unsafe { (sync.f)(self.raw) }, sync.name) {
+                Ok(()) => return Err(failed),
+                Err(Error::Driver { code, .. }) if no_more_work_runs(code) => return Err(failed),
+                Err(_) => {
+                    std::thread::sleep(pause);
+                    pause = (pause * 2).min(std::time::Duration::from_millis(10));
+                }
+            }
+        }
+    }
+
     /// Whether the driver reports the stream in the middle of a capture (graphsafe's, an invalidated
     /// one not yet ended, or one begun outside graphsafe).
     pub fn is_capturing(&self) -> Result<bool> {
@@ -234,37 +275,93 @@ impl Stream {
     }
 }
 
+impl Stream {
+    /// Abandons graphsafe capture `id`, leaked on this stream (see `Drop`): ends the driver's
+    /// capture from here if this thread may (the one that began it, or any for a relaxed capture),
+    /// throwing the graph away, and closes it in the context's free gate and the process-wide
+    /// registry, so that its refusals end. Returns whether the driver's capture is over; if not
+    /// (wrong thread), the work queued before the capture stays waited for by later frees.
+    fn abandon_leaked_capture(&self, id: u64) -> bool {
+        let over = match super::graph::end_capture(self) {
+            Ok(graph) => {
+                drop(graph);
+                true
+            }
+            Err(_) => !self.is_capturing().unwrap_or(true),
+        };
+        super::captures::close(&self.ctx, id, !over);
+        let how = if over {
+            "ended"
+        } else if self.owned {
+            "discarded with the stream (it could not be ended from the dropping thread)"
+        } else {
+            "left open on the adopted stream (it could not be ended from the dropping thread)"
+        };
+        crate::logging::warn(format!("graphsafe: capture #{id}, leaked with mem::forget, was abandoned as its stream was dropped: {how}"));
+        over
+    }
+
+    /// Waits for the stream's work before it is dropped: `Ok(false)`, having waited for nothing,
+    /// when the driver reports it in a capture (not graphsafe's: an engine's, on an adopted stream
+    /// or on the handle `raw()` gave out).
+    fn wait_before_drop(&self) -> Result<bool> {
+        let _current = self.ctx.enter()?;
+        let _relaxed = super::memory::RelaxedCaptureMode::enter()?;
+        if self.is_capturing()? {
+            return Ok(false);
+        }
+        let f = init()?.cuStreamSynchronize()?;
+        // SAFETY: a live stream, not capturing.
+        check(unsafe { (f.f)(self.raw) }, f.name)?;
+        Ok(true)
+    }
+}
+
 impl Drop for Stream {
     fn drop(&mut self) {
         if !self.registered {
             return;
         }
         let (raw, owned) = (self.raw, self.owned);
-        // Frees wait only for listed streams, so the work graphsafe enqueued here (eager ops, graph
-        // replays) must be over before the stream leaves the list: otherwise a free right after
-        // this drop could return memory a queued kernel still uses (cuStreamDestroy does not wait).
-        // Not while it is capturing (a leaked capture of graphsafe's, or an engine's own capture
-        // on an adopted stream or on a raw handle taken with `raw()`): then the stream leaves the
-        // list unwaited, and every later free of the context is deferred until a context
-        // synchronize has waited for all its work (`FreeGate`).
-        let (waited, capturing) = match super::memory::synchronize_streams(&self.ctx, &[raw as usize]) {
-            Ok(waited) => (waited, !waited),
-            Err(e) => {
-                log_drop_error("waiting for the stream before it is dropped", Err::<(), _>(e));
-                (false, false)
+        // A graphsafe capture still marked here was leaked: its `Capture` borrowed this stream
+        // mutably, so none can be alive now (the C ABI's holds the stream, and ends or abandons
+        // its capture before letting go). graphsafe abandons it, which ends its refusals; a
+        // forgotten capture degrades its stream, and only for as long as the stream lives.
+        let leaked = self.capture.swap(0, Ordering::AcqRel);
+        let discarded = leaked != 0 && !self.abandon_leaked_capture(leaked);
+        // Frees wait only for listed streams and the events dropped ones left, so the work
+        // graphsafe enqueued here (eager ops, graph replays) is waited for, or stood for by an
+        // event, before the stream leaves the list: cuStreamDestroy does not wait. A stream whose
+        // leaked capture could not be ended left the event recorded before that capture (nothing
+        // of it ran since). One in an engine's capture leaves nothing to wait for: every later
+        // free of the context waits for a context synchronize (`FreeGate`).
+        let work = if discarded {
+            StreamWork::Waited
+        } else {
+            match self.wait_before_drop() {
+                Ok(true) => StreamWork::Waited,
+                Ok(false) => StreamWork::Captured,
+                Err(e) => {
+                    crate::logging::error(format!(
+                        "graphsafe: waiting for a stream before it is dropped failed: {e}; later frees wait for an event recorded on it instead"
+                    ));
+                    StreamWork::Unwaited
+                }
             }
         };
-        self.ctx.unregister_stream(raw, waited, || {
+        let engine_captures = matches!(work, StreamWork::Captured);
+        self.ctx.unregister_stream(raw, work, || {
             if !owned {
                 return;
             }
-            if capturing {
+            if engine_captures {
                 // Destroying a stream ends the capture on it: an engine's capture on the handle
-                // `raw()` gave out would lose its graph (a leaked graphsafe capture is lost
-                // anyway). The stream is left to whoever captures it: a leak, logged.
-                log::error!("graphsafe: a stream was dropped while a capture is open on it; it is not destroyed (left to the capture's owner)");
+                // `raw()` gave out would lose its graph. The stream is left to whoever captures
+                // it: a leak, logged.
+                crate::logging::error("graphsafe: a stream was dropped while a capture graphsafe did not begin is open on it; it is not destroyed (left to the capture's owner)".into());
                 return;
             }
+            // (A leaked capture graphsafe could not end from here is discarded with the stream.)
             let r = (|| {
                 let _current = self.ctx.enter()?;
                 let f = init()?.cuStreamDestroy()?;

@@ -44,32 +44,44 @@ impl SplitKShape {
         self.m.div_ceil(SPLITK_ROWS)
     }
 
-    fn counters_offset(&self) -> u64 {
-        (self.splits as u64 * self.m as u64 * 4).next_multiple_of(COUNTERS_ALIGN)
+    /// The shape's sizes do not fit in 64 bits (only possible for a shape [`SplitKShape::validate`]
+    /// refuses: its fields are any `u32`).
+    fn too_big(&self) -> Error {
+        Error::invalid("shape", "sizes whose byte counts fit in 64 bits", format!("{self:?}"))
+    }
+
+    fn counters_offset(&self) -> Result<u64> {
+        (self.splits as u64)
+            .checked_mul(self.m as u64)
+            .and_then(|n| n.checked_mul(4))
+            .and_then(|b| b.checked_next_multiple_of(COUNTERS_ALIGN))
+            .ok_or_else(|| self.too_big())
     }
 
     /// Where the counters lie in the workspace: (byte offset, bytes).
-    pub(crate) fn counters_range(&self) -> (u64, u64) {
-        (self.counters_offset(), self.row_blocks() as u64 * 4)
+    pub(crate) fn counters_range(&self) -> Result<(u64, u64)> {
+        Ok((self.counters_offset()?, self.row_blocks() as u64 * 4))
     }
 
     /// Workspace bytes: `splits * m` fp32 partials, then one u32 counter per row block.
-    pub fn workspace_bytes(&self) -> u64 {
-        self.counters_offset() + self.row_blocks() as u64 * 4
+    /// `InvalidArgument` for a shape whose size does not fit in 64 bits.
+    pub fn workspace_bytes(&self) -> Result<u64> {
+        self.counters_offset()?.checked_add(self.row_blocks() as u64 * 4).ok_or_else(|| self.too_big())
     }
 
     /// Refuses buffers of fewer bytes than the shape reads or writes.
     pub(crate) fn check_buffers(&self, a: u64, x: u64, y: u64) -> Result<()> {
-        let need = |what: &str, have: u64, n: u64| {
-            if have < n * 4 {
-                Err(Error::invalid(what, format!("at least {} bytes ({n} f32)", n * 4), have))
+        let need = |what: &str, have: u64, n: Option<u64>| {
+            let bytes = n.and_then(|n| n.checked_mul(4)).ok_or_else(|| self.too_big())?;
+            if have < bytes {
+                Err(Error::invalid(what, format!("at least {bytes} bytes ({} f32)", bytes / 4), have))
             } else {
                 Ok(())
             }
         };
-        need("a", a, self.m as u64 * self.k as u64)?;
-        need("x", x, self.k as u64)?;
-        need("y", y, self.m as u64)
+        need("a", a, (self.m as u64).checked_mul(self.k as u64))?;
+        need("x", x, Some(self.k as u64))?;
+        need("y", y, Some(self.m as u64))
     }
 
     fn config(&self) -> LaunchConfig {
@@ -111,7 +123,7 @@ impl TestKernels {
         shape.check_buffers(a.len(), x.len(), y.len())?;
         let (m, k) = (shape.m as u64, shape.k as u64);
         let (a, x, y) = (a.require("a", 4 * m * k, 4)?, x.require("x", 4 * k, 4)?, y.require("y", 4 * m, 4)?);
-        let partials = ws.require("workspace", shape.workspace_bytes(), 4)?;
+        let partials = ws.require("workspace", shape.workspace_bytes()?, 4)?;
         // SAFETY: the parameters are the kernel's, in order and of its C types (pointers to f32 /
         // u32 arrays, then three ints); a, x, y and the workspace hold what the grid of `config()`
         // reads and writes (checked above); the spans' invariant covers their lifetime.
@@ -123,7 +135,7 @@ impl TestKernels {
     /// # Safety
     /// As [`KernelLaunch::new`]: every address holds what the shape reads or writes.
     unsafe fn split_k_raw(&self, a: DevicePtr, x: DevicePtr, y: DevicePtr, shape: SplitKShape, ws: DevicePtr) -> Result<KernelLaunch<'_>> {
-        let counters = ws + shape.counters_offset();
+        let counters = ws + shape.counters_offset()?;
         let params = [
             Param::Ptr(a),
             Param::Ptr(x),

@@ -4,6 +4,7 @@
 use super::exec::Graph;
 use super::target::CaptureSite;
 use super::{Brand, CaptureId, CaptureMode, KeepList};
+use crate::driver::captures::Forbids;
 use crate::driver::graph::DriverGraph;
 use crate::driver::memory::{copy_d2d_raw, memset_u8_raw, Allocation};
 use crate::driver::{Context, DeviceBuffer, DevicePtr, Stream};
@@ -60,13 +61,16 @@ fn begin_capture(stream: &Stream, mode: CaptureMode) -> Result<CaptureId> {
     stream.ensure_eager()?;
     let id = CaptureId::fresh();
     stream.mark_capturing(id.get())?;
-    // From here until the capture is over, frees in this context wait (see driver::FreeGate); the
-    // driver's begin runs under the context's free gate.
-    let begin = || crate::driver::graph::begin_capture(stream, mode.driver_mode());
-    // A global capture forbids allocations on every thread: none may be in flight as it begins.
-    let begun = stream.context().capture_opening(|| if mode == CaptureMode::Global { crate::driver::memory::begin_global_capture(begin) } else { begin() });
+    // Opened under the context's free gate (which records the work queued before the capture, for
+    // frees) and in the process-wide registry of what each capture forbids (a GLOBAL one: every
+    // thread's allocations, so none may be in flight as it begins).
+    let forbids = match mode {
+        CaptureMode::Global => Forbids::EveryThread,
+        CaptureMode::ThreadLocal => Forbids::ThisThread,
+        CaptureMode::Relaxed => Forbids::Nothing,
+    };
+    let begun = crate::driver::captures::open(stream, id.get(), forbids, || crate::driver::graph::begin_capture(stream, mode.driver_mode()));
     if let Err(e) = begun {
-        // The count was given back under the gate the begin held: no free saw it.
         stream.clear_capturing(id.get());
         return Err(e);
     }
@@ -76,28 +80,25 @@ fn begin_capture(stream: &Stream, mode: CaptureMode) -> Result<CaptureId> {
 /// Ends graphsafe capture `id` on `stream`. Returns the driver's graph, and whether the capture is
 /// over: after a failed end the driver may still be capturing (e.g. a thread-local capture ended
 /// from another thread); then the stream stays marked, so eager work keeps being refused.
-fn finish(stream: &Stream, id: CaptureId, mode: CaptureMode) -> (Result<DriverGraph>, bool) {
+fn finish(stream: &Stream, id: CaptureId) -> (Result<DriverGraph>, bool) {
     let r = crate::driver::graph::end_capture(stream);
     let over = r.is_ok() || !stream.is_capturing().unwrap_or(true);
     if over {
-        if mode == CaptureMode::Global {
-            crate::driver::memory::end_global_capture();
-        }
         stream.clear_capturing(id.get());
-        if stream.context().capture_closed() == 0 {
-            // Frees deferred while captures were open can go through now.
-            crate::driver::memory::retry_deferred_frees(stream.context());
-        }
+        crate::driver::captures::close(stream.context(), id.get(), false);
+        // Frees deferred meanwhile (an engine's capture on another stream, a failed wait) may go
+        // through now.
+        crate::driver::memory::retry_deferred_frees(stream.context());
     }
     (r, over)
 }
 
 /// Ends an abandoned capture so the stream is usable again, throwing the graph away.
-fn abandon(stream: &Stream, id: CaptureId, mode: CaptureMode) {
-    match finish(stream, id, mode).0 {
+fn abandon(stream: &Stream, id: CaptureId) {
+    match finish(stream, id).0 {
         Ok(graph) => drop(graph),
         Err(Error::CaptureInvalidated { .. }) => {}
-        Err(e) => log::error!("graphsafe: ending an abandoned capture failed: {e}"),
+        Err(e) => crate::logging::error(format!("graphsafe: ending an abandoned capture failed: {e}")),
     }
 }
 
@@ -263,7 +264,7 @@ impl<'s, 'id> Capture<'s, 'id> {
 
     fn same_context(&self, ctx: &Context) -> Result<()> {
         if ctx.raw() != self.stream.context().raw() {
-            return Err(Error::invalid("device", "memory of the capturing stream's device", "memory of another device"));
+            return Err(Error::other_context("device", "memory", "the capturing stream's", self.stream.context().raw(), ctx.raw()));
         }
         Ok(())
     }
@@ -305,6 +306,7 @@ impl<'s, 'id> Capture<'s, 'id> {
         if src.len() > dst.len() {
             return Err(Error::invalid("source length", format!("at most {} bytes", dst.len()), src.len()));
         }
+        crate::driver::memory::refuse_overlapping_copy(dst.device_ptr(), src.device_ptr(), src.len())?;
         site.keep(dst.allocation());
         site.keep(src.allocation());
         copy_d2d_raw(dst.device_ptr(), src.device_ptr(), src.len(), self.stream)
@@ -320,9 +322,9 @@ impl<'s, 'id> Capture<'s, 'id> {
     /// invalidated the capture (an illegal call inside it); either way the stream is usable again.
     /// If ending fails and the driver still reports the stream capturing (a transient driver
     /// error), the end is tried once more as the capture is dropped, so one failed call does not
-    /// leave the stream, and the context's frees, waiting on a capture nobody can end.
+    /// leave the stream refusing eager work for good.
     pub fn end(mut self) -> Result<Graph> {
-        let (r, over) = finish(self.stream, self.id, self.mode);
+        let (r, over) = finish(self.stream, self.id);
         self.ended = over;
         Ok(Graph::new(r?, std::mem::take(self.keep.get_mut())))
     }
@@ -332,7 +334,7 @@ impl Drop for Capture<'_, '_> {
     fn drop(&mut self) {
         if !self.ended {
             // Abandoned (early return, `?`, panic): end the capture so the stream is usable again.
-            abandon(self.stream, self.id, self.mode);
+            abandon(self.stream, self.id);
         }
     }
 }
@@ -343,7 +345,6 @@ impl Drop for Capture<'_, '_> {
 pub(crate) struct DetachedCapture {
     stream: Arc<Stream>,
     id: CaptureId,
-    mode: CaptureMode,
     keep: RefCell<KeepList>,
     ended: bool,
 }
@@ -351,7 +352,7 @@ pub(crate) struct DetachedCapture {
 impl DetachedCapture {
     pub(crate) fn begin(stream: Arc<Stream>, mode: CaptureMode) -> Result<DetachedCapture> {
         let id = begin_capture(&stream, mode)?;
-        Ok(DetachedCapture { stream, id, mode, keep: RefCell::new(KeepList::default()), ended: false })
+        Ok(DetachedCapture { stream, id, keep: RefCell::new(KeepList::default()), ended: false })
     }
 
     pub(crate) fn site(&self) -> CaptureSite<'_> {
@@ -360,7 +361,7 @@ impl DetachedCapture {
 
     fn same_context(&self, ctx: c::CUcontext) -> Result<()> {
         if ctx != self.stream.context().raw() {
-            return Err(Error::invalid("device", "memory of the capturing stream's device", "memory of another device"));
+            return Err(Error::other_context("device", "memory", "the capturing stream's", self.stream.context().raw(), ctx));
         }
         Ok(())
     }
@@ -386,7 +387,7 @@ impl DetachedCapture {
     /// Ends the capture. `Err` with the capture still open (`is_open()`) leaves it usable, e.g.
     /// for ending from the right thread; any other outcome ends it for good.
     pub(crate) fn end(&mut self) -> Result<Graph> {
-        let (r, over) = finish(&self.stream, self.id, self.mode);
+        let (r, over) = finish(&self.stream, self.id);
         self.ended = over;
         let raw = r?;
         Ok(Graph::new(raw, std::mem::take(self.keep.get_mut())))
@@ -401,7 +402,7 @@ impl DetachedCapture {
 impl Drop for DetachedCapture {
     fn drop(&mut self) {
         if !self.ended {
-            abandon(&self.stream, self.id, self.mode);
+            abandon(&self.stream, self.id);
         }
     }
 }

@@ -110,7 +110,7 @@ impl GraphExec {
     /// graph this one's memory without keeping any of it alive.
     pub fn launch(&self, stream: &Stream) -> Result<()> {
         if stream.context().raw() != self.exec.context().raw() {
-            return Err(Error::invalid("stream", "a stream of the graph's device", "a stream of another context"));
+            return Err(Error::other_context("stream", "a stream", "the graph's", self.exec.context().raw(), stream.context().raw()));
         }
         stream.ensure_replayable()?;
         // After the previous use of each workspace buffer it captured, on whatever stream; held
@@ -122,7 +122,7 @@ impl GraphExec {
     /// Uploads the graph's work to the device ahead of the first launch (takes that cost off it).
     pub fn upload(&self, stream: &Stream) -> Result<()> {
         if stream.context().raw() != self.exec.context().raw() {
-            return Err(Error::invalid("stream", "a stream of the graph's device", "a stream of another context"));
+            return Err(Error::other_context("stream", "a stream", "the graph's", self.exec.context().raw(), stream.context().raw()));
         }
         stream.ensure_eager()?;
         self.exec.upload(stream)

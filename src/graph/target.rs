@@ -39,7 +39,7 @@ impl<'a> CaptureSite<'a> {
             }
         }
         if m.context_raw() != self.stream.context().raw() {
-            return Err(Error::invalid(format!("{what}.device"), "memory of the capturing stream's device", "memory of another device/context"));
+            return Err(Error::other_context(format!("{what}.device"), "memory", "the capturing stream's", self.stream.context().raw(), m.context_raw()));
         }
         Ok(())
     }
@@ -53,7 +53,7 @@ impl<'a> CaptureSite<'a> {
             return Err(Error::invalid("workspace", format!("a workspace bound to this capture ({})", self.id), format!("one bound to {}", w.capture)));
         }
         if w.ctx != self.stream.context().raw() as usize {
-            return Err(Error::invalid("workspace.device", "a workspace of the capturing stream's device", "one of another device/context"));
+            return Err(Error::other_context("workspace.device", "a workspace", "the capturing stream's", self.stream.context().raw(), w.ctx as c::CUcontext));
         }
         Ok(())
     }
@@ -117,7 +117,7 @@ impl<'a> Target<'a> {
         stream.ensure_eager()?;
         if let Some(w) = &ws {
             if w.context().raw() != stream.context().raw() {
-                return Err(Error::invalid("workspace", "a workspace of the stream's device", "a workspace of another context"));
+                return Err(Error::other_context("workspace", "a workspace", "the stream's", stream.context().raw(), w.context().raw()));
             }
         }
         Ok(Target::Eager { stream, ws, using: None, spans: Spans::default() })
@@ -160,7 +160,7 @@ impl<'a> Target<'a> {
         match self {
             Target::Eager { stream, .. } => {
                 if m.context_raw() != stream.context().raw() {
-                    return Err(Error::invalid(format!("{what}.device"), "memory on the stream's device", "memory of another device/context"));
+                    return Err(Error::other_context(format!("{what}.device"), "memory", "the stream's", stream.context().raw(), m.context_raw()));
                 }
             }
             Target::Captured { site, pending, .. } => {

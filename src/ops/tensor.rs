@@ -311,7 +311,7 @@ impl<M: DeviceMemory> Check<'_, M> {
     /// The memory belongs to context `ctx` (the stream's).
     pub fn device(&self, ctx: c::CUcontext) -> Result<&Self> {
         if self.t.mem.context_raw() != ctx {
-            return Err(Error::invalid(format!("{}.device", self.name), "memory on the stream's device", "memory of another device/context"));
+            return Err(Error::other_context(format!("{}.device", self.name), "memory", "the stream's", ctx, self.t.mem.context_raw()));
         }
         Ok(self)
     }

@@ -18,7 +18,7 @@ use crate::driver::{DeviceBuffer, Stream};
 use crate::error::Result;
 use crate::graph::target::Target;
 use crate::graph::{Capture, Captured, CapturedBuffer};
-use crate::ops::tensor::DeviceMemory;
+use crate::ops::tensor::{mem_range, refuse_overlap, DeviceMemory};
 use crate::workspace::Workspace;
 
 impl TestKernels {
@@ -52,8 +52,12 @@ impl TestKernels {
     fn split_k_on<M: DeviceMemory>(&self, a: &M, x: &M, y: &M, shape: SplitKShape, mut target: Target<'_>) -> Result<()> {
         shape.validate()?;
         shape.check_buffers(a.len() as u64, x.len() as u64, y.len() as u64)?;
+        // Other CTAs still read a and x while one writes its rows of y.
+        let y_range = mem_range(y, 4 * shape.m as u64);
+        refuse_overlap(("y", y_range), ("a", mem_range(a, 4 * shape.m as u64 * shape.k as u64)))?;
+        refuse_overlap(("y", y_range), ("x", mem_range(x, 4 * shape.k as u64)))?;
         let (a, x, y) = (target.admit("a", a)?, target.admit("x", x)?, target.admit("y", y)?);
-        let w = target.workspace(shape.workspace_bytes())?;
+        let w = target.workspace(shape.workspace_bytes()?)?;
         let launch = self.split_k_launch(a, x, y, shape, w)?;
         target.check_launch(&launch)?;
         target.commit()?;
@@ -61,7 +65,7 @@ impl TestKernels {
         // workspace shared with other shapes or ops (what the planner sizes) holds their bytes
         // there: a split-K kernel zeroes its semaphores per launch (invariant 3), a memset node in
         // a graph. (tests/standin_failures.rs, split_k_shapes_sharing_one_workspace…)
-        let (offset, bytes) = shape.counters_range();
+        let (offset, bytes) = shape.counters_range()?;
         target.zero(w, offset, bytes)?;
         target.launch(launch)
     }

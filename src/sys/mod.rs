@@ -28,6 +28,7 @@ pub mod cudnn;
 /// Safe wrappers of every kernel-glue function.
 pub(crate) mod glue;
 
+pub(crate) mod process;
 pub(crate) mod span;
 pub use span::DeviceSpan;
 

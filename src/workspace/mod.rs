@@ -3,8 +3,8 @@
 //! * **Retire, never resize** (invariant 2): [`Workspace::ensure_size`] allocates a new buffer and
 //!   drops the workspace's reference to the old one. The old memory is given back when the last
 //!   reference goes (at once if nothing captured it, else with the last graph or executable that
-//!   did), after graphsafe's streams of its context drained, and later if a capture is open there
-//!   (see [`crate::driver::memory::Allocation`]).
+//!   did), after the work of graphsafe's streams of its context drained (see
+//!   [`crate::driver::memory::Allocation`]).
 //! * **Zeroed on allocation** (invariant 3): new memory is zero-filled on the caller's stream
 //!   before anything issued after it; split-K/split-KV kernels keep semaphores there and expect
 //!   zeros, and a recycled block holds a previous owner's bytes.
@@ -121,13 +121,13 @@ impl Workspace {
     /// Makes the capacity at least `bytes`. Growing allocates a new buffer, zero-fills it on
     /// `stream`, and retires the old one (never resizes in place). Returns whether it grew.
     ///
-    /// The old buffer is given back here if nothing else holds it, after graphsafe's streams of
-    /// the context drained (deferred while a capture is open there; see [`Allocation`]), so
-    /// kernels queued before the growth still see it. If growing fails
+    /// The old buffer is given back here if nothing else holds it, after the work of graphsafe's
+    /// streams of the context drained (see [`Allocation`]), so kernels queued before the growth
+    /// still see it. If growing fails
     /// (allocation, zero-fill), the workspace is unchanged: same buffer, same capacity, same bytes.
     pub fn ensure_size(&mut self, bytes: u64, stream: &Stream) -> Result<bool> {
         if stream.context().raw() != self.ctx.raw() {
-            return Err(Error::invalid("stream", "a stream of the workspace's device", "a stream of another context"));
+            return Err(Error::other_context("stream", "a stream", "the workspace's", self.ctx.raw(), stream.context().raw()));
         }
         if bytes <= self.capacity {
             return Ok(false);

@@ -43,7 +43,7 @@ pub fn views_of_another_capture_are_refused(ctx: &Arc<Context>, a_stream: &mut S
     let k = TestKernels::load(ctx).unwrap();
     let mut b_stream = Stream::new(ctx).unwrap();
     let p = problem(a_stream, 1);
-    let mut ws = Workspace::new(a_stream, SHAPE.workspace_bytes()).unwrap();
+    let mut ws = Workspace::new(a_stream, SHAPE.workspace_bytes().unwrap()).unwrap();
     let sentinel = vec![7.0f32; SHAPE.m as usize];
     p.y.copy_from_host(&sentinel, a_stream).unwrap();
     a_stream.synchronize().unwrap();
@@ -65,8 +65,8 @@ pub fn views_of_another_capture_are_refused(ctx: &Arc<Context>, a_stream: &mut S
     assert_eq!(graph_b.node_kinds().unwrap(), Vec::<NodeKind>::new(), "capture B recorded something");
     let exec_b = graph_b.instantiate().unwrap();
     drop(graph_a);
-    ws.ensure_size(4 * SHAPE.workspace_bytes(), a_stream).unwrap();
-    let _held = churn(a_stream, &[SHAPE.workspace_bytes() as usize, 1 << 20], 8);
+    ws.ensure_size(4 * SHAPE.workspace_bytes().unwrap(), a_stream).unwrap();
+    let _held = churn(a_stream, &[SHAPE.workspace_bytes().unwrap() as usize, 1 << 20], 8);
     for _ in 0..1000 {
         exec_b.launch(a_stream).unwrap();
     }
@@ -118,32 +118,36 @@ pub fn a_leaked_capture_makes_eager_apis_refuse_the_stream(ctx: &Arc<Context>, o
     let api = graphsafe::sys::driver::api().unwrap();
     let end = api.cuStreamEndCapture().unwrap();
     let mut g: c::CUgraph = std::ptr::null_mut();
-    let _cur = ctx.enter().unwrap();
-    // SAFETY: a live stream in capture; out-pointer to a local.
-    assert_eq!(unsafe { (end.f)(s.raw(), &mut g) }, c::CUresult::CUDA_SUCCESS);
-    let nodes = api.cuGraphGetNodes().unwrap();
-    let mut n = 0usize;
-    // SAFETY: a null array asks for the count.
-    assert_eq!(unsafe { (nodes.f)(g, std::ptr::null_mut(), &mut n) }, c::CUresult::CUDA_SUCCESS);
-    assert_eq!(n, 0, "eager work landed in the leaked capture");
-    // SAFETY: g came from cuStreamEndCapture.
-    unsafe { (api.cuGraphDestroy().unwrap().f)(g) };
+    ctx.with_current(|| {
+        // SAFETY: a live stream in capture; out-pointer to a local.
+        assert_eq!(unsafe { (end.f)(s.raw(), &mut g) }, c::CUresult::CUDA_SUCCESS);
+        let nodes = api.cuGraphGetNodes().unwrap();
+        let mut n = 0usize;
+        // SAFETY: a null array asks for the count.
+        assert_eq!(unsafe { (nodes.f)(g, std::ptr::null_mut(), &mut n) }, c::CUresult::CUDA_SUCCESS);
+        assert_eq!(n, 0, "eager work landed in the leaked capture");
+        // SAFETY: g came from cuStreamEndCapture.
+        unsafe { (api.cuGraphDestroy().unwrap().f)(g) };
+    }).unwrap()
 }
 
-/// A context-wide synchronize while a capture of the context is open (on this thread or another)
-/// is refused, and the capture is not disturbed: it still ends with the work recorded before.
-pub fn a_context_synchronize_during_a_capture_is_refused(ctx: &Arc<Context>, stream: &mut Stream) {
+/// A context synchronize never disturbs a graphsafe capture. On the capturing thread it is refused
+/// (a context-wide wait there is illegal and invalidates the capture); from another thread it waits
+/// for each of graphsafe's streams instead of the whole context (on the H200 a context-wide wait
+/// invalidated captures other threads had open), for the capturing one the work queued before the
+/// capture began. The capture still ends with the work recorded before.
+pub fn a_context_synchronize_never_disturbs_a_capture(ctx: &Arc<Context>, stream: &mut Stream) {
     let k = TestKernels::load(ctx).unwrap();
+    k.empty(stream).unwrap();
     let cap = stream.begin_capture(CaptureMode::ThreadLocal).unwrap();
     k.empty_captured(&cap).unwrap();
     expect_capturing(ctx.synchronize(), "Context::synchronize on the capturing thread");
     let other = ctx.clone();
-    let from_another_thread = std::thread::spawn(move || other.synchronize()).join().unwrap();
-    expect_capturing(from_another_thread, "Context::synchronize on another thread");
-    let graph = cap.end().expect("the capture survived both refusals");
+    std::thread::spawn(move || other.synchronize()).join().unwrap().expect("Context::synchronize on another thread waits per stream");
+    let graph = cap.end().expect("the capture survived both");
     assert_eq!(graph.node_kinds().unwrap(), [NodeKind::Kernel], "the capture holds exactly the launch recorded before");
     drop(graph);
-    ctx.synchronize().expect("allowed again once the capture is over");
+    ctx.synchronize().expect("a context-wide wait once the capture is over");
 }
 
 fn current() -> c::CUcontext {
@@ -208,7 +212,7 @@ pub fn calls_restore_the_callers_current_context(ctx: &Arc<Context>, foreign: c:
 pub fn a_failed_growth_leaves_the_workspace_and_its_graphs_intact(ctx: &Arc<Context>, stream: &mut Stream, too_big: u64) {
     let k = TestKernels::load(ctx).unwrap();
     let p = problem(stream, 7);
-    let mut ws = Workspace::new(stream, SHAPE.workspace_bytes()).unwrap();
+    let mut ws = Workspace::new(stream, SHAPE.workspace_bytes().unwrap()).unwrap();
     let exec = {
         let (g, ()) = stream
             .capture(CaptureMode::ThreadLocal, |cap| {
@@ -243,7 +247,7 @@ pub fn a_failed_growth_leaves_the_workspace_and_its_graphs_intact(ctx: &Arc<Cont
 pub fn a_graph_holds_each_baked_in_allocation_once(ctx: &Arc<Context>, stream: &mut Stream) {
     let k = TestKernels::load(ctx).unwrap();
     let p = problem(stream, 9);
-    let mut ws = Workspace::new(stream, SHAPE.workspace_bytes()).unwrap();
+    let mut ws = Workspace::new(stream, SHAPE.workspace_bytes().unwrap()).unwrap();
     let (g, ()) = stream
         .capture(CaptureMode::ThreadLocal, |cap| {
             let w = cap.bind_workspace(&mut ws)?;
@@ -263,7 +267,7 @@ pub fn a_graph_holds_each_baked_in_allocation_once(ctx: &Arc<Context>, stream: &
 /// still run loaded code.
 pub fn a_graph_keeps_its_kernels_module_loaded(ctx: &Arc<Context>, stream: &mut Stream) {
     let p = problem(stream, 11);
-    let mut ws = Workspace::new(stream, SHAPE.workspace_bytes()).unwrap();
+    let mut ws = Workspace::new(stream, SHAPE.workspace_bytes().unwrap()).unwrap();
     let exec = {
         let k = TestKernels::load(ctx).unwrap();
         let (g, ()) = stream
@@ -293,9 +297,11 @@ pub fn memory_of_another_device_is_refused(ctx0: &Arc<Context>, ctx1: &Arc<Conte
     let mut s0 = Stream::new(ctx0).unwrap();
     let s1 = Stream::new(ctx1).unwrap();
     let p = problem(&s0, 13);
-    let mut ws1 = Workspace::new(&s1, SHAPE.workspace_bytes()).unwrap();
+    let mut ws1 = Workspace::new(&s1, SHAPE.workspace_bytes().unwrap()).unwrap();
     let other_buf = DeviceBuffer::alloc_zeroed(&s1, 4096).unwrap();
-    expect_invalid(ws1.ensure_size(1 << 20, &s0).map(drop), "device");
+    // Named by both contexts (two contexts of one device differ only there).
+    expect_invalid(ws1.ensure_size(1 << 20, &s0).map(drop), &format!("{:?}", ctx0.raw()));
+    expect_invalid(ws1.ensure_size(1 << 20, &s0).map(drop), &format!("{:?}", ctx1.raw()));
     let (g, ()) = s0
         .capture(CaptureMode::ThreadLocal, |cap| {
             expect_invalid(cap.bind_workspace(&mut ws1).map(drop), "device");
@@ -318,7 +324,7 @@ pub fn workspace_uses_on_two_streams_do_not_race(ctx: &Arc<Context>, a: &mut Str
     let shape = SplitKShape { m: 4096, k: 4096, splits: 16 };
     let pa = split_k_problem(a, shape, 21);
     let pb = split_k_problem(a, shape, 22);
-    let mut ws = Workspace::new(a, shape.workspace_bytes()).unwrap();
+    let mut ws = Workspace::new(a, shape.workspace_bytes().unwrap()).unwrap();
     a.synchronize().unwrap();
     for _ in 0..64 {
         k.split_k_gemv(&pa.a, &pa.x, &pa.y, shape, &mut ws, a).unwrap();
@@ -340,4 +346,35 @@ pub fn workspace_uses_on_two_streams_do_not_race(ctx: &Arc<Context>, a: &mut Str
     a.synchronize().unwrap();
     assert_eq!(pb.y.to_host_vec::<f32>(&b).unwrap(), pb.expected, "the replay on B shared the workspace with A's GEMVs");
     assert_eq!(pa.y.to_host_vec::<f32>(a).unwrap(), pa.expected);
+}
+
+/// A capture leaked with `mem::forget` degrades its own stream and nothing else: frees of memory
+/// used on other streams go through at once (they used to be deferred for as long as the process
+/// lived), and `Context::synchronize` from another thread waits for the context's streams (for
+/// the leaked capture's: the work queued before it began) instead of being refused for good; on
+/// the capture's own thread it is still refused. `in_use` reports the device memory in use, in
+/// bytes. (The caller drops `leaky`, which ends the leaked capture.)
+pub fn a_forgotten_capture_leaves_frees_and_synchronizes_of_other_streams_alone(ctx: &Arc<Context>, leaky: &mut Stream, in_use: &dyn Fn() -> u64) {
+    const BIG: usize = 64 << 20;
+    let k = TestKernels::load(ctx).unwrap();
+    let other = Stream::new(ctx).unwrap();
+    let p = problem(&other, 21);
+    let mut ws = Workspace::new(&other, SHAPE.workspace_bytes().unwrap()).unwrap();
+    // Work queued on the stream just before its capture begins: frees must still wait for it.
+    k.split_k_gemv(&p.a, &p.x, &p.y, SHAPE, &mut ws, leaky).unwrap();
+    std::mem::forget(leaky.begin_capture(CaptureMode::Relaxed).unwrap());
+    let start = in_use();
+    for round in 0..4u64 {
+        let b = DeviceBuffer::alloc_zeroed(&other, BIG).unwrap();
+        k.split_k_gemv(&p.a, &p.x, &p.y, SHAPE, &mut ws, &other).unwrap();
+        ws.ensure_size(SHAPE.workspace_bytes().unwrap() * (2 + round), &other).unwrap(); // retires a buffer
+        drop(b);
+    }
+    let grown = in_use().saturating_sub(start);
+    assert!(grown < BIG as u64, "frees were deferred by the forgotten capture: {grown} more bytes in use after 4 rounds of {BIG}");
+    let c = ctx.clone();
+    std::thread::spawn(move || c.synchronize()).join().unwrap().expect("Context::synchronize on another thread during the forgotten capture");
+    expect_capturing(ctx.synchronize(), "Context::synchronize on the forgotten capture's thread");
+    expect_capturing(leaky.synchronize(), "the forgotten capture's stream");
+    assert_eq!(p.y.to_host_vec::<f32>(&other).unwrap(), p.expected);
 }

@@ -292,11 +292,12 @@ pub mod engine {
 
     /// A new non-blocking stream of `ctx`, made with cuStreamCreate.
     pub fn create_stream(ctx: &Context) -> c::CUstream {
-        let _cur = ctx.enter().unwrap();
-        let mut raw: c::CUstream = std::ptr::null_mut();
-        // SAFETY: out-pointer to a local; flags 1 (non-blocking).
-        assert_eq!(unsafe { (api().cuStreamCreate().unwrap().f)(&mut raw, 1) }, c::CUresult::CUDA_SUCCESS);
-        raw
+        ctx.with_current(|| {
+            let mut raw: c::CUstream = std::ptr::null_mut();
+            // SAFETY: out-pointer to a local; flags 1 (non-blocking).
+            assert_eq!(unsafe { (api().cuStreamCreate().unwrap().f)(&mut raw, 1) }, c::CUresult::CUDA_SUCCESS);
+            raw
+        }).unwrap()
     }
 
     /// cuStreamBeginCapture in relaxed mode.
@@ -304,10 +305,11 @@ pub mod engine {
     /// # Safety
     /// `raw` is a live stream of `ctx`.
     pub unsafe fn begin_capture(ctx: &Context, raw: c::CUstream) {
-        let _cur = ctx.enter().unwrap();
-        // SAFETY: a live stream (the caller's contract); the mode is a valid enum value.
-        let r = unsafe { (api().cuStreamBeginCapture().unwrap().f)(raw, c::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED) };
-        assert_eq!(r, c::CUresult::CUDA_SUCCESS);
+        ctx.with_current(|| {
+            // SAFETY: a live stream (the caller's contract); the mode is a valid enum value.
+            let r = unsafe { (api().cuStreamBeginCapture().unwrap().f)(raw, c::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED) };
+            assert_eq!(r, c::CUresult::CUDA_SUCCESS);
+        }).unwrap()
     }
 
     /// cuStreamEndCapture, destroying the graph it returns; the end's status.
@@ -315,15 +317,16 @@ pub mod engine {
     /// # Safety
     /// `raw` is a live stream of `ctx` with a capture begun on it.
     pub unsafe fn end_capture(ctx: &Context, raw: c::CUstream) -> c::CUresult {
-        let _cur = ctx.enter().unwrap();
-        let mut g = std::ptr::null_mut();
-        // SAFETY: the caller's contract; out-pointer to a local.
-        let r = unsafe { (api().cuStreamEndCapture().unwrap().f)(raw, &mut g) };
-        if !g.is_null() {
-            // SAFETY: the graph the end returned.
-            unsafe { (api().cuGraphDestroy().unwrap().f)(g) };
-        }
-        r
+        ctx.with_current(|| {
+            let mut g = std::ptr::null_mut();
+            // SAFETY: the caller's contract; out-pointer to a local.
+            let r = unsafe { (api().cuStreamEndCapture().unwrap().f)(raw, &mut g) };
+            if !g.is_null() {
+                // SAFETY: the graph the end returned.
+                unsafe { (api().cuGraphDestroy().unwrap().f)(g) };
+            }
+            r
+        }).unwrap()
     }
 
     /// cuStreamDestroy.
@@ -331,9 +334,10 @@ pub mod engine {
     /// # Safety
     /// `raw` is a live stream of `ctx` that no graphsafe `Stream` wraps any more.
     pub unsafe fn destroy_stream(ctx: &Context, raw: c::CUstream) {
-        let _cur = ctx.enter().unwrap();
-        // SAFETY: the caller's contract.
-        assert_eq!(unsafe { (api().cuStreamDestroy().unwrap().f)(raw) }, c::CUresult::CUDA_SUCCESS);
+        ctx.with_current(|| {
+            // SAFETY: the caller's contract.
+            assert_eq!(unsafe { (api().cuStreamDestroy().unwrap().f)(raw) }, c::CUresult::CUDA_SUCCESS);
+        }).unwrap()
     }
 }
 
@@ -347,11 +351,12 @@ pub mod engine_memory {
 
     /// `bytes` of `ctx`'s device memory that graphsafe did not allocate.
     pub fn alloc(ctx: &Context, bytes: usize) -> u64 {
-        let _cur = ctx.enter().unwrap();
-        let mut p = 0;
-        // SAFETY: out-pointer to a local.
-        assert_eq!(unsafe { (api().cuMemAlloc().unwrap().f)(&mut p, bytes) }, graphsafe::sys::cuda::CUresult::CUDA_SUCCESS);
-        p
+        ctx.with_current(|| {
+            let mut p = 0;
+            // SAFETY: out-pointer to a local.
+            assert_eq!(unsafe { (api().cuMemAlloc().unwrap().f)(&mut p, bytes) }, graphsafe::sys::cuda::CUresult::CUDA_SUCCESS);
+            p
+        }).unwrap()
     }
 
     /// Frees what [`alloc`] returned.
@@ -359,8 +364,9 @@ pub mod engine_memory {
     /// # Safety
     /// `p` came from [`alloc`] and nothing still uses it.
     pub unsafe fn free(ctx: &Context, p: u64) {
-        let _cur = ctx.enter().unwrap();
-        // SAFETY: the caller's contract.
-        assert_eq!(unsafe { (api().cuMemFree().unwrap().f)(p) }, graphsafe::sys::cuda::CUresult::CUDA_SUCCESS);
+        ctx.with_current(|| {
+            // SAFETY: the caller's contract.
+            assert_eq!(unsafe { (api().cuMemFree().unwrap().f)(p) }, graphsafe::sys::cuda::CUresult::CUDA_SUCCESS);
+        }).unwrap()
     }
 }

@@ -35,6 +35,7 @@ if [ "$what" = suite ] || [ "$what" = all ]; then
 fi
 if [ "$what" = speed ] || [ "$what" = all ]; then
   wait $build || { echo "acceptance: the FlashMLA build failed:"; tail -30 "$out/build-flashmla.log"; exit 1; }
-  CUTLASS_INCLUDE=/tmp/graphsafe-anchor/cutlass-include python3 "$here/speed.py" 2>&1 | tee "$out/speed.log" || rc=1
+  # shellcheck disable=SC2086
+  CUTLASS_INCLUDE=/tmp/graphsafe-anchor/cutlass-include python3 "$here/speed.py" ${SPEED_ARGS:-} 2>&1 | tee "$out/speed.log" || rc=1
 fi
 exit $rc

@@ -21,6 +21,7 @@ import math
 import os
 import statistics
 import sys
+import types
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
@@ -37,6 +38,8 @@ def main():
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--copy-mib", type=int, default=2048)
     ap.add_argument("--skip-flashmla", action="store_true", help="only part 2 (no FlashMLA build needed)")
+    ap.add_argument("--skip-tp", action="store_true", help="only part 1")
+    ap.add_argument("--splits", default="", help="comma-separated graphsafe split counts to time beside its default (0) in part 1")
     args = ap.parse_args()
 
     import torch
@@ -51,15 +54,15 @@ def main():
     result = {"bench": "anchor-flashmla-speed", "device": props.name, "copy_gb_s": round(copy_gbs, 1), "calls": args.calls,
               "rounds": args.rounds, "flashmla_commit": bench.flashmla_commit(), "flashmla_cases": [], "tp_cases": []}
 
-    def gs_graph(q, kv, table, lens, causal, scale):
-        a, out, lse = gs.args(q, kv, table, lens, D_V, scale, causal)
-        gs.decode(q, kv, table, lens, D_V, scale, causal, out=out, lse=lse)  # grows the workspace before capture
+    def gs_graph(q, kv, table, lens, causal, scale, num_splits=0):
+        a, out, lse = gs.args(q, kv, table, lens, D_V, scale, causal, num_splits=num_splits)
+        gs.decode(q, kv, table, lens, D_V, scale, causal, out=out, lse=lse, num_splits=num_splits)  # grows the workspace before capture
         return gs.capture(a, args.calls), out, lse
 
     ok = True
     if not args.skip_flashmla:
         fm, _ = bench.build("flashmla")
-        sys.path.insert(0, os.path.join(bench.flashmla_src(), "tests"))
+        sys.path[:0] = [os.path.join(HERE, "forward"), os.path.join(bench.flashmla_src(), "tests")]
         import test_flash_mla_dense_decoding as t  # FlashMLA's test, unmodified: its cases and its data
 
         torch.set_default_device("cuda")
@@ -76,25 +79,27 @@ def main():
             g_fm, fm_res = bench.make_graph(torch, fm_fn, args.calls)
             replay, gs_out, gs_lse = gs_graph(q, kv, table, lens, c.is_causal, scale)
 
-            class GsGraph:
-                replay = staticmethod(replay)
-
-            us_fm, us_gs = (x / args.calls for x in bench.time_alternating(torch, [g_fm, GsGraph()], args.rounds, args.warmup))
+            us_fm, us_gs = (x / args.calls for x in bench.time_alternating(torch, [g_fm, types.SimpleNamespace(replay=replay)], args.rounds, args.warmup))
             fm_out, fm_lse = fm_res[0].float(), fm_res[1].float()
             dout = (fm_out - gs_out.float()).abs().max().item()
             both = torch.isfinite(fm_lse) & torch.isfinite(gs_lse)
             dlse = (fm_lse - gs_lse)[both].abs().max().item() if both.any() else 0.0
             mean_len = lens.float().mean().item()
             flops = c.b * c.h_q * c.s_q * 2 * mean_len * (D_QK + D_V)
-            row = {"s_q": c.s_q, "s_k": c.s_k, "causal": c.is_causal, "flashmla_us": round(us_fm, 2), "graphsafe_us": round(us_gs, 2),
+            sweep = {}
+            for n in [int(x) for x in args.splits.split(",") if x]:
+                r2, _, _ = gs_graph(q, kv, table, lens, c.is_causal, scale, n)
+                sweep[n] = round(bench.time_alternating(torch, [types.SimpleNamespace(replay=r2)], args.rounds, args.warmup)[0] / args.calls, 2)
+                del r2
+            row = {"s_q": c.s_q, "s_k": c.s_k, "causal": c.is_causal, "flashmla_us": round(us_fm, 2), "graphsafe_us": round(us_gs, 2), "splits_sweep_us": sweep,
                    "flashmla_tflop_s": round(flops / us_fm / 1e6, 1), "graphsafe_tflop_s": round(flops / us_gs / 1e6, 1),
                    "splits": replay.num_splits, "ratio_flashmla_over_graphsafe": round(us_fm / us_gs, 3),
                    "max_abs_out_diff": dout, "max_abs_lse_diff": dlse}
             result["flashmla_cases"].append(row)
             ok &= dout < 5e-2
             print(f"{c.s_q:>3} {c.s_k:>6} {str(c.is_causal):>6} | {us_fm:>11.1f} {row['flashmla_tflop_s']:>8.1f} | {us_gs:>12.1f} "
-                  f"{row['graphsafe_tflop_s']:>8.1f} {replay.num_splits:>6} | {row['ratio_flashmla_over_graphsafe']:>5.3f}x | {dout:>9.2e} {dlse:>9.2e}",
-                  flush=True)
+                  f"{row['graphsafe_tflop_s']:>8.1f} {replay.num_splits:>6} | {row['ratio_flashmla_over_graphsafe']:>5.3f}x | {dout:>9.2e} {dlse:>9.2e}"
+                  + (f"  splits sweep (us): {sweep}" if sweep else ""), flush=True)
             del g_fm, replay, fm_res, gs_out, gs_lse, q, kv, table, lens, meta, nsp
             torch.cuda.synchronize()
             torch.cuda.empty_cache()
@@ -102,6 +107,9 @@ def main():
         print(f"FlashMLA / graphsafe time over the 16 cases: min {min(r):.3f}, median {statistics.median(r):.3f}, max {max(r):.3f}", flush=True)
         torch.set_default_device("cpu")
 
+    if args.skip_tp:
+        print("SPEED_JSON " + json.dumps(result, separators=(",", ":")), flush=True)
+        return 0 if ok else 1
     # Part 2: TP 8 / TP 4 head counts against the copy rate.
     print(f"{'heads':>5} {'s_q':>3} {'batch':>5} {'seq':>6} | {'graphsafe us':>12} {'GB/s':>6} {'of copy':>7} {'splits':>6}", flush=True)
     gen = torch.Generator(device="cuda")
@@ -116,11 +124,7 @@ def main():
                     table = torch.randperm(pages, device="cuda", dtype=torch.int32, generator=gen).view(batch, seq // PAGE)
                     lens = torch.full((batch,), seq, device="cuda", dtype=torch.int32)
                     replay, _, _ = gs_graph(q, kv, table, lens, s_q > 1, D_QK ** -0.5)
-
-                    class GsGraph:
-                        replay = staticmethod(replay)
-
-                    us = bench.time_alternating(torch, [GsGraph()], args.rounds, args.warmup)[0] / args.calls
+                    us = bench.time_alternating(torch, [types.SimpleNamespace(replay=replay)], args.rounds, args.warmup)[0] / args.calls
                     nbytes = batch * seq * D_QK * 2.0 + batch * s_q * heads * (D_QK + D_V) * 2.0
                     gbs = nbytes / us / 1e3
                     row = {"heads": heads, "s_q": s_q, "batch": batch, "seq": seq, "graphsafe_us": round(us, 2), "gb_s": round(gbs, 1),

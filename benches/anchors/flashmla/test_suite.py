@@ -71,7 +71,7 @@ def main():
 
     def match(self, name_substr, allow_no_match=False, allow_multiple_match=False):
         if name_substr == "flash_fwd_splitkv_mla_kernel":
-            names = [n for n in self.time_ranges if "mla_sm90" in n and "combine" not in n]
+            names = [n for n in self.time_ranges if "mla_sm90" in n and "combine" not in n and "schedule" not in n]
             if len(names) != 1 and not (allow_multiple_match and names):
                 raise ValueError(f"graphsafe's split kernel not found once among {list(self.time_ranges)}")
             return names

@@ -1,6 +1,7 @@
 // The sm90 MLA combine kernel: adds the splits' partial O by their LSE (splits > 1).
 #pragma once
 
+#include "mla/sm90/schedule.cuh"
 #include "mla/sm90/split.cuh"
 
 namespace graphsafe::mla_sm90 {
@@ -55,12 +56,20 @@ __global__ void __launch_bounds__(combine_threads<kWarpsPerHead>(), kWarpsPerHea
   const int t = threadIdx.x, lane = t & 31, warp = t >> 5;
   const int hl = warp / kWarpsPerHead, wi = warp % kWarpsPerHead;
   const int h = blockIdx.x * kHeadsPerBlock + hl, b = blockIdx.y;
-  const int S = p.num_splits, H = p.rows;  // partials are laid out by query row
+  const int H = p.rows;  // partials are laid out by query row, [batch, num_splits, rows]
   // A whole block shares h when kWarpsPerHead = 16, so this return (and the ones below) are
   // block-uniform there; with one warp a head nothing below synchronises more than the warp.
   if (h >= H) return;
-  const float* lse = p.ws_lse + int64_t(b) * S * H + h;
-  const uint16_t* src = p.ws_o + (int64_t(b) * S * H + h) * kNope + lane * 4;  // partials in the output dtype
+  // The partials to merge: every split of one request (empty ones wrote LSE -inf); in a batch, the
+  // request's own chunks (schedule.cuh), from the lengths its split kernels used. A request of one
+  // chunk (or none) was written by its split kernel: nothing to do.
+  int S = p.num_splits;
+  if (p.sched_lens != nullptr) {
+    S = sched_chunks(p.sched_lens[b], p.chunk);
+    if (S <= 1) return;
+  }
+  const float* lse = p.ws_lse + int64_t(b) * p.num_splits * H + h;
+  const uint16_t* src = p.ws_o + (int64_t(b) * p.num_splits * H + h) * kNope + lane * 4;  // partials in the output dtype
   const int64_t split_stride = int64_t(H) * kNope;
   auto load_raw = [&](int s, int k) { return __ldcg(reinterpret_cast<const uint2*>(src + s * split_stride + 128 * k)); };
   constexpr int kStep = kWarpsPerHead;  // a warp takes splits wi, wi + kStep, ...

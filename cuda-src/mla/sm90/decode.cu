@@ -153,6 +153,10 @@ constexpr bool runs_n_kernel(int64_t rows) { return rows <= 32; }
 template <bool F16>
 int launch(const GsMlaDecodeArgs& a, const Maps& maps, const Params& p, cudaStream_t stream) {
   cudaError_t e;
+  if (p.sched_lens != nullptr) {  // a batch: its work order first (schedule.cuh)
+    mla_sm90_schedule_kernel<<<1, kSchedThreads, 0, stream>>>(p);
+    if ((e = cudaGetLastError()) != cudaSuccess) return graphsafe::cuda_failed(e);
+  }
   const int st = !runs_n_kernel(p.rows) ? launch_head_groups<F16>(a, maps, p, stream)
                  : p.rows <= 16          ? launch_n_format<16, F16>(a, maps, p, stream)
                                          : launch_n_format<32, F16>(a, maps, p, stream);
@@ -213,14 +217,26 @@ extern "C" int gs_mla_sm90_decode(const GsMlaDecodeArgs* args, void* workspace, 
   p.out_st = a.out_stride_token;
   p.out_sh = a.out_stride_head;
   p.lse = a.lse;
-  if (a.num_splits > 1) {
+  p.batch = a.batch;
+  {
     // The layout gs_mla_sm90_workspace_bytes sized (and checked for overflow) above.
     namespace ws = graphsafe::mla_sm90_workspace;
     static_assert(sizeof(*p.ws_o) == ws::kPartialElemBytes && kNope == GS_MLA_LATENT_DIM, "workspace.h's layout");
     ws::Layout layout{};
-    if (!ws::layout(uint64_t(a.batch) * a.num_splits * uint64_t(p.rows), &layout)) return GS_ERR_INVALID_ARGUMENT;
-    p.ws_o = static_cast<uint16_t*>(workspace);
-    p.ws_lse = reinterpret_cast<float*>(static_cast<uint8_t*>(workspace) + layout.lse_offset);
+    if (!ws::layout(uint64_t(a.batch), uint64_t(p.rows), uint64_t(a.num_splits), &layout)) return GS_ERR_INVALID_ARGUMENT;
+    auto* base = static_cast<uint8_t*>(workspace);
+    if (a.num_splits > 1) {
+      p.ws_o = reinterpret_cast<uint16_t*>(base);
+      p.ws_lse = reinterpret_cast<float*>(base + layout.lse_offset);
+    }
+    if (a.batch > 1) {
+      // Work items of ceil(T_max / splits) tiles: the longest request splits as before, shorter
+      // ones into fewer items (schedule.cuh).
+      const int64_t tiles = ceil_div(a.max_seq_len, GS_MLA_SM90_TILE_S);
+      p.chunk = int32_t(ceil_div(tiles, a.num_splits));
+      p.sched_lens = reinterpret_cast<int32_t*>(base + layout.lens_offset);
+      p.sched_items = a.batch <= kSchedMaxSorted ? reinterpret_cast<int32_t*>(base + layout.items_offset) : nullptr;
+    }
   }
   p.scale_log2 = a.sm_scale * kLog2e;
   p.kv_scale = a.kv_scale;

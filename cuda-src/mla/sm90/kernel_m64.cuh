@@ -33,12 +33,13 @@ __global__ void __launch_bounds__(kThreads, 1)
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = smem_base_1k(smem_raw);
   const int tid = threadIdx.x;
-  const int split = blockIdx.y, b = blockIdx.z;
   const int row0 = blockIdx.x * 64;
   const int rows = min(64, p.rows - row0);
-  const SplitRange sr = split_range(p, b, split);
+  const SplitRange sr = split_range(p);  // every thread, before the roles split
+  if (!sr.active) return;
+  const int b = sr.b;
   if (sr.n == 0) {
-    write_empty<F16>(p, b, split, row0, rows, tid, kThreads);
+    write_empty<F16>(p, sr, row0, rows, tid, kThreads);
     return;
   }
 
@@ -216,8 +217,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   // Epilogue: normalise, stage fp32 rows in the (now idle) KV stages, store coalesced.
   mbar_sync(math_bar, math_phase);
   float* so = reinterpret_cast<float*>(skv);
-  stage_and_store_o64<F16>(so, o, wg * 256, q, r0, r1, s_inv_l[r0], s_inv_l[r1], math_bar, math_phase, rows, row0, s_lse, p, b,
-                           split, tid);
+  stage_and_store_o64<F16>(so, o, wg * 256, q, r0, r1, s_inv_l[r0], s_inv_l[r1], math_bar, math_phase, rows, row0, s_lse, p, sr, tid);
 }
 
 }  // namespace graphsafe::mla_sm90

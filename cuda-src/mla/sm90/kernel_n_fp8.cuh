@@ -193,13 +193,14 @@ __global__ void __launch_bounds__(kThreads, 1)
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = smem_base_1k(smem_raw);
   const int tid = threadIdx.x;
-  const int split = blockIdx.y, b = blockIdx.z;
   // Launched programmatically dependent (decode.cu, launch_n8): nothing an earlier kernel may write
   // is touched before this.
   grid_dependency_wait();
-  const SplitRange sr = split_range(p, b, split);
+  const SplitRange sr = split_range(p);  // every thread, before the roles split
+  if (!sr.active) return;
+  const int b = sr.b;
   if (sr.n == 0) {
-    write_empty<false>(p, b, split, 0, p.rows, tid, kThreads);
+    write_empty<false>(p, sr, 0, p.rows, tid, kThreads);
     return;
   }
 
@@ -467,7 +468,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     mbar_sync(math_bar, math_phase);
   }
-  store_rows<false>(so, L::kOStride, p.rows, 0, s_lse, p, b, split, tid, kMathThreads);
+  store_rows<false>(so, L::kOStride, p.rows, 0, s_lse, p, sr, tid, kMathThreads);
 }
 
 }  // namespace graphsafe::mla_sm90

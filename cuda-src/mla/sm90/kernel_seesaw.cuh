@@ -94,12 +94,13 @@ __global__ void __launch_bounds__(kThreads, 1) mla_sm90_seesaw_kernel(const __gr
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = smem_base_1k(smem_raw);
   const int tid = threadIdx.x;
-  const int split = blockIdx.y, b = blockIdx.z;
   const int row0 = blockIdx.x * 64;
   const int rows = min(64, p.rows - row0);
-  const SplitRange sr = split_range(p, b, split);
+  const SplitRange sr = split_range(p);  // every thread, before the roles split
+  if (!sr.active) return;
+  const int b = sr.b;
   if (sr.n == 0) {
-    write_empty<F16>(p, b, split, row0, rows, tid, kThreads);
+    write_empty<F16>(p, sr, row0, rows, tid, kThreads);
     return;
   }
 
@@ -383,8 +384,7 @@ __global__ void __launch_bounds__(kThreads, 1) mla_sm90_seesaw_kernel(const __gr
     s_lse[r0] = (m0 + __log2f(lt0)) * kLn2;
     s_lse[r1] = (m1 + __log2f(lt1)) * kLn2;
   }
-  stage_and_store_o64<F16>(reinterpret_cast<float*>(skv), o, wg * 256, q, r0, r1, i0, i1, math_bar, math_phase, rows, row0, s_lse,
-                           p, b, split, tid);
+  stage_and_store_o64<F16>(reinterpret_cast<float*>(skv), o, wg * 256, q, r0, r1, i0, i1, math_bar, math_phase, rows, row0, s_lse, p, sr, tid);
 }
 
 }  // namespace graphsafe::mla_sm90

@@ -8,6 +8,7 @@
 // [dims x tokens] operand of P.V: the same bytes read the other way round).
 //
 // The kernels, one file each, in the order they are defined in decode.cu's translation unit:
+//   schedule.cuh    a batch's work items and their order (the schedule kernel, before the split kernels)
 //   split.cuh       what both split kernels share (tile range, Q staging, producer, prologue, stores)
 //   kernel_m64.cuh  "M64": heads as the MMA's M, 48..128 heads over an fp8 cache (in-place dequantisation)
 //   kernel_seesaw.cuh  "seesaw": the same heads, two warpgroups over pairs of tiles (bf16/fp16)
@@ -16,6 +17,7 @@
 //   combine.cuh     the combine kernel of splits > 1
 #pragma once
 
+#include "mla/sm90/schedule.cuh"
 #include "mla/sm90/split.cuh"
 #include "mla/sm90/kernel_m64.cuh"
 #include "mla/sm90/kernel_seesaw.cuh"

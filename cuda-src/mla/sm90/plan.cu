@@ -26,8 +26,9 @@
 // (ceil(C * s' / sm) * ceil(s / s') <= ceil(C * s / sm)) would be no worse at T tiles either, and
 // the smallest minimiser at T would not be s. (s <= cap, so the cap at s tiles is s itself.)
 //
-// Workspace (splits > 1 only; 0 for one split): the layout of mla/sm90/workspace.h, which the
-// decode points its kernels into.
+// Workspace: the layout of mla/sm90/workspace.h, which the decode points its kernels into: the
+// partials of splits > 1, and for batch > 1 the work schedule (the lengths read once and the order
+// the work items run in; schedule.cuh). 0 for one request in one split.
 #include <algorithm>
 #include <climits>
 #include <cstdint>
@@ -78,14 +79,8 @@ extern "C" int gs_mla_sm90_workspace_bytes(int32_t batch, int32_t num_heads, int
   if (out_bytes == nullptr || batch <= 0 || batch > GS_MLA_MAX_BATCH || !rows_ok(num_heads, s_q) || num_splits <= 0 ||
       num_splits > kMaxSplits)
     return GS_ERR_INVALID_ARGUMENT;
-  if (num_splits == 1) {
-    *out_bytes = 0;
-    return GS_OK;
-  }
-  uint64_t rows = 0;
   graphsafe::mla_sm90_workspace::Layout ws{};
-  if (!ck::mul(uint64_t(batch) * uint64_t(num_splits), uint64_t(s_q) * uint64_t(num_heads), &rows) ||
-      !graphsafe::mla_sm90_workspace::layout(rows, &ws))
+  if (!graphsafe::mla_sm90_workspace::layout(uint64_t(batch), uint64_t(s_q) * uint64_t(num_heads), uint64_t(num_splits), &ws))
     return GS_ERR_INVALID_ARGUMENT;
   *out_bytes = ws.total;
   return GS_OK;

@@ -50,6 +50,10 @@ struct Params {
   int32_t rows;     // s_q * num_heads
   int32_t causal;   // token t of s_q sees keys 0 ..= len - s_q + t
   int32_t num_splits;
+  int32_t batch;
+  int32_t chunk;    // batch > 1: tiles per work item (schedule.cuh)
+  int32_t* sched_lens;   // batch > 1: int32 [batch], the lengths read once (workspace)
+  int32_t* sched_items;  // batch > 1, up to kSchedMaxSorted requests: int32 [batch, splits], the order of the work items; else null
   int32_t q_vec;    // q pointers and strides allow 16-byte loads
   int32_t out_vec;  // out pointer and strides allow 16-byte stores
   uint16_t* out;

@@ -7,11 +7,18 @@
 
 namespace graphsafe::mla_sm90 {
 
-// Tiles [tile0, tile0 + n) of request b for this split (n may be 0: the split is empty).
+// What a split CTA computes: tiles [tile0, tile0 + n) of request b (of `seq` keys, clamped), as
+// split (partial slot) `split`; `final_out` when it writes the request's output itself (no
+// partial, no combine), and `active` false for a CTA that has nothing to do (n = 0 then is an
+// empty request, whose item writes its zeros and +inf, or an empty split of one request).
 struct SplitRange {
+  int b;
+  int split;
   int seq;
   int tile0;
   int n;
+  bool final_out;
+  bool active;
 };
 // Request b's length as one value for the whole CTA: thread 0 reads it once, every thread takes
 // that copy. seq_lens is caller memory another stream may be writing meanwhile; read by each
@@ -24,13 +31,32 @@ __device__ __forceinline__ int cta_seq_len(const Params& p, int b) {
   __syncthreads();
   return s_seq;
 }
-__device__ __forceinline__ SplitRange split_range(const Params& p, int b, int split) {
-  int seq = cta_seq_len(p, b);
-  seq = max(0, min(seq, p.max_seq_len));
+// This CTA's work (every thread of the CTA calls it once, before any role split, and gets the same
+// answer). One request (no schedule): split blockIdx.y of an even division of its tiles into
+// num_splits, every split writing its partial (or, empty, LSE -inf) for the combine. A batch: the
+// work item schedule.cuh ordered into slot (blockIdx.z, blockIdx.y), over the lengths it read once.
+__device__ __forceinline__ SplitRange split_range(const Params& p) {
+  if (p.sched_lens == nullptr) {
+    const int b = blockIdx.z, split = blockIdx.y;
+    const int seq = max(0, min(cta_seq_len(p, b), p.max_seq_len));
+    const int tiles = (seq + kTileS - 1) / kTileS;
+    const int per = (tiles + p.num_splits - 1) / p.num_splits;
+    const int t0 = split * per;
+    return SplitRange{b, split, seq, t0, max(0, min(tiles, t0 + per) - t0), p.num_splits == 1, true};
+  }
+  int b = blockIdx.z, c = blockIdx.y;
+  if (p.sched_items != nullptr) {
+    const int item = p.sched_items[blockIdx.z * p.num_splits + blockIdx.y];
+    if (item < 0) return SplitRange{0, 0, 0, 0, 0, true, false};
+    b = item >> 16;
+    c = item & 0xFFFF;
+  }
+  const int seq = p.sched_lens[b];
   const int tiles = (seq + kTileS - 1) / kTileS;
-  const int per = (tiles + p.num_splits - 1) / p.num_splits;
-  const int t0 = split * per;
-  return SplitRange{seq, t0, max(0, min(tiles, t0 + per) - t0)};
+  const int chunks = (tiles + p.chunk - 1) / p.chunk;
+  const int t0 = c * p.chunk;
+  const int n = max(0, min(tiles - t0, p.chunk));
+  return SplitRange{b, c, seq, t0, n, chunks <= 1, n > 0 || (c == 0 && chunks == 0)};
 }
 
 // Query rows [row0, row0 + valid) of request b into `sq` (ROWS rows, swizzled K-major blocks of
@@ -210,14 +236,14 @@ __device__ __forceinline__ float final_lse(float lse) { return lse == -INFINITY 
 
 template <bool F16>
 __device__ __forceinline__ void store_rows(const float* so, int stride, int rows, int row0, const float* slse,
-                                           const Params& p, int b, int split, int t, int nt) {
-  const int R = p.rows;
+                                           const Params& p, const SplitRange& sr, int t, int nt) {
+  const int R = p.rows, b = sr.b, split = sr.split;
   for (int idx = t; idx < rows * 64; idx += nt) {
     const int r = idx >> 6, c8 = idx & 63;
     const float4 x = *reinterpret_cast<const float4*>(so + r * stride + c8 * 8);
     const float4 y = *reinterpret_cast<const float4*>(so + r * stride + c8 * 8 + 4);
     const uint4 v = make_uint4(pack2<F16>(x.x, x.y), pack2<F16>(x.z, x.w), pack2<F16>(y.x, y.y), pack2<F16>(y.z, y.w));
-    if (p.num_splits == 1) {
+    if (sr.final_out) {
       uint16_t* dst = out_row(p, b, row0 + r) + c8 * 8;
       if (p.out_vec) {
         *reinterpret_cast<uint4*>(dst) = v;
@@ -234,7 +260,7 @@ __device__ __forceinline__ void store_rows(const float* so, int stride, int rows
     }
   }
   for (int r = t; r < rows; r += nt) {
-    if (p.num_splits == 1) {
+    if (sr.final_out) {
       if (p.lse != nullptr) p.lse[lse_index(p, b, row0 + r)] = final_lse(slse[r]);
     } else {
       p.ws_lse[(int64_t(b) * p.num_splits + split) * R + row0 + r] = slse[r];
@@ -249,7 +275,7 @@ constexpr int kOStageStride = 520;  // floats per staged row (conflict-free floa
 template <bool F16>
 __device__ __forceinline__ void stage_and_store_o64(float* so, const float (&o)[128], int col0, int q, int r0, int r1, float i0,
                                                     float i1, uint32_t math_bar, uint32_t& math_phase, int rows, int row0,
-                                                    const float* s_lse, const Params& p, int b, int split, int tid) {
+                                                    const float* s_lse, const Params& p, const SplitRange& sr, int tid) {
   const int cbase = col0 + 2 * q;
 #pragma unroll
   for (int j = 0; j < 32; ++j) {
@@ -257,14 +283,16 @@ __device__ __forceinline__ void stage_and_store_o64(float* so, const float (&o)[
     *reinterpret_cast<float2*>(so + r1 * kOStageStride + cbase + 8 * j) = make_float2(o[4 * j + 2] * i1, o[4 * j + 3] * i1);
   }
   mbar_sync(math_bar, math_phase);
-  store_rows<F16>(so, kOStageStride, rows, row0, s_lse, p, b, split, tid, kMathThreads);
+  store_rows<F16>(so, kOStageStride, rows, row0, s_lse, p, sr, tid, kMathThreads);
 }
 
-// An empty split (or seq_len 0): one split writes zeros and LSE = +inf (final_lse); a partial
-// writes only LSE = -inf, which tells the combine kernel to skip (never read) its partial O.
+// An empty split (or seq_len 0): a CTA that writes the output itself writes zeros and LSE = +inf
+// (final_lse); a partial writes only LSE = -inf, which tells the combine kernel to skip (never
+// read) its partial O.
 template <bool F16>
-__device__ __forceinline__ void write_empty(const Params& p, int b, int split, int row0, int rows, int t, int nt) {
-  if (p.num_splits == 1) {
+__device__ __forceinline__ void write_empty(const Params& p, const SplitRange& sr, int row0, int rows, int t, int nt) {
+  const int b = sr.b;
+  if (sr.final_out) {
     for (int idx = t; idx < rows * kNope; idx += nt) {
       const int r = idx / kNope, d = idx - r * kNope;
       out_row(p, b, row0 + r)[d] = 0;
@@ -272,7 +300,7 @@ __device__ __forceinline__ void write_empty(const Params& p, int b, int split, i
     if (p.lse != nullptr)
       for (int r = t; r < rows; r += nt) p.lse[lse_index(p, b, row0 + r)] = INFINITY;
   } else {
-    for (int r = t; r < rows; r += nt) p.ws_lse[(int64_t(b) * p.num_splits + split) * p.rows + row0 + r] = -INFINITY;
+    for (int r = t; r < rows; r += nt) p.ws_lse[(int64_t(b) * p.num_splits + sr.split) * p.rows + row0 + r] = -INFINITY;
   }
 }
 

@@ -136,7 +136,8 @@ mod live {
             let a = DeviceBuffer::from_host(&stream, &a_host).map_err(e)?;
             let x = DeviceBuffer::from_host(&stream, &x_host).map_err(e)?;
             let y = DeviceBuffer::alloc_zeroed(&stream, m * 4).map_err(e)?;
-            let mut ws = Workspace::new(&stream, SHAPE.workspace_bytes()).map_err(e)?;
+            let ws_bytes = SHAPE.workspace_bytes().map_err(e)?;
+            let mut ws = Workspace::new(&stream, ws_bytes).map_err(e)?;
             ensure(ws.to_host_vec(&stream).map_err(e)?.iter().all(|&b| b == 0), "new workspace reads all-zero")?;
             kernels.split_k_gemv(&a, &x, &y, SHAPE, &mut ws, &stream).map_err(e)?;
             let eager = y.to_host_vec::<f32>(&stream).map_err(e)?;
@@ -160,12 +161,12 @@ mod live {
             ensure(kinds == [NodeKind::Memset, NodeKind::Memset, NodeKind::Kernel], "the captured memsets and kernel are graph nodes (nothing escaped to another stream)")?;
             let exec = graph.instantiate().map_err(e)?;
             for step in 1..=3u64 {
-                ws.ensure_size(SHAPE.workspace_bytes() * (1 + step), &stream).map_err(e)?;
+                ws.ensure_size(ws_bytes * (1 + step), &stream).map_err(e)?;
             }
             ensure(ws.retired_count() == 3, "the workspace grew 3 times by retiring, never resizing")?;
             let mut churn = Vec::new();
             for _ in 0..8 {
-                let b = DeviceBuffer::alloc(&ctx, SHAPE.workspace_bytes() as usize * 3).map_err(e)?;
+                let b = DeviceBuffer::alloc(&ctx, ws_bytes as usize * 3).map_err(e)?;
                 b.memset_u32(0xDEAD_BEEF, &stream).map_err(e)?;
                 churn.push(b);
             }

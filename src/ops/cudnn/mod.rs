@@ -46,6 +46,7 @@ pub use nvfp4::{nvfp4_matmul, nvfp4_matmul_captured, nvfp4_workspace_size, Nvfp4
 
 use crate::driver::Context;
 use crate::error::{Error, Result};
+use crate::logging::Locked;
 use crate::sys::cudnn::backend::{self, ExecPlan, Handle, OpGraph, VariantPack};
 use crate::sys::cudnn::{self as sys, ffi as c, Api};
 use crate::sys::DeviceSpan;
@@ -151,10 +152,11 @@ pub struct Cudnn {
 }
 
 /// Runs a cuDNN call that may allocate device memory (creating a handle, building plans) unless
-/// a GLOBAL-mode capture is open in the process: then `StreamCapturing`, nothing called, as for
-/// graphsafe's own allocations (`driver::memory::outside_global_capture`).
+/// a graphsafe capture forbids allocating to this thread (a GLOBAL-mode one anywhere, a
+/// THREAD_LOCAL one of this thread): then `StreamCapturing`, nothing called, as for graphsafe's
+/// own allocations (`driver::captures::outside_forbidding_capture`).
 pub(crate) fn may_allocate<T>(f: impl FnOnce() -> Result<T>) -> Result<T> {
-    crate::driver::memory::outside_global_capture(f)
+    crate::driver::captures::outside_forbidding_capture(f)
 }
 
 static REGISTRY: Lazy<Mutex<Vec<Arc<Cudnn>>>> = Lazy::new(|| Mutex::new(Vec::new()));
@@ -171,7 +173,7 @@ impl Cudnn {
     /// and with it `ctx`, lives until the process exits (an adopted context must too).
     pub fn new(ctx: &Arc<Context>) -> Result<Arc<Cudnn>> {
         let api = sys::api()?;
-        let mut reg = REGISTRY.lock().unwrap_or_else(|e| e.into_inner());
+        let mut reg = Locked::new(REGISTRY.lock().unwrap_or_else(|e| e.into_inner()));
         if let Some(d) = reg.iter().find(|d| d.ctx.raw() == ctx.raw()) {
             return Ok(d.clone());
         }
@@ -225,10 +227,11 @@ impl Cudnn {
         self.api.last_error_string()
     }
 
-    fn lock(&self) -> MutexGuard<'_, State> {
+    fn lock(&self) -> Locked<MutexGuard<'_, State>> {
         // A panic while holding the lock cannot leave the cache inconsistent (inserts are single
-        // operations), so a poisoned lock is still usable.
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+        // operations), so a poisoned lock is still usable. Counted (`crate::logging`): cuDNN's
+        // failures are logged while plans are built under it.
+        Locked::new(self.state.lock().unwrap_or_else(|e| e.into_inner()))
     }
 
     /// The key of `op` on this device.
@@ -288,18 +291,14 @@ impl Cudnn {
             s.handle.set_stream(stream)?;
             s.stream = stream as usize;
         }
-        let mut pack = plan.last_pack.lock().unwrap_or_else(|e| e.into_inner());
+        let mut pack = Locked::new(plan.last_pack.lock().unwrap_or_else(|e| e.into_inner()));
         s.handle.execute(&plan.exec, ptrs, ws, &mut pack)
     }
 
     /// Checks that `stream_ctx` is this device's context.
     pub(crate) fn same_context(&self, stream_ctx: &Context) -> Result<()> {
         if stream_ctx.raw() != self.ctx.raw() {
-            return Err(Error::invalid(
-                "stream",
-                format!("a stream on the cuDNN handle's device {}", self.ctx.device().ordinal()),
-                format!("a stream on device {}", stream_ctx.device().ordinal()),
-            ));
+            return Err(Error::other_context("stream", "a stream", "the cuDNN handle's", self.ctx.raw(), stream_ctx.raw()));
         }
         Ok(())
     }

@@ -241,7 +241,7 @@ impl<M: DeviceMemory> Nvfp4MatmulArgs<M> {
                 return Err(Error::invalid(format!("{name}.address"), format!("{TENSOR_ALIGNMENT}-byte aligned"), format!("{:#x}", mem.device_ptr())));
             }
             if !ctx.is_null() && mem.context_raw() != ctx {
-                return Err(Error::invalid(format!("{name}.device"), "memory on the stream's device", "memory of another device/context"));
+                return Err(Error::other_context(format!("{name}.device"), "memory", "the stream's", ctx, mem.context_raw()));
             }
         }
         let want: Vec<Option<usize>> = if self.c.shape.len() == 2 { vec![Some(p.m), Some(p.n)] } else { vec![Some(p.batch), Some(p.m), Some(p.n)] };

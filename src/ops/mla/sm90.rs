@@ -45,7 +45,9 @@ pub struct Plan {
     pub sm_count: u32,
     /// KV splits.
     pub num_splits: u32,
-    /// Workspace bytes (partial O and LSE; 0 for one split).
+    /// Workspace bytes: partial O and LSE for more than one split, a batch's work schedule (its
+    /// lengths and the order of its work items) for more than one request; 0 for one request in
+    /// one split.
     pub workspace_bytes: u64,
 }
 
@@ -100,13 +102,14 @@ pub fn plan(dtype: KvDtype, num_heads: i64, s_q: i64, batch: i64, max_seq_len: i
 /// more splits, so the workspace is not monotone in `s_q`.)
 ///
 /// Why it is exact and bounded (`cuda-src/mla/sm90/plan.cu` has the rule):
-/// * the workspace is 0 for one split and grows with batch × splits otherwise; the rule depends
-///   on the length only through its 64-token tile count `T`;
+/// * the workspace grows with batch × splits (partials for splits > 1, the schedule for batch > 1);
+///   the rule depends on the length only through its 64-token tile count `T`;
 /// * an explicit count is allowed for a length iff it is at most `min(256, T)`, whatever the
 ///   batch, so `(max_batch, max_seq_len)` needs the most;
 /// * with the default, a batch whose split cap `ceil(2·sm_count / C)` is below 2 (`C` = CTAs per
-///   split, growing with batch) always gets one split, so only batches below `2·sm_count` are
-///   looked at; and for one batch, every split count the rule picks for some `T` it also picks for
+///   split, growing with batch) always gets one split, whose workspace (the schedule alone) grows
+///   with the batch, so `(max_batch, max_seq_len)` covers those and only batches below
+///   `2·sm_count` are looked at; and for one batch, every split count the rule picks for some `T` it also picks for
 ///   exactly that many tiles (the proof is in plan.cu), so the most splits over `T ≤ T_max` is
 ///   the most over `T ≤ min(T_max, 256, cap)`, scanned from the top until `T` is no larger than
 ///   the best found.
@@ -143,7 +146,7 @@ fn worst_case_rows(dtype: KvDtype, num_heads: i64, s_q: i64, max_batch: i64, max
     for b in 1..=max_batch {
         let cap = up(2 * sm as i64, b * groups);
         if cap < 2 {
-            break; // and so for every larger batch: one split, no workspace
+            break; // and so for every larger batch: one split, the schedule alone (`top` has the most)
         }
         let mut most: Option<Plan> = None;
         for t in (1..=cap.min(MAX_SPLITS).min(tiles)).rev() {

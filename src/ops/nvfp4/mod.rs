@@ -153,7 +153,7 @@ impl<M: DeviceMemory> Nvfp4Matrix<M> {
                 return Err(Error::invalid(format!("{name}.{part}.address"), format!("{align}-byte aligned"), format!("{:#x}", mem.device_ptr())));
             }
             if !ctx.is_null() && mem.context_raw() != ctx {
-                return Err(Error::invalid(format!("{name}.{part}.device"), "memory on the stream's device", "memory of another device"));
+                return Err(Error::other_context(format!("{name}.{part}.device"), "memory", "the stream's", ctx, mem.context_raw()));
             }
         }
         Ok(())
@@ -222,7 +222,7 @@ pub(crate) fn scalar<M: DeviceMemory>(name: &str, m: &M, ctx: c::CUcontext) -> R
         return Err(Error::invalid(name, "a 4-byte aligned device f32", format!("{} bytes at {:#x}", m.len(), m.device_ptr())));
     }
     if !ctx.is_null() && m.context_raw() != ctx {
-        return Err(Error::invalid(format!("{name}.device"), "memory on the stream's device", "memory of another device"));
+        return Err(Error::other_context(format!("{name}.device"), "memory", "the stream's", ctx, m.context_raw()));
     }
     Ok(())
 }

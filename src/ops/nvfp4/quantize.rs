@@ -138,6 +138,8 @@ pub fn global_scale(x: &Tensor<&DeviceBuffer>, out: &DeviceBuffer, stream: &Stre
     let ch = Check { name: "x", t: x };
     ch.dtype(&[DType::Bf16, DType::Fp16])?.contiguous()?.aligned(16)?.in_bounds()?.device(ctx.raw())?;
     scalar("out", &out, ctx.raw())?;
+    // The glue zeroes `out` before its amax kernel reads `x`.
+    refuse_overlap(("out", mem_range(&out, 4)), ("x", x.byte_range()))?;
     let n = x.shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d)).ok_or_else(|| Error::invalid("x.shape", "a tensor that fits in memory", format!("{:?}", x.shape)))?;
     if n == 0 {
         return Err(Error::invalid("x.shape", "at least one element", format!("{:?}", x.shape)));

@@ -106,7 +106,7 @@ pub(crate) fn w4a16_on<M: DeviceMemory, W: DeviceMemory>(a: &Tensor<M>, w: Weigh
     let (m, ka) = check_matrix("a", a, &[DType::Bf16], ctx.raw())?;
     let (dm, dn) = check_matrix("d", d, &[DType::Bf16], ctx.raw())?;
     if w.mem.context_raw() != ctx.raw() {
-        return Err(Error::invalid("w.device", "a weight prepared on the stream's device", "one of another device"));
+        return Err(Error::other_context("w.device", "a weight", "the stream's", ctx.raw(), w.mem.context_raw()));
     }
     if ka != w.k {
         return Err(Error::invalid("a.shape[1] (k)", format!("{}, the weight's k", w.k), ka));

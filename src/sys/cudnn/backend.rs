@@ -89,7 +89,7 @@ impl Drop for Handle {
             check(self.api, unsafe { (f.f)(self.raw) }, f.name)
         });
         if let Err(e) = r {
-            log::error!("graphsafe: cudnnDestroy failed in drop: {e}");
+            crate::logging::error(format!("graphsafe: cudnnDestroy failed in drop: {e}"));
         }
     }
 }
@@ -143,7 +143,7 @@ impl Descriptor {
         let f = self.api.cudnnBackendSetAttribute()?;
         // SAFETY: the caller's contract covers `data`; the descriptor is live.
         let r = unsafe { (f.f)(self.raw, name, ty, count as i64, data) };
-        check(self.api, r, f.name).inspect_err(|_| log::debug!("graphsafe: setting cuDNN attribute {} failed", name.0))
+        check(self.api, r, f.name).inspect_err(|_| crate::logging::debug(|| format!("graphsafe: setting cuDNN attribute {} failed", name.0)))
     }
 
     pub fn set_i64s(&self, name: Attr, v: &[i64]) -> Result<()> {
@@ -255,7 +255,7 @@ impl Drop for Descriptor {
             check(self.api, unsafe { (f.f)(self.raw) }, f.name)
         });
         if let Err(e) = r {
-            log::error!("graphsafe: cudnnBackendDestroyDescriptor failed in drop: {e}");
+            crate::logging::error(format!("graphsafe: cudnnBackendDestroyDescriptor failed in drop: {e}"));
         }
     }
 }

@@ -183,9 +183,7 @@ pub fn check(api: &Api, status: c::cudnnStatus_t, call: &'static str) -> Result<
     if status == c::cudnnStatus_t::CUDNN_STATUS_SUCCESS {
         return Ok(());
     }
-    if log::log_enabled!(log::Level::Debug) {
-        log::debug!("graphsafe: cuDNN {call}: {} ({})", api.status_string(status), api.last_error_string());
-    }
+    crate::logging::debug(|| format!("graphsafe: cuDNN {call}: {} ({})", api.status_string(status), api.last_error_string()));
     Err(Error::Cudnn { call, status: status.0 as i32 })
 }
 
