@@ -61,10 +61,11 @@ impl DeviceBuffer {
     /// kernels (invariant 10). Ordering the engine's own kernels on the memory with graphsafe's
     /// work (stream order, or an event) stays the engine's job, as for graphsafe's own buffers.
     ///
-    /// `owner` is dropped on an arbitrary thread (the one that drops the last holder, or one that
-    /// ends a capture, when a free had to wait for it), with `ctx` current and the capture mode
-    /// relaxed; its `Drop` must not call into graphsafe (that could wait on the lock the free runs
-    /// under), and work it enqueues must not go to a stream that may be capturing.
+    /// `owner` is dropped once, on whichever thread gives the memory back (the one that drops the
+    /// last holder, or a later free or synchronize of the context when the wait had to be put
+    /// off), with `ctx` current and the capture mode relaxed. Its `Drop` runs inside graphsafe's
+    /// release path, so it should not call back into graphsafe, and work it enqueues must not go
+    /// to a stream that may be capturing.
     ///
     /// # Example
     ///
