@@ -363,12 +363,12 @@ typedef struct {
    */
   int kv_format;
   /**
-   * Query heads, 1..=128 (128 on sm_100).
+   * Query heads, 1..=128 (sm_100 pads fewer to 128 inside its workspace, which the plan counts).
    */
   int num_heads;
   /**
-   * Query tokens per request, 1..=16 (1 on sm_100); 0 is read as 1. A worst case covers every
-   * count up to it.
+   * Query tokens per request, 1..=16; 0 is read as 1 (sm_100: batch x s_q at most 65535). A
+   * worst case covers every count up to it.
    */
   int s_q;
   /**
@@ -432,11 +432,13 @@ typedef struct {
    */
   int batch;
   /**
-   * Query heads, 1..=128 (128 on sm_100), with any KV-cache format.
+   * Query heads, 1..=128, with any KV-cache format (sm_100 pads fewer to 128 inside its
+   * workspace).
    */
   int num_heads;
   /**
-   * Query tokens per request (MTP / speculative decode), 1..=16 (1 on sm_100); 0 is read as 1.
+   * Query tokens per request (MTP / speculative decode), 1..=16; 0 is read as 1. (sm_100 runs
+   * each token as a request of its own: batch x s_q at most 65535.)
    */
   int s_q;
   /**
@@ -506,9 +508,10 @@ typedef struct {
    */
   int max_pages;
   /**
-   * [batch, s_q, heads, 512] output (bf16, or fp16 for fp16 input). On sm100, when the plan
-   * splits the sequence (single requests only), out_stride_head must be 512: CUTLASS's split
-   * reduction writes densely (INVALID_ARGUMENT otherwise; or ask for num_splits 1).
+   * [batch, s_q, heads, 512] output (bf16, or fp16 for fp16 input). On sm100 with one token of
+   * 128 heads, when the plan splits the sequence (single requests only), out_stride_head must
+   * be 512: CUTLASS's split reduction writes densely (INVALID_ARGUMENT otherwise; or ask for
+   * num_splits 1). Other shapes take any strides there (graphsafe copies out of its staging).
    */
   uint64_t out;
   /**
@@ -1218,7 +1221,7 @@ int graphsafe_mla_decode_captured(const GraphsafeMlaDecodeArgs *args,
  * `[num_pages, page_size, 576]` for GRAPHSAFE_MLA_KV_FP8_PER_TENSOR (with `kv->kv_scale` the
  * address of its f32 scale) and bytes `[num_pages, page_size, GRAPHSAFE_MLA_DS_MLA_TOKEN_BYTES]`
  * for GRAPHSAFE_MLA_KV_FP8_DS_MLA; an fp8 format needs GRAPHSAFE_DTYPE_BF16 q (bf16 output), a
- * head count the sm_90 kernel takes (a multiple of 16 in 16..=128) and an sm_90 device (else GRAPHSAFE_ERROR_INVALID_ARGUMENT naming the argument;
+ * head count in 1..=128 and an sm_90 device (else GRAPHSAFE_ERROR_INVALID_ARGUMENT naming the argument;
  * the format, its scale address, dtype and heads are checked before any handle is looked up).
  * Workspace as graphsafe_mla_plan_kv says. `plan` (nullable) receives what ran. BUSY while the
  * stream is capturing or `ws` is bound to an open capture. Thread-safe (calls on one workspace
