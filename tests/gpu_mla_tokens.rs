@@ -427,7 +427,7 @@ fn a_batch_runs_each_work_item_once_longest_first() {
         (vec![4096, 20, 0, 900, 130, 4000, 1, 64, 65, 2049], 128usize, 1u32),
         (vec![4096, 20, 0, 900, 130, 4000, 1, 64, 65, 2049], 16, 3),
         (vec![100, 5000, -3, 77, 5000, 64], 64, 8),
-        ((0..300).map(|i| (i * 37 % 1000) as i32).collect(), 32, 2),
+        ((0..300i32).map(|i| i * 37 % 1000).collect(), 32, 2),
     ] {
         let s = Shape { cache: Cache::Native(KvDtype::Bf16), heads, s_q: 1, causal: false, page: 64, seq_lens, splits: Some(splits), seed: 3 };
         let p = build(&stream, &s);

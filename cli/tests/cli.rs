@@ -89,6 +89,27 @@ fn plan_mla_json_is_machine_readable() {
 }
 
 #[test]
+fn plan_mla_for_blackwell_pads_heads_and_expands_tokens() {
+    // 16 heads (TP 8), 2 tokens (MTP): CUTLASS runs batch x 2 requests of 128 heads, one split
+    // each (more than one request), over staging in the workspace.
+    let args = ["plan", "mla", "--arch", "sm_100", "--heads", "16", "--s-q", "2", "--batch", "1,64", "--seq-len", "1000", "--sm-count", "148", "--json"];
+    let out = graphsafe(&args);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!((v["heads"].as_u64(), v["s_q"].as_u64()), (Some(16), Some(2)));
+    // Lengths, kernel lengths, 8 tiles x 2 pages of page table per kernel request, LSE staging
+    // [B', 128] f32, q staging [B', 128, 576] bf16, out staging [B', 128, 512] bf16; 256-aligned.
+    let bytes = |kb: u64| 2 * (4 * kb).div_ceil(256) * 256 + (4 * kb * 16).div_ceil(256) * 256 + 512 * kb + 128 * 576 * 2 * kb + 128 * 512 * 2 * kb;
+    assert_eq!(v["plans"][0]["num_splits"], 1);
+    assert_eq!(v["plans"][0]["workspace_bytes"], bytes(2));
+    assert_eq!(v["plans"][1]["workspace_bytes"], bytes(128));
+    assert_eq!(v["pre_grow"]["workspace_bytes"], bytes(128));
+    assert_eq!(v["pre_grow"]["worst_batch"], 64);
+    let text = String::from_utf8(graphsafe(&args[..args.len() - 1]).stdout).unwrap();
+    assert!(text.contains("16 heads (padded to 128), 2 query tokens a request (run as 2 requests)"), "{text}");
+}
+
+#[test]
 fn plan_mla_for_hopper_uses_graphsafes_kernel() {
     let out = graphsafe(&["plan", "mla", "--arch", "sm_90", "--heads", "16", "--batch", "1,64", "--seq-len", "4096", "--sm-count", "132", "--json"]);
     assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
@@ -202,8 +223,9 @@ fn bad_arguments_exit_2_with_one_line() {
         &["plan", "mla", "--arch", "sm_90", "--heads", "129", "--batch", "1", "--seq-len", "10", "--sm-count", "10"],
         &["plan", "mla", "--arch", "sm_90", "--heads", "16", "--s-q", "17", "--batch", "1", "--seq-len", "10", "--sm-count", "10"],
         &["plan", "mla", "--arch", "sm_90", "--heads", "16", "--s-q", "0", "--batch", "1", "--seq-len", "10", "--sm-count", "10"],
-        &["plan", "mla", "--arch", "sm_100", "--s-q", "2", "--batch", "1", "--seq-len", "10", "--sm-count", "10"],
-        &["plan", "mla", "--arch", "sm_100", "--heads", "64", "--batch", "1", "--seq-len", "10", "--sm-count", "10"],
+        &["plan", "mla", "--arch", "sm_100", "--s-q", "17", "--batch", "1", "--seq-len", "10", "--sm-count", "10"],
+        &["plan", "mla", "--arch", "sm_100", "--heads", "0", "--batch", "1", "--seq-len", "10", "--sm-count", "10"],
+        &["plan", "mla", "--arch", "sm_100", "--heads", "16", "--s-q", "2", "--batch", "32768", "--seq-len", "10", "--sm-count", "10"],
         &["plan", "mla", "--batch", "1", "--seq-len", "10", "--sm-count", "10", "--page-size", "48"],
         &["plan", "mla", "--arch", "sm_90", "--heads", "16", "--batch", "1", "--seq-len", "10", "--sm-count", "10", "--page-size", "16"],
         &["plan", "mla", "--batch", "65536", "--seq-len", "10", "--sm-count", "10"],

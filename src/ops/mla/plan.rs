@@ -124,8 +124,10 @@ pub(crate) fn check(arch: MlaArch, l: &MlaLimits) -> Result<()> {
     if l.s_q == 0 || l.s_q as usize > MAX_S_Q {
         return Err(Error::invalid("s_q", format!("1..={MAX_S_Q} query tokens per request"), l.s_q));
     }
-    if arch == MlaArch::Sm100 && (l.num_heads as usize != NUM_HEADS || l.s_q != 1) {
-        return Err(Error::invalid("num_heads, s_q", format!("{NUM_HEADS} heads of one token on sm_100"), format!("{} heads, {} tokens", l.num_heads, l.s_q)));
+    if arch == MlaArch::Sm100 {
+        // CUTLASS runs each query token as a request of its own (sm100.rs, "Shapes CUTLASS does
+        // not take"): the batch it sees is batch x s_q.
+        sm100_shape(l).kernel_batch()?;
     }
     match arch {
         MlaArch::Sm90 if l.page_size != 64 && l.page_size != 128 => Err(Error::invalid("page_size", "64 or 128 on sm_90", l.page_size)),
@@ -147,7 +149,7 @@ pub fn plan(arch: MlaArch, l: &MlaLimits) -> Result<MlaDecodePlan> {
             (p.num_splits, p.workspace_bytes)
         }
         MlaArch::Sm100 => {
-            let p = sm100::plan(l.dtype, l.batch.into(), l.max_seq_len.into(), l.page_size.into(), l.sm_count.into(), requested)?;
+            let p = sm100::plan(&sm100_shape(l), requested)?;
             (p.num_splits, p.workspace_bytes)
         }
     };
@@ -167,11 +169,16 @@ pub fn worst_case(arch: MlaArch, l: &MlaLimits) -> Result<MlaDecodePlan> {
             plan_of(arch, &shape, p.num_splits, p.workspace_bytes)
         }
         MlaArch::Sm100 => {
-            let p = sm100::worst_case(l.dtype, l.batch.into(), l.max_seq_len.into(), l.page_size.into(), l.sm_count.into(), requested)?;
-            let shape = MlaLimits { batch: p.batch, max_seq_len: p.max_seq_len, ..*l };
+            let p = sm100::worst_case(&sm100_shape(l), requested)?;
+            let shape = MlaLimits { batch: p.batch, s_q: p.s_q, max_seq_len: p.max_seq_len, ..*l };
             plan_of(arch, &shape, p.num_splits, p.workspace_bytes)
         }
     })
+}
+
+/// The sm100 planner's shape for `l` (heads and tokens included: it pads and expands them).
+fn sm100_shape(l: &MlaLimits) -> sm100::Shape {
+    sm100::Shape::new(l.dtype, l.batch.into(), l.max_seq_len.into(), l.page_size.into(), l.sm_count.into()).with_heads(l.num_heads.into()).with_s_q(l.s_q.into())
 }
 
 fn plan_of(arch: MlaArch, l: &MlaLimits, num_splits: u32, workspace_bytes: u64) -> MlaDecodePlan {
