@@ -440,7 +440,7 @@ fn a_batch_runs_each_work_item_once_longest_first() {
         assert_eq!(plan.num_splits, splits);
         let bytes = ws.to_host_vec(&stream).unwrap();
         let (b, sp, rows) = (p.batch, splits as usize, heads);
-        let partials = if sp > 1 { r256(b * sp * rows * 1024) + r256(b * sp * rows * 4) } else { 0 };
+        let partials = if sp > 1 { r256(b * sp * rows * 2048) + r256(b * sp * rows * 4) } else { 0 };
         let word = |off: usize| i32::from_le_bytes(bytes[off..off + 4].try_into().unwrap());
         let got_lens: Vec<i32> = (0..b).map(|i| word(partials + 4 * i)).collect();
         let got_items: Vec<i32> = (0..b * sp).map(|i| word(partials + r256(4 * b) + 4 * i)).collect();

@@ -348,7 +348,7 @@ fn adapted_worst_case_equals_the_brute_force_maximum() {
 // ---- graphsafe's sm90 kernel ------------------------------------------------------------------
 // Closed form (cuda-src/mla/sm90/plan.cu): R = s_q·heads query rows; T = ceil(seq/64);
 // C = B·ceil(R/64); cap = max(1, min(256, T, ceil(2·sm/C))); splits = the smallest s in 1..=cap
-// minimising ceil(C·s/sm)·ceil(T/s). Workspace: for splits > 1 round256(2·B·s·R·512) +
+// minimising ceil(C·s/sm)·ceil(T/s). Workspace: for splits > 1 round256(4·B·s·R·512) +
 // round256(4·B·s·R) (partials), then for B > 1 round256(4·B) + round256(4·B·s) (the schedule).
 
 use graphsafe::ops::mla::sm90;
@@ -361,7 +361,7 @@ fn sm90_closed_form(b: i64, h: i64, s_q: i64, seq: i64, sm: i64) -> (u32, u64) {
     let s = (1..=cap).min_by_key(|&s| (cd(c * s, sm) * cd(t, s), s)).unwrap();
     let r = |x: u64| x.div_ceil(256) * 256;
     let rows = (b * s * s_q * h) as u64;
-    let partials = if s > 1 { r(rows * 512 * 2) + r(rows * 4) } else { 0 };
+    let partials = if s > 1 { r(rows * 512 * 4) + r(rows * 4) } else { 0 };
     let schedule = if b > 1 { r(4 * b as u64) + r(4 * (b * s) as u64) } else { 0 };
     (s as u32, partials + schedule)
 }

@@ -237,7 +237,7 @@ fn m90_splits(b: i64, rows: i64, seq: i64, sm: i64, req: Option<i64>) -> Option<
 
 fn m90_workspace(b: i64, rows: i64, s: u128) -> u128 {
     let partial_rows = b as u128 * s * rows as u128;
-    let partials = if s > 1 { r256(partial_rows * 512 * 2) + r256(partial_rows * 4) } else { 0 };
+    let partials = if s > 1 { r256(partial_rows * 512 * 4) + r256(partial_rows * 4) } else { 0 };
     // A batch's work schedule: the lengths read once and the items' order.
     let schedule = if b > 1 { r256(4 * b as u128) + r256(4 * b as u128 * s) } else { 0 };
     partials + schedule

@@ -38,9 +38,9 @@ fn the_pre_grow_covers_every_row_printed_with_explicit_splits() {
     // Issue 5's case: 256 explicit splits needed 4,303,355,904 bytes at batch 64 (fp32 partials)
     // while the pre-grow line said 45,176,832 (the default rule's worst case).
     let (rows, pre) = rows_and_pre_grow(&["plan", "mla", "--arch", "sm_90", "--batch", "1,64", "--seq-len", "65536", "--sm-count", "132", "--splits", "256", "--json"]);
-    // 64 x 256 x 128 rows, each a 512-value partial O in the output dtype and an fp32 LSE, then
-    // the batch's schedule: 64 lengths and 64 x 256 work items (int32, each region 256-aligned).
-    assert_eq!(rows[1], 2_097_152 * 1028 + 256 + 65_536);
+    // 64 x 256 x 128 rows, each a 512-value fp32 partial O and an fp32 LSE, then the batch's
+    // schedule: 64 lengths and 64 x 256 work items (int32, each region 256-aligned).
+    assert_eq!(rows[1], 2_097_152 * 2052 + 256 + 65_536);
     assert!(rows.iter().all(|&r| r <= pre), "{rows:?} > {pre}");
     assert_eq!(pre, rows[1]);
     let (rows, pre) = rows_and_pre_grow(&["plan", "mla", "--batch", "1", "--seq-len", "65536", "--sm-count", "148", "--splits", "3", "--json"]);

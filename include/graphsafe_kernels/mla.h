@@ -380,7 +380,7 @@ int gs_mla_sm90_num_splits(int32_t batch, int32_t num_heads, int32_t s_q, int32_
 
 /**
  * Workspace bytes of the sm90 decode: for splits > 1, partial O [batch, splits, s_q * num_heads,
- * 512] in the output dtype (2 bytes each) then fp32 partial LSE [batch, splits, s_q * num_heads];
+ * 512] fp32 then fp32 partial LSE [batch, splits, s_q * num_heads];
  * for batch > 1 its work schedule, int32 [batch] lengths then int32 [batch, splits] work items;
  * each region 256-byte aligned (cuda-src/mla/sm90/workspace.h); 0 for one request in one split.
  */

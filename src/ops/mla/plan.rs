@@ -141,7 +141,7 @@ pub(crate) fn check(arch: MlaArch, l: &MlaLimits) -> Result<()> {
 pub fn plan(arch: MlaArch, l: &MlaLimits) -> Result<MlaDecodePlan> {
     check(arch, l)?;
     let requested = l.num_splits.map(i64::from);
-    // The workspace does not depend on the cache format (partials are in the output dtype), so
+    // The workspace does not depend on the cache format (partials are fp32), so
     // the fp8 formats plan as bf16 (their queries' and output's type).
     let (num_splits, workspace_bytes) = match arch {
         MlaArch::Sm90 => {
