@@ -12,7 +12,7 @@ fn main() -> graphsafe::Result<()> {
     let page_size = *args.get(3).unwrap_or(&64);
     let mut planner = WorkspacePlanner::new();
     for dtype in KvDtype::ALL {
-        let w = sm100::worst_case(dtype, max_batch, max_seq, page_size, sms, None)?;
+        let w = sm100::worst_case(&sm100::Shape::new(dtype, max_batch, max_seq, page_size, sms), None)?;
         planner.require(format!("mla {dtype} batch {} seq {} ({} splits)", w.batch, w.max_seq_len, w.num_splits), w.workspace_bytes);
     }
     let worst = planner.worst().expect("three requirements were added");

@@ -366,12 +366,12 @@ typedef struct {
    */
   int kv_format;
   /**
-   * Query heads, 1..=128 (128 on sm_100).
+   * Query heads, 1..=128 (sm_100 pads fewer to 128 inside its workspace, which the plan counts).
    */
   int num_heads;
   /**
-   * Query tokens per request, 1..=16 (1 on sm_100); 0 is read as 1. A worst case covers every
-   * count up to it.
+   * Query tokens per request, 1..=16; 0 is read as 1 (sm_100: batch x s_q at most 65535). A
+   * worst case covers every count up to it.
    */
   int s_q;
   /**
@@ -435,11 +435,13 @@ typedef struct {
    */
   int batch;
   /**
-   * Query heads, 1..=128 (128 on sm_100), with any KV-cache format.
+   * Query heads, 1..=128, with any KV-cache format (sm_100 pads fewer to 128 inside its
+   * workspace).
    */
   int num_heads;
   /**
-   * Query tokens per request (MTP / speculative decode), 1..=16 (1 on sm_100); 0 is read as 1.
+   * Query tokens per request (MTP / speculative decode), 1..=16; 0 is read as 1. (sm_100 runs
+   * each token as a request of its own: batch x s_q at most 65535.)
    */
   int s_q;
   /**
@@ -509,9 +511,10 @@ typedef struct {
    */
   int max_pages;
   /**
-   * [batch, s_q, heads, 512] output (bf16, or fp16 for fp16 input). On sm100, when the plan
-   * splits the sequence (single requests only), out_stride_head must be 512: CUTLASS's split
-   * reduction writes densely (INVALID_ARGUMENT otherwise; or ask for num_splits 1).
+   * [batch, s_q, heads, 512] output (bf16, or fp16 for fp16 input). On sm100 with one token of
+   * 128 heads, when the plan splits the sequence (single requests only), out_stride_head must
+   * be 512: CUTLASS's split reduction writes densely (INVALID_ARGUMENT otherwise; or ask for
+   * num_splits 1). Other shapes take any strides there (graphsafe copies out of its staging).
    */
   uint64_t out;
   /**

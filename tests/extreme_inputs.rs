@@ -261,9 +261,11 @@ fn mla_planners_never_panic() {
     for _ in 0..5_000 {
         let (b, s, sm, req, h, page, q) = (e.i64(), e.i64(), e.i64(), e.i64(), e.i64(), e.i64(), e.i64());
         // Bounded inputs only for the worst-case scans (their time grows with the batch).
-        no_panic("sm100::plan", || sm100::plan(KvDtype::Bf16, b, s, page, sm, Some(req)).map(drop).unwrap_or(()));
-        no_panic("sm100::plan (default splits)", || sm100::plan(KvDtype::Fp8E4m3, b, s, page, sm, None).map(drop).unwrap_or(()));
-        no_panic("sm100::workspace_bytes", || sm100::workspace_bytes(KvDtype::Bf16, b, s, page, sm, req).map(drop).unwrap_or(()));
+        let shape = |dtype| sm100::Shape::new(dtype, b, s, page, sm).with_heads(h).with_s_q(q);
+        no_panic("sm100::plan", || sm100::plan(&shape(KvDtype::Bf16), Some(req)).map(drop).unwrap_or(()));
+        no_panic("sm100::plan (default splits)", || sm100::plan(&shape(KvDtype::Fp8E4m3), None).map(drop).unwrap_or(()));
+        no_panic("sm100::workspace_bytes", || sm100::workspace_bytes(&shape(KvDtype::Bf16), req).map(drop).unwrap_or(()));
+        no_panic("sm100::layout", || sm100::layout(&shape(KvDtype::Fp16), req).map(drop).unwrap_or(()));
         no_panic("sm90::plan", || sm90::plan(KvDtype::Bf16, h, q, b, s, sm, Some(req)).map(drop).unwrap_or(()));
         no_panic("sm90::plan (default splits)", || sm90::plan(KvDtype::Fp16, h, q, b, s, sm, None).map(drop).unwrap_or(()));
         no_panic("sm90::workspace_bytes", || sm90::workspace_bytes(b, h, q, req).map(drop).unwrap_or(()));

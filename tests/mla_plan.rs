@@ -13,9 +13,10 @@
 //! * After CUTLASS's part (rounded up to 256), graphsafe's sanitize region
 //!   (include/graphsafe_kernels/mla.h): i32 lengths [B], i32 kernel lengths [B], the i32 page
 //!   table [B, T·128/page] and, with more than one split, an f32 LSE scratch [B, 128], each
-//!   rounded up to 256.
+//!   rounded up to 256. (That is a direct decode, one token of 128 heads; the shapes CUTLASS does
+//!   not take are below.)
 
-use graphsafe::ops::mla::sm100::{self, Scheduler};
+use graphsafe::ops::mla::sm100::{self, Scheduler, Shape};
 use graphsafe::ops::mla::KvDtype;
 use graphsafe::Error;
 
@@ -57,7 +58,7 @@ fn splits_and_workspace_match_closed_form_on_a_grid() {
                 assert_eq!(splits, closed_form_splits(b, seq, sm), "splits for b={b} seq={seq} sm={sm}");
                 for dtype in KvDtype::ALL {
                     for &page in PAGES {
-                        let ws = sm100::workspace_bytes(dtype, b, seq, page, sm, splits as i64).unwrap();
+                        let ws = sm100::workspace_bytes(&Shape::new(dtype, b, seq, page, sm), splits as i64).unwrap();
                         assert_eq!(ws, closed_form_workspace(b, seq, page, splits), "workspace for {dtype} b={b} seq={seq} page={page} sm={sm}");
                     }
                 }
@@ -71,13 +72,13 @@ fn splits_and_workspace_match_closed_form_on_a_grid() {
 #[test]
 fn workspace_for_explicit_splits_matches_closed_form() {
     for splits in 1..=16u32 {
-        let ws = sm100::workspace_bytes(KvDtype::Bf16, 1, 4096, 64, 148, splits as i64).unwrap();
+        let ws = sm100::workspace_bytes(&Shape::new(KvDtype::Bf16, 1, 4096, 64, 148), splits as i64).unwrap();
         assert_eq!(ws, closed_form_workspace(1, 4096, 64, splits));
     }
     for &b in &[2i64, 7] {
-        assert_eq!(sm100::workspace_bytes(KvDtype::Bf16, b, 4096, 64, 148, 1).unwrap(), closed_form_workspace(b, 4096, 64, 1));
+        assert_eq!(sm100::workspace_bytes(&Shape::new(KvDtype::Bf16, b, 4096, 64, 148), 1).unwrap(), closed_form_workspace(b, 4096, 64, 1));
         // A count the safety rule refuses has no workspace to size: the decode would refuse it.
-        assert!(matches!(sm100::workspace_bytes(KvDtype::Bf16, b, 4096, 64, 148, 2), Err(Error::InvalidArgument { .. })));
+        assert!(matches!(sm100::workspace_bytes(&Shape::new(KvDtype::Bf16, b, 4096, 64, 148), 2), Err(Error::InvalidArgument { .. })));
     }
 }
 
@@ -124,11 +125,11 @@ fn default_rule_never_leaves_a_split_without_kv_tiles() {
 #[test]
 fn batch_above_one_always_gets_one_split_and_the_persistent_scheduler() {
     for &b in &BATCHES[1..] {
-        let p = sm100::plan(KvDtype::Fp8E4m3, b, 163_840, 64, 148, None).unwrap();
+        let p = sm100::plan(&Shape::new(KvDtype::Fp8E4m3, b, 163_840, 64, 148), None).unwrap();
         assert_eq!((p.num_splits, p.scheduler), (1, Scheduler::Persistent));
         assert_eq!(p.workspace_bytes, p.sanitize_bytes, "one split: only the sanitize region");
     }
-    let p = sm100::plan(KvDtype::Bf16, 1, 65_536, 64, 148, None).unwrap();
+    let p = sm100::plan(&Shape::new(KvDtype::Bf16, 1, 65_536, 64, 148), None).unwrap();
     assert_eq!((p.num_splits, p.scheduler), (16, Scheduler::Individual));
 }
 
@@ -156,13 +157,13 @@ fn zero_or_negative_sizes_are_invalid_arguments_naming_the_argument() {
         ("batch", Box::new(|| sm100::num_splits(65_536, 10, 10, None))),
         ("max_seq_len", Box::new(|| sm100::num_splits(1, 2_147_483_521, 10, None))),
         ("sm_count", Box::new(|| sm100::num_splits(1, 10, 1025, None))),
-        ("max_batch", Box::new(|| sm100::worst_case(KvDtype::Bf16, 65_536, 10, 64, 10, None).map(|p| p.num_splits))),
+        ("max_batch", Box::new(|| sm100::worst_case(&Shape::new(KvDtype::Bf16, 65_536, 10, 64, 10), None).map(|p| p.num_splits))),
         ("batch", Box::new(|| sm100::num_splits(0, 10, 10, None))),
         ("batch", Box::new(|| sm100::num_splits(-3, 10, 10, None))),
         ("max_seq_len", Box::new(|| sm100::num_splits(1, 0, 10, None))),
         ("sm_count", Box::new(|| sm100::num_splits(1, 10, -1, None))),
-        ("num_splits", Box::new(|| sm100::workspace_bytes(KvDtype::Bf16, 1, 10, 64, 10, 0).map(|v| v as u32))),
-        ("max_seq_len", Box::new(|| sm100::workspace_bytes(KvDtype::Bf16, 1, i64::MAX, 64, 10, 1).map(|v| v as u32))),
+        ("num_splits", Box::new(|| sm100::workspace_bytes(&Shape::new(KvDtype::Bf16, 1, 10, 64, 10), 0).map(|v| v as u32))),
+        ("max_seq_len", Box::new(|| sm100::workspace_bytes(&Shape::new(KvDtype::Bf16, 1, i64::MAX, 64, 10), 1).map(|v| v as u32))),
     ];
     for (name, f) in cases {
         match f() {
@@ -179,13 +180,13 @@ fn planner_equals_the_brute_force_maximum_over_every_shape() {
         for b in 1..=max_batch {
             for seq in 1..=max_seq {
                 let s = sm100::num_splits(b, seq, sm, None).unwrap();
-                brute = brute.max(sm100::workspace_bytes(KvDtype::Bf16, b, seq, page, sm, s as i64).unwrap());
+                brute = brute.max(sm100::workspace_bytes(&Shape::new(KvDtype::Bf16, b, seq, page, sm), s as i64).unwrap());
             }
         }
-        let w = sm100::worst_case(KvDtype::Bf16, max_batch, max_seq, page, sm, None).unwrap();
+        let w = sm100::worst_case(&Shape::new(KvDtype::Bf16, max_batch, max_seq, page, sm), None).unwrap();
         assert_eq!(w.workspace_bytes, brute, "max_batch={max_batch} max_seq={max_seq} sm={sm} page={page}");
         // The reported shape really needs that much.
-        let again = sm100::plan(KvDtype::Bf16, w.batch as i64, w.max_seq_len as i64, page, sm, None).unwrap();
+        let again = sm100::plan(&Shape::new(KvDtype::Bf16, w.batch as i64, w.max_seq_len as i64, page, sm), None).unwrap();
         assert_eq!(again.workspace_bytes, w.workspace_bytes);
     }
 }
@@ -194,8 +195,8 @@ fn planner_equals_the_brute_force_maximum_over_every_shape() {
 fn worst_case_is_not_always_at_the_longest_sequence() {
     // 2048 tokens = 16 tiles → 16 splits; 2176 tokens = 17 tiles → 9 balanced splits. With
     // 128-token pages the page table grows by one column: not enough to make up 7 splits.
-    let at_max = sm100::plan(KvDtype::Bf16, 1, 2176, 128, 148, None).unwrap();
-    let w = sm100::worst_case(KvDtype::Bf16, 1, 2176, 128, 148, None).unwrap();
+    let at_max = sm100::plan(&Shape::new(KvDtype::Bf16, 1, 2176, 128, 148), None).unwrap();
+    let w = sm100::worst_case(&Shape::new(KvDtype::Bf16, 1, 2176, 128, 148), None).unwrap();
     assert_eq!(at_max.num_splits, 9);
     assert_eq!((w.num_splits, w.max_seq_len), (16, 2048));
     assert!(w.workspace_bytes > at_max.workspace_bytes);
@@ -205,24 +206,149 @@ fn worst_case_is_not_always_at_the_longest_sequence() {
 fn explicit_splits_enter_the_worst_case() {
     // The default would pick 16 at 65536 tokens; an engine that always asks for 4 needs less,
     // and one that asks for 16 at batch 1 needs exactly the batch-1 row.
-    let w4 = sm100::worst_case(KvDtype::Bf16, 1, 65_536, 64, 148, Some(4)).unwrap();
+    let w4 = sm100::worst_case(&Shape::new(KvDtype::Bf16, 1, 65_536, 64, 148), Some(4)).unwrap();
     assert_eq!((w4.num_splits, w4.workspace_bytes), (4, closed_form_workspace(1, 65_536, 64, 4)));
     // One split is allowed for every batch: the largest batch needs the most.
-    let w1 = sm100::worst_case(KvDtype::Bf16, 64, 65_536, 64, 148, Some(1)).unwrap();
+    let w1 = sm100::worst_case(&Shape::new(KvDtype::Bf16, 64, 65_536, 64, 148), Some(1)).unwrap();
     assert_eq!((w1.batch, w1.workspace_bytes), (64, closed_form_workspace(64, 65_536, 64, 1)));
     // More than one split only exists for batch 1; more than the cap for no shape at all.
-    let w = sm100::worst_case(KvDtype::Bf16, 64, 65_536, 64, 148, Some(8)).unwrap();
+    let w = sm100::worst_case(&Shape::new(KvDtype::Bf16, 64, 65_536, 64, 148), Some(8)).unwrap();
     assert_eq!((w.batch, w.num_splits), (1, 8));
-    match sm100::worst_case(KvDtype::Bf16, 64, 65_536, 64, 148, Some(17)) {
+    match sm100::worst_case(&Shape::new(KvDtype::Bf16, 64, 65_536, 64, 148), Some(17)) {
         Err(Error::InvalidArgument { what, .. }) => assert_eq!(what, "num_splits"),
         other => panic!("{other:?}"),
     }
 }
 
+// ---- sm100: shapes CUTLASS does not take ---------------------------------------------------------
+// CUTLASS runs one token of 128 heads a request (include/graphsafe_kernels/mla.h, "the shapes
+// graphsafe adapts"): s_q tokens run as B' = B·s_q requests (the split rule sees B'), fewer heads
+// are padded. An adapted decode's region adds, after the page table: the LSE staging [B', 128] f32
+// (also the split scratch), the q staging [B', 128, 576] in q's element size and the out staging
+// [B', 128, 512] 16-bit, each rounded up to 256.
+
+fn closed_form_adapted(elem: u64, kb: u64, seq: i64, page: i64, splits: u32) -> u64 {
+    let cutlass = if splits > 1 { (4 * 512 + 4) * 128 * splits as u64 * kb } else { 0 };
+    let t = (seq as u64).div_ceil(128);
+    r256(cutlass) + 2 * r256(4 * kb) + r256(4 * kb * t * (128 / page as u64)) + r256(512 * kb) + r256(kb * 128 * 576 * elem) + r256(kb * 128 * 512 * 2)
+}
+
+#[test]
+fn padded_heads_and_expanded_tokens_match_the_closed_form() {
+    let mut checked = 0;
+    for &b in &[1i64, 2, 3, 64, 128] {
+        for &(h, s_q) in &[(1i64, 1i64), (16, 1), (127, 1), (128, 2), (64, 4), (3, 16), (16, 2)] {
+            for &seq in &[1i64, 129, 4096, 65_536] {
+                for &page in &[16i64, 128] {
+                    for dtype in KvDtype::ALL {
+                        let shape = Shape::new(dtype, b, seq, page, 148).with_heads(h).with_s_q(s_q);
+                        let p = sm100::plan(&shape, None).unwrap();
+                        let kb = (b * s_q) as u64;
+                        assert_eq!((p.kernel_batch as u64, p.adapted), (kb, true), "{shape:?}");
+                        // The split rule is CUTLASS's, for its B' requests: only one request of one
+                        // token ever splits.
+                        assert_eq!(p.num_splits, closed_form_splits(kb as i64, seq, 148), "{shape:?}");
+                        let elem = dtype.size_bytes() as u64;
+                        assert_eq!(p.workspace_bytes, closed_form_adapted(elem, kb, seq, page, p.num_splits), "{shape:?}");
+                        // Padding costs the same whatever the head count: CUTLASS computes 128.
+                        let h2 = shape.with_heads(if h == 1 { 2 } else { 1 });
+                        if s_q > 1 || h2.num_heads != 128 {
+                            assert_eq!(sm100::plan(&h2, None).unwrap().workspace_bytes, p.workspace_bytes, "{shape:?}");
+                        }
+                        checked += 1;
+                    }
+                }
+            }
+        }
+    }
+    assert!(checked >= 800, "{checked}");
+}
+
+#[test]
+fn the_adapted_region_is_the_documented_one() {
+    for (dtype, b, h, s_q, seq, page, splits) in [(KvDtype::Bf16, 3i64, 16i64, 2i64, 1000i64, 64i64, 1i64), (KvDtype::Fp8E4m3, 1, 1, 1, 65_536, 128, 16), (KvDtype::Fp16, 300, 128, 3, 129, 16, 1)] {
+        let shape = Shape::new(dtype, b, seq, page, 148).with_heads(h).with_s_q(s_q);
+        let l = sm100::layout(&shape, splits).unwrap();
+        let (kb, e) = ((b * s_q) as u64, dtype.size_bytes() as u64);
+        let cols = (seq as u64).div_ceil(128) * (128 / page as u64);
+        assert_eq!((l.kernel_batch as u64, l.adapted, l.columns as u64), (kb, true, cols));
+        assert_eq!(l.lens_offset, 0);
+        assert_eq!(l.kernel_lens_offset, r256(4 * kb));
+        assert_eq!(l.page_table_offset, 2 * r256(4 * kb));
+        assert_eq!(l.lse_offset, l.page_table_offset + r256(4 * kb * cols));
+        assert_eq!(l.q_offset, l.lse_offset + r256(512 * kb));
+        assert_eq!(l.out_offset, l.q_offset + r256(kb * 128 * 576 * e));
+        assert_eq!(l.bytes, l.out_offset + r256(kb * 128 * 512 * 2));
+        // 16-byte aligned staging: CUTLASS builds tensor maps over it.
+        assert!(l.q_offset % 256 == 0 && l.out_offset % 256 == 0);
+    }
+    // A direct decode (one token of 128 heads) has no staging: the parts after the page table are
+    // empty, except the split scratch.
+    let direct = sm100::layout(&Shape::new(KvDtype::Bf16, 4, 1000, 64, 148), 1).unwrap();
+    assert!(!direct.adapted);
+    assert_eq!((direct.lse_offset, direct.q_offset, direct.out_offset), (direct.bytes, direct.bytes, direct.bytes));
+    assert_eq!(direct, sm100::sanitize_layout(4, 1000, 64, 1).unwrap());
+}
+
+#[test]
+fn expanded_tokens_past_cutlass_batch_limit_are_refused_by_name() {
+    // 65535 = 3 x 5 x 17 x 257: 13107 requests of 5 tokens fit exactly, one more does not.
+    let sh = |b: i64, s_q: i64| Shape::new(KvDtype::Bf16, b, 128, 128, 148).with_heads(8).with_s_q(s_q);
+    let fits = sh(13_107, 5);
+    assert_eq!(sm100::plan(&fits, None).unwrap().kernel_batch, 65_535);
+    for shape in [sh(13_108, 5), sh(65_535, 2)] {
+        match sm100::plan(&shape, None) {
+            Err(Error::InvalidArgument { what, got, .. }) => assert!(what == "batch x s_q" && got.contains(&(shape.batch * shape.s_q).to_string()), "{what}: {got}"),
+            other => panic!("{shape:?}: {other:?}"),
+        }
+        assert!(sm100::worst_case(&shape, None).is_err());
+    }
+    // The page table's int32 indexing counts kernel requests too.
+    // (128 requests of the longest length fill it exactly: 128 x 16777215 columns.)
+    let wide = Shape::new(KvDtype::Bf16, 128, 2_147_483_520, 128, 148).with_s_q(2);
+    match sm100::plan(&wide, None) {
+        Err(Error::InvalidArgument { what, .. }) => assert_eq!(what, "batch x s_q x page-table columns"),
+        other => panic!("{other:?}"),
+    }
+    assert!(sm100::plan(&wide.with_s_q(1), None).is_ok());
+    for (shape, what) in [(fits.with_heads(0), "num_heads"), (fits.with_heads(129), "num_heads"), (fits.with_s_q(17), "s_q"), (fits.with_s_q(0), "s_q")] {
+        match sm100::plan(&shape, None) {
+            Err(Error::InvalidArgument { what: w, .. }) => assert_eq!(w, what),
+            other => panic!("{shape:?}: {other:?}"),
+        }
+    }
+}
+
+/// The worst case over batches, token counts and lengths equals the brute-force maximum, with
+/// padded heads and expanded tokens: fewer tokens can need more (one request of one token splits).
+#[test]
+fn adapted_worst_case_equals_the_brute_force_maximum() {
+    for &(max_batch, h, s_q, max_seq, sm, page) in &[(3i64, 16i64, 2i64, 2500i64, 148i64, 64i64), (2, 128, 3, 1200, 20, 16), (1, 1, 4, 3000, 148, 128), (4, 127, 1, 900, 8, 1)] {
+        let mut brute = 0u64;
+        for b in 1..=max_batch {
+            for s in 1..=s_q {
+                for seq in 1..=max_seq {
+                    let shape = Shape::new(KvDtype::Bf16, b, seq, page, sm).with_heads(h).with_s_q(s);
+                    brute = brute.max(sm100::plan(&shape, None).unwrap().workspace_bytes);
+                }
+            }
+        }
+        let limits = Shape::new(KvDtype::Bf16, max_batch, max_seq, page, sm).with_heads(h).with_s_q(s_q);
+        let w = sm100::worst_case(&limits, None).unwrap();
+        assert_eq!(w.workspace_bytes, brute, "{limits:?}");
+        let again = sm100::plan(&Shape::new(KvDtype::Bf16, w.batch as i64, w.max_seq_len as i64, page, sm).with_heads(h).with_s_q(w.s_q as i64), None).unwrap();
+        assert_eq!(again.workspace_bytes, w.workspace_bytes, "{limits:?}: the reported shape needs it");
+    }
+    // One request of 16 heads splits 16 ways at 65536 tokens: more than 2 such requests of 2 tokens.
+    let limits = Shape::new(KvDtype::Bf16, 1, 65_536, 128, 148).with_heads(16).with_s_q(2);
+    let w = sm100::worst_case(&limits, None).unwrap();
+    assert_eq!((w.s_q, w.num_splits), (1, 16));
+}
+
 // ---- graphsafe's sm90 kernel ------------------------------------------------------------------
 // Closed form (cuda-src/mla/sm90/plan.cu): R = s_q·heads query rows; T = ceil(seq/64);
 // C = B·ceil(R/64); cap = max(1, min(256, T, ceil(2·sm/C))); splits = the smallest s in 1..=cap
-// minimising ceil(C·s/sm)·ceil(T/s). Workspace: for splits > 1 round256(2·B·s·R·512) +
+// minimising ceil(C·s/sm)·ceil(T/s). Workspace: for splits > 1 round256(4·B·s·R·512) +
 // round256(4·B·s·R) (partials), then for B > 1 round256(4·B) + round256(4·B·s) (the schedule).
 
 use graphsafe::ops::mla::sm90;
@@ -235,7 +361,7 @@ fn sm90_closed_form(b: i64, h: i64, s_q: i64, seq: i64, sm: i64) -> (u32, u64) {
     let s = (1..=cap).min_by_key(|&s| (cd(c * s, sm) * cd(t, s), s)).unwrap();
     let r = |x: u64| x.div_ceil(256) * 256;
     let rows = (b * s * s_q * h) as u64;
-    let partials = if s > 1 { r(rows * 512 * 2) + r(rows * 4) } else { 0 };
+    let partials = if s > 1 { r(rows * 512 * 4) + r(rows * 4) } else { 0 };
     let schedule = if b > 1 { r(4 * b as u64) + r(4 * (b * s) as u64) } else { 0 };
     (s as u32, partials + schedule)
 }

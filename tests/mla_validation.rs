@@ -1,7 +1,7 @@
 //! Every validation rule of the MLA decode op, fed its bad value, on the CPU (no GPU: the checks
 //! run on descriptors of device memory). One good argument set is mutated one field at a time.
 
-use graphsafe::ops::mla::{KvFormat, KvFormatKind, MlaArch, MlaDecodeArgs, DS_MLA_TOKEN_BYTES};
+use graphsafe::ops::mla::{sm100, KvDtype, KvFormat, KvFormatKind, MlaArch, MlaDecodeArgs, DS_MLA_TOKEN_BYTES};
 use graphsafe::ops::tensor::{DType, Tensor};
 use graphsafe::sys::cuda as c;
 use graphsafe::Error;
@@ -101,8 +101,16 @@ fn shapes() {
     a.q_nope.shape = vec![4, 128];
     a.q_nope.strides = vec![128, 1];
     rejects(&a, MlaArch::Sm90, "q_nope.shape");
-    // heads: 128 only on sm100; any count up to 128 on sm90.
-    rejects(&good(MlaArch::Sm100, 64, 128, DType::Bf16), MlaArch::Sm100, "q_nope.shape");
+    // heads: any count up to 128 on both back-ends (sm100 pads fewer to 128 in its workspace,
+    // which the plan counts: the sm100 planner's own answer for that many heads).
+    for heads in [1, 3, 64, 127] {
+        let p = plan(&good(MlaArch::Sm100, heads, 128, DType::Bf16), MlaArch::Sm100).unwrap();
+        let shape = sm100::Shape::new(KvDtype::Bf16, B as i64, 8 * 128, 128, 132).with_heads(heads as i64);
+        let want = sm100::plan(&shape, None).unwrap();
+        assert_eq!((p.num_heads as usize, p.num_splits, p.workspace_bytes), (heads, want.num_splits, want.workspace_bytes));
+        assert!(want.adapted && want.workspace_bytes > sm100::plan(&sm100::Shape::new(KvDtype::Bf16, B as i64, 8 * 128, 128, 132), None).unwrap().workspace_bytes);
+    }
+    rejects(&good(MlaArch::Sm100, 129, 128, DType::Bf16), MlaArch::Sm100, "q_nope.shape[1] (heads)");
     rejects(&good(MlaArch::Sm90, 144, 64, DType::Bf16), MlaArch::Sm90, "q_nope.shape[1] (heads)");
     rejects(&good(MlaArch::Sm90, 129, 64, DType::Bf16), MlaArch::Sm90, "q_nope.shape[1] (heads)");
     for heads in [1, 3, 9, 24, 63, 64, 126, 128] {
@@ -159,8 +167,33 @@ fn query_tokens_per_request_with_any_head_count() {
     }
     rejects(&tokens(MlaArch::Sm90, 16, 17), MlaArch::Sm90, "q_nope.shape[1] (s_q");
     rejects(&tokens(MlaArch::Sm90, 129, 2), MlaArch::Sm90, "q_nope.shape[2] (heads)");
-    // sm_100 runs one token of 128 heads.
-    rejects(&tokens(MlaArch::Sm100, 128, 2), MlaArch::Sm100, "q_nope.shape");
+    // sm_100 runs each token as a request of its own (B x s_q of them), any head count.
+    for (heads, s_q) in [(128, 2), (16, 16), (1, 3)] {
+        let mut a = tokens(MlaArch::Sm100, heads, s_q);
+        a.kv_cache = Tensor::contiguous(mem(PAGES * 128 * 576 * 2, 2), DType::Bf16, &[PAGES, 128, 576]);
+        a.max_seq_len = 8 * 128;
+        let p = plan(&a, MlaArch::Sm100).unwrap();
+        let shape = sm100::Shape::new(KvDtype::Bf16, B as i64, 8 * 128, 128, 132).with_heads(heads as i64).with_s_q(s_q as i64);
+        let want = sm100::plan(&shape, None).unwrap();
+        assert_eq!((p.s_q as usize, p.num_splits, p.workspace_bytes), (s_q, want.num_splits, want.workspace_bytes), "{heads} x {s_q}");
+        assert_eq!(want.kernel_batch as usize, B * s_q);
+    }
+    rejects(&tokens(MlaArch::Sm100, 16, 17), MlaArch::Sm100, "q_nope.shape[1] (s_q");
+    // B x s_q kernel requests must fit CUTLASS's grid: 32767 x 2 does, 32768 x 2 does not.
+    let many = |batch: usize| {
+        let rows = |i: u64, dim: usize| Tensor::contiguous(mem(batch * 2 * 16 * dim * 2, i), DType::Bf16, &[batch, 2, 16, dim]);
+        MlaDecodeArgs::new(
+            rows(0, 512),
+            rows(1, 64),
+            Tensor::contiguous(mem(PAGES * 128 * 576 * 2, 2), DType::Bf16, &[PAGES, 128, 576]),
+            Tensor::contiguous(mem(batch * 4, 3), DType::I32, &[batch]),
+            Tensor::contiguous(mem(batch * 8 * 4, 4), DType::I32, &[batch, 8]),
+            rows(5, 512),
+        )
+    };
+    assert_eq!(plan(&many(32_767), MlaArch::Sm100).unwrap().batch, 32_767);
+    rejects(&many(32_768), MlaArch::Sm100, "q_nope.shape (batch x s_q)");
+    assert!(plan(&many(32_768), MlaArch::Sm90).is_ok(), "sm90 folds the tokens into its rows instead");
     // Every operand follows q's rank and shape; lse is [B, H, s_q] (FlashMLA's layout).
     let mut a = tokens(MlaArch::Sm90, 16, 2);
     a.lse = Some(Tensor::contiguous(mem(B * 32 * 4, 6), DType::F32, &[B, 2, 16]));
@@ -534,6 +567,14 @@ fn sm100_refuses_a_strided_out_when_it_splits() {
     let mut single = one_request([128 * 576, 576, 1], 128 * 576 * 2);
     single.num_splits = Some(1);
     assert_eq!(plan(&single, MlaArch::Sm100).unwrap().num_splits, 1);
+    // Fewer heads: CUTLASS writes graphsafe's dense staging, the post-pass copies out through any
+    // strides, so the split plan takes them.
+    let mut padded = one_request([64 * 576, 576, 1], 64 * 576 * 2);
+    padded.q_nope = Tensor::contiguous(mem(64 * 512 * 2, 0), DType::Bf16, &[1, 64, 512]);
+    padded.q_pe = Tensor::contiguous(mem(64 * 64 * 2, 1), DType::Bf16, &[1, 64, 64]);
+    padded.out = Tensor::strided(mem(64 * 576 * 2, 5), 0, DType::Bf16, &[1, 64, 512], &[64 * 576, 576, 1]);
+    padded.lse = Some(Tensor::contiguous(mem(64 * 4, 6), DType::F32, &[1, 64]));
+    assert!(plan(&padded, MlaArch::Sm100).unwrap().num_splits > 1);
     // sm90 writes through the strides with any split count.
     let mut sm90 = one_request([128 * 576, 576, 1], 128 * 576 * 2);
     sm90.kv_cache = Tensor::contiguous(mem(PAGES * 64 * 576 * 2, 2), DType::Bf16, &[PAGES, 64, 576]);

@@ -5,13 +5,16 @@
 //! * sm100 splits: graphsafe's safety rule (src/ops/mla/sm100.rs): `T = ceil(seq/128)`,
 //!   `cap = 1` for batch > 1 else `min(16, T, max(1, sm/2))`, default `ceil(T / ceil(T / cap))`,
 //!   an explicit count allowed in `1..=cap`;
-//! * sm100 workspace: CUTLASS 4.2's `get_workspace_size` (kernel/sm100_fmha_mla_tma_warpspecialized.hpp,
-//!   non-fused): `(sizeof(float)·512 + sizeof(float))·128·splits·B` for splits > 1, else 0; the
-//!   reduction kernel adds 0; then graphsafe's sanitize region (include/graphsafe_kernels/mla.h),
-//!   each part rounded up to 256;
+//! * sm100 workspace: CUTLASS runs `B' = B·s_q` requests of 128 heads (include/graphsafe_kernels/mla.h,
+//!   "the shapes graphsafe adapts"); CUTLASS 4.2's `get_workspace_size`
+//!   (kernel/sm100_fmha_mla_tma_warpspecialized.hpp, non-fused): `(sizeof(float)·512 + sizeof(float))·128·splits·B'`
+//!   for splits > 1, else 0; the reduction kernel adds 0; then graphsafe's region: lengths, page
+//!   table, an LSE part `[B', 128]` f32 when adapted (heads < 128 or s_q > 1) or split, and when
+//!   adapted the q staging `[B', 128, 576]` (q's element size) and out staging `[B', 128, 512]`
+//!   (2 bytes), each part rounded up to 256;
 //! * sm90: the rule and layout written in cuda-src/mla/sm90/plan.cu;
 //! * NVFP4: the scale-factor size and the 128x4 swizzle in include/graphsafe_kernels/nvfp4.h;
-//! * the limits the decode accepts (batch ≤ 65535, max_seq_len ≤ 2^31 − 128, sm_count ≤ 1024,
+//! * the limits the decode accepts (batch ≤ 65535, on sm100 also batch·s_q, max_seq_len ≤ 2^31 − 128, sm_count ≤ 1024,
 //!   CUTLASS's int32 page-table and scale-factor indexing).
 //!
 //! Worst cases are compared with the maximum of the model over every shape of small domains
@@ -95,6 +98,19 @@ fn limits_ok(b: i64, seq: i64, sm: i64) -> bool {
     (1..=65_535).contains(&b) && (1..=2_147_483_520).contains(&seq) && (1..=1024).contains(&sm)
 }
 
+/// Heads and tokens of an sm100 decode: (heads, s_q).
+type Hq = (i64, i64);
+
+/// CUTLASS runs one token of 128 heads a request: B' = batch × s_q requests (at most 65535), the
+/// decode adapted (staging copies) unless it is exactly that.
+fn m100_kernel_batch(b: i64, (h, s_q): Hq) -> Option<i64> {
+    (heads_ok(h) && s_q_ok(s_q) && (1..=65_535).contains(&b) && b * s_q <= 65_535).then(|| b * s_q)
+}
+
+fn m100_adapted((h, s_q): Hq) -> bool {
+    h != 128 || s_q != 1
+}
+
 fn m100_cap(b: i64, seq: i64, sm: i64) -> u128 {
     if b > 1 {
         return 1;
@@ -103,9 +119,9 @@ fn m100_cap(b: i64, seq: i64, sm: i64) -> u128 {
     16u128.min(t).min((sm as u128 / 2).max(1))
 }
 
-/// The split count the rule gives, or None when it refuses the request.
-fn m100_splits(b: i64, seq: i64, sm: i64, req: Option<i64>) -> Option<u128> {
-    let cap = m100_cap(b, seq, sm);
+/// The split count the rule gives for `kb` kernel requests, or None when it refuses the request.
+fn m100_splits(kb: i64, seq: i64, sm: i64, req: Option<i64>) -> Option<u128> {
+    let cap = m100_cap(kb, seq, sm);
     match req {
         Some(r) => (r >= 1 && r as u128 <= cap).then_some(r as u128),
         None => {
@@ -115,58 +131,82 @@ fn m100_splits(b: i64, seq: i64, sm: i64, req: Option<i64>) -> Option<u128> {
     }
 }
 
-/// (lens, kernel lens, page table, lse scratch, bytes, columns), or None when batch × columns
-/// does not fit int32.
-fn m100_layout(b: i64, seq: i64, page: i64, splits: u128) -> Option<[u128; 6]> {
-    let b = b as u128;
+/// (lens, kernel lens, page table, lse, q staging, out staging, bytes, columns) for `kb` kernel
+/// requests of q elements of `elem` bytes, or None when kb × columns does not fit int32.
+fn m100_layout(elem: u128, kb: i64, adapted: bool, seq: i64, page: i64, splits: u128) -> Option<[u128; 8]> {
+    let kb = kb as u128;
     let cols = div_up(seq as u128, 128) * (128 / page as u128);
-    if b * cols > I32_MAX {
+    if kb * cols > I32_MAX {
         return None;
     }
     let lens = 0;
-    let klens = lens + r256(4 * b);
-    let pt = klens + r256(4 * b);
-    let lse = pt + r256(4 * b * cols);
-    let bytes = lse + if splits > 1 { r256(4 * 128 * b) } else { 0 };
-    Some([lens, klens, pt, lse, bytes, cols])
+    let klens = lens + r256(4 * kb);
+    let pt = klens + r256(4 * kb);
+    let lse = pt + r256(4 * kb * cols);
+    let q = lse + if adapted || splits > 1 { r256(4 * 128 * kb) } else { 0 };
+    let out = q + if adapted { r256(kb * 128 * 576 * elem) } else { 0 };
+    let bytes = out + if adapted { r256(kb * 128 * 512 * 2) } else { 0 };
+    Some([lens, klens, pt, lse, q, out, bytes, cols])
 }
 
-fn m100_workspace(b: i64, seq: i64, page: i64, splits: u128) -> Option<u128> {
-    let cutlass = if splits > 1 { (4 * 512 + 4) * 128 * splits * b as u128 } else { 0 };
-    Some(r256(cutlass) + m100_layout(b, seq, page, splits)?[4])
+fn m100_workspace(elem: u128, kb: i64, adapted: bool, seq: i64, page: i64, splits: u128) -> Option<u128> {
+    let cutlass = if splits > 1 { (4 * 512 + 4) * 128 * splits * kb as u128 } else { 0 };
+    Some(r256(cutlass) + m100_layout(elem, kb, adapted, seq, page, splits)?[6])
 }
 
 fn page_ok(p: i64) -> bool {
     (1..=128).contains(&p) && p & (p - 1) == 0
 }
 
+fn elem_of(dtype: KvDtype) -> u128 {
+    if dtype == KvDtype::Fp8E4m3 {
+        1
+    } else {
+        2
+    }
+}
+
 /// The whole model plan: (splits, workspace), or None when the planner must refuse.
-fn m100_plan(b: i64, seq: i64, page: i64, sm: i64, req: Option<i64>) -> Option<(u128, u128)> {
+fn m100_plan(dtype: KvDtype, b: i64, hq: Hq, seq: i64, page: i64, sm: i64, req: Option<i64>) -> Option<(u128, u128)> {
     if !limits_ok(b, seq, sm) || !page_ok(page) {
         return None;
     }
-    let s = m100_splits(b, seq, sm, req)?;
-    Some((s, m100_workspace(b, seq, page, s)?))
+    let kb = m100_kernel_batch(b, hq)?;
+    let s = m100_splits(kb, seq, sm, req)?;
+    Some((s, m100_workspace(elem_of(dtype), kb, m100_adapted(hq), seq, page, s)?))
 }
 
-fn check_sm100(b: i64, seq: i64, page: i64, sm: i64, req: Option<i64>) {
-    let ctx = format!("sm100 b={b} seq={seq} page={page} sm={sm} req={req:?}");
-    let got = sm100::plan(KvDtype::Bf16, b, seq, page, sm, req);
-    match m100_plan(b, seq, page, sm, req) {
-        None => invalid(got, &ctx),
-        Some((s, ws)) => {
-            let p = got.unwrap_or_else(|e| panic!("{ctx}: {e}"));
-            assert_eq!((p.num_splits as u128, p.workspace_bytes as u128), (s, ws), "{ctx}");
-            let sched = if s == 1 { sm100::Scheduler::Persistent } else { sm100::Scheduler::Individual };
-            assert_eq!(p.scheduler, sched, "{ctx}");
-            let l = sm100::sanitize_layout(b, seq, page, s as i64).unwrap();
-            let want = m100_layout(b, seq, page, s).unwrap();
-            assert_eq!([l.lens_offset, l.kernel_lens_offset, l.page_table_offset, l.lse_offset, l.bytes, l.columns as u64].map(u128::from), want, "{ctx}");
-            assert_eq!(p.sanitize_bytes as u128, want[4], "{ctx}");
-            assert_eq!(sm100::max_safe_splits(b, seq, sm).unwrap() as u128, m100_cap(b, seq, sm), "{ctx}");
-            // Another dtype sizes the same (the element type does not enter CUTLASS's formula).
-            let q = sm100::plan(KvDtype::Fp8E4m3, b, seq, page, sm, req).unwrap();
-            assert_eq!(q.workspace_bytes, p.workspace_bytes, "{ctx}");
+fn shape(dtype: KvDtype, b: i64, (h, s_q): Hq, seq: i64, page: i64, sm: i64) -> sm100::Shape {
+    sm100::Shape::new(dtype, b, seq, page, sm).with_heads(h).with_s_q(s_q)
+}
+
+fn check_sm100(b: i64, hq: Hq, seq: i64, page: i64, sm: i64, req: Option<i64>) {
+    let ctx = format!("sm100 b={b} (heads, s_q)={hq:?} seq={seq} page={page} sm={sm} req={req:?}");
+    for dtype in [KvDtype::Bf16, KvDtype::Fp8E4m3] {
+        let got = sm100::plan(&shape(dtype, b, hq, seq, page, sm), req);
+        match m100_plan(dtype, b, hq, seq, page, sm, req) {
+            None => invalid(got, &ctx),
+            Some((s, ws)) => {
+                let p = got.unwrap_or_else(|e| panic!("{ctx} {dtype}: {e}"));
+                assert_eq!((p.num_splits as u128, p.workspace_bytes as u128), (s, ws), "{ctx} {dtype}");
+                let kb = b * hq.1;
+                assert_eq!((p.kernel_batch as i64, p.adapted), (kb, m100_adapted(hq)), "{ctx}");
+                let sched = if s == 1 { sm100::Scheduler::Persistent } else { sm100::Scheduler::Individual };
+                assert_eq!(p.scheduler, sched, "{ctx}");
+                let l = sm100::layout(&shape(dtype, b, hq, seq, page, sm), s as i64).unwrap();
+                let want = m100_layout(elem_of(dtype), kb, m100_adapted(hq), seq, page, s).unwrap();
+                let got = [l.lens_offset, l.kernel_lens_offset, l.page_table_offset, l.lse_offset, l.q_offset, l.out_offset, l.bytes, l.columns as u64];
+                assert_eq!(got.map(u128::from), want, "{ctx} {dtype}");
+                assert_eq!((l.kernel_batch as i64, l.adapted), (kb, m100_adapted(hq)), "{ctx}");
+                assert_eq!(p.sanitize_bytes as u128, want[6], "{ctx}");
+                assert_eq!(sm100::max_safe_splits(kb, seq, sm).unwrap() as u128, m100_cap(kb, seq, sm), "{ctx}");
+                // fp16 sizes as bf16 (both 2-byte queries; the element type does not enter
+                // CUTLASS's formula).
+                if dtype == KvDtype::Bf16 {
+                    let q = sm100::plan(&shape(KvDtype::Fp16, b, hq, seq, page, sm), req).unwrap();
+                    assert_eq!(q.workspace_bytes, p.workspace_bytes, "{ctx}");
+                }
+            }
         }
     }
 }
@@ -197,7 +237,7 @@ fn m90_splits(b: i64, rows: i64, seq: i64, sm: i64, req: Option<i64>) -> Option<
 
 fn m90_workspace(b: i64, rows: i64, s: u128) -> u128 {
     let partial_rows = b as u128 * s * rows as u128;
-    let partials = if s > 1 { r256(partial_rows * 512 * 2) + r256(partial_rows * 4) } else { 0 };
+    let partials = if s > 1 { r256(partial_rows * 512 * 4) + r256(partial_rows * 4) } else { 0 };
     // A batch's work schedule: the lengths read once and the items' order.
     let schedule = if b > 1 { r256(4 * b as u128) + r256(4 * b as u128 * s) } else { 0 };
     partials + schedule
@@ -239,7 +279,16 @@ fn every_plan_equals_the_exact_model() {
         };
         // Batch 1 is where the split rule lives: make it common.
         let b = if rng.below(3) == 0 { 1 } else { b };
-        check_sm100(b, seq, page, sm, req);
+        // CUTLASS's own shape half the time; else padded heads, expanded tokens, or both, and now
+        // and then a count outside the limits.
+        let hq = match rng.below(8) {
+            0..=3 => (128, 1),
+            4 => (rng.pick(1, 127), 1),
+            5 => (128, rng.pick(2, 16)),
+            6 => (rng.pick(1, 128), rng.pick(1, 16)),
+            _ => (rng.pick_or_out(1, 128), rng.pick_or_out(1, 16)),
+        };
+        check_sm100(b, hq, seq, page, sm, req);
         cases += 1;
     }
     for _ in 0..5000 {
@@ -263,10 +312,16 @@ fn every_plan_equals_the_exact_model() {
         for &seq in &seqs {
             for &sm in &sms {
                 for &page in &[1i64, 64, 128] {
-                    check_sm100(b, seq, page, sm, None);
+                    check_sm100(b, (128, 1), seq, page, sm, None);
                     cases += 1;
                 }
-                check_sm100(b, seq, 64, sm, Some(16));
+                check_sm100(b, (128, 1), seq, 64, sm, Some(16));
+                // B' = b x s_q around the grid limit (65535 = 3 x 5 x 17 x 257), and padded heads.
+                for hq in [(16, 1), (128, 2), (1, 16), (127, 3)] {
+                    check_sm100(b, hq, seq, 128, sm, None);
+                    check_sm100(b, hq, seq, 64, sm, Some(1));
+                    cases += 2;
+                }
                 check_sm90(b, (16, 1), seq, sm, None);
                 check_sm90(b, (128, 1), seq, sm, Some(256));
                 check_sm90(b, (128, 16), seq, sm, None);
@@ -281,10 +336,10 @@ fn every_plan_equals_the_exact_model() {
 
 // ---- worst cases ------------------------------------------------------------------------------
 
-/// The model's maximum over every (batch, length) of the domain: for sm100 over every length
-/// when the domain is small, else over every tile count (the rule and the layout are functions of
-/// the tile count, the largest length of each count standing for it).
-fn m100_worst(max_b: i64, max_seq: i64, page: i64, sm: i64, req: Option<i64>) -> Option<u128> {
+/// The model's maximum over every (batch, tokens, length) of the domain: for sm100 over every
+/// length when the domain is small, else over every tile count (the rule and the layout are
+/// functions of the tile count, the largest length of each count standing for it).
+fn m100_worst(max_b: i64, (h, max_s_q): Hq, max_seq: i64, page: i64, sm: i64, req: Option<i64>) -> Option<u128> {
     let every_len = max_seq <= 4096;
     let lens: Vec<i64> = if every_len {
         (1..=max_seq).collect()
@@ -293,9 +348,11 @@ fn m100_worst(max_b: i64, max_seq: i64, page: i64, sm: i64, req: Option<i64>) ->
     };
     let mut worst = None;
     for b in 1..=max_b {
-        for &seq in &lens {
-            if let Some((_, ws)) = m100_plan(b, seq, page, sm, req) {
-                worst = worst.max(Some(ws));
+        for s_q in 1..=max_s_q {
+            for &seq in &lens {
+                if let Some((_, ws)) = m100_plan(KvDtype::Bf16, b, (h, s_q), seq, page, sm, req) {
+                    worst = worst.max(Some(ws));
+                }
             }
         }
     }
@@ -328,16 +385,19 @@ fn worst_cases_equal_the_model_maximum_over_every_shape() {
         let sm = rng.pick(1, 1024);
         let page = 1 << rng.below(8);
         let req = if rng.below(3) == 0 { Some(rng.pick(1, 17)) } else { None };
-        let ctx = format!("sm100 max_b={max_b} max_seq={max_seq} page={page} sm={sm} req={req:?}");
-        let got = sm100::worst_case(KvDtype::Bf16, max_b, max_seq, page, sm, req);
-        match m100_worst(max_b, max_seq, page, sm, req) {
+        let hq = [(128, 1), (128, 1), (16, 1), (128, 3), (7, 2), (64, 4)][rng.below(6) as usize];
+        // The scan is max_b x s_q x lengths: keep it small when tokens multiply it.
+        let max_seq = if hq.1 > 1 { max_seq.min(128 * 80) } else { max_seq };
+        let ctx = format!("sm100 max_b={max_b} (heads, s_q)={hq:?} max_seq={max_seq} page={page} sm={sm} req={req:?}");
+        let got = sm100::worst_case(&shape(KvDtype::Bf16, max_b, hq, max_seq, page, sm), req);
+        match m100_worst(max_b, hq, max_seq, page, sm, req) {
             None => invalid(got, &ctx),
             Some(ws) => {
                 let w = got.unwrap_or_else(|e| panic!("{ctx}: {e}"));
                 assert_eq!(w.workspace_bytes as u128, ws, "{ctx}");
                 // The reported shape is a shape of the domain that needs exactly that much.
-                assert!(w.batch as i64 <= max_b && w.max_seq_len as i64 <= max_seq, "{ctx}: {w:?}");
-                assert_eq!(m100_plan(w.batch as i64, w.max_seq_len as i64, page, sm, req).map(|p| p.1), Some(ws), "{ctx}");
+                assert!(w.batch as i64 <= max_b && w.max_seq_len as i64 <= max_seq && w.s_q as i64 <= hq.1, "{ctx}: {w:?}");
+                assert_eq!(m100_plan(KvDtype::Bf16, w.batch as i64, (hq.0, w.s_q as i64), w.max_seq_len as i64, page, sm, req).map(|p| p.1), Some(ws), "{ctx}");
             }
         }
         cases += 1;
@@ -377,9 +437,11 @@ fn no_pre_grow_is_below_a_printed_row_up_to_the_limits() {
         let sm = rng.pick(1, 1024);
         let page = 1 << rng.below(8);
         let max_seq = rng.pick(1, MAX_SEQ_LEN);
-        // Largest batch with batch × columns within int32 for this length and page size.
+        let (h, s_q) = [(128, 1), (128, 1), (32, 1), (128, 2), (16, 4), (1, 16)][rng.below(6) as usize];
+        // Largest batch with batch × s_q × columns within int32 for this length and page size,
+        // and batch × s_q within the grid.
         let cols = div_up(max_seq as u128, 128) * (128 / page as u128);
-        let b_cap = ((I32_MAX / cols) as i64).min(MAX_BATCH);
+        let b_cap = ((I32_MAX / cols / s_q as u128) as i64).min(MAX_BATCH / s_q);
         if b_cap < 1 {
             continue;
         }
@@ -390,20 +452,20 @@ fn no_pre_grow_is_below_a_printed_row_up_to_the_limits() {
             1 => Some(1),
             _ => Some(rng.pick(1, 16)),
         };
-        let w = match sm100::worst_case(KvDtype::Fp16, max_b, max_seq, page, sm, req) {
+        let w = match sm100::worst_case(&shape(KvDtype::Fp16, max_b, (h, s_q), max_seq, page, sm), req) {
             Ok(w) => w,
             Err(e) => {
                 // Only an explicit count no shape of the domain allows is refused.
-                assert!(req.is_some_and(|r| r as u128 > m100_cap(1, max_seq, sm)), "sm100 {max_b} {max_seq} {page} {sm} {req:?}: {e}");
+                assert!(req.is_some_and(|r| r as u128 > m100_cap(1, max_seq, sm)), "sm100 {max_b} {h} {s_q} {max_seq} {page} {sm} {req:?}: {e}");
                 continue;
             }
         };
-        assert_eq!(Some(w.workspace_bytes as u128), m100_plan(w.batch as i64, w.max_seq_len as i64, page, sm, req).map(|p| p.1));
-        let mut shapes: Vec<(i64, i64)> = list.iter().map(|&b| (b, max_seq)).collect();
-        shapes.extend((0..25).map(|_| (rng.pick(1, max_b), rng.pick(1, max_seq))));
-        for (b, seq) in shapes {
-            if let Some((_, ws)) = m100_plan(b, seq, page, sm, req) {
-                assert!(ws <= w.workspace_bytes as u128, "sm100 row b={b} seq={seq} page={page} sm={sm} req={req:?}: {ws} > {}", w.workspace_bytes);
+        assert_eq!(Some(w.workspace_bytes as u128), m100_plan(KvDtype::Fp16, w.batch as i64, (h, w.s_q as i64), w.max_seq_len as i64, page, sm, req).map(|p| p.1));
+        let mut shapes: Vec<(i64, i64, i64)> = list.iter().map(|&b| (b, s_q, max_seq)).collect();
+        shapes.extend((0..25).map(|_| (rng.pick(1, max_b), rng.pick(1, s_q), rng.pick(1, max_seq))));
+        for (b, s, seq) in shapes {
+            if let Some((_, ws)) = m100_plan(KvDtype::Fp16, b, (h, s), seq, page, sm, req) {
+                assert!(ws <= w.workspace_bytes as u128, "sm100 row b={b} h={h} s_q={s} seq={seq} page={page} sm={sm} req={req:?}: {ws} > {}", w.workspace_bytes);
                 rows += 1;
             }
         }
@@ -442,13 +504,25 @@ fn no_pre_grow_is_below_a_printed_row_up_to_the_limits() {
 fn worst_cases_at_the_limits_are_real_shapes() {
     // The largest accepted inputs (which used to take an hour): the answer is the model's plan
     // of a shape of the domain, and at least every row an engine would list.
-    let w = sm100::worst_case(KvDtype::Bf16, 128, MAX_SEQ_LEN, 128, 148, None).unwrap();
-    assert_eq!(Some(w.workspace_bytes as u128), m100_plan(w.batch as i64, w.max_seq_len as i64, 128, 148, None).map(|p| p.1));
+    let w = sm100::worst_case(&shape(KvDtype::Bf16, 128, (128, 1), MAX_SEQ_LEN, 128, 148), None).unwrap();
+    assert_eq!(Some(w.workspace_bytes as u128), m100_plan(KvDtype::Bf16, w.batch as i64, (128, 1), w.max_seq_len as i64, 128, 148, None).map(|p| p.1));
     for b in [1, 2, 64, 128] {
-        assert!(m100_plan(b, MAX_SEQ_LEN, 128, 148, None).unwrap().1 <= w.workspace_bytes as u128);
+        assert!(m100_plan(KvDtype::Bf16, b, (128, 1), MAX_SEQ_LEN, 128, 148, None).unwrap().1 <= w.workspace_bytes as u128);
     }
-    let w = sm100::worst_case(KvDtype::Bf16, MAX_BATCH, 4_194_176, 128, 148, None).unwrap();
+    let w = sm100::worst_case(&shape(KvDtype::Bf16, MAX_BATCH, (128, 1), 4_194_176, 128, 148), None).unwrap();
     assert_eq!((w.batch as i64, w.max_seq_len), (MAX_BATCH, 4_194_176), "the page table dominates");
+    // Padded and expanded at the limits: 32767 requests of 2 tokens of 16 heads (B' = 65534), and
+    // B' = 64 requests of the longest length; the staging dominates the first, the page table the second.
+    for (b, hq, seq) in [(32_767, (16, 2), 1000), (4, (1, 16), MAX_SEQ_LEN / 2)] {
+        let w = sm100::worst_case(&shape(KvDtype::Bf16, b, hq, seq, 128, 148), None).unwrap();
+        assert_eq!((w.batch as i64, w.s_q as i64, w.max_seq_len as i64), (b, hq.1, seq), "{hq:?}");
+        assert_eq!(Some(w.workspace_bytes as u128), m100_plan(KvDtype::Bf16, b, hq, seq, 128, 148, None).map(|p| p.1));
+    }
+    // One more request of 2 tokens is past CUTLASS's batch limit: refused by name, for any page size.
+    match sm100::worst_case(&shape(KvDtype::Bf16, 32_768, (16, 2), 1000, 64, 148), None) {
+        Err(Error::InvalidArgument { what, .. }) => assert_eq!(what, "batch x s_q"),
+        other => panic!("{other:?}"),
+    }
     for (h, s_q) in [(16, 1), (64, 1), (128, 1), (1, 1), (128, 16), (3, 16)] {
         for sm in [1, 132, 1024] {
             let w = sm90::worst_case(KvDtype::Bf16, h, s_q, MAX_BATCH, MAX_SEQ_LEN, sm, None).unwrap();

@@ -38,9 +38,9 @@ fn the_pre_grow_covers_every_row_printed_with_explicit_splits() {
     // Issue 5's case: 256 explicit splits needed 4,303,355,904 bytes at batch 64 (fp32 partials)
     // while the pre-grow line said 45,176,832 (the default rule's worst case).
     let (rows, pre) = rows_and_pre_grow(&["plan", "mla", "--arch", "sm_90", "--batch", "1,64", "--seq-len", "65536", "--sm-count", "132", "--splits", "256", "--json"]);
-    // 64 x 256 x 128 rows, each a 512-value partial O in the output dtype and an fp32 LSE, then
-    // the batch's schedule: 64 lengths and 64 x 256 work items (int32, each region 256-aligned).
-    assert_eq!(rows[1], 2_097_152 * 1028 + 256 + 65_536);
+    // 64 x 256 x 128 rows, each a 512-value fp32 partial O and an fp32 LSE, then the batch's
+    // schedule: 64 lengths and 64 x 256 work items (int32, each region 256-aligned).
+    assert_eq!(rows[1], 2_097_152 * 2052 + 256 + 65_536);
     assert!(rows.iter().all(|&r| r <= pre), "{rows:?} > {pre}");
     assert_eq!(pre, rows[1]);
     let (rows, pre) = rows_and_pre_grow(&["plan", "mla", "--batch", "1", "--seq-len", "65536", "--sm-count", "148", "--splits", "3", "--json"]);
@@ -86,6 +86,27 @@ fn plan_mla_json_is_machine_readable() {
     assert_eq!(v["plans"][1]["workspace_bytes"], 256 + 256 + 256);
     assert_eq!(v["page_size"], 64);
     assert_eq!(v["pre_grow"]["workspace_bytes"], 2052 * 128 * 8 + 256 + 256 + 256 + 512);
+}
+
+#[test]
+fn plan_mla_for_blackwell_pads_heads_and_expands_tokens() {
+    // 16 heads (TP 8), 2 tokens (MTP): CUTLASS runs batch x 2 requests of 128 heads, one split
+    // each (more than one request), over staging in the workspace.
+    let args = ["plan", "mla", "--arch", "sm_100", "--heads", "16", "--s-q", "2", "--batch", "1,64", "--seq-len", "1000", "--sm-count", "148", "--json"];
+    let out = graphsafe(&args);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!((v["heads"].as_u64(), v["s_q"].as_u64()), (Some(16), Some(2)));
+    // Lengths, kernel lengths, 8 tiles x 2 pages of page table per kernel request, LSE staging
+    // [B', 128] f32, q staging [B', 128, 576] bf16, out staging [B', 128, 512] bf16; 256-aligned.
+    let bytes = |kb: u64| 2 * (4 * kb).div_ceil(256) * 256 + (4 * kb * 16).div_ceil(256) * 256 + 512 * kb + 128 * 576 * 2 * kb + 128 * 512 * 2 * kb;
+    assert_eq!(v["plans"][0]["num_splits"], 1);
+    assert_eq!(v["plans"][0]["workspace_bytes"], bytes(2));
+    assert_eq!(v["plans"][1]["workspace_bytes"], bytes(128));
+    assert_eq!(v["pre_grow"]["workspace_bytes"], bytes(128));
+    assert_eq!(v["pre_grow"]["worst_batch"], 64);
+    let text = String::from_utf8(graphsafe(&args[..args.len() - 1]).stdout).unwrap();
+    assert!(text.contains("16 heads (padded to 128), 2 query tokens a request (run as 2 requests)"), "{text}");
 }
 
 #[test]
@@ -202,8 +223,9 @@ fn bad_arguments_exit_2_with_one_line() {
         &["plan", "mla", "--arch", "sm_90", "--heads", "129", "--batch", "1", "--seq-len", "10", "--sm-count", "10"],
         &["plan", "mla", "--arch", "sm_90", "--heads", "16", "--s-q", "17", "--batch", "1", "--seq-len", "10", "--sm-count", "10"],
         &["plan", "mla", "--arch", "sm_90", "--heads", "16", "--s-q", "0", "--batch", "1", "--seq-len", "10", "--sm-count", "10"],
-        &["plan", "mla", "--arch", "sm_100", "--s-q", "2", "--batch", "1", "--seq-len", "10", "--sm-count", "10"],
-        &["plan", "mla", "--arch", "sm_100", "--heads", "64", "--batch", "1", "--seq-len", "10", "--sm-count", "10"],
+        &["plan", "mla", "--arch", "sm_100", "--s-q", "17", "--batch", "1", "--seq-len", "10", "--sm-count", "10"],
+        &["plan", "mla", "--arch", "sm_100", "--heads", "0", "--batch", "1", "--seq-len", "10", "--sm-count", "10"],
+        &["plan", "mla", "--arch", "sm_100", "--heads", "16", "--s-q", "2", "--batch", "32768", "--seq-len", "10", "--sm-count", "10"],
         &["plan", "mla", "--batch", "1", "--seq-len", "10", "--sm-count", "10", "--page-size", "48"],
         &["plan", "mla", "--arch", "sm_90", "--heads", "16", "--batch", "1", "--seq-len", "10", "--sm-count", "10", "--page-size", "16"],
         &["plan", "mla", "--batch", "65536", "--seq-len", "10", "--sm-count", "10"],
@@ -273,7 +295,8 @@ fn refusals_name_flags_never_the_librarys_fields() {
     let nvfp4 = |extra: &[&'static str]| -> Vec<&'static str> { ["plan", "nvfp4", "--m", "1,16", "--n", "8192", "--k", "8192"].iter().chain(extra).copied().collect() };
     let cases: Vec<(Vec<&str>, &str, &str)> = vec![
         (mla(&["--heads", "129", "--arch", "sm_90"]), "`--heads`", "1..=128"),
-        (mla(&["--heads", "64"]), "`--heads, --s-q`", "128 heads"),
+        (mla(&["--heads", "0"]), "`--heads`", "1..=128"),
+        (vec!["plan", "mla", "--batch", "40000", "--s-q", "2", "--seq-len", "10"], "`--batch x --s-q`", "each of the --s-q query tokens"),
         (mla(&["--s-q", "17", "--arch", "sm_90", "--heads", "16"]), "`--s-q`", "1..=16"),
         (mla(&["--sm-count", "4096"]), "`--sm-count`", "1..=1024"),
         (mla(&["--page-size", "48"]), "`--page-size`", "power of two"),

@@ -60,11 +60,52 @@ typedef enum GsMlaScheduler {
  * batch > 1 is an empty persistent split, which hangs CUTLASS 4.2; page indices go straight into
  * addresses), so its decode first runs gs_mla_sanitize on the stream, which writes the clamped
  * lengths and a clamped, compact page table into the workspace for CUTLASS to read, and after it
- * gs_mla_sanitize_finish, which writes the empty requests' zeros and -inf.
+ * gs_mla_sanitize_finish, which writes the zeros and +inf of every query row that attends no key.
  */
 
+/*
+ * ---- sm100 (CUTLASS 4.2, examples/77_blackwell_fmha): the shapes graphsafe adapts -----------
+ * CUTLASS's kernel runs exactly one query token of GS_MLA_NUM_HEADS heads per request. graphsafe
+ * adapts every other shape inside its workspace; the caller passes the decode as it is:
+ *   kernel requests  CUTLASS runs B' = batch * s_q requests (<= GS_MLA_MAX_BATCH, else
+ *                    GS_ERR_INVALID_ARGUMENT): kernel request j = b * s_q + t is token t of request
+ *                    b, over request b's page-table row, with the length
+ *                      len'(j) = causal ? L_b - (s_q - 1 - t) : L_b,  L_b = clamp(seq_lens[b], 0, max_seq_len)
+ *                    (<= 0: the row attends no key; it is run as one token and overwritten with
+ *                    zeros and +inf). The split rule (gs_mla_sm100_num_splits) is applied to B'.
+ *   direct           num_heads == 128 and s_q == 1: CUTLASS reads q and writes out and lse in
+ *                    place (B' = batch), so their strides must suit its tensor maps (multiples of
+ *                    16 bytes), and with num_splits > 1 out must be dense.
+ *   adapted          any other shape: the pre-pass copies q into the region's q staging
+ *                    [B', 128, 576] (latent then rope, heads num_heads..127 zero), CUTLASS writes
+ *                    the out staging [B', 128, 512] and lse staging [B', 128], and the post-pass
+ *                    copies heads 0..num_heads of kernel request j to out[b, t] and lse[b, :, t]
+ *                    (any strides). Costs: the copies, and CUTLASS computes 128 heads whatever
+ *                    num_heads is, and reads request b's keys s_q times.
+ */
+
+/** The shape the sm100 planning functions size for (host-only; see "the shapes graphsafe adapts"). */
+typedef struct GsMlaSm100Shape {
+  /** GsDtype of q (the q staging holds q's elements: 1 byte for fp8, else 2). */
+  int32_t dtype;
+  /** Requests of the caller (the kernel runs batch * s_q). */
+  int32_t batch;
+  /** Query heads, 1..=GS_MLA_NUM_HEADS. */
+  int32_t num_heads;
+  /** Query tokens per request, 1..=GS_MLA_MAX_S_Q. */
+  int32_t s_q;
+  int32_t max_seq_len;
+  /** A power of two up to 128. */
+  int32_t page_size;
+  /** SMs of the GPU (only gs_mla_sm100_workspace_bytes reads it: the split rule). */
+  int32_t sm_count;
+  /** KV splits, as gs_mla_sm100_num_splits gives them for batch * s_q requests. */
+  int32_t num_splits;
+} GsMlaSm100Shape;
+
 /**
- * Number of KV splits for the CUTLASS 4.2 sm100 MLA kernel.
+ * Number of KV splits for the CUTLASS 4.2 sm100 MLA kernel. `batch` is the requests the kernel
+ * runs: batch * s_q of the decode (see "the shapes graphsafe adapts").
  *
  * requested == 0 picks the default, safe rule; requested > 0 is validated against the same rule
  * and returned unchanged, or refused with GS_ERR_UNSAFE_SPLIT. The rule (why: docs/ARCHITECTURE.md, "The CUTLASS 4.2 MLA split-KV rule"):
@@ -83,71 +124,59 @@ int gs_mla_sm100_max_safe_splits(int32_t batch, int32_t max_seq_len, int32_t sm_
 int gs_mla_sm100_scheduler(int32_t num_splits, int32_t* out_scheduler);
 
 /**
- * Where the sm100 decode keeps its sanitized copies of the device data: a region of the workspace
- * after CUTLASS's own part (see gs_mla_sm100_workspace_bytes). Offsets are relative to the
- * region's start, each 256-byte aligned.
+ * Where the sm100 decode keeps what it makes for CUTLASS: a region of the workspace after
+ * CUTLASS's own part (see gs_mla_sm100_workspace_bytes). Offsets are relative to the region's
+ * start, each 256-byte aligned, the parts in this order; a part that is absent has no bytes (its
+ * offset is where it would start, so equal to the next part's). B' = kernel_batch.
  */
 typedef struct GsMlaSanitizeLayout {
-  /** int32 [batch]: seq_lens clamped to 0..=max_seq_len; 0 marks an empty request. */
+  /** int32 [B']: len' clamped to 0..=max_seq_len; 0 marks a row that attends no key. */
   uint64_t lens_offset;
-  /** int32 [batch]: max(1, lens): the lengths CUTLASS reads (an empty request runs one token). */
+  /** int32 [B']: max(1, lens): the lengths CUTLASS reads (an empty row runs one token). */
   uint64_t kernel_lens_offset;
-  /** int32 [batch, columns]: the clamped, compact page table CUTLASS reads. */
+  /** int32 [B', columns]: the clamped, compact page table CUTLASS reads (kernel request j: a
+   *  copy of request j / s_q's row). */
   uint64_t page_table_offset;
   /**
-   * fp32 [batch, 128]: split-KV LSE scratch, used when the caller passes no lse (CUTLASS 4.2 writes
-   * the per-split LSE its reduction reads only when it has an lse pointer). Present (and counted in
-   * bytes) only when num_splits > 1; otherwise equal to bytes.
+   * fp32 [B', 128], the LSE CUTLASS writes when it does not write the caller's: adapted decodes
+   * (the lse staging, always given to CUTLASS), and direct ones with num_splits > 1 (a scratch
+   * used when the caller passes no lse: CUTLASS 4.2 writes the per-split LSE its reduction reads
+   * only when it has an lse pointer). Absent otherwise.
    */
   uint64_t lse_offset;
+  /** Adapted only: q's elements [B', 128, 576] (latent then rope; heads num_heads.. zero). */
+  uint64_t q_offset;
+  /** Adapted only: 16-bit output elements [B', 128, 512] (dense: also what CUTLASS's split
+   *  reduction writes). */
+  uint64_t out_offset;
   /** Bytes of the region. */
   uint64_t bytes;
   /** Columns of the compact page table: ceil(max_seq_len / 128) * (128 / page_size), whole KV
    *  tiles, because CUTLASS reads the page indices of a tile's every page. */
   int32_t columns;
+  /** B' = batch * s_q: the requests CUTLASS runs. */
+  int32_t kernel_batch;
+  /** 1 when the decode is adapted (num_heads < 128 or s_q > 1), 0 when direct. */
+  int32_t adapted;
 } GsMlaSanitizeLayout;
 
 /**
- * The sanitize layout for these arguments (host-only, every build). page_size: a power of two up
- * to 128. GS_ERR_INVALID_ARGUMENT beyond the limits above, or when batch * columns exceeds
- * INT32_MAX (CUTLASS indexes the page table with int32).
+ * The region's layout for `shape` (host-only, every build; shape->sm_count is not read).
+ * GS_ERR_INVALID_ARGUMENT beyond the limits above, for batch * s_q above GS_MLA_MAX_BATCH, or when
+ * B' * columns exceeds INT32_MAX (CUTLASS indexes the page table with int32).
  */
-int gs_mla_sanitize_layout(int32_t batch, int32_t max_seq_len, int32_t page_size, int32_t num_splits,
-                           GsMlaSanitizeLayout* out_layout);
+int gs_mla_sanitize_layout(const GsMlaSm100Shape* shape, GsMlaSanitizeLayout* out_layout);
 
 /**
- * Workspace bytes of the sm100 MLA decode, laid out as the decode uses them:
+ * Workspace bytes of the sm100 MLA decode of `shape`, laid out as the decode uses them:
  *   [0, C)                 CUTLASS's part: device::MLA<Kernel>::get_workspace_size for the kernel
- *                          instantiated for `dtype` (0 for one split, else
- *                          (4 * 512 + 4) * 128 * num_splits * batch);
- *   [round_up(C, 256), +)  the sanitize region, gs_mla_sanitize_layout's `bytes`.
- * The total is round_up(C, 256) + bytes. Also checks the split count against the safety rule
- * (GS_ERR_UNSAFE_SPLIT).
+ *                          instantiated for `dtype`, for B' requests (0 for one split, else
+ *                          (4 * 512 + 4) * 128 * num_splits * B'; splits > 1 only for B' = 1);
+ *   [round_up(C, 256), +)  the region, gs_mla_sanitize_layout's `bytes`.
+ * The total is round_up(C, 256) + bytes. Also checks the split count against the safety rule for
+ * B' requests (GS_ERR_UNSAFE_SPLIT).
  */
-int gs_mla_sm100_workspace_bytes(int32_t dtype, int32_t batch, int32_t max_seq_len, int32_t page_size,
-                                 int32_t sm_count, int32_t num_splits, uint64_t* out_bytes);
-
-/**
- * The sanitize pre-pass, on `stream` (every arch that was built): reads seq_lens [batch] and the
- * caller's page table ([batch, page_table_stride], only the columns a request's clamped length
- * covers) and writes into `region` (gs_mla_sanitize_layout's layout for these arguments, at least
- * its `bytes` bytes): lens, kernel_lens and the compact page table, whose column j of request b is
- *   clamp(page_table[b][j], 0, num_pages - 1)   for j < ceil(max(1, lens[b]) / page_size),
- *   0                                           for the other columns.
- * Nothing else in the region is written. Validates everything before it enqueues anything.
- */
-int gs_mla_sanitize(const int32_t* seq_lens, const int32_t* page_table, int32_t page_table_stride, int32_t batch,
-                    int32_t max_seq_len, int32_t page_size, int32_t num_pages, int32_t num_splits, void* region,
-                    uint64_t region_bytes, void* stream);
-
-/**
- * The post-pass, on `stream`, after the kernel: for every request b with lens[b] == 0 (lens from
- * the sanitize region), writes zeros to out[b, 0..128, 0..512] (16-bit elements, strides in
- * elements) and, when lse is not NULL, -inf to lse[b * 128 + 0..128]. Other requests are not
- * touched.
- */
-int gs_mla_sanitize_finish(const int32_t* lens, int32_t batch, void* out, int64_t out_stride_batch,
-                           int64_t out_stride_head, float* lse, void* stream);
+int gs_mla_sm100_workspace_bytes(const GsMlaSm100Shape* shape, uint64_t* out_bytes);
 
 /**
  * How the sm90 decode's kv_cache stores K and V (GsMlaDecodeArgs::kv_format). Queries are bf16
@@ -214,8 +243,9 @@ typedef struct GsMlaDecodeArgs {
   /** [batch, page_table_stride] int32 page indices, device data, any value (see "Device data" above). */
   const int32_t* page_table;
   int32_t page_table_stride;
-  /** [batch, s_q, num_heads, 512]; the sm100 decode with num_splits > 1 (single requests only) takes
-   *  only out_stride_head 512: CUTLASS's split reduction writes out densely whatever the strides. */
+  /** [batch, s_q, num_heads, 512]; a direct sm100 decode (128 heads, one token) with num_splits > 1
+   *  (single requests only) takes only out_stride_head 512: CUTLASS's split reduction writes out
+   *  densely whatever the strides (an adapted one writes its staging, any strides). */
   void* out;
   int64_t out_stride_batch;
   int64_t out_stride_token;
@@ -234,11 +264,99 @@ typedef struct GsMlaDecodeArgs {
 } GsMlaDecodeArgs;
 
 /**
+ * What CUTLASS's sm100 kernel is given for one decode (gs_mla_sm100_kernel_args), after graphsafe's
+ * adaptation: pointers are addresses in the caller's tensors (direct) or in the workspace; strides
+ * are in elements, CUTLASS's (head, batch) order; the inner stride is 1.
+ */
+typedef struct GsMlaSm100KernelArgs {
+  /** B': the requests CUTLASS runs (its problem shape's batch). */
+  int32_t batch;
+  /** 1: q, out and lse are the region's staging; 0: the caller's tensors. */
+  int32_t adapted;
+  int32_t max_seq_len;
+  int32_t num_splits;
+  /** hw_info.sm_count: the caller's sm_count rounded down to even (2-SM clusters). */
+  int32_t sm_count;
+  int32_t page_size;
+  int32_t page_count;
+  /** Row stride of `page_table`: the layout's columns. */
+  int32_t page_table_stride;
+  /** [B', 128, 512]. */
+  const void* q_latent;
+  int64_t q_latent_stride_head;
+  int64_t q_latent_stride_batch;
+  /** [B', 128, 64]. */
+  const void* q_rope;
+  int64_t q_rope_stride_head;
+  int64_t q_rope_stride_batch;
+  /** [B', 128, 512] output elements. */
+  void* out;
+  int64_t out_stride_head;
+  int64_t out_stride_batch;
+  /** fp32 [B', 128] (batch stride lse_stride_batch, head stride 1), or NULL: CUTLASS writes no LSE. */
+  float* lse;
+  int32_t lse_stride_batch;
+  /** int32 [B']: the region's kernel_lens. */
+  const int32_t* seq_lens;
+  /** int32 [B', page_table_stride]: the region's compact page table. */
+  const int32_t* page_table;
+  /** CUTLASS's part of the workspace: [workspace, workspace + cutlass_bytes). */
+  uint64_t cutlass_bytes;
+  /** The region: workspace + round_up(cutlass_bytes, 256), laid out as `layout`. */
+  void* region;
+  GsMlaSanitizeLayout layout;
+} GsMlaSm100KernelArgs;
+
+/**
+ * Checks a decode's host-side arguments as gs_mla_sm100_decode does and computes what CUTLASS is
+ * given (host-only, every build: nothing is dereferenced, so tests run it on any address). The
+ * workspace is `workspace_bytes` bytes at `workspace`, 16-byte aligned; GS_ERR_WORKSPACE_TOO_SMALL
+ * when it is below gs_mla_sm100_workspace_bytes; GS_ERR_UNSAFE_SPLIT for a split count the rule
+ * refuses; GS_ERR_INVALID_ARGUMENT for anything else (a direct decode's strides that CUTLASS's
+ * tensor maps cannot take included).
+ */
+int gs_mla_sm100_kernel_args(const GsMlaDecodeArgs* args, void* workspace, uint64_t workspace_bytes,
+                             GsMlaSm100KernelArgs* out);
+
+/**
+ * The sanitize pre-pass, on `stream` (every arch that was built). Reads of `args`: dtype, batch,
+ * num_heads, s_q, causal, max_seq_len, num_splits, page_size, num_pages, seq_lens [batch], the
+ * caller's page table ([batch, page_table_stride], only the columns a request's clamped length
+ * covers) and, when adapted, q_nope and q_pe with their strides (16-byte vector copies when the
+ * addresses and strides allow, else element by element); nothing else (other pointers may be
+ * NULL). Writes into `region` (gs_mla_sanitize_layout's layout for the args, at least its `bytes`
+ * bytes), for every kernel request j = b * s_q + t:
+ *   lens[j]         len'(j) clamped to 0..=max_seq_len (see "the shapes graphsafe adapts")
+ *   kernel_lens[j]  max(1, lens[j])
+ *   page table      column c of row j: clamp(page_table[b][c], 0, num_pages - 1) for
+ *                   c < ceil(kernel_lens[j] / page_size), 0 for the other columns
+ *   q staging       adapted: [j, h, 0..512] = q_nope[b, t, h], [j, h, 512..576] = q_pe[b, t, h]
+ *                   for h < num_heads; zeros for the other heads
+ * Nothing else in the region is written. Validates everything before it enqueues anything.
+ */
+int gs_mla_sanitize(const GsMlaDecodeArgs* args, void* region, uint64_t region_bytes, void* stream);
+
+/**
+ * The post-pass, on `stream`, after the kernel. Reads of `args`: batch, num_heads, s_q, out with
+ * its strides (16-bit elements), lse (or NULL); `layout` must be gs_mla_sanitize_layout's for a
+ * decode of that batch, num_heads and s_q (kernel_batch and adapted are checked, and every part
+ * read lies in region_bytes). For every kernel request j = b * s_q + t with e = (lens[j] == 0):
+ *   direct   (out and lse hold CUTLASS's result) rows with e: out[b, 0, 0..128, 0..512] = 0 and
+ *            lse[b * 128 + 0..128] = +inf; nothing else is touched;
+ *   adapted  for h < num_heads: out[b, t, h, 0..512] = e ? 0 : out staging [j, h], and
+ *            lse[(b * num_heads + h) * s_q + t] = e ? +inf : lse staging [j, h].
+ */
+int gs_mla_sanitize_finish(const GsMlaDecodeArgs* args, const GsMlaSanitizeLayout* layout, const void* region,
+                           uint64_t region_bytes, void* stream);
+
+/**
  * Launches the CUTLASS sm100 MLA decode on `stream`: gs_mla_sanitize, the kernel (and its split-KV
- * reduction) over the sanitized copies, gs_mla_sanitize_finish. Returns GS_ERR_WORKSPACE_TOO_SMALL,
- * launching nothing, when workspace_bytes is less than gs_mla_sm100_workspace_bytes for these
- * arguments (the workspace is never optional: it holds the sanitize region); any other refusal
- * also launches nothing. Only present in builds with the sm100 MLA back-end (the sm_100f row).
+ * reduction) with gs_mla_sm100_kernel_args' arguments, gs_mla_sanitize_finish. Any num_heads
+ * 1..=128 and s_q 1..=16 (causal or not): see "the shapes graphsafe adapts". Returns
+ * GS_ERR_WORKSPACE_TOO_SMALL, launching nothing, when workspace_bytes is less than
+ * gs_mla_sm100_workspace_bytes for these arguments (the workspace is never optional: it holds the
+ * sanitize region); any other refusal also launches nothing. Only present in builds with the
+ * sm100 MLA back-end (the sm_100f row).
  */
 int gs_mla_sm100_decode(const GsMlaDecodeArgs* args, void* workspace, uint64_t workspace_bytes, void* stream);
 
@@ -262,7 +380,7 @@ int gs_mla_sm90_num_splits(int32_t batch, int32_t num_heads, int32_t s_q, int32_
 
 /**
  * Workspace bytes of the sm90 decode: for splits > 1, partial O [batch, splits, s_q * num_heads,
- * 512] in the output dtype (2 bytes each) then fp32 partial LSE [batch, splits, s_q * num_heads];
+ * 512] fp32 then fp32 partial LSE [batch, splits, s_q * num_heads];
  * for batch > 1 its work schedule, int32 [batch] lengths then int32 [batch, splits] work items;
  * each region 256-byte aligned (cuda-src/mla/sm90/workspace.h); 0 for one request in one split.
  */

@@ -67,9 +67,11 @@ pub struct GraphsafeMlaDecodeArgs {
     pub dtype: c_int,
     /// Requests.
     pub batch: c_int,
-    /// Query heads, 1..=128 (128 on sm_100), with any KV-cache format.
+    /// Query heads, 1..=128, with any KV-cache format (sm_100 pads fewer to 128 inside its
+    /// workspace).
     pub num_heads: c_int,
-    /// Query tokens per request (MTP / speculative decode), 1..=16 (1 on sm_100); 0 is read as 1.
+    /// Query tokens per request (MTP / speculative decode), 1..=16; 0 is read as 1. (sm_100 runs
+    /// each token as a request of its own: batch x s_q at most 65535.)
     pub s_q: c_int,
     /// Non-zero: token t of s_q attends keys 0 ..= len - s_q + t (FlashMLA's causal); 0: every key.
     pub causal: c_int,
@@ -105,9 +107,10 @@ pub struct GraphsafeMlaDecodeArgs {
     pub page_table: u64,
     /// Columns of page_table (its row stride).
     pub max_pages: c_int,
-    /// [batch, s_q, heads, 512] output (bf16, or fp16 for fp16 input). On sm100, when the plan
-    /// splits the sequence (single requests only), out_stride_head must be 512: CUTLASS's split
-    /// reduction writes densely (INVALID_ARGUMENT otherwise; or ask for num_splits 1).
+    /// [batch, s_q, heads, 512] output (bf16, or fp16 for fp16 input). On sm100 with one token of
+    /// 128 heads, when the plan splits the sequence (single requests only), out_stride_head must
+    /// be 512: CUTLASS's split reduction writes densely (INVALID_ARGUMENT otherwise; or ask for
+    /// num_splits 1). Other shapes take any strides there (graphsafe copies out of its staging).
     pub out: u64,
     /// Stride between requests.
     pub out_stride_batch: i64,
@@ -270,10 +273,10 @@ pub struct GraphsafeMlaLimits {
     pub dtype: c_int,
     /// GRAPHSAFE_MLA_KV_* (0: native).
     pub kv_format: c_int,
-    /// Query heads, 1..=128 (128 on sm_100).
+    /// Query heads, 1..=128 (sm_100 pads fewer to 128 inside its workspace, which the plan counts).
     pub num_heads: c_int,
-    /// Query tokens per request, 1..=16 (1 on sm_100); 0 is read as 1. A worst case covers every
-    /// count up to it.
+    /// Query tokens per request, 1..=16; 0 is read as 1 (sm_100: batch x s_q at most 65535). A
+    /// worst case covers every count up to it.
     pub s_q: c_int,
     /// Requests; a worst case covers every batch up to it.
     pub batch: c_int,

@@ -45,6 +45,18 @@ impl GsMlaScheduler {
 #[repr(transparent)]
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct GsMlaScheduler(pub ::std::os::raw::c_uint);
+#[repr(C)]
+#[derive(Debug, Default, Copy, Clone)]
+pub struct GsMlaSm100Shape {
+    pub dtype: i32,
+    pub batch: i32,
+    pub num_heads: i32,
+    pub s_q: i32,
+    pub max_seq_len: i32,
+    pub page_size: i32,
+    pub sm_count: i32,
+    pub num_splits: i32,
+}
 unsafe extern "C" {
     pub fn gs_mla_sm100_num_splits(
         batch: i32,
@@ -75,53 +87,23 @@ pub struct GsMlaSanitizeLayout {
     pub kernel_lens_offset: u64,
     pub page_table_offset: u64,
     pub lse_offset: u64,
+    pub q_offset: u64,
+    pub out_offset: u64,
     pub bytes: u64,
     pub columns: i32,
+    pub kernel_batch: i32,
+    pub adapted: i32,
 }
 unsafe extern "C" {
     pub fn gs_mla_sanitize_layout(
-        batch: i32,
-        max_seq_len: i32,
-        page_size: i32,
-        num_splits: i32,
+        shape: *const GsMlaSm100Shape,
         out_layout: *mut GsMlaSanitizeLayout,
     ) -> ::std::os::raw::c_int;
 }
 unsafe extern "C" {
     pub fn gs_mla_sm100_workspace_bytes(
-        dtype: i32,
-        batch: i32,
-        max_seq_len: i32,
-        page_size: i32,
-        sm_count: i32,
-        num_splits: i32,
+        shape: *const GsMlaSm100Shape,
         out_bytes: *mut u64,
-    ) -> ::std::os::raw::c_int;
-}
-unsafe extern "C" {
-    pub fn gs_mla_sanitize(
-        seq_lens: *const i32,
-        page_table: *const i32,
-        page_table_stride: i32,
-        batch: i32,
-        max_seq_len: i32,
-        page_size: i32,
-        num_pages: i32,
-        num_splits: i32,
-        region: *mut ::std::os::raw::c_void,
-        region_bytes: u64,
-        stream: *mut ::std::os::raw::c_void,
-    ) -> ::std::os::raw::c_int;
-}
-unsafe extern "C" {
-    pub fn gs_mla_sanitize_finish(
-        lens: *const i32,
-        batch: i32,
-        out: *mut ::std::os::raw::c_void,
-        out_stride_batch: i64,
-        out_stride_head: i64,
-        lse: *mut f32,
-        stream: *mut ::std::os::raw::c_void,
     ) -> ::std::os::raw::c_int;
 }
 impl GsMlaKvFormat {
@@ -175,6 +157,68 @@ impl Default for GsMlaDecodeArgs {
             s.assume_init()
         }
     }
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct GsMlaSm100KernelArgs {
+    pub batch: i32,
+    pub adapted: i32,
+    pub max_seq_len: i32,
+    pub num_splits: i32,
+    pub sm_count: i32,
+    pub page_size: i32,
+    pub page_count: i32,
+    pub page_table_stride: i32,
+    pub q_latent: *const ::std::os::raw::c_void,
+    pub q_latent_stride_head: i64,
+    pub q_latent_stride_batch: i64,
+    pub q_rope: *const ::std::os::raw::c_void,
+    pub q_rope_stride_head: i64,
+    pub q_rope_stride_batch: i64,
+    pub out: *mut ::std::os::raw::c_void,
+    pub out_stride_head: i64,
+    pub out_stride_batch: i64,
+    pub lse: *mut f32,
+    pub lse_stride_batch: i32,
+    pub seq_lens: *const i32,
+    pub page_table: *const i32,
+    pub cutlass_bytes: u64,
+    pub region: *mut ::std::os::raw::c_void,
+    pub layout: GsMlaSanitizeLayout,
+}
+impl Default for GsMlaSm100KernelArgs {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+unsafe extern "C" {
+    pub fn gs_mla_sm100_kernel_args(
+        args: *const GsMlaDecodeArgs,
+        workspace: *mut ::std::os::raw::c_void,
+        workspace_bytes: u64,
+        out: *mut GsMlaSm100KernelArgs,
+    ) -> ::std::os::raw::c_int;
+}
+unsafe extern "C" {
+    pub fn gs_mla_sanitize(
+        args: *const GsMlaDecodeArgs,
+        region: *mut ::std::os::raw::c_void,
+        region_bytes: u64,
+        stream: *mut ::std::os::raw::c_void,
+    ) -> ::std::os::raw::c_int;
+}
+unsafe extern "C" {
+    pub fn gs_mla_sanitize_finish(
+        args: *const GsMlaDecodeArgs,
+        layout: *const GsMlaSanitizeLayout,
+        region: *const ::std::os::raw::c_void,
+        region_bytes: u64,
+        stream: *mut ::std::os::raw::c_void,
+    ) -> ::std::os::raw::c_int;
 }
 unsafe extern "C" {
     pub fn gs_mla_sm100_decode(

@@ -46,7 +46,28 @@ static void planning() {
   // Split-KV with batch > 1 is refused on sm100 (CUTLASS 4.2 hangs there).
   CHECK_STATUS(graphsafe_mla_plan(GRAPHSAFE_ARCH_SM100, GRAPHSAFE_DTYPE_BF16, 128, 2, 65536, 64, 148, 2, &p), GRAPHSAFE_ERROR_INVALID_ARGUMENT);
   CHECK(last_error_mentions("num_splits"));
-  CHECK_STATUS(graphsafe_mla_plan(GRAPHSAFE_ARCH_SM100, GRAPHSAFE_DTYPE_BF16, 64, 1, 1024, 64, 148, 0, &p), GRAPHSAFE_ERROR_INVALID_ARGUMENT);
+  // Fewer heads on sm100: padded to CUTLASS's 128 in the workspace, which the plan counts. One
+  // request of one token still splits (8 tiles): CUTLASS's part, then lengths, kernel lengths, page
+  // table, LSE staging [1, 128], q staging [1, 128, 576] bf16, out staging [1, 128, 512].
+  CHECK_STATUS(graphsafe_mla_plan(GRAPHSAFE_ARCH_SM100, GRAPHSAFE_DTYPE_BF16, 64, 1, 1024, 64, 148, 0, &p), GRAPHSAFE_OK);
+  CHECK(p.num_splits == 8 && p.workspace_bytes == 2052ull * 128 * 8 + 256 + 256 + 256 + 512 + 128 * 576 * 2 + 128 * 512 * 2);
+  {
+    // s_q tokens on sm100: batch x s_q kernel requests of one token (one split for more than one).
+    GraphsafeMlaLimits l{};
+    l.arch = GRAPHSAFE_ARCH_SM100;
+    l.dtype = GRAPHSAFE_DTYPE_BF16;
+    l.num_heads = 16;
+    l.s_q = 2;
+    l.batch = 64;
+    l.max_seq_len = 1000;
+    l.page_size = 64;
+    l.sm_count = 148;
+    CHECK_STATUS(graphsafe_mla_plan_limits(&l, &p), GRAPHSAFE_OK);
+    CHECK(p.num_splits == 1 && p.workspace_bytes == 512 + 512 + 4ull * 128 * 16 + 4ull * 128 * 128 + 128ull * 128 * 576 * 2 + 128ull * 128 * 512 * 2);
+    l.batch = 32768;  // 65536 kernel requests: one more than CUTLASS's grid takes
+    CHECK_STATUS(graphsafe_mla_plan_limits(&l, &p), GRAPHSAFE_ERROR_INVALID_ARGUMENT);
+    CHECK(last_error_mentions("batch x s_q"));
+  }
   CHECK_STATUS(graphsafe_mla_plan(GRAPHSAFE_ARCH_SM100, GRAPHSAFE_DTYPE_BF16, 128, 1, 1024, 48, 148, 0, &p), GRAPHSAFE_ERROR_INVALID_ARGUMENT);
   CHECK(last_error_mentions("page_size"));
   // The limits the decode accepts: batch <= 65535, max_seq_len <= 2^31 - 128.

@@ -4,9 +4,11 @@
 // is never used: splits > 1 run the separate reduction kernel on the same stream.
 //
 // CUTLASS never sees the caller's seq_lens or page table: gs_mla_sanitize first writes clamped
-// copies into the workspace's sanitize region (graphsafe_kernels/mla.h, "Device data"), CUTLASS
-// reads those, and gs_mla_sanitize_finish then writes the empty requests' output. Every check
-// runs before the first launch, so a refusal enqueues nothing (nothing lands in a capture).
+// copies into the workspace's region (graphsafe_kernels/mla.h, "Device data"), CUTLASS reads
+// those, and gs_mla_sanitize_finish then writes the output of rows that attend no key. A shape
+// CUTLASS does not take (fewer than 128 heads, s_q > 1) runs over staging copies in the region
+// ("the shapes graphsafe adapts"). Every check runs before the first launch, so a refusal enqueues
+// nothing (nothing lands in a capture).
 #pragma once
 
 #include <atomic>
@@ -38,42 +40,36 @@ int launch(GsMlaDecodeArgs const& g, void* workspace, uint64_t workspace_bytes, 
   using Op = typename Cfg::Op;
   using Kernel = typename Cfg::Kernel;
 
-  typename Op::Arguments a = planning_arguments<Op>(g.batch, g.max_seq_len, g.sm_count & ~1, g.num_splits);
+  // Every pointer, stride and size CUTLASS gets, the head padding and s_q expansion included, comes
+  // from the host function the CPU tests check (plan.cu); this only copies it into CUTLASS's types.
+  GsMlaSm100KernelArgs k{};
+  if (int st = gs_mla_sm100_kernel_args(&g, workspace, workspace_bytes, &k); st != GS_OK) return st;
+  typename Op::Arguments a = planning_arguments<Op>(k.batch, k.max_seq_len, k.sm_count, k.num_splits);
   a.hw_info.device_id = g.device;
-  GsMlaSanitizeLayout san{};
-  if (int st = gs_mla_sanitize_layout(g.batch, g.max_seq_len, g.page_size, g.num_splits, &san); st != GS_OK) return st;
-  // CUTLASS's part at byte 0, the sanitize region after it (gs_mla_sm100_workspace_bytes).
-  const uint64_t cutlass_bytes = Op::get_workspace_size(a);
-  const uint64_t region_at = (cutlass_bytes + 255) & ~uint64_t{255};  // <= 2052 * 128 * 16 + 255: no wrap
-  if (workspace == nullptr || workspace_bytes < region_at || workspace_bytes - region_at < san.bytes)
-    return GS_ERR_WORKSPACE_TOO_SMALL;
-  uint8_t* region = static_cast<uint8_t*>(workspace) + region_at;
   auto& m = a.mainloop;
   m.softmax_scale = g.sm_scale;
-  m.ptr_q_latent = static_cast<Element*>(const_cast<void*>(g.q_nope));
-  m.stride_q_latent = cute::make_tuple(g.q_nope_stride_head, cute::_1{}, g.q_nope_stride_batch);
-  m.ptr_q_rope = static_cast<Element*>(const_cast<void*>(g.q_pe));
-  m.stride_q_rope = cute::make_tuple(g.q_pe_stride_head, cute::_1{}, g.q_pe_stride_batch);
+  m.ptr_q_latent = static_cast<Element*>(const_cast<void*>(k.q_latent));
+  m.stride_q_latent = cute::make_tuple(k.q_latent_stride_head, cute::_1{}, k.q_latent_stride_batch);
+  m.ptr_q_rope = static_cast<Element*>(const_cast<void*>(k.q_rope));
+  m.stride_q_rope = cute::make_tuple(k.q_rope_stride_head, cute::_1{}, k.q_rope_stride_batch);
   constexpr int64_t kRow = GS_MLA_LATENT_DIM + GS_MLA_ROPE_DIM;
   auto* kv = static_cast<Element*>(const_cast<void*>(g.kv_cache));
   m.ptr_c_latent = kv;
-  m.stride_c_latent = cute::make_tuple(kRow, cute::_1{}, kRow * g.page_size);
+  m.stride_c_latent = cute::make_tuple(kRow, cute::_1{}, kRow * k.page_size);
   m.ptr_k_rope = kv + GS_MLA_LATENT_DIM;
-  m.stride_k_rope = cute::make_tuple(kRow, cute::_1{}, kRow * g.page_size);
-  m.ptr_seq = reinterpret_cast<int*>(region + san.kernel_lens_offset);
-  m.ptr_page_table = reinterpret_cast<int*>(region + san.page_table_offset);
-  m.stride_page_table = cute::make_tuple(cute::_1{}, san.columns);
-  m.page_count = g.num_pages;
-  m.page_size = g.page_size;
-  a.epilogue.ptr_o = static_cast<Out*>(g.out);
-  a.epilogue.stride_o = cute::make_tuple(g.out_stride_head, cute::_1{}, g.out_stride_batch);
-  // With splits > 1, CUTLASS 4.2 writes the per-split LSE its reduction reads only when it has an
-  // lse pointer; without one the reduction would weigh the splits by stale workspace bytes.
-  a.epilogue.ptr_lse = g.lse != nullptr || g.num_splits == 1 ? g.lse : reinterpret_cast<float*>(region + san.lse_offset);
-  a.epilogue.stride_lse = cute::make_tuple(cute::_1{}, GS_MLA_NUM_HEADS);
+  m.stride_k_rope = cute::make_tuple(kRow, cute::_1{}, kRow * k.page_size);
+  m.ptr_seq = const_cast<int*>(k.seq_lens);
+  m.ptr_page_table = const_cast<int*>(k.page_table);
+  m.stride_page_table = cute::make_tuple(cute::_1{}, k.page_table_stride);
+  m.page_count = k.page_count;
+  m.page_size = k.page_size;
+  a.epilogue.ptr_o = static_cast<Out*>(k.out);
+  a.epilogue.stride_o = cute::make_tuple(k.out_stride_head, cute::_1{}, k.out_stride_batch);
+  a.epilogue.ptr_lse = k.lse;
+  a.epilogue.stride_lse = cute::make_tuple(cute::_1{}, k.lse_stride_batch);
 
   if (Op::can_implement(a) != cutlass::Status::kSuccess) return GS_ERR_CUTLASS_CANNOT_IMPLEMENT;
-  if (Op::get_workspace_size(a) != cutlass_bytes) return GS_ERR_CUTLASS_INTERNAL;  // sized above from the same shape
+  if (Op::get_workspace_size(a) != k.cutlass_bytes) return GS_ERR_CUTLASS_INTERNAL;  // sized in plan.cu from the same shape
   int st = ensure_smem_attribute<Kernel>(g.device);
   if (st != GS_OK) return st;
   Op op;
@@ -81,15 +77,13 @@ int launch(GsMlaDecodeArgs const& g, void* workspace, uint64_t workspace_bytes, 
   // sanitized pointers, enqueues nothing.
   if (op.initialize(a, workspace, stream) != cutlass::Status::kSuccess) return GS_ERR_CUTLASS_INTERNAL;
 
-  st = gs_mla_sanitize(g.seq_lens, g.page_table, g.page_table_stride, g.batch, g.max_seq_len, g.page_size, g.num_pages,
-                       g.num_splits, region, san.bytes, stream);
+  st = gs_mla_sanitize(&g, k.region, k.layout.bytes, stream);
   if (st != GS_OK) return st;
   if (op.run(stream) != cutlass::Status::kSuccess) {
     cudaError_t e = cudaGetLastError();
     return e != cudaSuccess ? cuda_failed(e) : GS_ERR_CUTLASS_INTERNAL;
   }
-  return gs_mla_sanitize_finish(reinterpret_cast<const int32_t*>(region + san.lens_offset), g.batch, g.out,
-                                g.out_stride_batch, g.out_stride_head, g.lse, stream);
+  return gs_mla_sanitize_finish(&g, &k.layout, k.region, k.layout.bytes, stream);
 }
 
 // Entry point per element type and loader: persistent for one split, individual for more (the

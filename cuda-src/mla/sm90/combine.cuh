@@ -12,7 +12,7 @@ namespace graphsafe::mla_sm90 {
 //
 // The kernel is latency-bound (an LSE load, then the partial O loads, then the store, per head), so
 // what matters is how many of those chains run at once and how many loads each keeps in flight.
-// One warp owns a head's whole 512-dim row (lane = dims 4 lane + 128 k, k = 0..3): four 8-byte
+// One warp owns a head's whole 512-dim row (lane = dims 4 lane + 128 k, k = 0..3): four 16-byte
 // loads a split, two splits at a time. With few splits (<= kCombineFewSplits) and many heads in all
 // (batch x heads >= kCombineWarpHeads) a block is four heads, a warp each; otherwise a block is one
 // head and its 16 warps take splits s = w, w + 16, ..., added in a fixed order at the end. Both are
@@ -69,17 +69,18 @@ __global__ void __launch_bounds__(combine_threads<kWarpsPerHead>(), kWarpsPerHea
     if (S <= 1) return;
   }
   const float* lse = p.ws_lse + int64_t(b) * p.num_splits * H + h;
-  const uint16_t* src = p.ws_o + (int64_t(b) * p.num_splits * H + h) * kNope + lane * 4;  // partials in the output dtype
+  const float* src = p.ws_o + (int64_t(b) * p.num_splits * H + h) * kNope + lane * 4;  // fp32 partials
   const int64_t split_stride = int64_t(H) * kNope;
-  auto load_raw = [&](int s, int k) { return __ldcg(reinterpret_cast<const uint2*>(src + s * split_stride + 128 * k)); };
+  auto load_raw = [&](int s, int k) { return __ldcg(reinterpret_cast<const float4*>(src + s * split_stride + 128 * k)); };
   constexpr int kStep = kWarpsPerHead;  // a warp takes splits wi, wi + kStep, ...
   // The first kAhead of a warp's splits are loaded at entry, beside the LSEs, before their weights
   // are known: the LSE round trip and theirs overlap. An empty split's partial (never written) is
   // loaded too, from inside the workspace, and dropped: a weight of 0 skips its product. Two, not
-  // more: four made the 16-warp block 76 registers and halved its blocks per SM (slower wherever a
-  // grid needs more than one wave, docs/benchmarks.md, tenth session).
-  constexpr int kAhead = 2;
-  uint2 ahead[kAhead][4];
+  // more: four (of the bf16 partials once stored) made the 16-warp block 76 registers and halved its
+  // blocks per SM, slower wherever a grid needs more than one wave; with fp32 partials two made it
+  // spill at its 64 registers, so the 16-warp block loads one ahead.
+  constexpr int kAhead = kWarpsPerHead > 1 ? 1 : 2;
+  float4 ahead[kAhead][4];
   float ahead_lse[kAhead];
 #pragma unroll
   for (int j = 0; j < kAhead; ++j) {
@@ -160,33 +161,37 @@ __global__ void __launch_bounds__(combine_threads<kWarpsPerHead>(), kWarpsPerHea
     const float w = weight(ahead_lse[j]);  // 0 past S too (ahead_lse = -inf)
     if (w != 0.f) {
 #pragma unroll
-      for (int k = 0; k < 4; ++k) fma4(acc[k], w, unpack4<F16>(ahead[j][k]));
+      for (int k = 0; k < 4; ++k) fma4(acc[k], w, ahead[j][k]);
     }
   }
   int s = wi + kAhead * kStep;
-  for (; s + kStep < S; s += 2 * kStep) {  // two splits, eight loads in flight, their LSEs beside them
-    const float v0 = lse[int64_t(s) * H], v1 = lse[int64_t(s + kStep) * H];
-    uint2 u0[4], u1[4];
+  if constexpr (kWarpsPerHead == 1) {
+    for (; s + kStep < S; s += 2 * kStep) {  // two splits, eight loads in flight, their LSEs beside them
+      const float v0 = lse[int64_t(s) * H], v1 = lse[int64_t(s + kStep) * H];
+      float4 u0[4], u1[4];
 #pragma unroll
-    for (int k = 0; k < 4; ++k) {
-      u0[k] = load_raw(s, k);
-      u1[k] = load_raw(s + kStep, k);
-    }
-    const float w0 = weight(v0), w1 = weight(v1);
-    if (w0 != 0.f) {
+      for (int k = 0; k < 4; ++k) {
+        u0[k] = load_raw(s, k);
+        u1[k] = load_raw(s + kStep, k);
+      }
+      const float w0 = weight(v0), w1 = weight(v1);
+      if (w0 != 0.f) {
 #pragma unroll
-      for (int k = 0; k < 4; ++k) fma4(acc[k], w0, unpack4<F16>(u0[k]));
-    }
-    if (w1 != 0.f) {
+        for (int k = 0; k < 4; ++k) fma4(acc[k], w0, u0[k]);
+      }
+      if (w1 != 0.f) {
 #pragma unroll
-      for (int k = 0; k < 4; ++k) fma4(acc[k], w1, unpack4<F16>(u1[k]));
+        for (int k = 0; k < 4; ++k) fma4(acc[k], w1, u1[k]);
+      }
     }
   }
-  if (s < S) {
+  // One split at a time: the last one above, or every one of the 16-warp block (two fp32 partials
+  // in flight spilled at its 64 registers).
+  for (; s < S; s += kStep) {
     const float w0 = weight(lse[int64_t(s) * H]);
     if (w0 != 0.f) {
 #pragma unroll
-      for (int k = 0; k < 4; ++k) fma4(acc[k], w0, unpack4<F16>(load_raw(s, k)));
+      for (int k = 0; k < 4; ++k) fma4(acc[k], w0, load_raw(s, k));
     }
   }
   const float inv = 1.f / sum;

@@ -226,7 +226,7 @@ extern "C" int gs_mla_sm90_decode(const GsMlaDecodeArgs* args, void* workspace, 
     if (!ws::layout(uint64_t(a.batch), uint64_t(p.rows), uint64_t(a.num_splits), &layout)) return GS_ERR_INVALID_ARGUMENT;
     auto* base = static_cast<uint8_t*>(workspace);
     if (a.num_splits > 1) {
-      p.ws_o = reinterpret_cast<uint16_t*>(base);
+      p.ws_o = reinterpret_cast<float*>(base);
       p.ws_lse = reinterpret_cast<float*>(base + layout.lse_offset);
     }
     if (a.batch > 1) {

@@ -59,7 +59,7 @@ struct Params {
   uint16_t* out;
   int64_t out_sb, out_st, out_sh;
   float* lse;     // [batch, heads, s_q] or null
-  uint16_t* ws_o;  // splits > 1: [batch, splits, rows, 512] in the output dtype (split.cuh, store_rows)
+  float* ws_o;     // splits > 1: fp32 [batch, splits, rows, 512] (split.cuh, store_rows)
   float* ws_lse;  // splits > 1: fp32 [batch, splits, rows]
   float scale_log2;  // sm_scale * log2(e)
   const float* kv_scale;  // GS_MLA_KV_FP8_PER_TENSOR: the cache's f32 scale (device data)

@@ -213,13 +213,8 @@ __device__ __forceinline__ bool enter_roles(const CUtensorMap* map, const Params
 }
 
 // Writes `rows` finished rows (fp32 in shared memory, row stride `stride` floats, normalised) in the
-// output dtype to out (splits == 1) or to the partial-O workspace; and their LSE (fp32 either way).
-// Partials in the output dtype, not fp32: a partial row is a convex combination of V rows, so it
-// fits the cache's dtype, and its rounding (2^-9 relative for bf16) is one more of the kind the
-// output gets anyway; the combine adds them in fp32. Half the bytes made the long-request path
-// faster wherever partials are a real share of the traffic (H200, scratch harness, graphs of 10,
-// 128 heads: 1 x 65,536 (64 splits) 52.5 -> 43.7 us, 16 x 16,384 (4 splits) 127.4 -> 119.5; 16
-// heads 1 x 65,536 (128 splits) 34.7 -> 31.3; one split unchanged).
+// output dtype to out (a CTA that writes its request's output) or in fp32 to the partial-O
+// workspace (workspace.h says why fp32); and their LSE (fp32 either way).
 // Where row r of request b writes its output: out[b, t, h, :] and lse[b, h, t] for its (t, h).
 __device__ __forceinline__ uint16_t* out_row(const Params& p, int b, int r) {
   const QueryRow qr = query_row(p, r);
@@ -242,8 +237,8 @@ __device__ __forceinline__ void store_rows(const float* so, int stride, int rows
     const int r = idx >> 6, c8 = idx & 63;
     const float4 x = *reinterpret_cast<const float4*>(so + r * stride + c8 * 8);
     const float4 y = *reinterpret_cast<const float4*>(so + r * stride + c8 * 8 + 4);
-    const uint4 v = make_uint4(pack2<F16>(x.x, x.y), pack2<F16>(x.z, x.w), pack2<F16>(y.x, y.y), pack2<F16>(y.z, y.w));
     if (sr.final_out) {
+      const uint4 v = make_uint4(pack2<F16>(x.x, x.y), pack2<F16>(x.z, x.w), pack2<F16>(y.x, y.y), pack2<F16>(y.z, y.w));
       uint16_t* dst = out_row(p, b, row0 + r) + c8 * 8;
       if (p.out_vec) {
         *reinterpret_cast<uint4*>(dst) = v;
@@ -256,7 +251,9 @@ __device__ __forceinline__ void store_rows(const float* so, int stride, int rows
         }
       }
     } else {
-      *reinterpret_cast<uint4*>(p.ws_o + ((int64_t(b) * p.num_splits + split) * R + row0 + r) * kNope + c8 * 8) = v;
+      float* dst = p.ws_o + ((int64_t(b) * p.num_splits + split) * R + row0 + r) * kNope + c8 * 8;
+      *reinterpret_cast<float4*>(dst) = x;
+      *reinterpret_cast<float4*>(dst + 4) = y;
     }
   }
   for (int r = t; r < rows; r += nt) {

@@ -47,7 +47,7 @@ pub fn run() -> i32 {
     let dtype = KvDtype::Bf16;
     println!("{:>8} {:>7} {:>16}", "batch", "splits", "workspace bytes");
     for &b in CAPTURE_BATCHES {
-        match sm100::plan(dtype, b, MAX_SEQ_LEN, PLAN_PAGE_SIZE, sm_count, None) {
+        match sm100::plan(&sm100::Shape::new(dtype, b, MAX_SEQ_LEN, PLAN_PAGE_SIZE, sm_count), None) {
             Ok(p) => println!("{:>8} {:>7} {:>16}", b, p.num_splits, p.workspace_bytes),
             Err(e) => {
                 eprintln!("error: {e}");
@@ -56,7 +56,7 @@ pub fn run() -> i32 {
         }
     }
     let max_batch = *CAPTURE_BATCHES.last().expect("non-empty");
-    match sm100::worst_case(dtype, max_batch, MAX_SEQ_LEN, PLAN_PAGE_SIZE, sm_count, None) {
+    match sm100::worst_case(&sm100::Shape::new(dtype, max_batch, MAX_SEQ_LEN, PLAN_PAGE_SIZE, sm_count), None) {
         Ok(w) => println!(
             "pre-grow the workspace to {} bytes before capture: the worst case over batch 1..={max_batch}, seq len 1..={MAX_SEQ_LEN} (batch {}, seq len {}, {} splits)",
             w.workspace_bytes, w.batch, w.max_seq_len, w.num_splits

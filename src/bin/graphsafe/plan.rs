@@ -48,11 +48,12 @@ pub enum PlanOp {
         /// a GPU by name (its SM count is then the default).
         #[arg(long, default_value = "sm_100")]
         arch: String,
-        /// Query heads, 1..=128 (sm_100: 128).
+        /// Query heads, 1..=128 (sm_100 pads fewer to 128 in the workspace).
         #[arg(long, default_value_t = 128, allow_negative_numbers = true)]
         heads: i64,
-        /// Query tokens per request (MTP / speculative decode), 1..=16 (sm_100: 1). The pre-grow
-        /// size covers every count up to it.
+        /// Query tokens per request (MTP / speculative decode), 1..=16 (sm_100 runs each as a
+        /// request of its own: --batch x --s-q at most 65535). The pre-grow size covers every
+        /// count up to it.
         #[arg(long = "s-q", default_value_t = 1, allow_negative_numbers = true)]
         s_q: i64,
         /// Batch sizes, comma separated (e.g. 1,8,64,128), each in 1..=65535.
@@ -321,7 +322,10 @@ fn mla_plan(arch_arg: &str, a: &MlaShape, json: bool) -> graphsafe::Result<()> {
     let (seq_len, sms) = (a.seq_len, format!("{sm_count} SMs{}", arch.sm_note(sm_from)));
     match back_end {
         MlaArch::Sm100 => {
-            println!("MLA decode plan: CUTLASS 4.2 sm100 kernel, {dtype}, {kv_format} KV cache, max seq len {seq_len}, page size {}, {sms}", a.page_size);
+            // CUTLASS runs one token of 128 heads a request: graphsafe pads and expands the rest.
+            let heads = if a.heads != 128 { format!(", {} heads (padded to 128)", a.heads) } else { String::new() };
+            let tokens = if a.s_q > 1 { format!(", {0} query tokens a request (run as {0} requests)", a.s_q) } else { String::new() };
+            println!("MLA decode plan: CUTLASS 4.2 sm100 kernel, {dtype}, {kv_format} KV cache{heads}{tokens}, max seq len {seq_len}, page size {}, {sms}", a.page_size);
             println!("{:>8} {:>7} {:>11} {:>16}", "batch", "splits", "scheduler", "workspace bytes");
             for p in &plans {
                 let sched = match sm100::scheduler(p.num_splits)? {

@@ -10,7 +10,7 @@
 //! [`Error::WorkspaceTooSmall`] instead, launching nothing. Both validate every argument first.
 
 use super::plan::{plan, MlaDecodePlan, MlaLimits};
-use super::{KvDtype, LATENT_DIM, MAX_SEQ_LEN, ROPE_DIM};
+use super::{KvDtype, LATENT_DIM, MAX_SEQ_LEN, NUM_HEADS, ROPE_DIM};
 use crate::driver::{DeviceBuffer, Stream};
 use crate::error::{Error, Result};
 use crate::graph::target::Target;
@@ -178,9 +178,10 @@ pub struct MlaDecodeArgs<M> {
     /// cache. The sm100 path reads a clamped, compact copy the decode writes into the workspace.
     pub page_table: Tensor<M>,
     /// `[B, s_q, H, 512]` (or `[B, H, 512]`, as q): bf16 for bf16/fp8 inputs, fp16 for fp16. Any
-    /// strides with an inner stride of 1, except on sm100 when the plan splits the sequence
-    /// (single requests only): then a head stride of 512, since CUTLASS's split reduction writes
-    /// densely (refused otherwise, naming `out.strides`; `num_splits: Some(1)` takes any strides).
+    /// strides with an inner stride of 1, except on sm100 for one token of 128 heads when the plan
+    /// splits the sequence (single requests only): then a head stride of 512, since CUTLASS's
+    /// split reduction writes densely (refused otherwise, naming `out.strides`;
+    /// `num_splits: Some(1)` takes any strides; other shapes go through graphsafe's staging).
     pub out: Tensor<M>,
     /// f32 log-sum-exp (natural log, of the scaled scores), optional: `[B, H, s_q]` (FlashMLA's
     /// layout) for a 4-D q, `[B, H]` for a 3-D one; contiguous. `+inf` for a row that attends no
@@ -429,11 +430,13 @@ impl<M: DeviceMemory> MlaDecodeArgs<M> {
         refuse_overlap(written[1], written[0])?;
 
         let p = plan(arch, &limits)?;
-        if arch == MlaArch::Sm100 {
+        if arch == MlaArch::Sm100 && heads == NUM_HEADS && s_q == 1 {
             // With splits, CUTLASS's reduction kernel writes `out` densely, [B, 128, 512]
             // whatever its strides (examples/77_blackwell_fmha, sm100_fmha_mla_reduction.hpp):
             // a head stride below 512 would run past the buffer, one above it over the
-            // caller's columns. One split writes through the strides.
+            // caller's columns. One split writes through the strides. Only a direct decode (one
+            // token of 128 heads) gives CUTLASS the caller's `out`; an adapted one gives it
+            // graphsafe's dense staging and copies out through any strides (sm100.rs).
             let (sb, sh) = (self.out.strides[0], self.out.strides[self.out.strides.len() - 2]);
             if p.num_splits > 1 && (sh != LATENT_DIM || (batch > 1 && sb != heads * LATENT_DIM)) {
                 return Err(Error::invalid(
@@ -448,7 +451,7 @@ impl<M: DeviceMemory> MlaDecodeArgs<M> {
 
     /// The glue's arguments: every tensor admitted to `target` (its span, from its first element)
     /// with the plan's sizes.
-    fn to_glue(&self, p: &MlaDecodePlan, sm_count: u32, device: usize, target: &mut Target<'_>) -> Result<glue::Decode> {
+    pub(super) fn to_glue(&self, p: &MlaDecodePlan, sm_count: u32, device: usize, target: &mut Target<'_>) -> Result<glue::Decode> {
         // Every value below was bounded by plan(): shapes, and strides by the bounds check (an
         // extent that fits in the address space); the conversions only restate that.
         let i32_of = |what: &str, v: u64| i32::try_from(v).map_err(|_| Error::invalid(what, "a value below 2^31", v));
@@ -501,6 +504,7 @@ fn name_by_tensors(e: Error, four: bool) -> Error {
                 "num_heads" => format!("q_nope.shape[{}] (heads)", if four { 2 } else { 1 }),
                 "s_q" => "q_nope.shape[1] (s_q, query tokens per request)".to_string(),
                 "num_heads, s_q" => "q_nope.shape (heads, tokens)".to_string(),
+                "batch x s_q" => "q_nope.shape (batch x s_q)".to_string(),
                 "page_size" => "kv_cache.shape[1] (page_size)".to_string(),
                 _ => what,
             };

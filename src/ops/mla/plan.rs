@@ -124,8 +124,10 @@ pub(crate) fn check(arch: MlaArch, l: &MlaLimits) -> Result<()> {
     if l.s_q == 0 || l.s_q as usize > MAX_S_Q {
         return Err(Error::invalid("s_q", format!("1..={MAX_S_Q} query tokens per request"), l.s_q));
     }
-    if arch == MlaArch::Sm100 && (l.num_heads as usize != NUM_HEADS || l.s_q != 1) {
-        return Err(Error::invalid("num_heads, s_q", format!("{NUM_HEADS} heads of one token on sm_100"), format!("{} heads, {} tokens", l.num_heads, l.s_q)));
+    if arch == MlaArch::Sm100 {
+        // CUTLASS runs each query token as a request of its own (sm100.rs, "Shapes CUTLASS does
+        // not take"): the batch it sees is batch x s_q.
+        sm100_shape(l).kernel_batch()?;
     }
     match arch {
         MlaArch::Sm90 if l.page_size != 64 && l.page_size != 128 => Err(Error::invalid("page_size", "64 or 128 on sm_90", l.page_size)),
@@ -143,15 +145,15 @@ pub(crate) fn check(arch: MlaArch, l: &MlaLimits) -> Result<()> {
 /// let p = mla::plan(MlaArch::Sm90, &MlaLimits::new(16, 8, 4096, 132))?;
 /// assert_eq!((p.batch, p.max_seq_len, p.num_heads), (8, 4096, 16));
 /// assert!(p.num_splits >= 1);
-/// // sm_100 (CUTLASS's kernel) runs 128 heads: 16 is refused, naming the fields.
-/// let e = mla::plan(MlaArch::Sm100, &MlaLimits::new(16, 8, 4096, 148)).unwrap_err();
-/// assert!(e.to_string().contains("num_heads"));
+/// // sm_90's kernel reads pages of 64 or 128 tokens: 48 is refused, naming the field.
+/// let e = mla::plan(MlaArch::Sm90, &MlaLimits::new(16, 8, 4096, 132).with_page_size(48)).unwrap_err();
+/// assert!(e.to_string().contains("page_size"));
 /// # Ok::<(), graphsafe::Error>(())
 /// ```
 pub fn plan(arch: MlaArch, l: &MlaLimits) -> Result<MlaDecodePlan> {
     check(arch, l)?;
     let requested = l.num_splits.map(i64::from);
-    // The workspace does not depend on the cache format (partials are in the output dtype), so
+    // The workspace does not depend on the cache format (partials are fp32), so
     // the fp8 formats plan as bf16 (their queries' and output's type).
     let (num_splits, workspace_bytes) = match arch {
         MlaArch::Sm90 => {
@@ -159,7 +161,7 @@ pub fn plan(arch: MlaArch, l: &MlaLimits) -> Result<MlaDecodePlan> {
             (p.num_splits, p.workspace_bytes)
         }
         MlaArch::Sm100 => {
-            let p = sm100::plan(l.dtype, l.batch.into(), l.max_seq_len.into(), l.page_size.into(), l.sm_count.into(), requested)?;
+            let p = sm100::plan(&sm100_shape(l), requested)?;
             (p.num_splits, p.workspace_bytes)
         }
     };
@@ -195,11 +197,16 @@ pub fn worst_case(arch: MlaArch, l: &MlaLimits) -> Result<MlaDecodePlan> {
             plan_of(arch, &shape, p.num_splits, p.workspace_bytes)
         }
         MlaArch::Sm100 => {
-            let p = sm100::worst_case(l.dtype, l.batch.into(), l.max_seq_len.into(), l.page_size.into(), l.sm_count.into(), requested)?;
-            let shape = MlaLimits { batch: p.batch, max_seq_len: p.max_seq_len, ..*l };
+            let p = sm100::worst_case(&sm100_shape(l), requested)?;
+            let shape = MlaLimits { batch: p.batch, s_q: p.s_q, max_seq_len: p.max_seq_len, ..*l };
             plan_of(arch, &shape, p.num_splits, p.workspace_bytes)
         }
     })
+}
+
+/// The sm100 planner's shape for `l` (heads and tokens included: it pads and expands them).
+fn sm100_shape(l: &MlaLimits) -> sm100::Shape {
+    sm100::Shape::new(l.dtype, l.batch.into(), l.max_seq_len.into(), l.page_size.into(), l.sm_count.into()).with_heads(l.num_heads.into()).with_s_q(l.s_q.into())
 }
 
 fn plan_of(arch: MlaArch, l: &MlaLimits, num_splits: u32, workspace_bytes: u64) -> MlaDecodePlan {

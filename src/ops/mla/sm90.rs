@@ -1,5 +1,5 @@
 //! Planning for graphsafe's own Hopper (sm_90a) MLA decode kernel (`cuda-src/mla/sm90/`): split
-//! count and workspace (partial O in the output dtype and fp32 LSE per split). Host code; runs
+//! count and workspace (fp32 partial O and LSE per split, a batch's work schedule). Host code; runs
 //! without a GPU. The op and `graphsafe plan mla --arch sm_90` both use these functions.
 //!
 //! Limits: batch `1..=`[`super::MAX_BATCH`], max_seq_len `1..=`[`super::MAX_SEQ_LEN`], sm_count

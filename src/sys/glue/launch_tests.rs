@@ -99,7 +99,7 @@ fn decode_refuses_a_page_table_one_column_short_and_a_short_workspace() {
     let e = mla::decode(Backend::Sm90, &Decode { out: Rows { stride_head: -1, ..d.out }, ..d }, span(0x70_0000, BIG), null_stream()).unwrap_err();
     assert!(matches!(&e, Error::InvalidArgument { .. }), "{e}");
     // sm100: the workspace always holds the sanitize region; the error names the planner's size.
-    let needed = mla::sm100_workspace_bytes(GlueDtype::Bf16, 3, 1000, 64, 132, 1).unwrap();
+    let needed = mla::sm100_workspace_bytes(&d.sm100_shape()).unwrap();
     let e = mla::decode(Backend::Sm100, &d, span(0x70_0000, needed - 1), null_stream());
     assert_eq!(e, Err(Error::WorkspaceTooSmall { needed, capacity: needed - 1 }));
 }
@@ -111,7 +111,7 @@ fn decode_refuses_a_page_table_one_column_short_and_a_short_workspace() {
 #[test]
 fn sm100_refuses_q_and_out_strides_its_tensor_maps_cannot_take() {
     let d = decode(1, 1000, 64);
-    let needed = mla::sm100_workspace_bytes(GlueDtype::Bf16, 1, 1000, 64, 132, 1).unwrap();
+    let needed = mla::sm100_workspace_bytes(&d.sm100_shape()).unwrap();
     let ws = span(0x70_0000, needed.max(16));
     let cases = [
         ("q_nope.stride_batch", Decode { q_nope: Rows { stride_batch: 1, ..d.q_nope }, ..d }),
@@ -161,10 +161,161 @@ fn the_sm90_kernel_refuses_fp8_layouts_it_cannot_run() {
 
 #[test]
 fn sanitize_passes_check_their_regions() {
-    let layout = mla::sanitize_layout(2, 300, 64, 1).unwrap();
+    let d = decode(2, 300, 64);
+    let layout = mla::sanitize_layout(&d.sm100_shape()).unwrap();
     let e = mla::sanitize(span(0x10_0000, 8), span(0x20_0000, BIG), 5, (2, 300, 64, 10, 1), span(0x30_0000, layout.bytes - 1), null_stream());
     assert_eq!(e.err(), Some(Error::WorkspaceTooSmall { needed: layout.bytes, capacity: layout.bytes - 1 }));
     let out = Rows { span: span(0x40_0000, 2 * (128 * 512 * 2) - 2), stride_batch: 128 * 512, stride_token: 128 * 512, stride_head: 512 };
-    let e = mla::sanitize_finish(span(0x50_0000, 8), 2, out, None, null_stream()).unwrap_err();
+    let e = mla::sanitize_finish(span(0x50_0000, layout.bytes), &layout, 2, out, None, null_stream()).unwrap_err();
     assert!(matches!(&e, Error::InvalidArgument { what, .. } if what == "out"), "{e}");
+    // The adapted passes: the region holds the staging too, and q and out are [B, s_q, H, D].
+    let a = Decode { num_heads: 16, s_q: 2, ..d };
+    let adapted = mla::sanitize_layout(&a.sm100_shape()).unwrap();
+    assert!(adapted.adapted == 1 && adapted.bytes > layout.bytes);
+    for pass in [mla::sm100_pre_pass, mla::sm100_post_pass] {
+        let e = pass(&a, span(0x30_0000, adapted.bytes - 1), null_stream());
+        assert_eq!(e.err(), Some(Error::WorkspaceTooSmall { needed: adapted.bytes, capacity: adapted.bytes - 1 }));
+    }
+    // [2, 2, 16, 64] rope with the strides above ([.., 128 heads ..]) needs (2 * 64 * 128 + 64 * 15 + 64) * 2 bytes.
+    let short = Decode { q_pe: Rows { span: span(0x20_0000, (128 * 64 + 64 * 128 + 64 * 15 + 64) * 2 - 2), ..a.q_pe }, ..a };
+    let e = mla::sm100_pre_pass(&short, span(0x30_0000, BIG), null_stream()).unwrap_err();
+    assert!(matches!(&e, Error::InvalidArgument { what, .. } if what == "q_pe"), "{e}");
+}
+
+// ---- what CUTLASS's sm100 kernel is given (gs_mla_sm100_kernel_args, host-only) ------------------
+
+const WS: u64 = 0x7000_0000;
+
+fn region_at(needed_cutlass: u64) -> u64 {
+    WS + needed_cutlass.div_ceil(256) * 256
+}
+
+/// A direct decode (one token of 128 heads) gives CUTLASS the caller's tensors, B' = batch, and
+/// the region's sanitized lengths and page table; with splits and no lse, the LSE scratch.
+#[test]
+fn a_direct_sm100_decode_gives_cutlass_the_callers_tensors() {
+    let d = Decode { lse: Some(span(0x80_0000, 4 * 3 * 128)), ..decode(3, 1000, 64) };
+    let ws = span(WS, mla::sm100_workspace_bytes(&d.sm100_shape()).unwrap());
+    let k = mla::sm100_kernel_args(&d, ws).unwrap();
+    let l = mla::sanitize_layout(&d.sm100_shape()).unwrap();
+    assert_eq!((k.batch, k.adapted, k.num_splits, k.max_seq_len, k.page_size, k.page_count, k.sm_count), (3, 0, 1, 1000, 64, 64, 132));
+    assert_eq!((k.q_latent as u64, k.q_latent_stride_head, k.q_latent_stride_batch), (0x10_0000, 512, 128 * 512));
+    assert_eq!((k.q_rope as u64, k.q_rope_stride_head, k.q_rope_stride_batch), (0x20_0000, 64, 128 * 64));
+    assert_eq!((k.out as u64, k.out_stride_head, k.out_stride_batch), (0x60_0000, 512, 128 * 512));
+    assert_eq!((k.lse as u64, k.lse_stride_batch), (0x80_0000, 128));
+    assert_eq!(k.cutlass_bytes, 0, "one split: CUTLASS needs no workspace");
+    assert_eq!(k.region as u64, WS);
+    assert_eq!((k.seq_lens as u64, k.page_table as u64), (WS + l.kernel_lens_offset, WS + l.page_table_offset));
+    assert_eq!((k.page_table_stride, l.columns), (16, 16), "ceil(1000 / 128) tiles of 2 pages");
+    assert_eq!((k.layout.kernel_batch, k.layout.adapted, k.layout.bytes), (3, 0, l.bytes));
+    assert_eq!((l.lse_offset, l.q_offset, l.out_offset), (l.bytes, l.bytes, l.bytes), "no staging");
+
+    // Batch 1, 8 splits, no lse: CUTLASS's split-KV part first, the scratch for its per-split LSE.
+    let s = Decode { num_splits: 8, lse: None, ..decode(1, 4096, 128) };
+    let needed = mla::sm100_workspace_bytes(&s.sm100_shape()).unwrap();
+    let k = mla::sm100_kernel_args(&s, span(WS, needed)).unwrap();
+    let c = (4 * 512 + 4) * 128 * 8;
+    assert_eq!(k.cutlass_bytes, c);
+    assert_eq!(k.region as u64, region_at(c));
+    assert_eq!(k.lse as u64, region_at(c) + k.layout.lse_offset);
+    assert!(k.layout.lse_offset < k.layout.bytes && k.layout.q_offset == k.layout.bytes);
+    assert_eq!((k.out as u64, k.out_stride_head), (0x60_0000, 512));
+    assert_eq!(needed, region_at(c) - WS + k.layout.bytes);
+}
+
+/// Fewer heads or more tokens: CUTLASS runs B' = batch x s_q requests of 128 heads over the
+/// region's staging (q: latent then rope in one [B', 128, 576] buffer; out [B', 128, 512]; lse
+/// [B', 128]), whatever the caller's strides; the split rule sees B'.
+#[test]
+fn an_adapted_sm100_decode_gives_cutlass_the_staging_and_expanded_requests() {
+    for (dtype, elem) in [(GlueDtype::Bf16, 2u64), (GlueDtype::Fp8E4m3, 1)] {
+        for (batch, heads, s_q) in [(3, 16, 2), (1, 1, 1), (1, 64, 16), (5, 128, 4), (1, 127, 1)] {
+            // Odd caller strides (not multiples of 16 bytes): the direct path would refuse them.
+            let rows = |ptr, dim: i64| Rows { span: span(ptr, BIG), stride_batch: 7 * 1000 + dim, stride_token: 1000 + dim, stride_head: dim + 3 };
+            let d = Decode {
+                dtype,
+                num_heads: heads,
+                s_q,
+                causal: true,
+                q_nope: rows(0x10_0000, 512),
+                q_pe: rows(0x20_0000, 64),
+                out: rows(0x60_0000, 512),
+                ..decode(batch, 5000, 32)
+            };
+            let ctx = format!("{dtype:?} batch {batch} heads {heads} s_q {s_q}");
+            let needed = mla::sm100_workspace_bytes(&d.sm100_shape()).unwrap();
+            let k = mla::sm100_kernel_args(&d, span(WS, needed)).unwrap_or_else(|e| panic!("{ctx}: {e}"));
+            let l = k.layout;
+            let kb = batch * s_q;
+            assert_eq!((k.batch, k.adapted, l.kernel_batch, l.adapted), (kb, 1, kb, 1), "{ctx}");
+            assert_eq!(k.num_splits, 1, "{ctx}");
+            let region = region_at(k.cutlass_bytes);
+            assert_eq!(k.region as u64, region, "{ctx}");
+            let q = region + l.q_offset;
+            assert_eq!((k.q_latent as u64, k.q_latent_stride_head, k.q_latent_stride_batch), (q, 576, 128 * 576), "{ctx}");
+            assert_eq!((k.q_rope as u64, k.q_rope_stride_head, k.q_rope_stride_batch), (q + 512 * elem, 576, 128 * 576), "{ctx}");
+            assert_eq!((k.out as u64, k.out_stride_head, k.out_stride_batch), (region + l.out_offset, 512, 128 * 512), "{ctx}");
+            assert_eq!((k.lse as u64, k.lse_stride_batch), (region + l.lse_offset, 128), "{ctx}: always given, whether the caller wants lse or not");
+            assert_eq!((k.seq_lens as u64, k.page_table as u64), (region + l.kernel_lens_offset, region + l.page_table_offset), "{ctx}");
+            // The parts, in order, each 256-aligned and exactly as large as documented.
+            let r = |x: u64| x.div_ceil(256) * 256;
+            let (kb, cols) = (kb as u64, 40 * 4);
+            assert_eq!(l.columns as u64, cols, "{ctx}: ceil(5000 / 128) tiles of 4 pages");
+            assert_eq!(
+                [l.lens_offset, l.kernel_lens_offset, l.page_table_offset, l.lse_offset, l.q_offset, l.out_offset, l.bytes],
+                {
+                    let mut at = [0u64; 7];
+                    let sizes = [4 * kb, 4 * kb, 4 * kb * cols, 4 * 128 * kb, 128 * 576 * elem * kb, 128 * 512 * 2 * kb];
+                    for i in 0..6 {
+                        at[i + 1] = at[i] + r(sizes[i]);
+                    }
+                    at
+                },
+                "{ctx}"
+            );
+            // 16-byte aligned bases and strides for every tensor map CUTLASS builds.
+            for (addr, stride_bytes) in [(k.q_latent as u64, 576 * elem), (k.q_rope as u64, 576 * elem), (k.out as u64, 1024)] {
+                assert!(addr % 16 == 0 && stride_bytes % 16 == 0, "{ctx}");
+            }
+            assert_eq!(needed, region - WS + l.bytes, "{ctx}");
+            assert_eq!(mla::sm100_kernel_args(&d, span(WS, needed - 1)).err(), Some(Error::WorkspaceTooSmall { needed, capacity: needed - 1 }), "{ctx}");
+        }
+    }
+    // One request of one token of fewer heads may still split (B' = 1); its out staging is dense,
+    // so CUTLASS's split reduction writes it whatever the caller's strides.
+    let d = Decode { num_heads: 8, num_splits: 16, out: Rows { stride_head: 515, ..decode(1, 5000, 32).out }, ..decode(1, 5000, 32) };
+    let needed = mla::sm100_workspace_bytes(&d.sm100_shape()).unwrap();
+    let k = mla::sm100_kernel_args(&d, span(WS, needed)).unwrap();
+    assert_eq!((k.batch, k.num_splits, k.cutlass_bytes), (1, 16, (4 * 512 + 4) * 128 * 16));
+    assert_eq!(k.out as u64, region_at(k.cutlass_bytes) + k.layout.out_offset);
+    // Two tokens: two kernel requests, so the split rule allows one split only.
+    let two = Decode { s_q: 2, ..d };
+    let e = mla::sm100_workspace_bytes(&two.sm100_shape()).unwrap_err();
+    assert!(matches!(&e, Error::InvalidArgument { what, .. } if what == "num_splits"), "{e}");
+}
+
+/// The glue refuses what CUTLASS cannot run or the expansion cannot express, before anything else.
+#[test]
+fn sm100_kernel_args_refuse_what_cutlass_cannot_run() {
+    let d = decode(2, 1000, 64);
+    let ws = span(WS, BIG);
+    // 32768 requests of 2 tokens: B' = 65536 is past a grid dimension.
+    let big = Decode { batch: 32_768, s_q: 2, seq_lens: span(0x40_0000, 4 * 32_768), ..d };
+    assert!(matches!(mla::sm100_kernel_args(&big, ws), Err(Error::InvalidArgument { .. })));
+    let ok = Decode { batch: 32_767, s_q: 2, num_heads: 4, seq_lens: span(0x40_0000, 4 * 32_767), ..d };
+    assert_eq!(mla::sm100_kernel_args(&ok, ws).unwrap().batch, 65_534);
+    // Direct decodes keep the tensor-map rules; an adapted one with the same strides is fine.
+    let odd = Decode { out: Rows { stride_head: 520 + 4, ..d.out }, ..d };
+    let e = mla::sm100_kernel_args(&odd, ws).unwrap_err();
+    assert!(matches!(&e, Error::InvalidArgument { what, .. } if what == "out.stride_head"), "{e}");
+    assert!(mla::sm100_kernel_args(&Decode { num_heads: 127, ..odd }, ws).is_ok());
+    // A split direct decode needs a dense out (CUTLASS's reduction ignores strides): the glue
+    // refuses it itself (the op names it first).
+    let split = Decode { batch: 1, num_splits: 4, out: Rows { stride_head: 1024, ..d.out }, ..decode(1, 1000, 64) };
+    let e = mla::sm100_kernel_args(&split, ws).unwrap_err();
+    assert!(matches!(&e, Error::InvalidArgument { what, .. } if what == "gs_mla_sm100_kernel_args"), "{e}");
+    assert!(mla::sm100_kernel_args(&Decode { s_q: 1, num_heads: 64, ..split }, ws).is_ok());
+    // Splits beyond the rule: refused for any B' > 1.
+    let e = mla::sm100_kernel_args(&Decode { num_splits: 2, ..d }, ws).unwrap_err();
+    assert!(matches!(&e, Error::InvalidArgument { what, .. } if what == "num_splits"), "{e}");
 }

@@ -26,16 +26,16 @@ pub(crate) fn sm100_persistent(num_splits: i32) -> Result<bool> {
     Ok(s as u32 == k::GsMlaScheduler::GS_MLA_SCHED_PERSISTENT.0)
 }
 
-/// The sm100 decode's sanitize region for these arguments.
-pub(crate) fn sanitize_layout(batch: i32, max_seq_len: i32, page_size: i32, num_splits: i32) -> Result<k::GsMlaSanitizeLayout> {
-    // SAFETY: host function; the out-pointer is a live local.
-    out("gs_mla_sanitize_layout", |o| unsafe { k::gs_mla_sanitize_layout(batch, max_seq_len, page_size, num_splits, o) })
+/// The sm100 decode's region (sanitized device data, and an adapted decode's staging) for `shape`.
+pub(crate) fn sanitize_layout(shape: &k::GsMlaSm100Shape) -> Result<k::GsMlaSanitizeLayout> {
+    // SAFETY: host function; the shape and the out-pointer are live locals.
+    out("gs_mla_sanitize_layout", |o| unsafe { k::gs_mla_sanitize_layout(shape, o) })
 }
 
-/// Workspace bytes of the sm100 decode (CUTLASS's part, then the sanitize region).
-pub(crate) fn sm100_workspace_bytes(dtype: GlueDtype, batch: i32, max_seq_len: i32, page_size: i32, sm_count: i32, num_splits: i32) -> Result<u64> {
-    // SAFETY: host function; the out-pointer is a live local.
-    out("gs_mla_sm100_workspace_bytes", |o| unsafe { k::gs_mla_sm100_workspace_bytes(dtype.code(), batch, max_seq_len, page_size, sm_count, num_splits, o) })
+/// Workspace bytes of the sm100 decode of `shape` (CUTLASS's part, then the region).
+pub(crate) fn sm100_workspace_bytes(shape: &k::GsMlaSm100Shape) -> Result<u64> {
+    // SAFETY: host function; the shape and the out-pointer are live locals.
+    out("gs_mla_sm100_workspace_bytes", |o| unsafe { k::gs_mla_sm100_workspace_bytes(shape, o) })
 }
 
 /// KV splits of the sm90 kernel (`requested` 0: the default rule).
@@ -144,8 +144,31 @@ pub(crate) struct Decode {
     pub sm_scale: f32,
 }
 
-/// Launches the decode on `backend` (when this build has it) with workspace `ws`.
-pub(crate) fn decode(backend: Backend, d: &Decode, ws: DeviceSpan, stream: RawStream) -> Result<()> {
+impl Decode {
+    /// The sm100 planning functions' view of this decode.
+    pub(crate) fn sm100_shape(&self) -> k::GsMlaSm100Shape {
+        k::GsMlaSm100Shape {
+            dtype: self.dtype.code(),
+            batch: self.batch,
+            num_heads: self.num_heads,
+            s_q: self.s_q,
+            max_seq_len: self.max_seq_len,
+            page_size: self.page_size,
+            sm_count: self.sm_count,
+            num_splits: self.num_splits,
+        }
+    }
+
+    /// Whether the sm100 decode runs CUTLASS on the caller's q, out and lse in place: its one
+    /// token of 128 heads. Every other shape runs over staging copies in the workspace.
+    pub(crate) fn sm100_direct(&self) -> bool {
+        self.num_heads == k::GS_MLA_NUM_HEADS as i32 && self.s_q == 1
+    }
+}
+
+/// The glue's `GsMlaDecodeArgs` for `d`, after checking that every operand's extent for these
+/// sizes lies in its span (what the C side then reads without checking).
+fn c_args(d: &Decode) -> Result<k::GsMlaDecodeArgs> {
     let (b, s, h) = (count("batch", d.batch)?, count("s_q", d.s_q)?, count("num_heads", d.num_heads)?);
     let (pages, page) = (count("num_pages", d.num_pages)?, count("page_size", d.page_size)?);
     let e = d.dtype.bytes();
@@ -166,26 +189,7 @@ pub(crate) fn decode(backend: Backend, d: &Decode, ws: DeviceSpan, stream: RawSt
         Some(l) => l.require("lse", 4 * b * h * s, 4)?,
         None => 0,
     };
-    if backend == Backend::Sm100 {
-        // CUTLASS builds the Q and O tensor maps from these strides, and the driver takes only
-        // multiples of 16 bytes below 2^40; CUTLASS's own check of the encode compiles out
-        // (NDEBUG), so a bad stride would run the kernel on a zeroed map. The op passes a dense
-        // stride for a dimension of size 1 (Decode's contract).
-        for (what, r, elem) in [("q_nope", &d.q_nope, e), ("q_pe", &d.q_pe, e), ("out", &d.out, 2)] {
-            for (name, st) in [("stride_batch", r.stride_batch), ("stride_token", r.stride_token), ("stride_head", r.stride_head)] {
-                let bytes = unsigned(&format!("{what}.{name}"), st)?.checked_mul(elem);
-                if bytes.is_none_or(|b| b % 16 != 0 || b >= 1 << 40) {
-                    return Err(Error::invalid(format!("{what}.{name}"), "a multiple of 16 bytes below 2^40 (sm100's tensor maps)", st));
-                }
-            }
-        }
-    }
-    let needed = match backend {
-        Backend::Sm90 => sm90_workspace_bytes(d.batch, d.num_heads, d.s_q, d.num_splits)?,
-        Backend::Sm100 => sm100_workspace_bytes(d.dtype, d.batch, d.max_seq_len, d.page_size, d.sm_count, d.num_splits)?,
-    };
-    let sizes = require_workspace(&ws, needed, 16)?;
-    let args = k::GsMlaDecodeArgs {
+    Ok(k::GsMlaDecodeArgs {
         dtype: d.dtype.code(),
         batch: d.batch,
         num_heads: d.num_heads,
@@ -217,7 +221,41 @@ pub(crate) fn decode(backend: Backend, d: &Decode, ws: DeviceSpan, stream: RawSt
         sm_scale: d.sm_scale,
         kv_format: d.kv_layout.code(),
         kv_scale: kv_scale as *const f32,
+    })
+}
+
+/// CUTLASS builds a direct sm100 decode's Q and O tensor maps from the caller's strides, and the
+/// driver takes only multiples of 16 bytes below 2^40; CUTLASS's own check of the encode compiles
+/// out (NDEBUG), so a bad stride would run the kernel on a zeroed map. Refused by name here (the
+/// glue refuses it too, unnamed). The op passes a dense stride for a dimension of size 1
+/// (Decode's contract). An adapted decode gives CUTLASS graphsafe's own staging instead, and its
+/// passes take any strides.
+fn sm100_tma_strides(d: &Decode) -> Result<()> {
+    if !d.sm100_direct() {
+        return Ok(());
+    }
+    for (what, r, elem) in [("q_nope", &d.q_nope, d.dtype.bytes()), ("q_pe", &d.q_pe, d.dtype.bytes()), ("out", &d.out, 2)] {
+        for (name, st) in [("stride_batch", r.stride_batch), ("stride_head", r.stride_head)] {
+            let bytes = unsigned(&format!("{what}.{name}"), st)?.checked_mul(elem);
+            if bytes.is_none_or(|b| b % 16 != 0 || b >= 1 << 40) {
+                return Err(Error::invalid(format!("{what}.{name}"), "a multiple of 16 bytes below 2^40 (sm100's tensor maps)", st));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Launches the decode on `backend` (when this build has it) with workspace `ws`.
+pub(crate) fn decode(backend: Backend, d: &Decode, ws: DeviceSpan, stream: RawStream) -> Result<()> {
+    let args = c_args(d)?;
+    if backend == Backend::Sm100 {
+        sm100_tma_strides(d)?;
+    }
+    let needed = match backend {
+        Backend::Sm90 => sm90_workspace_bytes(d.batch, d.num_heads, d.s_q, d.num_splits)?,
+        Backend::Sm100 => sm100_workspace_bytes(&d.sm100_shape())?,
     };
+    let sizes = require_workspace(&ws, needed, 16)?;
     let (wsp, wsb, s) = (ws.ptr() as *mut std::ffi::c_void, ws.len(), stream.cast::<std::ffi::c_void>());
     let launched: Result<(i32, &'static str)> = match backend {
         #[cfg(graphsafe_mla = "sm90")]
@@ -238,8 +276,74 @@ pub(crate) fn decode(backend: Backend, d: &Decode, ws: DeviceSpan, stream: RawSt
     check(status, op, Some(sizes))
 }
 
-/// The sanitize pre-pass alone: reads `seq_lens` and the first `ceil(max_seq_len / page_size)`
-/// columns of each `page_table` row, writes `region` (laid out by [`sanitize_layout`]).
+/// What CUTLASS's sm100 kernel is given for `d` over the workspace `ws`
+/// (`gs_mla_sm100_kernel_args`: the head padding and the s_q expansion, every pointer and stride).
+/// Host-only: nothing is dereferenced, so it runs on any build and machine. The same checks as
+/// [`decode`] first. (The C decode calls the glue function itself; this is for the CPU tests.)
+#[cfg(test)]
+pub(crate) fn sm100_kernel_args(d: &Decode, ws: DeviceSpan) -> Result<k::GsMlaSm100KernelArgs> {
+    let args = c_args(d)?;
+    sm100_tma_strides(d)?;
+    let sizes = require_workspace(&ws, sm100_workspace_bytes(&d.sm100_shape())?, 16)?;
+    let mut ka = k::GsMlaSm100KernelArgs::default();
+    // SAFETY: host function: reads the args and computes addresses, dereferences none of them;
+    // `ka` is a live local.
+    let status = unsafe { k::gs_mla_sm100_kernel_args(&args, ws.ptr() as *mut _, ws.len(), &mut ka) };
+    check(status, "gs_mla_sm100_kernel_args", Some(sizes))?;
+    Ok(ka)
+}
+
+/// The sm100 decode's pre-pass alone for `d` (what it enqueues before CUTLASS): reads `d`'s
+/// lengths, page table and (adapted) queries, writes `region`, laid out for `d` (returned).
+pub(crate) fn sm100_pre_pass(d: &Decode, region: DeviceSpan, stream: RawStream) -> Result<k::GsMlaSanitizeLayout> {
+    let args = c_args(d)?;
+    let layout = sanitize_layout(&d.sm100_shape())?;
+    let sizes = require_workspace(&region, layout.bytes, 16)?;
+    check(
+        // SAFETY: every operand the pass reads lies in its span (c_args), and the region it writes
+        // holds the layout's bytes (checked above).
+        unsafe { k::gs_mla_sanitize(&args, region.ptr() as *mut _, region.len(), stream.cast()) },
+        "gs_mla_sanitize",
+        Some(sizes),
+    )?;
+    Ok(layout)
+}
+
+/// The sm100 decode's post-pass alone for `d` (what it enqueues after CUTLASS): reads `region`,
+/// laid out for `d` (returned), writes `d`'s out and lse.
+pub(crate) fn sm100_post_pass(d: &Decode, region: DeviceSpan, stream: RawStream) -> Result<k::GsMlaSanitizeLayout> {
+    let args = c_args(d)?;
+    let layout = sanitize_layout(&d.sm100_shape())?;
+    let sizes = require_workspace(&region, layout.bytes, 16)?;
+    check(
+        // SAFETY: out and lse lie in their spans (c_args), and the region holds the layout's bytes
+        // (checked above), which the pass checks every part it reads against.
+        unsafe { k::gs_mla_sanitize_finish(&args, &layout, region.ptr() as *const _, region.len(), stream.cast()) },
+        "gs_mla_sanitize_finish",
+        Some(sizes),
+    )?;
+    Ok(layout)
+}
+
+/// The passes' arguments for a direct decode (128 heads, one token) described without its other
+/// tensors: what they read of it, the rest null.
+fn direct_pass_args(batch: i32, (max_seq_len, page_size, num_pages, num_splits): (i32, i32, i32, i32)) -> k::GsMlaDecodeArgs {
+    k::GsMlaDecodeArgs {
+        dtype: GlueDtype::Bf16.code(),
+        batch,
+        num_heads: k::GS_MLA_NUM_HEADS as i32,
+        s_q: 1,
+        max_seq_len,
+        num_splits,
+        num_pages,
+        page_size,
+        ..Default::default()
+    }
+}
+
+/// The sanitize pre-pass alone, for a direct decode (128 heads, one token): reads `seq_lens` and
+/// the first `ceil(max_seq_len / page_size)` columns of each `page_table` row, writes `region`
+/// (laid out by [`sanitize_layout`]).
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn sanitize(
     seq_lens: DeviceSpan,
@@ -249,39 +353,43 @@ pub(crate) fn sanitize(
     region: DeviceSpan,
     stream: RawStream,
 ) -> Result<k::GsMlaSanitizeLayout> {
-    let layout = sanitize_layout(batch, max_seq_len, page_size, num_splits)?;
+    let mut args = direct_pass_args(batch, (max_seq_len, page_size, num_pages, num_splits));
+    let layout = sanitize_layout(&k::GsMlaSm100Shape { dtype: args.dtype, batch, num_heads: args.num_heads, s_q: 1, max_seq_len, page_size, sm_count: 1, num_splits })?;
     let b = count("batch", batch)?;
     let columns = count("max_seq_len", max_seq_len)?.div_ceil(count("page_size", page_size)?);
     let stride = unsigned("page_table_stride", page_table_stride as i64)?;
-    let lens = seq_lens.require("seq_lens", 4 * b, 4)?;
-    let table = page_table.require("page_table", extent_of("page_table", 4, &[(b, stride), (columns, 1)])?, 4)?;
+    args.seq_lens = seq_lens.require("seq_lens", 4 * b, 4)? as *const i32;
+    args.page_table = page_table.require("page_table", extent_of("page_table", 4, &[(b, stride), (columns, 1)])?, 4)? as *const i32;
+    args.page_table_stride = page_table_stride;
     let sizes = require_workspace(&region, layout.bytes, 4)?;
     check(
         // SAFETY: seq_lens, the page-table columns the pass reads and the region it writes lie in
-        // their spans (checked above).
-        unsafe {
-            k::gs_mla_sanitize(lens as *const i32, table as *const i32, page_table_stride, batch, max_seq_len, page_size, num_pages, num_splits, region.ptr() as *mut _, region.len(), stream.cast())
-        },
+        // their spans (checked above); a direct decode's pre-pass reads no other operand.
+        unsafe { k::gs_mla_sanitize(&args, region.ptr() as *mut _, region.len(), stream.cast()) },
         "gs_mla_sanitize",
         Some(sizes),
     )?;
     Ok(layout)
 }
 
-/// The post-pass alone: for each request whose length in `lens` (`[batch]` i32) is 0, zeros in
-/// `out` (`[batch, 128, 512]`, 16-bit) and `-inf` in `lse` (`[batch, 128]` f32).
-pub(crate) fn sanitize_finish(lens: DeviceSpan, batch: i32, out: Rows, lse: Option<DeviceSpan>, stream: RawStream) -> Result<()> {
+/// The post-pass alone, for a direct decode (128 heads, one token): for each request whose length
+/// in `region` (laid out by `layout`) is 0, zeros in `out` (`[batch, 128, 512]`, 16-bit) and
+/// `+inf` in `lse` (`[batch, 128]` f32).
+pub(crate) fn sanitize_finish(region: DeviceSpan, layout: &k::GsMlaSanitizeLayout, batch: i32, out: Rows, lse: Option<DeviceSpan>, stream: RawStream) -> Result<()> {
     let b = count("batch", batch)?;
     let heads = k::GS_MLA_NUM_HEADS as u64;
-    let lp = lens.require("lens", 4 * b, 4)?;
-    let op = out.address("out", 2, (b, 1, heads, k::GS_MLA_LATENT_DIM as u64), 2)?;
-    let lse = match lse {
+    region.require("region", layout.lens_offset.checked_add(4 * b).ok_or_else(|| Error::invalid("layout", "offsets below 2^64", layout.lens_offset))?, 4)?;
+    let mut args = direct_pass_args(batch, (1, 1, 1, 1));
+    args.out = out.address("out", 2, (b, 1, heads, k::GS_MLA_LATENT_DIM as u64), 2)? as *mut _;
+    (args.out_stride_batch, args.out_stride_token, args.out_stride_head) = (out.stride_batch, out.stride_token, out.stride_head);
+    args.lse = match lse {
         Some(l) => l.require("lse", 4 * heads * b, 4)?,
         None => 0,
-    };
+    } as *mut f32;
     check(
-        // SAFETY: lens, the rows of out and lse the pass may write lie in their spans (above).
-        unsafe { k::gs_mla_sanitize_finish(lp as *const i32, batch, op as *mut _, out.stride_batch, out.stride_head, lse as *mut f32, stream.cast()) },
+        // SAFETY: the rows of out and lse the pass may write lie in their spans, and the lengths it
+        // reads in the region (checked above; the pass checks the layout against the region too).
+        unsafe { k::gs_mla_sanitize_finish(&args, layout, region.ptr() as *const _, region.len(), stream.cast()) },
         "gs_mla_sanitize_finish",
         None,
     )
