@@ -313,7 +313,7 @@ fn sm100_kernel_args_refuse_what_cutlass_cannot_run() {
     // refuses it itself (the op names it first).
     let split = Decode { batch: 1, num_splits: 4, out: Rows { stride_head: 1024, ..d.out }, ..decode(1, 1000, 64) };
     let e = mla::sm100_kernel_args(&split, ws).unwrap_err();
-    assert!(matches!(&e, Error::InvalidArgument { what, .. } if what == "gs_mla_sm100_kernel_args"), "{e}");
+    assert!(matches!(&e, Error::InvalidArgument { what, .. } if what == "mla::decode"), "{e}");
     assert!(mla::sm100_kernel_args(&Decode { s_q: 1, num_heads: 64, ..split }, ws).is_ok());
     // Splits beyond the rule: refused for any B' > 1.
     let e = mla::sm100_kernel_args(&Decode { num_splits: 2, ..d }, ws).unwrap_err();

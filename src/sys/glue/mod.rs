@@ -90,7 +90,7 @@ pub(crate) fn require_workspace(ws: &DeviceSpan, needed: u64, align: u64) -> Res
 /// (`gs_nvfp4_global_scale`) are internal, the caller called `nvfp4::global_scale`.
 pub(crate) fn public_op(glue: &str) -> &'static str {
     match glue {
-        "gs_mla_sm90_decode" | "gs_mla_sm100_decode" | "gs_mla_sanitize" | "gs_mla_sanitize_finish" => "mla::decode",
+        "gs_mla_sm90_decode" | "gs_mla_sm100_decode" | "gs_mla_sm100_kernel_args" | "gs_mla_sanitize" | "gs_mla_sanitize_finish" => "mla::decode",
         "gs_mla_sm90_num_splits" | "gs_mla_sm90_workspace_bytes" => "mla::sm90::plan",
         "gs_mla_sm100_num_splits" | "gs_mla_sm100_max_safe_splits" | "gs_mla_sm100_scheduler" | "gs_mla_sm100_workspace_bytes" | "gs_mla_sanitize_layout" => "mla::sm100::plan",
         "gs_nvfp4_scale_bytes" => "nvfp4::scale_bytes",
