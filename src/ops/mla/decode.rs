@@ -149,7 +149,7 @@ impl std::str::FromStr for KvFormatKind {
 ///
 /// A request brings `s_q` query tokens (1 for plain decode; 2..=16 for MTP / speculative decode),
 /// each with `H` heads: `q_nope`, `q_pe` and `out` are `[B, s_q, H, dim]`, or `[B, H, dim]` for
-/// one token. Heads: any count in `1..=`[`NUM_HEADS`](super::NUM_HEADS) on every back-end.
+/// one token. Heads: any count in `1..=`[`NUM_HEADS`] on every back-end.
 #[derive(Clone, Debug)]
 #[non_exhaustive]
 pub struct MlaDecodeArgs<M> {
