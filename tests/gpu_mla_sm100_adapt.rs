@@ -8,7 +8,7 @@
 //!   padding heads zero — byte for byte against a host model of the rule, every other byte of the
 //!   region untouched;
 //! * the post-pass: the real heads of CUTLASS's staged output and LSE copied back into the
-//!   caller's `[B, s_q, H, 512]` out (any strides) and `[B, H, s_q]` lse, rows that attend no key
+//!   caller's `[B, s_q, H, 512]` out (any 16-byte strides) and `[B, H, s_q]` lse, rows that attend no key
 //!   as zeros and `+inf` — against the same model, every byte between the rows untouched.
 //!
 //! The passes are plain CUDA built for every arch, so those tests run on Hopper too. The whole
@@ -107,9 +107,11 @@ impl Case {
     /// (batch, token, head) strides in elements of a `[B, s_q, H, dim]` operand.
     fn strides(&self, dim: usize) -> [usize; 3] {
         if self.padded {
-            let head = dim + 3;
-            let token = self.heads * head + 5;
-            [self.s_q * token + 7, token, head]
+            // Not dense, but multiples of 16 elements: the decode takes only 16-byte strides
+            // (16-byte vector and TMA loads; fp8 queries are one byte an element).
+            let head = dim + 16;
+            let token = self.heads * head + 32;
+            [self.s_q * token + 48, token, head]
         } else {
             [self.s_q * self.heads * dim, self.heads * dim, dim]
         }
