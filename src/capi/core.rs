@@ -7,7 +7,7 @@
 use super::handles::{self, Tag};
 use super::{busy, Fail};
 use crate::driver::Stream;
-use crate::graph::target::Target;
+use crate::graph::op_target::Target;
 use crate::graph::{DetachedCapture, Graph, GraphExec, WorkspaceView};
 use crate::workspace::Workspace;
 use std::ffi::{c_char, c_int};

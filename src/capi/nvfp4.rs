@@ -8,7 +8,7 @@ use super::handles::{self, Tag};
 use super::mla::{GRAPHSAFE_DTYPE_BF16, GRAPHSAFE_DTYPE_FP16};
 use super::{guard, null, put, read, CallerMemory, Fail, Raw};
 use crate::driver::DeviceBuffer;
-use crate::graph::target::Target;
+use crate::graph::op_target::Target;
 use crate::ops::nvfp4::{self, gemm_on, quantize_on, w4a16_on, Nvfp4Arch, Nvfp4Matrix, WeightArg};
 use crate::ops::tensor::{DType, Tensor};
 use std::ffi::c_int;

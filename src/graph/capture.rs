@@ -2,7 +2,7 @@
 //! and the run-time-checked capture of the C ABI ([`DetachedCapture`]).
 
 use super::exec::Graph;
-use super::target::CaptureSite;
+use super::op_target::CaptureSite;
 use super::{Brand, CaptureId, CaptureMode, KeepList};
 use crate::driver::captures::Forbids;
 use crate::driver::graph::DriverGraph;

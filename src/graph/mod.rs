@@ -29,7 +29,7 @@
 mod capture;
 mod exec;
 mod memory;
-pub(crate) mod target;
+pub(crate) mod op_target;
 
 pub use capture::{Capture, CaptureStream, Captured, CapturedBuffer};
 pub(crate) use capture::{DetachedCapture, WorkspaceView};

@@ -16,7 +16,7 @@ pub use crate::driver::testing::{SplitKShape, TestKernels, SPLITK_ROWS};
 
 use crate::driver::{DeviceBuffer, Stream};
 use crate::error::Result;
-use crate::graph::target::Target;
+use crate::graph::op_target::Target;
 use crate::graph::{Capture, Captured, CapturedBuffer};
 use crate::ops::tensor::{mem_range, refuse_overlap, DeviceMemory};
 use crate::workspace::Workspace;

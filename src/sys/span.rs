@@ -5,7 +5,7 @@
 //! alignment, the workspace's size); what they cannot check, and so trust, is the span itself:
 //! that the bytes exist and stay allocated while the work may run. That claim is made in exactly
 //! two places: [`DeviceSpan::from_raw`] (`unsafe`: its caller promises it) and the crate's own
-//! `DeviceSpan::vouched`, called only by `graph::target::Target` for memory it admitted — a
+//! `DeviceSpan::vouched`, called only by `graph::op_target::Target` for memory it admitted — a
 //! [`DeviceBuffer`](crate::driver::DeviceBuffer) or captured view (an allocation graphsafe owns,
 //! borrowed for the call or kept by the capture), or caller memory of the C ABI (whose entry
 //! points' `# Safety` contracts make the promise).

@@ -13,7 +13,7 @@ use super::plan::{plan, MlaDecodePlan, MlaLimits};
 use super::{KvDtype, LATENT_DIM, MAX_SEQ_LEN, NUM_HEADS, ROPE_DIM};
 use crate::driver::{DeviceBuffer, Stream};
 use crate::error::{Error, Result};
-use crate::graph::target::Target;
+use crate::graph::op_target::Target;
 use crate::graph::{Capture, Captured, CapturedBuffer};
 use crate::ops::tensor::{refuse_overlap, Check, DType, DeviceMemory, Tensor};
 use crate::sys::cuda as c;

@@ -4,7 +4,7 @@
 use crate::driver::testing::{MlaReference, MlaReferenceKernel};
 use crate::driver::{Context, DeviceBuffer, Stream};
 use crate::error::{Error, Result};
-use crate::graph::target::Target;
+use crate::graph::op_target::Target;
 use std::sync::Arc;
 
 use super::{KvDtype, LATENT_DIM, ROPE_DIM};

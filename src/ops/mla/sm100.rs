@@ -62,7 +62,7 @@
 use super::{check_limits, in_range, KvDtype, MlaArch, MlaDecodeArgs, MAX_BATCH, MAX_S_Q, NUM_HEADS};
 use crate::driver::{DeviceBuffer, Stream};
 use crate::error::{Error, Result};
-use crate::graph::target::Target;
+use crate::graph::op_target::Target;
 use crate::sys::glue::mla::{self as glue, Rows};
 use crate::sys::kernels as k;
 

@@ -5,7 +5,7 @@ use super::plan::{out_dtype, plan};
 use super::{check_matrix, scalar, Nvfp4Arch, Nvfp4Matrix, Nvfp4Plan};
 use crate::driver::{DeviceBuffer, Stream};
 use crate::error::{Error, Result};
-use crate::graph::target::Target;
+use crate::graph::op_target::Target;
 use crate::graph::{Capture, Captured, CapturedBuffer};
 use crate::ops::tensor::{mem_range, refuse_overlap, DType, DeviceMemory, Tensor};
 use crate::sys::glue::nvfp4 as glue;

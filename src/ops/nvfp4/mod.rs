@@ -32,7 +32,7 @@ pub(crate) use w4a16::{prepare_weight_on, w4a16_on, WeightArg};
 
 use crate::driver::DeviceBuffer;
 use crate::error::{Error, Result};
-use crate::graph::target::Target;
+use crate::graph::op_target::Target;
 use crate::graph::{Capture, CapturedBuffer};
 use crate::ops::tensor::{mem_range, refuse_overlap, Check, DType, DeviceMemory, Tensor};
 use crate::sys::cuda as c;

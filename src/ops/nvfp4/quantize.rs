@@ -4,7 +4,7 @@
 use super::{check_matrix, half_dtype, scalar, Nvfp4Matrix};
 use crate::driver::{DeviceBuffer, Stream};
 use crate::error::{Error, Result};
-use crate::graph::target::Target;
+use crate::graph::op_target::Target;
 use crate::graph::{Capture, CapturedBuffer};
 use crate::ops::tensor::{mem_range, refuse_overlap, Check, DType, DeviceMemory, Tensor};
 use crate::sys::glue::nvfp4 as glue;
