@@ -7,7 +7,7 @@
 use super::handles::{self, Tag};
 use super::{busy, Fail};
 use crate::driver::Stream;
-use crate::graph::op_target::Target;
+use crate::graph::op_target::OpTarget;
 use crate::graph::{DetachedCapture, Graph, GraphExec, WorkspaceView};
 use crate::workspace::Workspace;
 use std::ffi::{c_char, c_int};
@@ -183,17 +183,17 @@ pub(super) fn lock_workspace(w: &WorkspaceObj, id: u64) -> Result<Guard<'_, WsSt
 
 /// Runs an eager op on `s` (resolved by the caller): stream locked and checked, then (with `ws`)
 /// the workspace locked and checked, and both held while `f` validates, grows and launches.
-pub(crate) fn eager_op<T>(s: (&StreamObj, u64), ws: Option<(&WorkspaceObj, u64)>, f: impl FnOnce(Target<'_>) -> Result<T, Fail>) -> Result<T, Fail> {
+pub(crate) fn eager_op<T>(s: (&StreamObj, u64), ws: Option<(&WorkspaceObj, u64)>, f: impl FnOnce(OpTarget<'_>) -> Result<T, Fail>) -> Result<T, Fail> {
     let _stream = lock_eager(s.0, s.1)?;
     match ws {
-        None => f(Target::eager(&s.0.stream, None)?),
+        None => f(OpTarget::eager(&s.0.stream, None)?),
         Some((w, id)) => {
             let mut st = lock_workspace(w, id)?;
             if let Some(cid) = st.bound_to {
                 return Err(busy(format!("the workspace is bound to open capture {cid:#x}: use the captured variant of the call")));
             }
             // Bound first: a tail expression's temporaries would outlive `st`.
-            let r = f(Target::eager(&s.0.stream, Some(&mut st.ws))?);
+            let r = f(OpTarget::eager(&s.0.stream, Some(&mut st.ws))?);
             r
         }
     }
@@ -202,7 +202,7 @@ pub(crate) fn eager_op<T>(s: (&StreamObj, u64), ws: Option<(&WorkspaceObj, u64)>
 /// Runs a captured op of `c` (resolved by the caller) with workspace `ws_id`, which must be bound to
 /// that capture (its view fixed at binding; never grown). The capture stays locked throughout, so
 /// it cannot end while the op records into it.
-pub(crate) fn captured_op<T>(c: (&CaptureObj, u64), ws_id: Option<u64>, f: impl FnOnce(Target<'_>) -> Result<T, Fail>) -> Result<T, Fail> {
+pub(crate) fn captured_op<T>(c: (&CaptureObj, u64), ws_id: Option<u64>, f: impl FnOnce(OpTarget<'_>) -> Result<T, Fail>) -> Result<T, Fail> {
     let cs = lock(&c.0.state);
     let state = cs.as_ref().ok_or_else(|| closed("capture", c.1))?;
     let view = match ws_id {
@@ -211,6 +211,6 @@ pub(crate) fn captured_op<T>(c: (&CaptureObj, u64), ws_id: Option<u64>, f: impl 
             crate::Error::invalid("ws", "a workspace bound to this capture (graphsafe_capture_bind_workspace)", format!("{id:#x}"))
         })?),
     };
-    let r = f(Target::captured(state.cap.site(), view)?);
+    let r = f(OpTarget::captured(state.cap.site(), view)?);
     r
 }

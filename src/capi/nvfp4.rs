@@ -8,7 +8,7 @@ use super::handles::{self, Tag};
 use super::mla::{GRAPHSAFE_DTYPE_BF16, GRAPHSAFE_DTYPE_FP16};
 use super::{guard, null, put, read, CallerMemory, Fail, Raw};
 use crate::driver::DeviceBuffer;
-use crate::graph::op_target::Target;
+use crate::graph::op_target::OpTarget;
 use crate::ops::nvfp4::{self, gemm_on, quantize_on, w4a16_on, Nvfp4Arch, Nvfp4Matrix, WeightArg};
 use crate::ops::tensor::{DType, Tensor};
 use std::ffi::c_int;
@@ -200,7 +200,7 @@ pub unsafe extern "C" fn graphsafe_nvfp4_quantize(x: u64, dtype: c_int, m: c_int
     })
 }
 
-fn quantize(o: &GraphsafeNvfp4Matrix, x: u64, dtype: c_int, m: c_int, k: c_int, ld_x: i64, t: Target<'_>) -> Result<(), Fail> {
+fn quantize(o: &GraphsafeNvfp4Matrix, x: u64, dtype: c_int, m: c_int, k: c_int, ld_x: i64, t: OpTarget<'_>) -> Result<(), Fail> {
     let ctx = CallerMemory::on(t.context());
     let q = nvfp4_matrix(o, "out", ctx)?;
     let xt = matrix_2d(x, "x", half_dtype(dtype, "dtype")?, (m, "m"), (k, "k"), ld_x, ctx)?;
@@ -275,7 +275,7 @@ pub struct GraphsafeW4a16Args {
     pub m: c_int,
 }
 
-fn w4a16(a: &GraphsafeW4a16Args, weight: &DeviceBuffer, t: Target<'_>) -> Result<(), Fail> {
+fn w4a16(a: &GraphsafeW4a16Args, weight: &DeviceBuffer, t: OpTarget<'_>) -> Result<(), Fail> {
     let ctx = CallerMemory::on(t.context());
     let at = matrix_2d(a.a, "a", DType::Bf16, (a.m, "m"), (a.k, "k"), a.lda, ctx)?;
     let dt = matrix_2d(a.d, "d", DType::Bf16, (a.m, "m"), (a.n, "n"), a.ldd, ctx)?;
@@ -335,7 +335,7 @@ pub struct GraphsafeNvfp4GemmArgs {
     pub out_dtype: c_int,
 }
 
-fn gemm(a: &GraphsafeNvfp4GemmArgs, t: Target<'_>) -> Result<(), Fail> {
+fn gemm(a: &GraphsafeNvfp4GemmArgs, t: OpTarget<'_>) -> Result<(), Fail> {
     let ctx = CallerMemory::on(t.context());
     let (am, bm) = (nvfp4_matrix(&a.a, "a", ctx)?, nvfp4_matrix(&a.b, "b", ctx)?);
     let dt = matrix_2d(a.d, "d", half_dtype(a.out_dtype, "out_dtype")?, (a.a.rows, "a.rows"), (a.b.rows, "b.rows"), a.b.rows as i64, ctx)?;

@@ -171,7 +171,7 @@ const MAX_PARAMS: usize = 16;
 
 /// A kernel launch whose parameters were built, by a typed constructor in this layer, for the
 /// kernel's C signature and from memory checked against what the kernel touches: what lets
-/// [`KernelLaunch::enqueue`] (and `graph::op_target::Target::launch`) be safe.
+/// [`KernelLaunch::enqueue`] (and `graph::op_target::OpTarget::launch`) be safe.
 #[derive(Debug)]
 pub(crate) struct KernelLaunch<'f> {
     f: &'f Function,

@@ -1,11 +1,11 @@
 //! Where an op's work goes — eagerly on a stream (the workspace may grow) or into a capture (the
 //! workspace is a fixed view) — and the rules each entails. Every op (Rust eager, Rust captured,
-//! C ABI) launches through a [`Target`], so the rules live here once:
+//! C ABI) launches through an [`OpTarget`], so the rules live here once:
 //!
 //! * eager: the stream must not be capturing (checked when the target is made);
 //! * captured: every view must belong to this capture (its [`CaptureId`]) and this device, the
 //!   workspace never grows, and every allocation the op bakes in is added to the capture's keep
-//!   list ([`Target::commit`], right before the launch, after every check passed).
+//!   list ([`OpTarget::commit`], right before the launch, after every check passed).
 
 use super::capture::{CapturedBuffer, WorkspaceView};
 use super::{CaptureId, KeepList};
@@ -70,7 +70,7 @@ impl<'a> CaptureSite<'a> {
     }
 }
 
-/// The memory one op call was given, as [`Target::commit`] checks it: every admitted operand's
+/// The memory one op call was given, as [`OpTarget::commit`] checks it: every admitted operand's
 /// span, and the workspace's. No operand may lie in the workspace the same call uses (the kernels
 /// write scratch there while reading or writing the operand: a race). Safe Rust cannot build such
 /// an operand; a C caller can, with an address from graphsafe_workspace_info.
@@ -101,41 +101,41 @@ impl Spans {
 }
 
 /// Where one op call's work goes. Made per call; see the module docs for the rules.
-pub(crate) enum Target<'a> {
+pub(crate) enum OpTarget<'a> {
     /// On a stream, now; the workspace (if the op has one) grows when it must. `using` holds the
-    /// workspace buffer's use order from [`Target::workspace`] until the target drops (after the
-    /// op enqueued its work: the drop records the use); [`Target::commit`] orders the use after
+    /// workspace buffer's use order from [`OpTarget::workspace`] until the target drops (after the
+    /// op enqueued its work: the drop records the use); [`OpTarget::commit`] orders the use after
     /// the buffer's previous one.
     Eager { stream: &'a Stream, ws: Option<&'a mut Workspace>, using: Option<UseToken<'a>>, spans: Spans },
     /// Into a capture; the workspace is the view bound to it and never grows.
     Captured { site: CaptureSite<'a>, ws: Option<&'a WorkspaceView>, pending: Vec<Arc<Allocation>>, spans: Spans },
 }
 
-impl<'a> Target<'a> {
+impl<'a> OpTarget<'a> {
     /// An eager target: refused while the stream is capturing; the workspace must be of its device.
-    pub(crate) fn eager(stream: &'a Stream, ws: Option<&'a mut Workspace>) -> Result<Target<'a>> {
+    pub(crate) fn eager(stream: &'a Stream, ws: Option<&'a mut Workspace>) -> Result<OpTarget<'a>> {
         stream.ensure_eager()?;
         if let Some(w) = &ws {
             if w.context().raw() != stream.context().raw() {
                 return Err(Error::other_context("workspace", "a workspace", "the stream's", stream.context().raw(), w.context().raw()));
             }
         }
-        Ok(Target::Eager { stream, ws, using: None, spans: Spans::default() })
+        Ok(OpTarget::Eager { stream, ws, using: None, spans: Spans::default() })
     }
 
     /// A captured target: the workspace view must belong to this capture and device.
-    pub(crate) fn captured(site: CaptureSite<'a>, ws: Option<&'a WorkspaceView>) -> Result<Target<'a>> {
+    pub(crate) fn captured(site: CaptureSite<'a>, ws: Option<&'a WorkspaceView>) -> Result<OpTarget<'a>> {
         if let Some(w) = ws {
             site.admit_workspace(w)?;
         }
-        Ok(Target::Captured { site, ws, pending: Vec::new(), spans: Spans::default() })
+        Ok(OpTarget::Captured { site, ws, pending: Vec::new(), spans: Spans::default() })
     }
 
     /// The stream the work is enqueued on.
     pub(crate) fn stream(&self) -> &Stream {
         match self {
-            Target::Eager { stream, .. } => stream,
-            Target::Captured { site, .. } => site.stream,
+            OpTarget::Eager { stream, .. } => stream,
+            OpTarget::Captured { site, .. } => site.stream,
         }
     }
 
@@ -149,21 +149,21 @@ impl<'a> Target<'a> {
 
     /// Whether the work is being captured.
     pub(crate) fn is_captured(&self) -> bool {
-        matches!(self, Target::Captured { .. })
+        matches!(self, OpTarget::Captured { .. })
     }
 
     /// Checks one piece of memory the op will bake in (captured: its capture and device),
-    /// remembers its allocation for [`Target::commit`], and returns its span: the only way an op
+    /// remembers its allocation for [`OpTarget::commit`], and returns its span: the only way an op
     /// gets a [`DeviceSpan`] for the kernel wrappers in `sys`, so every address a kernel is given
     /// went through these checks (and, captured, is kept alive by the capture once committed).
     pub(crate) fn admit<M: DeviceMemory + ?Sized>(&mut self, what: &str, m: &M) -> Result<DeviceSpan> {
         match self {
-            Target::Eager { stream, .. } => {
+            OpTarget::Eager { stream, .. } => {
                 if m.context_raw() != stream.context().raw() {
                     return Err(Error::other_context(format!("{what}.device"), "memory", "the stream's", stream.context().raw(), m.context_raw()));
                 }
             }
-            Target::Captured { site, pending, .. } => {
+            OpTarget::Captured { site, pending, .. } => {
                 site.admit(what, m)?;
                 if let Some(a) = m.allocation() {
                     pending.push(a.clone());
@@ -180,7 +180,7 @@ impl<'a> Target<'a> {
 
     fn spans(&mut self) -> &mut Spans {
         match self {
-            Target::Eager { spans, .. } | Target::Captured { spans, .. } => spans,
+            OpTarget::Eager { spans, .. } | OpTarget::Captured { spans, .. } => spans,
         }
     }
 
@@ -189,7 +189,7 @@ impl<'a> Target<'a> {
     /// `WorkspaceTooSmall` naming both sizes. No workspace and `needed == 0`: the empty span.
     pub(crate) fn workspace(&mut self, needed: u64) -> Result<DeviceSpan> {
         let (ptr, capacity): (DevicePtr, u64) = match self {
-            Target::Eager { stream, ws: Some(ws), using, .. } => {
+            OpTarget::Eager { stream, ws: Some(ws), using, .. } => {
                 // A second call of the same op lets its first hold go first.
                 *using = None;
                 let ptr = ws.prepare(needed, stream)?;
@@ -199,7 +199,7 @@ impl<'a> Target<'a> {
                 }
                 (ptr, ws.capacity())
             }
-            Target::Captured { ws: Some(w), pending, .. } => {
+            OpTarget::Captured { ws: Some(w), pending, .. } => {
                 if needed > w.capacity {
                     return Err(Error::WorkspaceTooSmall { needed, capacity: w.capacity });
                 }
@@ -220,7 +220,7 @@ impl<'a> Target<'a> {
     }
 
     /// Refuses a launch this target's stream cannot take (a kernel of another context, empty
-    /// dimensions): call it before [`Target::commit`], so the refusal leaves nothing captured or
+    /// dimensions): call it before [`OpTarget::commit`], so the refusal leaves nothing captured or
     /// enqueued (a split-K op's zero-fill comes before its launch).
     pub(crate) fn check_launch(&self, l: &KernelLaunch<'_>) -> Result<()> {
         l.check_for(self.stream())
@@ -229,10 +229,10 @@ impl<'a> Target<'a> {
     /// Launches a kernel of a loaded module on the target's stream; captured, the capture also
     /// keeps the module loaded (its graphs replay the kernel's code). The launch was built by a
     /// typed constructor of the driver layer over spans this target admitted; checked
-    /// ([`Target::check_launch`]) before the module is kept.
+    /// ([`OpTarget::check_launch`]) before the module is kept.
     pub(crate) fn launch(&self, l: KernelLaunch<'_>) -> Result<()> {
         self.check_launch(&l)?;
-        if let Target::Captured { site, .. } = self {
+        if let OpTarget::Captured { site, .. } = self {
             site.keep_module(l.function().module());
         }
         l.enqueue(self.stream())
@@ -240,7 +240,7 @@ impl<'a> Target<'a> {
 
     /// Zero-fills `bytes` bytes at `offset` into `span` (a span this target gave out: admitted
     /// memory or its workspace) on the target's stream: a memset node when captured. For kernels
-    /// that keep semaphores in a workspace other ops share (invariant 3). After [`Target::commit`].
+    /// that keep semaphores in a workspace other ops share (invariant 3). After [`OpTarget::commit`].
     pub(crate) fn zero(&self, span: DeviceSpan, offset: u64, bytes: u64) -> Result<()> {
         let ptr = span.skip("zero-filled range", offset)?.require("zero-filled range", bytes, 1)?;
         let bytes = usize::try_from(bytes).map_err(|_| Error::invalid("zero-filled range", "a size that fits in usize", bytes))?;
@@ -254,13 +254,13 @@ impl<'a> Target<'a> {
     pub(crate) fn commit(&mut self) -> Result<()> {
         self.spans().check()?;
         match self {
-            Target::Captured { site, pending, .. } => {
+            OpTarget::Captured { site, pending, .. } => {
                 for a in pending.drain(..) {
                     site.keep(&a);
                 }
             }
-            Target::Eager { stream, using: Some(u), .. } => u.enter(stream)?,
-            Target::Eager { .. } => {}
+            OpTarget::Eager { stream, using: Some(u), .. } => u.enter(stream)?,
+            OpTarget::Eager { .. } => {}
         }
         Ok(())
     }

@@ -16,7 +16,7 @@ pub use crate::driver::testing::{SplitKShape, TestKernels, SPLITK_ROWS};
 
 use crate::driver::{DeviceBuffer, Stream};
 use crate::error::Result;
-use crate::graph::op_target::Target;
+use crate::graph::op_target::OpTarget;
 use crate::graph::{Capture, Captured, CapturedBuffer};
 use crate::ops::tensor::{mem_range, refuse_overlap, DeviceMemory};
 use crate::workspace::Workspace;
@@ -32,7 +32,7 @@ impl TestKernels {
         ws: &mut Workspace,
         stream: &Stream,
     ) -> Result<()> {
-        self.split_k_on(&a, &x, &y, shape, Target::eager(stream, Some(ws))?)
+        self.split_k_on(&a, &x, &y, shape, OpTarget::eager(stream, Some(ws))?)
     }
 
     /// Captured split-K GEMV: never grows; `WorkspaceTooSmall` (nothing captured) when the bound
@@ -46,10 +46,10 @@ impl TestKernels {
         ws: &Captured<'id>,
         cap: &Capture<'_, 'id>,
     ) -> Result<()> {
-        self.split_k_on(a, x, y, shape, Target::captured(cap.site(), Some(ws.view()))?)
+        self.split_k_on(a, x, y, shape, OpTarget::captured(cap.site(), Some(ws.view()))?)
     }
 
-    fn split_k_on<M: DeviceMemory>(&self, a: &M, x: &M, y: &M, shape: SplitKShape, mut target: Target<'_>) -> Result<()> {
+    fn split_k_on<M: DeviceMemory>(&self, a: &M, x: &M, y: &M, shape: SplitKShape, mut target: OpTarget<'_>) -> Result<()> {
         shape.validate()?;
         shape.check_buffers(a.len() as u64, x.len() as u64, y.len() as u64)?;
         // Other CTAs still read a and x while one writes its rows of y.
@@ -80,6 +80,6 @@ impl TestKernels {
 
     /// Captures the empty kernel.
     pub fn empty_captured(&self, cap: &Capture<'_, '_>) -> Result<()> {
-        Target::captured(cap.site(), None)?.launch(self.empty_launch()?)
+        OpTarget::captured(cap.site(), None)?.launch(self.empty_launch()?)
     }
 }

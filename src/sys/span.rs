@@ -5,7 +5,7 @@
 //! alignment, the workspace's size); what they cannot check, and so trust, is the span itself:
 //! that the bytes exist and stay allocated while the work may run. That claim is made in exactly
 //! two places: [`DeviceSpan::from_raw`] (`unsafe`: its caller promises it) and the crate's own
-//! `DeviceSpan::vouched`, called only by `graph::op_target::Target` for memory it admitted — a
+//! `DeviceSpan::vouched`, called only by `graph::op_target::OpTarget` for memory it admitted — a
 //! [`DeviceBuffer`](crate::driver::DeviceBuffer) or captured view (an allocation graphsafe owns,
 //! borrowed for the call or kept by the capture), or caller memory of the C ABI (whose entry
 //! points' `# Safety` contracts make the promise).
@@ -36,7 +36,7 @@ impl DeviceSpan {
         DeviceSpan { ptr, len }
     }
 
-    /// A span the crate vouches for: memory `Target::admit` (graph/target.rs) checked and kept.
+    /// A span the crate vouches for: memory `OpTarget::admit` (graph/op_target.rs) checked and kept.
     /// Nothing else in the crate calls this; see the module docs for the argument.
     pub(crate) fn vouched(ptr: u64, len: u64) -> DeviceSpan {
         DeviceSpan { ptr, len }

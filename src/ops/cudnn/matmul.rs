@@ -20,7 +20,7 @@
 use super::{data_type, Cudnn, OpKey, Plan, PlanInfo};
 use crate::driver::{DeviceBuffer, Event, Stream};
 use crate::error::{Error, Result};
-use crate::graph::op_target::Target;
+use crate::graph::op_target::OpTarget;
 use crate::graph::{Capture, Captured, CapturedBuffer};
 use crate::ops::tensor::{Check, DType, DeviceMemory, Tensor};
 use crate::sys::cuda as cu;
@@ -320,7 +320,7 @@ impl<M: DeviceMemory> MatmulArgs<M> {
     }
 
     /// The spans of a, b and c (each from its first element), admitted to `target`.
-    fn spans(&self, target: &mut Target<'_>) -> Result<[DeviceSpan; 3]> {
+    fn spans(&self, target: &mut OpTarget<'_>) -> Result<[DeviceSpan; 3]> {
         let mut span = |name: &str, t: &Tensor<M>| target.admit(name, &t.mem)?.skip(name, t.offset as u64);
         Ok([span("a", &self.a)?, span("b", &self.b)?, span("c", &self.c)?])
     }
@@ -363,7 +363,7 @@ fn plan_of(dnn: &Cudnn, p: &MatmulProblem) -> Result<Arc<super::Plan>> {
 /// # Ok(()) }
 /// ```
 pub fn matmul(dnn: &Cudnn, args: &MatmulArgs<&DeviceBuffer>, ws: &mut Workspace, stream: &Stream) -> Result<PlanInfo> {
-    matmul_on(dnn, args, Target::eager(stream, Some(ws))?)
+    matmul_on(dnn, args, OpTarget::eager(stream, Some(ws))?)
 }
 
 /// Captured matmul: validates, looks up the plan built before the capture (never builds one
@@ -396,12 +396,12 @@ pub fn matmul(dnn: &Cudnn, args: &MatmulArgs<&DeviceBuffer>, ws: &mut Workspace,
 /// # Ok(()) }
 /// ```
 pub fn matmul_captured<'id>(dnn: &Cudnn, args: &MatmulArgs<CapturedBuffer<'id>>, ws: &Captured<'id>, cap: &Capture<'_, 'id>) -> Result<PlanInfo> {
-    matmul_on(dnn, args, Target::captured(cap.site(), Some(ws.view()))?)
+    matmul_on(dnn, args, OpTarget::captured(cap.site(), Some(ws.view()))?)
 }
 
 /// The one path behind every entry point: eager (builds the plan if needed, may grow) or captured
 /// (only a plan built before the capture, never grows). Everything is checked before the execute.
-pub(crate) fn matmul_on<M: DeviceMemory>(dnn: &Cudnn, args: &MatmulArgs<M>, mut target: Target<'_>) -> Result<PlanInfo> {
+pub(crate) fn matmul_on<M: DeviceMemory>(dnn: &Cudnn, args: &MatmulArgs<M>, mut target: OpTarget<'_>) -> Result<PlanInfo> {
     dnn.same_context(target.context())?;
     let p = args.problem(target.context().raw())?;
     check_arch(dnn, &p)?;
@@ -531,7 +531,7 @@ pub fn autotune(dnn: &Cudnn, args: &MatmulArgs<&DeviceBuffer>, ws: &mut Workspac
     check_arch(dnn, &p)?;
     let cands = dnn.candidates(|api, h| p.graph(api, h), max_candidates.max(1))?;
     let most = cands.iter().map(|c| c.info().workspace_bytes).max().unwrap_or(0);
-    let mut target = Target::eager(stream, Some(ws))?;
+    let mut target = OpTarget::eager(stream, Some(ws))?;
     let ptrs = args.spans(&mut target)?;
     let w = target.workspace(most)?;
     target.commit()?;

@@ -18,7 +18,7 @@
 use super::{data_type, Cudnn, OpKey, PlanInfo, Version};
 use crate::driver::{DeviceBuffer, Stream};
 use crate::error::{Error, Result};
-use crate::graph::op_target::Target;
+use crate::graph::op_target::OpTarget;
 use crate::graph::{Capture, Captured, CapturedBuffer};
 use crate::ops::tensor::{Check, DType, DeviceMemory, Tensor};
 use crate::sys::cuda as cu;
@@ -327,7 +327,7 @@ pub fn nvfp4_workspace_size(dnn: &Cudnn, problem: &Nvfp4Problem) -> Result<u64> 
 /// # Ok(()) }
 /// ```
 pub fn nvfp4_matmul(dnn: &Cudnn, args: &Nvfp4MatmulArgs<&DeviceBuffer>, ws: &mut Workspace, stream: &Stream) -> Result<PlanInfo> {
-    nvfp4_matmul_on(dnn, args, Target::eager(stream, Some(ws))?)
+    nvfp4_matmul_on(dnn, args, OpTarget::eager(stream, Some(ws))?)
 }
 
 /// Captured NVFP4 matmul: a plan built before the capture only, never grows the workspace; every
@@ -357,10 +357,10 @@ pub fn nvfp4_matmul(dnn: &Cudnn, args: &Nvfp4MatmulArgs<&DeviceBuffer>, ws: &mut
 /// # Ok(()) }
 /// ```
 pub fn nvfp4_matmul_captured<'id>(dnn: &Cudnn, args: &Nvfp4MatmulArgs<CapturedBuffer<'id>>, ws: &Captured<'id>, cap: &Capture<'_, 'id>) -> Result<PlanInfo> {
-    nvfp4_matmul_on(dnn, args, Target::captured(cap.site(), Some(ws.view()))?)
+    nvfp4_matmul_on(dnn, args, OpTarget::captured(cap.site(), Some(ws.view()))?)
 }
 
-fn nvfp4_matmul_on<M: DeviceMemory>(dnn: &Cudnn, args: &Nvfp4MatmulArgs<M>, mut target: Target<'_>) -> Result<PlanInfo> {
+fn nvfp4_matmul_on<M: DeviceMemory>(dnn: &Cudnn, args: &Nvfp4MatmulArgs<M>, mut target: OpTarget<'_>) -> Result<PlanInfo> {
     dnn.same_context(target.context())?;
     args.validate(target.context().raw())?;
     let plan = if target.is_captured() {

@@ -13,7 +13,7 @@ use super::plan::{plan, MlaDecodePlan, MlaLimits};
 use super::{KvDtype, LATENT_DIM, MAX_SEQ_LEN, NUM_HEADS, ROPE_DIM};
 use crate::driver::{DeviceBuffer, Stream};
 use crate::error::{Error, Result};
-use crate::graph::op_target::Target;
+use crate::graph::op_target::OpTarget;
 use crate::graph::{Capture, Captured, CapturedBuffer};
 use crate::ops::tensor::{refuse_overlap, Check, DType, DeviceMemory, Tensor};
 use crate::sys::cuda as c;
@@ -451,11 +451,11 @@ impl<M: DeviceMemory> MlaDecodeArgs<M> {
 
     /// The glue's arguments: every tensor admitted to `target` (its span, from its first element)
     /// with the plan's sizes.
-    pub(super) fn to_glue(&self, p: &MlaDecodePlan, sm_count: u32, device: usize, target: &mut Target<'_>) -> Result<glue::Decode> {
+    pub(super) fn to_glue(&self, p: &MlaDecodePlan, sm_count: u32, device: usize, target: &mut OpTarget<'_>) -> Result<glue::Decode> {
         // Every value below was bounded by plan(): shapes, and strides by the bounds check (an
         // extent that fits in the address space); the conversions only restate that.
         let i32_of = |what: &str, v: u64| i32::try_from(v).map_err(|_| Error::invalid(what, "a value below 2^31", v));
-        let rows = |target: &mut Target<'_>, name: &str, t: &Tensor<M>| -> Result<Rows> {
+        let rows = |target: &mut OpTarget<'_>, name: &str, t: &Tensor<M>| -> Result<Rows> {
             let (stride_batch, stride_token, stride_head) = glue_row_strides(t)?;
             Ok(Rows { span: span(target, name, t)?, stride_batch, stride_token, stride_head })
         };
@@ -543,13 +543,13 @@ fn glue_row_strides<M: DeviceMemory>(t: &Tensor<M>) -> Result<(i64, i64, i64)> {
 }
 
 /// A tensor admitted to `target`: the span from its first element to the end of its memory.
-fn span<M: DeviceMemory>(target: &mut Target<'_>, name: &str, t: &Tensor<M>) -> Result<DeviceSpan> {
+fn span<M: DeviceMemory>(target: &mut OpTarget<'_>, name: &str, t: &Tensor<M>) -> Result<DeviceSpan> {
     target.admit(name, &t.mem)?.skip(name, t.offset as u64)
 }
 
 /// Validate, size, launch: the one path behind every entry point (Rust eager, Rust captured, C).
 /// Everything is checked before anything is enqueued: a refusal captures and launches nothing.
-pub(crate) fn run<M: DeviceMemory>(args: &MlaDecodeArgs<M>, mut target: Target<'_>) -> Result<MlaDecodePlan> {
+pub(crate) fn run<M: DeviceMemory>(args: &MlaDecodeArgs<M>, mut target: OpTarget<'_>) -> Result<MlaDecodePlan> {
     let ctx = target.context().clone();
     let arch = MlaArch::for_compute_capability(ctx.compute_capability())?;
     let sms = ctx.sm_count();
@@ -608,7 +608,7 @@ pub(crate) fn run<M: DeviceMemory>(args: &MlaDecodeArgs<M>, mut target: Target<'
 /// # let _ = out_host; Ok(()) }
 /// ```
 pub fn decode(args: &MlaDecodeArgs<&DeviceBuffer>, ws: &mut Workspace, stream: &Stream) -> Result<MlaDecodePlan> {
-    run(args, Target::eager(stream, Some(ws))?)
+    run(args, OpTarget::eager(stream, Some(ws))?)
 }
 
 /// Captured decode: validates, checks that every view belongs to `cap`, checks the captured
@@ -653,7 +653,7 @@ pub fn decode(args: &MlaDecodeArgs<&DeviceBuffer>, ws: &mut Workspace, stream: &
 /// # Ok(()) }
 /// ```
 pub fn decode_captured<'id>(args: &MlaDecodeArgs<CapturedBuffer<'id>>, ws: &Captured<'id>, cap: &Capture<'_, 'id>) -> Result<MlaDecodePlan> {
-    run(args, Target::captured(cap.site(), Some(ws.view()))?)
+    run(args, OpTarget::captured(cap.site(), Some(ws.view()))?)
 }
 
 #[cfg(test)]

@@ -4,7 +4,7 @@
 use crate::driver::testing::{MlaReference, MlaReferenceKernel};
 use crate::driver::{Context, DeviceBuffer, Stream};
 use crate::error::{Error, Result};
-use crate::graph::op_target::Target;
+use crate::graph::op_target::OpTarget;
 use std::sync::Arc;
 
 use super::{KvDtype, LATENT_DIM, ROPE_DIM};
@@ -208,7 +208,7 @@ impl GpuReference {
         let scratch = DeviceBuffer::alloc(stream.context(), bytes("scratch", &[b, h, p.max_seq_len.max(1), 4])?.max(4))?;
         let out = DeviceBuffer::alloc_zeroed(stream, bytes("out", &[b, h, LATENT_DIM, 4])?)?;
         let lse = DeviceBuffer::alloc_zeroed(stream, bytes("lse", &[b, h, 4])?)?;
-        let mut target = Target::eager(stream, None)?;
+        let mut target = OpTarget::eager(stream, None)?;
         let r = MlaReference {
             dtype,
             batch: u32_of("batch", b)?,

@@ -62,7 +62,7 @@
 use super::{check_limits, in_range, KvDtype, MlaArch, MlaDecodeArgs, MAX_BATCH, MAX_S_Q, NUM_HEADS};
 use crate::driver::{DeviceBuffer, Stream};
 use crate::error::{Error, Result};
-use crate::graph::op_target::Target;
+use crate::graph::op_target::OpTarget;
 use crate::sys::glue::mla::{self as glue, Rows};
 use crate::sys::kernels as k;
 
@@ -463,7 +463,7 @@ pub fn sanitize(
             return Err(Error::invalid(format!("{what}.device"), "memory on the stream's device", "memory of another device"));
         }
     }
-    let mut target = Target::eager(stream, None)?;
+    let mut target = OpTarget::eager(stream, None)?;
     let spans = (target.admit("seq_lens", &seq_lens)?, target.admit("page_table", &page_table)?, target.admit("region", &region)?);
     target.commit()?;
     let _current = ctx.enter()?;
@@ -508,7 +508,7 @@ pub fn sanitize_finish(
     }
     let sb = i64::try_from(stride_b).map_err(|_| Error::invalid("out stride", "below 2^63", stride_b))?;
     let sh = i64::try_from(stride_h).map_err(|_| Error::invalid("out stride", "below 2^63", stride_h))?;
-    let mut target = Target::eager(stream, None)?;
+    let mut target = OpTarget::eager(stream, None)?;
     let region = target.admit("region", &region)?;
     let out = Rows { span: target.admit("out", &out)?, stride_batch: sb, stride_token: sb, stride_head: sh };
     let lse = lse.map(|l| target.admit("lse", &l)).transpose()?;
@@ -546,7 +546,7 @@ pub fn post_pass(args: &MlaDecodeArgs<&DeviceBuffer>, sm_count: u32, region: &De
 fn run_pass(pass: Pass, args: &MlaDecodeArgs<&DeviceBuffer>, sm_count: u32, region: &DeviceBuffer, stream: &Stream) -> Result<SanitizeLayout> {
     let ctx = stream.context();
     let plan = args.plan(MlaArch::Sm100, sm_count, ctx.raw())?;
-    let mut target = Target::eager(stream, None)?;
+    let mut target = OpTarget::eager(stream, None)?;
     let d = args.to_glue(&plan, sm_count, ctx.device().ordinal(), &mut target)?;
     let region = target.admit("region", &region)?;
     target.commit()?;

@@ -5,14 +5,14 @@ use super::plan::{out_dtype, plan};
 use super::{check_matrix, scalar, Nvfp4Arch, Nvfp4Matrix, Nvfp4Plan};
 use crate::driver::{DeviceBuffer, Stream};
 use crate::error::{Error, Result};
-use crate::graph::op_target::Target;
+use crate::graph::op_target::OpTarget;
 use crate::graph::{Capture, Captured, CapturedBuffer};
 use crate::ops::tensor::{mem_range, refuse_overlap, DType, DeviceMemory, Tensor};
 use crate::sys::glue::nvfp4 as glue;
 use crate::workspace::Workspace;
 
 /// Validate, size, launch: the one Blackwell GEMM path (Rust eager, Rust captured, C ABI).
-pub(crate) fn gemm_on<M: DeviceMemory>(a: &Nvfp4Matrix<M>, b: &Nvfp4Matrix<M>, alpha: &M, d: &Tensor<M>, mut target: Target<'_>) -> Result<Nvfp4Plan> {
+pub(crate) fn gemm_on<M: DeviceMemory>(a: &Nvfp4Matrix<M>, b: &Nvfp4Matrix<M>, alpha: &M, d: &Tensor<M>, mut target: OpTarget<'_>) -> Result<Nvfp4Plan> {
     let ctx = target.context().clone();
     let arch = Nvfp4Arch::for_compute_capability(ctx.compute_capability())?;
     if arch == Nvfp4Arch::Sm90 {
@@ -75,7 +75,7 @@ pub(crate) fn gemm_on<M: DeviceMemory>(a: &Nvfp4Matrix<M>, b: &Nvfp4Matrix<M>, a
 /// # Ok(()) }
 /// ```
 pub fn gemm(a: &Nvfp4Matrix<&DeviceBuffer>, b: &Nvfp4Matrix<&DeviceBuffer>, alpha: &DeviceBuffer, d: &Tensor<&DeviceBuffer>, ws: &mut Workspace, stream: &Stream) -> Result<Nvfp4Plan> {
-    gemm_on(a, b, &alpha, d, Target::eager(stream, Some(ws))?)
+    gemm_on(a, b, &alpha, d, OpTarget::eager(stream, Some(ws))?)
 }
 
 /// Blackwell, captured: never grows the workspace; every view must belong to `cap`.
@@ -109,5 +109,5 @@ pub fn gemm(a: &Nvfp4Matrix<&DeviceBuffer>, b: &Nvfp4Matrix<&DeviceBuffer>, alph
 /// # Ok(()) }
 /// ```
 pub fn gemm_captured<'id>(a: &Nvfp4Matrix<CapturedBuffer<'id>>, b: &Nvfp4Matrix<CapturedBuffer<'id>>, alpha: &CapturedBuffer<'id>, d: &Tensor<CapturedBuffer<'id>>, ws: &Captured<'id>, cap: &Capture<'_, 'id>) -> Result<Nvfp4Plan> {
-    gemm_on(a, b, alpha, d, Target::captured(cap.site(), Some(ws.view()))?)
+    gemm_on(a, b, alpha, d, OpTarget::captured(cap.site(), Some(ws.view()))?)
 }

@@ -32,7 +32,7 @@ pub(crate) use w4a16::{prepare_weight_on, w4a16_on, WeightArg};
 
 use crate::driver::DeviceBuffer;
 use crate::error::{Error, Result};
-use crate::graph::op_target::Target;
+use crate::graph::op_target::OpTarget;
 use crate::graph::{Capture, CapturedBuffer};
 use crate::ops::tensor::{mem_range, refuse_overlap, Check, DType, DeviceMemory, Tensor};
 use crate::sys::cuda as c;
@@ -191,7 +191,7 @@ impl<M: DeviceMemory> Nvfp4Matrix<M> {
 
     /// Admits the three parts to `target` (after [`Nvfp4Matrix::validate`]) and returns them as
     /// the glue takes them.
-    pub(crate) fn admit(&self, name: &str, target: &mut Target<'_>) -> Result<Fp4Matrix> {
+    pub(crate) fn admit(&self, name: &str, target: &mut OpTarget<'_>) -> Result<Fp4Matrix> {
         Ok(Fp4Matrix {
             packed: target.admit(&format!("{name}.packed"), &self.packed)?,
             scales: target.admit(&format!("{name}.scales"), &self.scales)?,

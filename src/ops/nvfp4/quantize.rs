@@ -4,13 +4,13 @@
 use super::{check_matrix, half_dtype, scalar, Nvfp4Matrix};
 use crate::driver::{DeviceBuffer, Stream};
 use crate::error::{Error, Result};
-use crate::graph::op_target::Target;
+use crate::graph::op_target::OpTarget;
 use crate::graph::{Capture, CapturedBuffer};
 use crate::ops::tensor::{mem_range, refuse_overlap, Check, DType, DeviceMemory, Tensor};
 use crate::sys::glue::nvfp4 as glue;
 
 /// Validate, then launch: the one quantize path (Rust eager, Rust captured, C ABI).
-pub(crate) fn quantize_on<M: DeviceMemory>(x: &Tensor<M>, gs: &M, out: &Nvfp4Matrix<M>, mut target: Target<'_>) -> Result<()> {
+pub(crate) fn quantize_on<M: DeviceMemory>(x: &Tensor<M>, gs: &M, out: &Nvfp4Matrix<M>, mut target: OpTarget<'_>) -> Result<()> {
     let ctx = target.context().clone();
     let (m, kk) = check_matrix("x", x, &[DType::Bf16, DType::Fp16], ctx.raw())?;
     if out.rows != m || out.k != kk {
@@ -47,7 +47,7 @@ pub(crate) fn quantize_on<M: DeviceMemory>(x: &Tensor<M>, gs: &M, out: &Nvfp4Mat
 /// # Ok(()) }
 /// ```
 pub fn quantize(x: &Tensor<&DeviceBuffer>, gs: &DeviceBuffer, out: &Nvfp4Matrix<&DeviceBuffer>, stream: &Stream) -> Result<()> {
-    quantize_on(x, &gs, out, Target::eager(stream, None)?)
+    quantize_on(x, &gs, out, OpTarget::eager(stream, None)?)
 }
 
 /// Captures a quantize (every buffer bound to `cap`).
@@ -72,7 +72,7 @@ pub fn quantize(x: &Tensor<&DeviceBuffer>, gs: &DeviceBuffer, out: &Nvfp4Matrix<
 /// # Ok(()) }
 /// ```
 pub fn quantize_captured<'id>(x: &Tensor<CapturedBuffer<'id>>, gs: &CapturedBuffer<'id>, out: &Nvfp4Matrix<CapturedBuffer<'id>>, cap: &Capture<'_, 'id>) -> Result<()> {
-    quantize_on(x, gs, out, Target::captured(cap.site(), None)?)
+    quantize_on(x, gs, out, OpTarget::captured(cap.site(), None)?)
 }
 
 /// The inverse: `out` [m, k] (bf16/fp16) from an NVFP4 matrix, on `stream`.
@@ -96,7 +96,7 @@ pub fn quantize_captured<'id>(x: &Tensor<CapturedBuffer<'id>>, gs: &CapturedBuff
 /// # Ok(()) }
 /// ```
 pub fn dequantize(src: &Nvfp4Matrix<&DeviceBuffer>, out: &Tensor<&DeviceBuffer>, stream: &Stream) -> Result<()> {
-    let mut target = Target::eager(stream, None)?;
+    let mut target = OpTarget::eager(stream, None)?;
     let ctx = target.context().clone();
     src.validate("src", ctx.raw())?;
     let (m, kk) = check_matrix("out", out, &[DType::Bf16, DType::Fp16], ctx.raw())?;
@@ -133,7 +133,7 @@ pub fn dequantize(src: &Nvfp4Matrix<&DeviceBuffer>, out: &Tensor<&DeviceBuffer>,
 /// # let _ = (scale, q); Ok(()) }
 /// ```
 pub fn global_scale(x: &Tensor<&DeviceBuffer>, out: &DeviceBuffer, stream: &Stream) -> Result<()> {
-    let mut target = Target::eager(stream, None)?;
+    let mut target = OpTarget::eager(stream, None)?;
     let ctx = target.context().clone();
     let ch = Check { name: "x", t: x };
     ch.dtype(&[DType::Bf16, DType::Fp16])?.contiguous()?.aligned(16)?.in_bounds()?.device(ctx.raw())?;

@@ -5,7 +5,7 @@ use super::plan::{check_nk, plan};
 use super::{check_matrix, scalar, Nvfp4Arch, Nvfp4Matrix, Nvfp4Plan};
 use crate::driver::{DeviceBuffer, Stream};
 use crate::error::{Error, Result};
-use crate::graph::op_target::Target;
+use crate::graph::op_target::OpTarget;
 use crate::graph::{Capture, Captured, CapturedBuffer};
 use crate::ops::tensor::{mem_range, refuse_overlap};
 use crate::ops::tensor::{DType, DeviceMemory, Tensor};
@@ -62,13 +62,13 @@ pub struct CapturedWeight<'id> {
 /// # Ok(()) }
 /// ```
 pub fn prepare_weight(w: &Nvfp4Matrix<&DeviceBuffer>, stream: &Stream) -> Result<PreparedWeight> {
-    let buf = prepare_weight_on(w, Target::eager(stream, None)?)?;
+    let buf = prepare_weight_on(w, OpTarget::eager(stream, None)?)?;
     Ok(PreparedWeight { buf, n: w.rows, k: w.k })
 }
 
 /// [`prepare_weight`] over any memory on an eager target, returning the prepared buffer (the C
 /// ABI's path too).
-pub(crate) fn prepare_weight_on<M: DeviceMemory>(w: &Nvfp4Matrix<M>, mut target: Target<'_>) -> Result<DeviceBuffer> {
+pub(crate) fn prepare_weight_on<M: DeviceMemory>(w: &Nvfp4Matrix<M>, mut target: OpTarget<'_>) -> Result<DeviceBuffer> {
     if target.is_captured() {
         return Err(Error::invalid("stream", "an eager stream (prepare_weight allocates: do it before capture)", "a capture"));
     }
@@ -97,7 +97,7 @@ pub(crate) struct WeightArg<'w, W> {
 }
 
 /// Validate, size, launch: the one W4A16 path (Rust eager, Rust captured, C ABI).
-pub(crate) fn w4a16_on<M: DeviceMemory, W: DeviceMemory>(a: &Tensor<M>, w: WeightArg<'_, W>, alpha: &M, d: &Tensor<M>, mut target: Target<'_>) -> Result<Nvfp4Plan> {
+pub(crate) fn w4a16_on<M: DeviceMemory, W: DeviceMemory>(a: &Tensor<M>, w: WeightArg<'_, W>, alpha: &M, d: &Tensor<M>, mut target: OpTarget<'_>) -> Result<Nvfp4Plan> {
     let ctx = target.context().clone();
     let arch = Nvfp4Arch::for_compute_capability(ctx.compute_capability())?;
     if arch != Nvfp4Arch::Sm90 {
@@ -168,7 +168,7 @@ pub(crate) fn w4a16_on<M: DeviceMemory, W: DeviceMemory>(a: &Tensor<M>, w: Weigh
 /// ```
 pub fn w4a16_gemm(a: &Tensor<&DeviceBuffer>, w: &PreparedWeight, alpha: &DeviceBuffer, d: &Tensor<&DeviceBuffer>, ws: &mut Workspace, stream: &Stream) -> Result<Nvfp4Plan> {
     let wa = WeightArg { mem: &&w.buf, n: w.n, k: w.k };
-    w4a16_on(a, wa, &alpha, d, Target::eager(stream, Some(ws))?)
+    w4a16_on(a, wa, &alpha, d, OpTarget::eager(stream, Some(ws))?)
 }
 
 /// Hopper, captured: never grows the workspace; every view must belong to `cap`.
@@ -201,5 +201,5 @@ pub fn w4a16_gemm(a: &Tensor<&DeviceBuffer>, w: &PreparedWeight, alpha: &DeviceB
 /// ```
 pub fn w4a16_gemm_captured<'id>(a: &Tensor<CapturedBuffer<'id>>, w: &CapturedWeight<'id>, alpha: &CapturedBuffer<'id>, d: &Tensor<CapturedBuffer<'id>>, ws: &Captured<'id>, cap: &Capture<'_, 'id>) -> Result<Nvfp4Plan> {
     let wa = WeightArg { mem: &w.buf, n: w.n, k: w.k };
-    w4a16_on(a, wa, alpha, d, Target::captured(cap.site(), Some(ws.view()))?)
+    w4a16_on(a, wa, alpha, d, OpTarget::captured(cap.site(), Some(ws.view()))?)
 }

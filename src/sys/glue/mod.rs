@@ -17,7 +17,7 @@
 //! does not check:
 //!
 //! 1. each span's own invariant ([`DeviceSpan`]): the memory exists in the stream's context and
-//!    stays allocated while the work may run (spans come from `graph::op_target::Target::admit`,
+//!    stays allocated while the work may run (spans come from `graph::op_target::OpTarget::admit`,
 //!    which also records them in a capture, or from the `unsafe` [`DeviceSpan::from_raw`]);
 //! 2. `stream` is a live stream whose context is current on the calling thread (the op enters
 //!    it: `Context::enter`);
