@@ -121,7 +121,7 @@ pub mod prelude {
     pub use crate::arch::sm_count_of;
     pub use crate::driver::{Context, DeviceBuffer, Stream};
     pub use crate::error::{Error, Result};
-    pub use crate::graph::{Capture, CaptureMode, Captured, CapturedBuffer, Graph, GraphExec};
+    pub use crate::graph::{Capture, CaptureMode, CapturedWorkspace, CapturedBuffer, Graph, GraphExec};
     pub use crate::ops::cudnn::{self, Cudnn, MatmulArgs, MatmulProblem, Nvfp4MatmulArgs, Nvfp4Problem};
     pub use crate::ops::mla::{self, decode, decode_captured, KvDtype, KvFormat, KvFormatKind, MlaArch, MlaDecodeArgs, MlaDecodePlan, MlaLimits};
     pub use crate::ops::nvfp4::{self, Nvfp4Arch, Nvfp4Limits, Nvfp4Matrix, Nvfp4Plan, PreparedWeight};

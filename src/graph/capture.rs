@@ -1,4 +1,4 @@
-//! Captures: the branded Rust capture ([`Capture`]), its views ([`Captured`], [`CapturedBuffer`]),
+//! Captures: the branded Rust capture ([`Capture`]), its views ([`CapturedWorkspace`], [`CapturedBuffer`]),
 //! and the run-time-checked capture of the C ABI ([`DetachedCapture`]).
 
 use super::exec::Graph;
@@ -18,7 +18,7 @@ use std::sync::Arc;
 impl Stream {
     /// Captures the work `body` issues through its [`Capture`] into a graph, and returns the graph
     /// with `body`'s value. This is the form to prefer: the capture is *branded*, so its views
-    /// ([`Captured`], [`CapturedBuffer`]) cannot leave `body` or be used by an op of another capture
+    /// ([`CapturedWorkspace`], [`CapturedBuffer`]) cannot leave `body` or be used by an op of another capture
     /// (a compile error), and the capture always ends, however `body` returns.
     ///
     /// If `body` fails, the capture is abandoned (the stream is usable again) and its error is
@@ -154,7 +154,7 @@ impl CaptureStream<'_> {
 }
 
 /// A workspace region fixed for one capture: what a captured op may use, and what the capture
-/// must keep alive. The unbranded core of [`Captured`] (the C ABI keeps these per binding).
+/// must keep alive. The unbranded core of [`CapturedWorkspace`] (the C ABI keeps these per binding).
 #[derive(Clone, Debug)]
 pub(crate) struct WorkspaceView {
     pub ptr: DevicePtr,
@@ -176,12 +176,12 @@ impl WorkspaceView {
 /// It has no way to grow; kernels that need more get [`Error::WorkspaceTooSmall`]. It belongs to
 /// the capture that bound it (brand `'id`, and its [`CaptureId`]).
 #[derive(Clone, Debug)]
-pub struct Captured<'id> {
+pub struct CapturedWorkspace<'id> {
     view: WorkspaceView,
     _brand: Brand<'id>,
 }
 
-impl Captured<'_> {
+impl CapturedWorkspace<'_> {
     /// The captured capacity in bytes.
     pub fn capacity(&self) -> u64 {
         self.view.capacity
@@ -272,7 +272,7 @@ impl<'s, 'id> Capture<'s, 'id> {
     /// Binds `ws` for the rest of the capture. The workspace stays mutably borrowed until the
     /// capture ends, so it cannot grow (or be dropped) while the capture is open, and the graph
     /// keeps its current buffer alive even after it later grows.
-    pub fn bind_workspace(&mut self, ws: &'s mut Workspace) -> Result<Captured<'id>> {
+    pub fn bind_workspace(&mut self, ws: &'s mut Workspace) -> Result<CapturedWorkspace<'id>> {
         self.same_context(ws.context())?;
         if let Some(a) = ws.allocation() {
             self.keep.get_mut().allocations.push(a.clone());
@@ -280,7 +280,7 @@ impl<'s, 'id> Capture<'s, 'id> {
         if let Some(o) = ws.order() {
             self.keep.get_mut().orders.push(o.clone());
         }
-        Ok(Captured { view: WorkspaceView::of(ws, self.id), _brand: PhantomData })
+        Ok(CapturedWorkspace { view: WorkspaceView::of(ws, self.id), _brand: PhantomData })
     }
 
     /// Binds a device buffer a captured kernel touches; the graph keeps it alive.

@@ -3,7 +3,7 @@
 //! ```text
 //!   Stream ──capture(mode, |cap| …)──▶ (Graph, R)              branded: views cannot leave `|cap|`
 //!   Stream ──begin_capture(&mut)─────▶ Capture ──end()──▶ Graph ──instantiate()──▶ GraphExec
-//!                                        │  bind_workspace(&mut Workspace) → Captured<'id>
+//!                                        │  bind_workspace(&mut Workspace) → CapturedWorkspace<'id>
 //!                                        │  bind_buffer(&DeviceBuffer)     → CapturedBuffer<'id>
 //! ```
 //!
@@ -12,8 +12,9 @@
 //!   also remembers the open capture until it ends or is dropped, so a capture leaked with
 //!   `mem::forget` still makes every eager API refuse the stream.
 //! * Binding a workspace borrows it mutably for the whole capture, so growing it there is a
-//!   compile error (tests/compile_fail). Kernels see a [`Captured`] view: pointer and capacity,
-//!   and a [`Captured::require`] that fails with [`Error::WorkspaceTooSmall`](crate::Error::WorkspaceTooSmall) rather than grow.
+//!   compile error (tests/compile_fail). Kernels see a [`CapturedWorkspace`] view: pointer and
+//!   capacity, and a [`CapturedWorkspace::require`] that fails with
+//!   [`Error::WorkspaceTooSmall`](crate::Error::WorkspaceTooSmall) rather than grow.
 //! * **A view belongs to one capture** (invariant 8). Every view carries its capture's identity
 //!   (a process-unique [`CaptureId`]) and, in the closure form [`Stream::capture`](crate::driver::Stream::capture), a *brand*: an
 //!   invariant lifetime `'id` that the type checker treats as distinct for every capture, so a
@@ -31,7 +32,11 @@ mod exec;
 mod memory;
 pub(crate) mod op_target;
 
-pub use capture::{Capture, CaptureStream, Captured, CapturedBuffer};
+pub use capture::{Capture, CaptureStream, CapturedBuffer, CapturedWorkspace};
+
+/// The former name of [`CapturedWorkspace`].
+#[deprecated(note = "renamed CapturedWorkspace (a workspace bound to a capture)")]
+pub type Captured<'id> = CapturedWorkspace<'id>;
 pub(crate) use capture::{DetachedCapture, WorkspaceView};
 pub use exec::{Graph, GraphExec, NodeKind};
 pub use memory::DeviceMemory;

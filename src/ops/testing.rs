@@ -17,7 +17,7 @@ pub use crate::driver::testing::{SplitKShape, TestKernels, SPLITK_ROWS};
 use crate::driver::{DeviceBuffer, Stream};
 use crate::error::Result;
 use crate::graph::op_target::OpTarget;
-use crate::graph::{Capture, Captured, CapturedBuffer};
+use crate::graph::{Capture, CapturedWorkspace, CapturedBuffer};
 use crate::ops::tensor::{mem_range, refuse_overlap, DeviceMemory};
 use crate::workspace::Workspace;
 
@@ -43,7 +43,7 @@ impl TestKernels {
         x: &CapturedBuffer<'id>,
         y: &CapturedBuffer<'id>,
         shape: SplitKShape,
-        ws: &Captured<'id>,
+        ws: &CapturedWorkspace<'id>,
         cap: &Capture<'_, 'id>,
     ) -> Result<()> {
         self.split_k_on(a, x, y, shape, OpTarget::captured(cap.site(), Some(ws.view()))?)

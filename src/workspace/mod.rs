@@ -10,7 +10,7 @@
 //!   zeros, and a recycled block holds a previous owner's bytes.
 //! * **No growth while captured** (invariant 4): binding a workspace to a capture
 //!   ([`crate::graph::Capture::bind_workspace`]) borrows it mutably until the capture ends, so
-//!   `ensure_size` does not compile there; kernels get a [`crate::graph::Captured`] view instead,
+//!   `ensure_size` does not compile there; kernels get a [`crate::graph::CapturedWorkspace`] view instead,
 //!   which can only check its capacity and fail with [`Error::WorkspaceTooSmall`]. Growth on a
 //!   capturing stream (a capture leaked with `mem::forget`, or one begun outside graphsafe) is
 //!   refused with [`Error::StreamCapturing`]: its zero-fill would land in the graph.

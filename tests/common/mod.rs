@@ -3,7 +3,7 @@
 #![allow(dead_code)]
 
 use graphsafe::driver::{Context, DeviceBuffer, DevicePtr, Stream};
-use graphsafe::graph::{Capture, CaptureMode, Captured, GraphExec};
+use graphsafe::graph::{Capture, CaptureMode, CapturedWorkspace, GraphExec};
 use graphsafe::ops::mla::MlaDecodePlan;
 use graphsafe::ops::testing::{SplitKShape, TestKernels};
 use graphsafe::workspace::Workspace;
@@ -135,7 +135,7 @@ pub fn captured_split_k(k: &TestKernels, stream: &mut Stream, p: &SplitKProblem,
 /// decode's buffers to the capture and runs it against the bound workspace.
 pub fn capture_with_too_small_a_workspace_is_refused<F>(stream: &mut Stream, needed: u64, decode: F)
 where
-    F: for<'s, 'c> FnOnce(&mut Capture<'s, 'c>, &Captured<'c>) -> graphsafe::Result<MlaDecodePlan>,
+    F: for<'s, 'c> FnOnce(&mut Capture<'s, 'c>, &CapturedWorkspace<'c>) -> graphsafe::Result<MlaDecodePlan>,
 {
     assert!(needed > 0, "the shape must need a workspace");
     let mut ws = Workspace::new(stream, needed - 256).unwrap();

@@ -1,4 +1,4 @@
-// A Captured view has no method that grows or frees.
+// A CapturedWorkspace view has no method that grows or frees.
 use graphsafe::driver::Stream;
 use graphsafe::graph::CaptureMode;
 use graphsafe::workspace::Workspace;

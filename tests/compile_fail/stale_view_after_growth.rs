@@ -1,4 +1,4 @@
-// A Captured view cannot be used after its workspace grows (its address would be stale).
+// A CapturedWorkspace view cannot be used after its workspace grows (its address would be stale).
 use graphsafe::driver::Stream;
 use graphsafe::graph::CaptureMode;
 use graphsafe::workspace::Workspace;

@@ -21,7 +21,7 @@ use super::{data_type, Cudnn, OpKey, Plan, PlanInfo};
 use crate::driver::{DeviceBuffer, Event, Stream};
 use crate::error::{Error, Result};
 use crate::graph::op_target::OpTarget;
-use crate::graph::{Capture, Captured, CapturedBuffer};
+use crate::graph::{Capture, CapturedWorkspace, CapturedBuffer};
 use crate::ops::tensor::{Check, DType, DeviceMemory, Tensor};
 use crate::sys::cuda as cu;
 use crate::sys::cudnn::backend::{self, Attr, Descriptor, Handle, Kind, OpGraph, TensorSpec, TENSOR_ALIGNMENT};
@@ -395,7 +395,7 @@ pub fn matmul(dnn: &Cudnn, args: &MatmulArgs<&DeviceBuffer>, ws: &mut Workspace,
 /// graph.instantiate()?.launch(&stream)?;
 /// # Ok(()) }
 /// ```
-pub fn matmul_captured<'id>(dnn: &Cudnn, args: &MatmulArgs<CapturedBuffer<'id>>, ws: &Captured<'id>, cap: &Capture<'_, 'id>) -> Result<PlanInfo> {
+pub fn matmul_captured<'id>(dnn: &Cudnn, args: &MatmulArgs<CapturedBuffer<'id>>, ws: &CapturedWorkspace<'id>, cap: &Capture<'_, 'id>) -> Result<PlanInfo> {
     matmul_on(dnn, args, OpTarget::captured(cap.site(), Some(ws.view()))?)
 }
 

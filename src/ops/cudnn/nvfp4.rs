@@ -19,7 +19,7 @@ use super::{data_type, Cudnn, OpKey, PlanInfo, Version};
 use crate::driver::{DeviceBuffer, Stream};
 use crate::error::{Error, Result};
 use crate::graph::op_target::OpTarget;
-use crate::graph::{Capture, Captured, CapturedBuffer};
+use crate::graph::{Capture, CapturedWorkspace, CapturedBuffer};
 use crate::ops::tensor::{Check, DType, DeviceMemory, Tensor};
 use crate::sys::cuda as cu;
 use crate::sys::cudnn::backend::{Attr, Descriptor, Handle, Kind, OpGraph, TensorSpec, TENSOR_ALIGNMENT};
@@ -356,7 +356,7 @@ pub fn nvfp4_matmul(dnn: &Cudnn, args: &Nvfp4MatmulArgs<&DeviceBuffer>, ws: &mut
 /// graph.instantiate()?.launch(&stream)?;
 /// # Ok(()) }
 /// ```
-pub fn nvfp4_matmul_captured<'id>(dnn: &Cudnn, args: &Nvfp4MatmulArgs<CapturedBuffer<'id>>, ws: &Captured<'id>, cap: &Capture<'_, 'id>) -> Result<PlanInfo> {
+pub fn nvfp4_matmul_captured<'id>(dnn: &Cudnn, args: &Nvfp4MatmulArgs<CapturedBuffer<'id>>, ws: &CapturedWorkspace<'id>, cap: &Capture<'_, 'id>) -> Result<PlanInfo> {
     nvfp4_matmul_on(dnn, args, OpTarget::captured(cap.site(), Some(ws.view()))?)
 }
 

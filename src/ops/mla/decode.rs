@@ -14,7 +14,7 @@ use super::{KvDtype, LATENT_DIM, MAX_SEQ_LEN, NUM_HEADS, ROPE_DIM};
 use crate::driver::{DeviceBuffer, Stream};
 use crate::error::{Error, Result};
 use crate::graph::op_target::OpTarget;
-use crate::graph::{Capture, Captured, CapturedBuffer};
+use crate::graph::{Capture, CapturedWorkspace, CapturedBuffer};
 use crate::ops::tensor::{refuse_overlap, Check, DType, DeviceMemory, Tensor};
 use crate::sys::cuda as c;
 use crate::sys::glue::mla::{self as glue, Rows};
@@ -652,7 +652,7 @@ pub fn decode(args: &MlaDecodeArgs<&DeviceBuffer>, ws: &mut Workspace, stream: &
 /// exec.launch(&stream)?;
 /// # Ok(()) }
 /// ```
-pub fn decode_captured<'id>(args: &MlaDecodeArgs<CapturedBuffer<'id>>, ws: &Captured<'id>, cap: &Capture<'_, 'id>) -> Result<MlaDecodePlan> {
+pub fn decode_captured<'id>(args: &MlaDecodeArgs<CapturedBuffer<'id>>, ws: &CapturedWorkspace<'id>, cap: &Capture<'_, 'id>) -> Result<MlaDecodePlan> {
     run(args, OpTarget::captured(cap.site(), Some(ws.view()))?)
 }
 

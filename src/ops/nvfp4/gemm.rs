@@ -6,7 +6,7 @@ use super::{check_matrix, scalar, Nvfp4Arch, Nvfp4Matrix, Nvfp4Plan};
 use crate::driver::{DeviceBuffer, Stream};
 use crate::error::{Error, Result};
 use crate::graph::op_target::OpTarget;
-use crate::graph::{Capture, Captured, CapturedBuffer};
+use crate::graph::{Capture, CapturedWorkspace, CapturedBuffer};
 use crate::ops::tensor::{mem_range, refuse_overlap, DType, DeviceMemory, Tensor};
 use crate::sys::glue::nvfp4 as glue;
 use crate::workspace::Workspace;
@@ -108,6 +108,6 @@ pub fn gemm(a: &Nvfp4Matrix<&DeviceBuffer>, b: &Nvfp4Matrix<&DeviceBuffer>, alph
 /// graph.instantiate()?.launch(&stream)?;
 /// # Ok(()) }
 /// ```
-pub fn gemm_captured<'id>(a: &Nvfp4Matrix<CapturedBuffer<'id>>, b: &Nvfp4Matrix<CapturedBuffer<'id>>, alpha: &CapturedBuffer<'id>, d: &Tensor<CapturedBuffer<'id>>, ws: &Captured<'id>, cap: &Capture<'_, 'id>) -> Result<Nvfp4Plan> {
+pub fn gemm_captured<'id>(a: &Nvfp4Matrix<CapturedBuffer<'id>>, b: &Nvfp4Matrix<CapturedBuffer<'id>>, alpha: &CapturedBuffer<'id>, d: &Tensor<CapturedBuffer<'id>>, ws: &CapturedWorkspace<'id>, cap: &Capture<'_, 'id>) -> Result<Nvfp4Plan> {
     gemm_on(a, b, alpha, d, OpTarget::captured(cap.site(), Some(ws.view()))?)
 }

@@ -6,7 +6,7 @@ use super::{check_matrix, scalar, Nvfp4Arch, Nvfp4Matrix, Nvfp4Plan};
 use crate::driver::{DeviceBuffer, Stream};
 use crate::error::{Error, Result};
 use crate::graph::op_target::OpTarget;
-use crate::graph::{Capture, Captured, CapturedBuffer};
+use crate::graph::{Capture, CapturedWorkspace, CapturedBuffer};
 use crate::ops::tensor::{mem_range, refuse_overlap};
 use crate::ops::tensor::{DType, DeviceMemory, Tensor};
 use crate::sys::glue::nvfp4 as glue;
@@ -199,7 +199,7 @@ pub fn w4a16_gemm(a: &Tensor<&DeviceBuffer>, w: &PreparedWeight, alpha: &DeviceB
 /// graph.instantiate()?.launch(&stream)?;
 /// # Ok(()) }
 /// ```
-pub fn w4a16_gemm_captured<'id>(a: &Tensor<CapturedBuffer<'id>>, w: &CapturedWeight<'id>, alpha: &CapturedBuffer<'id>, d: &Tensor<CapturedBuffer<'id>>, ws: &Captured<'id>, cap: &Capture<'_, 'id>) -> Result<Nvfp4Plan> {
+pub fn w4a16_gemm_captured<'id>(a: &Tensor<CapturedBuffer<'id>>, w: &CapturedWeight<'id>, alpha: &CapturedBuffer<'id>, d: &Tensor<CapturedBuffer<'id>>, ws: &CapturedWorkspace<'id>, cap: &Capture<'_, 'id>) -> Result<Nvfp4Plan> {
     let wa = WeightArg { mem: &w.buf, n: w.n, k: w.k };
     w4a16_on(a, wa, alpha, d, OpTarget::captured(cap.site(), Some(ws.view()))?)
 }
