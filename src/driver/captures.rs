@@ -18,7 +18,7 @@
 //! allocations take only the registry's read side, from their check to their allocation, so a
 //! GLOBAL capture never begins while one is in flight.
 
-use super::{Context, Stream};
+use super::{check, init, log_drop_error, Context, Stream};
 use crate::error::{Error, Result};
 use crate::sys::cuda as c;
 use std::cell::Cell;
@@ -127,4 +127,29 @@ pub(crate) fn open_on_this_thread() -> Option<u64> {
     let open = OPEN.read().unwrap_or_else(|p| p.into_inner());
     let me = this_thread();
     open.iter().find(|o| o.thread == me && still_captures(o)).map(|o| o.id)
+}
+
+/// This thread's capture mode set to relaxed until dropped (then restored).
+pub(crate) struct RelaxedCaptureMode(c::CUstreamCaptureMode);
+
+impl RelaxedCaptureMode {
+    pub(crate) fn enter() -> Result<RelaxedCaptureMode> {
+        let f = init()?.cuThreadExchangeStreamCaptureMode()?;
+        let mut mode = c::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED;
+        // SAFETY: in/out pointer to a local holding a valid mode.
+        check(unsafe { (f.f)(&mut mode) }, f.name)?;
+        Ok(RelaxedCaptureMode(mode))
+    }
+}
+
+impl Drop for RelaxedCaptureMode {
+    fn drop(&mut self) {
+        let r = (|| {
+            let f = init()?.cuThreadExchangeStreamCaptureMode()?;
+            let mut mode = self.0;
+            // SAFETY: in/out pointer to a local holding the mode saved by `enter`.
+            check(unsafe { (f.f)(&mut mode) }, f.name)
+        })();
+        log_drop_error("cuThreadExchangeStreamCaptureMode (restoring)", r);
+    }
 }

@@ -144,7 +144,7 @@ impl FreeGate {
     /// begin (an engine's, on an adopted stream: it cannot be waited for without invalidating it).
     /// The caller checks [`FreeGate::has_unwaited`] too.
     pub(crate) fn wait_for_streams(&mut self) -> Result<bool> {
-        let _relaxed = super::memory::RelaxedCaptureMode::enter()?;
+        let _relaxed = super::captures::RelaxedCaptureMode::enter()?;
         let mut waits = Vec::with_capacity(self.streams.len());
         for &s in &self.streams {
             // SAFETY: a live stream of the current context: streams leave the list (under the gate

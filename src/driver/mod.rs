@@ -16,7 +16,6 @@ mod event;
 mod foreign;
 pub(crate) mod graph;
 pub(crate) mod launch;
-/// Device memory: [`DeviceBuffer`] handles over shared [`memory::Allocation`]s.
 pub mod memory;
 mod module;
 pub(crate) mod order;

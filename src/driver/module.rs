@@ -68,7 +68,7 @@ impl Drop for Module {
         // Every Function, and every graph that launches one, holds an Arc<Module>: none is left.
         // Queued kernels or replays may still run its code, so the unload follows the rules of a
         // free: after graphsafe's streams of the context drained, never while a capture of the
-        // context is open (driver/memory.rs, `release`).
+        // context is open (src/driver/memory/release.rs, `release`).
         super::memory::unload_module_when_idle(self.raw, &self.ctx);
     }
 }

@@ -306,7 +306,7 @@ impl Stream {
     /// or on the handle `raw()` gave out).
     fn wait_before_drop(&self) -> Result<bool> {
         let _current = self.ctx.enter()?;
-        let _relaxed = super::memory::RelaxedCaptureMode::enter()?;
+        let _relaxed = super::captures::RelaxedCaptureMode::enter()?;
         if self.is_capturing()? {
             return Ok(false);
         }

@@ -1,0 +1,147 @@
+//! What graphsafe knows about a device address: its live allocations and those dropped but not
+//! given back yet, by address (both leaf locks), and what the driver reports about an address
+//! graphsafe did not allocate. The C ABI asks these about the raw pointers it is given.
+
+use super::Allocation;
+use crate::driver::{check, init, Context, DevicePtr};
+use crate::error::Result;
+use crate::sys::cuda as c;
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, Weak};
+
+// Every live graphsafe allocation by its first address (several for one foreign block adopted
+// twice), so that the C ABI can find the allocation behind a raw pointer into graphsafe memory (an
+// address a caller read with graphsafe_buffer_info) and keep it like a bound buffer. Weak: the
+// registry owns nothing. A leaf lock.
+//
+// Each entry carries the extent and context beside its weak reference, so a lookup tests them
+// without upgrading: a strong reference made under the lock and dropped there could be the last
+// one (another thread dropped its handle meanwhile), and the allocation's drop would then take
+// this lock again on the same thread: a deadlock (tests/standin_stress.rs,
+// raw_pointer_lookups_against_the_last_drop_of_the_allocation_below). Only the entry that holds
+// the address is upgraded, and that reference leaves the lock with the caller.
+struct LiveEntry {
+    alloc: Weak<Allocation>,
+    bytes: usize,
+    ctx: usize,
+}
+static LIVE: Mutex<BTreeMap<DevicePtr, Vec<LiveEntry>>> = Mutex::new(BTreeMap::new());
+
+impl Allocation {
+    pub(super) fn new_registered(a: Allocation) -> Arc<Allocation> {
+        let a = Arc::new(a);
+        let entry = LiveEntry { alloc: Arc::downgrade(&a), bytes: a.bytes, ctx: a.ctx.raw() as usize };
+        LIVE.lock().unwrap_or_else(|p| p.into_inner()).entry(a.ptr).or_default().push(entry);
+        a
+    }
+}
+
+// Graphsafe allocations whose last owner is gone but whose memory is not given back yet: a free
+// waiting for a capture of the context to end (deferred), one in progress, or memory leaked after
+// a failed wait. The driver still reports such an address allocated, so without this list the C
+// ABI would take it as the caller's own memory (`capi::CallerMemory::pointer`), and a graph
+// captured with it would replay into memory freed when the capture ends. An entry is made before
+// the allocation leaves `LIVE` (no moment where the address is in neither) and removed once the
+// memory is given back; never for leaked memory. Keyed by first address; the id tells apart two
+// entries at one address (freed, reallocated, released again before the first entry left). A leaf
+// lock.
+static RELEASED: Mutex<BTreeMap<DevicePtr, Vec<ReleasedEntry>>> = Mutex::new(BTreeMap::new());
+
+/// One entry of [`RELEASED`]: its id, the allocation's bytes and its context.
+type ReleasedEntry = (u64, usize, usize);
+
+/// `ptr`'s place in [`RELEASED`] until dropped (when its memory has been given back); forgotten
+/// with leaked memory, whose address then stays refused.
+pub(super) struct Released {
+    ptr: DevicePtr,
+    id: u64,
+}
+
+impl Released {
+    pub(super) fn new(ptr: DevicePtr, bytes: usize, ctx: &Context) -> Released {
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let id = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        RELEASED.lock().unwrap_or_else(|p| p.into_inner()).entry(ptr).or_default().push((id, bytes, ctx.raw() as usize));
+        Released { ptr, id }
+    }
+}
+
+impl Drop for Released {
+    fn drop(&mut self) {
+        let mut r = RELEASED.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(v) = r.get_mut(&self.ptr) {
+            v.retain(|e| e.0 != self.id);
+            if v.is_empty() {
+                r.remove(&self.ptr);
+            }
+        }
+    }
+}
+
+/// Whether `ptr` lies in a graphsafe allocation of `ctx`'s context that has been dropped but whose
+/// memory is not given back yet (see [`RELEASED`]). Check [`allocation_containing`] first: a new
+/// allocation may take the address before the old entry leaves.
+pub(crate) fn released_containing(ctx: &Context, ptr: DevicePtr) -> bool {
+    let r = RELEASED.lock().unwrap_or_else(|p| p.into_inner());
+    let ctx = ctx.raw() as usize;
+    r.range(..=ptr).next_back().is_some_and(|(&start, v)| v.iter().any(|e| ptr - start < e.1 as u64 && e.2 == ctx))
+}
+
+/// The live graphsafe allocation of `ctx`'s context that holds `ptr`, if any.
+pub(crate) fn allocation_containing(ctx: &Context, ptr: DevicePtr) -> Option<Arc<Allocation>> {
+    let live = LIVE.lock().unwrap_or_else(|p| p.into_inner());
+    // Allocations never overlap, so only the one starting last at or below `ptr` can hold it.
+    let (&start, v) = live.range(..=ptr).next_back()?;
+    let ctx = ctx.raw() as usize;
+    v.iter().filter(|e| ptr - start < e.bytes as u64 && e.ctx == ctx).find_map(|e| e.alloc.upgrade())
+}
+
+/// Takes `ptr`'s dropped allocations out of the live list (an allocation's drop, before its
+/// memory can be given back and its address reused).
+pub(super) fn unlist(ptr: DevicePtr) {
+    let mut live = LIVE.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(v) = live.get_mut(&ptr) {
+        v.retain(|e| e.alloc.strong_count() > 0);
+        if v.is_empty() {
+            live.remove(&ptr);
+        }
+    }
+}
+
+/// What the driver reports about a device address graphsafe did not allocate (the C ABI's raw
+/// pointers): the ordinal of the device it lives on, the context it was allocated in (null for
+/// memory no single context owns: pools, virtual-memory mappings), and how many bytes of its
+/// allocation lie from it to the end (`None` when the driver reports no range for it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct ForeignPointer {
+    pub device: i32,
+    pub context: usize,
+    pub bytes_to_end: Option<u64>,
+}
+
+/// Asks the driver about `ptr` (`cuPointerGetAttribute`, `ctx` current). `Ok(None)` when the
+/// driver does not know it as memory a device can address (`CUDA_ERROR_INVALID_VALUE`).
+pub(crate) fn query_pointer(ctx: &Context, ptr: DevicePtr) -> Result<Option<ForeignPointer>> {
+    let _current = ctx.enter()?;
+    let f = init()?.cuPointerGetAttribute()?;
+    let mut device: i32 = -1;
+    // SAFETY: the device-ordinal attribute writes one int into the local; any address is allowed.
+    let r = unsafe { (f.f)((&mut device as *mut i32).cast(), c::CUpointer_attribute::CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, ptr) };
+    if r == c::CUresult::CUDA_ERROR_INVALID_VALUE {
+        return Ok(None);
+    }
+    check(r, f.name)?;
+    let mut context: c::CUcontext = std::ptr::null_mut();
+    // SAFETY: the context attribute writes one CUcontext into the local. A failure (none to report)
+    // leaves it null, which means "no single context".
+    let _ = unsafe { (f.f)((&mut context as *mut c::CUcontext).cast(), c::CUpointer_attribute::CU_POINTER_ATTRIBUTE_CONTEXT, ptr) };
+    let (mut start, mut size): (c::CUdeviceptr, usize) = (0, 0);
+    // SAFETY: the range attributes write a CUdeviceptr and a size_t into the locals.
+    let ranged = unsafe {
+        (f.f)((&mut start as *mut c::CUdeviceptr).cast(), c::CUpointer_attribute::CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, ptr) == c::CUresult::CUDA_SUCCESS
+            && (f.f)((&mut size as *mut usize).cast(), c::CUpointer_attribute::CU_POINTER_ATTRIBUTE_RANGE_SIZE, ptr) == c::CUresult::CUDA_SUCCESS
+    };
+    // An end past the address space (a driver answer no allocation can have) counts as unknown.
+    let bytes_to_end = (ranged && start <= ptr).then(|| start.checked_add(size as u64).map(|end| end.saturating_sub(ptr))).flatten();
+    Ok(Some(ForeignPointer { device, context: context as usize, bytes_to_end }))
+}
