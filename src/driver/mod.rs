@@ -12,6 +12,8 @@ mod context;
 pub mod cudarc;
 mod device;
 mod event;
+// The C signatures of graphsafe's own fatbin kernels as checked launches.
+pub(crate) mod fatbin;
 // Engine memory adopted from Rust: `DeviceBuffer::adopt`.
 mod foreign;
 pub(crate) mod graph;
@@ -20,8 +22,6 @@ pub mod memory;
 mod module;
 pub(crate) mod order;
 mod stream;
-/// graphsafe's test kernels: loading, signatures, typed launches (re-exported by `ops::testing`).
-pub(crate) mod testing;
 
 pub use context::Context;
 pub use device::{device_count, Device, DeviceInfo};

@@ -12,7 +12,7 @@
 //! [`TestKernels::split_k_gemv_raw`], the deliberately unguarded path); the guarded entry points
 //! below admit every buffer to a target first.
 
-pub use crate::driver::testing::{SplitKShape, TestKernels, SPLITK_ROWS};
+pub use crate::driver::fatbin::{SplitKShape, TestKernels, SPLITK_ROWS};
 
 use crate::driver::{DeviceBuffer, Stream};
 use crate::error::Result;

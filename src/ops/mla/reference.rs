@@ -1,7 +1,7 @@
 //! References for the MLA decode: a CPU one in f64 for small shapes, and a simple GPU kernel
 //! (`cuda-src/mla/reference.cu`, fp32, one CTA per (head, request)) for large ones.
 
-use crate::driver::testing::{MlaReference, MlaReferenceKernel};
+use crate::driver::fatbin::{MlaReference, MlaReferenceKernel};
 use crate::driver::{Context, DeviceBuffer, Stream};
 use crate::error::{Error, Result};
 use crate::graph::op_target::OpTarget;
