@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{churn, gpu, split_k_problem};
+use common::{churn, gpu, split_k_gemv_raw, split_k_problem};
 use graphsafe::driver::{DeviceBuffer, Event, LaunchConfig, MemInfo};
 use graphsafe::graph::{CaptureMode, NodeKind};
 use graphsafe::ops::testing::{SplitKShape, TestKernels};
@@ -172,7 +172,7 @@ fn new_and_grown_workspaces_read_zero_even_on_dirty_recycled_blocks() {
     drop(dirty);
     let ws = Workspace::new(&stream, SHAPE.workspace_bytes().unwrap()).unwrap();
     // SAFETY: every address is live until the read-back below synchronizes the stream.
-    unsafe { k.split_k_gemv_raw(p.a.device_ptr(), p.x.device_ptr(), p.y.device_ptr(), SHAPE, ws.device_ptr(), stream.raw(), &ctx).unwrap() };
+    unsafe { split_k_gemv_raw(&k, p.a.device_ptr(), p.x.device_ptr(), p.y.device_ptr(), SHAPE, ws.device_ptr(), &stream).unwrap() };
     assert_eq!(p.y.to_host_vec::<f32>(&stream).unwrap(), p.expected);
 }
 
@@ -188,7 +188,7 @@ fn a_dirty_workspace_really_breaks_the_split_k_kernel() {
     p.y.memset_u8(0, &stream).unwrap();
     // SAFETY: every address is live until the synchronize below.
     unsafe {
-        k.split_k_gemv_raw(p.a.device_ptr(), p.x.device_ptr(), p.y.device_ptr(), SHAPE, raw.device_ptr(), stream.raw(), &ctx)
+        split_k_gemv_raw(&k, p.a.device_ptr(), p.x.device_ptr(), p.y.device_ptr(), SHAPE, raw.device_ptr(), &stream)
             .unwrap()
     };
     assert_ne!(p.y.to_host_vec::<f32>(&stream).unwrap(), p.expected, "dirty counters went unnoticed");

@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{gpu, split_k_problem, SplitKProblem};
+use common::{gpu, split_k_gemv_raw, split_k_problem, SplitKProblem};
 use graphsafe::driver::{DeviceBuffer, DevicePtr};
 use graphsafe::graph::CaptureMode;
 use graphsafe::ops::testing::{SplitKShape, TestKernels};
@@ -26,7 +26,7 @@ fn replaying_a_graph_whose_workspace_was_freed_is_detected() {
         // The unguarded path: a raw address, not bound to the capture.
         // SAFETY: deliberately violated below (that is the point of this test); nothing outside
         // this process's own allocations is touched.
-        unsafe { k.split_k_gemv_raw(a.device_ptr(), x.device_ptr(), y.device_ptr(), SHAPE, ws_ptr, cap.stream().raw(), &ctx).unwrap() };
+        unsafe { split_k_gemv_raw(&k, a.device_ptr(), x.device_ptr(), y.device_ptr(), SHAPE, ws_ptr, &cap).unwrap() };
         cap.end().unwrap().instantiate().unwrap()
     };
     exec.launch(&stream).unwrap();

@@ -13,7 +13,7 @@
 mod common;
 mod standin;
 
-use common::{churn, split_k_problem, SplitKProblem};
+use common::{churn, split_k_gemv_raw, split_k_problem, SplitKProblem};
 use graphsafe::driver::{Context, DeviceBuffer, Stream};
 use graphsafe::graph::{CaptureMode, NodeKind};
 use graphsafe::ops::testing::{SplitKShape, TestKernels};
@@ -263,7 +263,7 @@ fn replay_after_grow_and_allocator_churn_is_bit_identical_for_1000_replays() {
 #[test]
 fn the_unguarded_raw_path_over_a_freed_workspace_is_caught() {
     let (_g, s) = exclusive();
-    let (ctx, mut stream, k) = setup();
+    let (_ctx, mut stream, k) = setup();
     let p = problem(&stream, 8);
     let ws_bytes = SHAPE.workspace_bytes().unwrap().next_multiple_of(256) as usize;
     let ws = DeviceBuffer::alloc_zeroed(&stream, ws_bytes).unwrap();
@@ -271,7 +271,7 @@ fn the_unguarded_raw_path_over_a_freed_workspace_is_caught() {
     let exec = {
         let cap = stream.begin_capture(CaptureMode::ThreadLocal).unwrap();
         // SAFETY: deliberately violated below, inside the stand-in's host memory: the point.
-        unsafe { k.split_k_gemv_raw(p.a.device_ptr(), p.x.device_ptr(), p.y.device_ptr(), SHAPE, ws_ptr, cap.stream().raw(), &ctx).unwrap() };
+        unsafe { split_k_gemv_raw(&k, p.a.device_ptr(), p.x.device_ptr(), p.y.device_ptr(), SHAPE, ws_ptr, &cap).unwrap() };
         cap.end().unwrap().instantiate().unwrap()
     };
     exec.launch(&stream).unwrap();
@@ -297,7 +297,7 @@ fn a_workspace_that_is_not_zero_filled_gives_a_wrong_answer() {
     let raw = DeviceBuffer::alloc(&ctx, SHAPE.workspace_bytes().unwrap() as usize).unwrap();
     p.y.memset_u8(0, &stream).unwrap();
     // SAFETY: every address is a live allocation of the right size; only the contents are wrong.
-    unsafe { k.split_k_gemv_raw(p.a.device_ptr(), p.x.device_ptr(), p.y.device_ptr(), SHAPE, raw.device_ptr(), stream.raw(), &ctx).unwrap() };
+    unsafe { split_k_gemv_raw(&k, p.a.device_ptr(), p.x.device_ptr(), p.y.device_ptr(), SHAPE, raw.device_ptr(), &stream).unwrap() };
     let got = p.y.to_host_vec::<f32>(&stream).unwrap();
     assert!(got.iter().all(|&v| v == 0.0), "dirty counters: no CTA may reduce, y stays as it was");
     assert_ne!(got, p.expected);
@@ -305,7 +305,7 @@ fn a_workspace_that_is_not_zero_filled_gives_a_wrong_answer() {
     // guarded op would zero the counters itself).
     let ws = Workspace::new(&stream, SHAPE.workspace_bytes().unwrap()).unwrap();
     // SAFETY: as above, over the workspace's live buffer.
-    unsafe { k.split_k_gemv_raw(p.a.device_ptr(), p.x.device_ptr(), p.y.device_ptr(), SHAPE, ws.device_ptr(), stream.raw(), &ctx).unwrap() };
+    unsafe { split_k_gemv_raw(&k, p.a.device_ptr(), p.x.device_ptr(), p.y.device_ptr(), SHAPE, ws.device_ptr(), &stream).unwrap() };
     assert_eq!(p.y.to_host_vec::<f32>(&stream).unwrap(), p.expected);
     assert_eq!(s.violations(), 0, "{}", s.last_violation());
 }

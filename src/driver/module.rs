@@ -45,6 +45,13 @@ impl Module {
         Ok(Arc::new(Module { raw, ctx: ctx.clone() }))
     }
 
+    /// Loads a fatbin build.rs embedded into `ctx` (an image with no cubin for the device's arch
+    /// gives `CUDA_ERROR_NO_BINARY_FOR_GPU`).
+    pub(crate) fn load_embedded(ctx: &Arc<Context>, image: crate::sys::Fatbin) -> Result<Arc<Module>> {
+        // SAFETY: a `Fatbin` is an image build.rs embedded whole: complete and well-formed.
+        unsafe { Module::load(ctx, image.bytes()) }
+    }
+
     /// A kernel of the module by its (extern "C") name.
     pub fn function(self: &Arc<Self>, name: &str) -> Result<Function> {
         let cname = CString::new(name).map_err(|_| Error::invalid("kernel name", "no NUL bytes", name))?;

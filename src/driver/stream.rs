@@ -127,16 +127,6 @@ impl Stream {
         Ok(Stream { raw, ctx: ctx.clone(), owned: false, registered: true, capture: AtomicU64::new(0), shared: AtomicBool::new(true), uid, _owner: owner })
     }
 
-    /// A wrapper of `raw` that graphsafe does not list among its streams and that does nothing on
-    /// drop: for the deliberately unguarded test path (`TestKernels::split_k_gemv_raw`), which
-    /// launches on a handle a registered `Stream` may already wrap.
-    ///
-    /// # Safety
-    /// As [`Stream::adopt`]; the value must not outlive the call it was made for.
-    pub(crate) unsafe fn unlisted(ctx: &Arc<Context>, raw: c::CUstream) -> Stream {
-        Stream { raw, ctx: ctx.clone(), owned: false, registered: false, capture: AtomicU64::new(0), shared: AtomicBool::new(true), uid: next_uid(), _owner: None }
-    }
-
     /// The raw handle, for code outside graphsafe (an engine's kernels, its own captures). Taking
     /// it marks the stream as shared: from then on replays on it also ask the driver whether a
     /// capture graphsafe did not begin is open there (one `cuStreamIsCapturing` each), and refuse

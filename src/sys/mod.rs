@@ -37,3 +37,27 @@ pub use span::DeviceSpan;
 pub mod modules {
     include!(concat!(env!("OUT_DIR"), "/modules.rs"));
 }
+
+/// One of the fatbins build.rs embedded ([`modules`]): complete and well-formed, so
+/// `driver::Module::load_embedded` loads it without `unsafe`. Made only here, from those images.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Fatbin(&'static [u8]);
+
+impl Fatbin {
+    /// `cuda-src/testing/graph_safety.cu` (`None` where none of its archs was built).
+    pub(crate) const TESTING_GRAPH_SAFETY: Option<Fatbin> = Fatbin::of(modules::TESTING_GRAPH_SAFETY);
+    /// `cuda-src/mla/reference.cu` (`None` where none of its archs was built).
+    pub(crate) const MLA_REFERENCE: Option<Fatbin> = Fatbin::of(modules::MLA_REFERENCE);
+
+    const fn of(image: Option<&'static [u8]>) -> Option<Fatbin> {
+        match image {
+            Some(bytes) => Some(Fatbin(bytes)),
+            None => None,
+        }
+    }
+
+    /// The image.
+    pub(crate) fn bytes(self) -> &'static [u8] {
+        self.0
+    }
+}

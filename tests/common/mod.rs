@@ -2,7 +2,7 @@
 //! missing driver or GPU fails instead.
 #![allow(dead_code)]
 
-use graphsafe::driver::{Context, DeviceBuffer, DevicePtr, Stream};
+use graphsafe::driver::{Context, DeviceBuffer, DevicePtr, LaunchTarget, Stream};
 use graphsafe::graph::{Capture, CaptureMode, CapturedWorkspace, GraphExec};
 use graphsafe::ops::mla::MlaDecodePlan;
 use graphsafe::ops::testing::{SplitKShape, TestKernels};
@@ -82,6 +82,25 @@ pub fn split_k_problem(stream: &Stream, shape: SplitKShape, seed: u64) -> SplitK
         y: DeviceBuffer::alloc_zeroed(stream, m * 4).unwrap(),
         expected: gemv_reference(&a_host, &x_host, m, k, shape.splits as usize),
     }
+}
+
+/// `shape`'s split-K GEMV launched unguarded on `target` (a stream, or an open capture):
+/// the raw addresses are neither checked, nor bound to a capture, nor kept alive, and the counters
+/// are not zeroed first. The path graphsafe exists to replace, for the tests that show the guarded
+/// one prevents what it does.
+///
+/// # Safety
+/// Every address is valid for the shape for as long as the launch (or any graph that captured
+/// it) can run.
+pub unsafe fn split_k_gemv_raw<T: LaunchTarget + ?Sized>(k: &TestKernels, a: DevicePtr, x: DevicePtr, y: DevicePtr, shape: SplitKShape, ws: DevicePtr, target: &T) -> graphsafe::Result<()> {
+    let (counters, _) = shape.counters_range()?;
+    let (mut ptrs, mut sizes) = ([a, x, y, ws, ws + counters], [shape.m as i32, shape.k as i32, shape.splits as i32]);
+    let [pa, px, py, pw, pc] = ptrs.each_mut().map(|p| (p as *mut DevicePtr).cast::<std::ffi::c_void>());
+    let [m, kk, splits] = sizes.each_mut().map(|v| (v as *mut i32).cast::<std::ffi::c_void>());
+    let mut params = [pa, px, py, pw, pc, m, kk, splits];
+    // SAFETY: gs_splitk_gemv's parameters, in order and of its C types, each pointing to a local
+    // that outlives the call; the caller's contract covers every address.
+    unsafe { k.split_k_function().launch(&shape.launch_config(), target, &mut params) }
 }
 
 /// Allocates `rounds` buffers of each of `sizes` and dirties them, so that the allocator has

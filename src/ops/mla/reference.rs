@@ -1,10 +1,11 @@
 //! References for the MLA decode: a CPU one in f64 for small shapes, and a simple GPU kernel
 //! (`cuda-src/mla/reference.cu`, fp32, one CTA per (head, request)) for large ones.
 
-use crate::driver::fatbin::{MlaReference, MlaReferenceKernel};
-use crate::driver::{Context, DeviceBuffer, Stream};
+use crate::driver::fatbin::{self, MlaReference};
+use crate::driver::{Context, DeviceBuffer, Function, Module, Stream};
 use crate::error::{Error, Result};
 use crate::graph::op_target::OpTarget;
+use crate::sys::Fatbin;
 use std::sync::Arc;
 
 use super::{KvDtype, LATENT_DIM, ROPE_DIM};
@@ -153,9 +154,9 @@ pub fn dequantize_ds_mla(bytes: &[u8]) -> Result<Vec<f32>> {
     Ok(out)
 }
 
-/// The GPU reference kernel, loaded into one context.
+/// The GPU reference kernel (`gs_mla_reference`), loaded into one context.
 pub struct GpuReference {
-    k: MlaReferenceKernel,
+    k: Function,
 }
 
 /// Device inputs of the GPU reference (q contiguous, bf16 or fp16).
@@ -187,9 +188,10 @@ pub struct GpuProblem<'a> {
 }
 
 impl GpuReference {
-    /// Loads the kernel.
+    /// Loads the kernel (every arch of the build has it).
     pub fn load(ctx: &Arc<Context>) -> Result<GpuReference> {
-        Ok(GpuReference { k: MlaReferenceKernel::load(ctx)? })
+        let image = Fatbin::MLA_REFERENCE.ok_or_else(|| Error::ArchUnsupported { op: "mla reference", need: "a build with any GPU arch".into(), have: "none".into() })?;
+        Ok(GpuReference { k: Module::load_embedded(ctx, image)?.function("gs_mla_reference")? })
     }
 
     /// Runs it: (out [B, H, 512] f32, lse [B, H] f32), read back to the host. Device lengths are
@@ -226,7 +228,7 @@ impl GpuReference {
             out: target.admit("out", &&out)?,
             lse: target.admit("lse", &&lse)?,
         };
-        let launch = self.k.launch(&r)?;
+        let launch = fatbin::mla_reference(&self.k, &r)?;
         target.check_launch(&launch)?;
         target.commit()?;
         target.launch(launch)?;
