@@ -18,8 +18,6 @@ pub struct Stream {
     raw: c::CUstream,
     ctx: Arc<Context>,
     owned: bool,
-    // Listed in the context's free gate (every value but `unlisted`'s).
-    registered: bool,
     // The id of the graphsafe capture open on this stream; 0 when none.
     capture: AtomicU64,
     // Other code holds the raw handle (adopted, or handed out by the C ABI's graphsafe_stream_raw)
@@ -68,7 +66,7 @@ impl Stream {
         let uid = next_uid();
         let fresh = ctx.register_stream(raw);
         debug_assert!(fresh, "cuStreamCreate returned a handle graphsafe still wraps");
-        Ok(Stream { raw, ctx: ctx.clone(), owned: true, registered: true, capture: AtomicU64::new(0), shared: AtomicBool::new(false), uid, _owner: None })
+        Ok(Stream { raw, ctx: ctx.clone(), owned: true, capture: AtomicU64::new(0), shared: AtomicBool::new(false), uid, _owner: None })
     }
 
     /// Wraps a stream the caller owns (an engine's existing `CUstream`); it is not destroyed on drop.
@@ -124,7 +122,7 @@ impl Stream {
         if !ctx.register_stream(raw) {
             return Err(Error::invalid("stream", "a stream no other graphsafe Stream wraps", format!("{raw:?}, already wrapped")));
         }
-        Ok(Stream { raw, ctx: ctx.clone(), owned: false, registered: true, capture: AtomicU64::new(0), shared: AtomicBool::new(true), uid, _owner: owner })
+        Ok(Stream { raw, ctx: ctx.clone(), owned: false, capture: AtomicU64::new(0), shared: AtomicBool::new(true), uid, _owner: owner })
     }
 
     /// The raw handle, for code outside graphsafe (an engine's kernels, its own captures). Taking
@@ -309,9 +307,6 @@ impl Stream {
 
 impl Drop for Stream {
     fn drop(&mut self) {
-        if !self.registered {
-            return;
-        }
         let (raw, owned) = (self.raw, self.owned);
         // A graphsafe capture still marked here was leaked: its `Capture` borrowed this stream
         // mutably, so none can be alive now (the C ABI's holds the stream, and ends or abandons
