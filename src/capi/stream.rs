@@ -68,9 +68,10 @@ pub unsafe extern "C" fn graphsafe_stream_adopt(ctx: GraphsafeContext, cu_stream
 pub unsafe extern "C" fn graphsafe_stream_raw(stream: GraphsafeStream, out: *mut *mut c_void) -> c_int {
     guard(|| {
         let s = stream_obj(stream)?;
-        s.stream.mark_shared();
+        // `raw` marks the stream shared: replays on it then ask the driver first.
+        let raw = s.stream.raw();
         // SAFETY: the caller's contract (null is refused inside).
-        unsafe { put(out, "out", s.stream.handle().cast()) }
+        unsafe { put(out, "out", raw.cast()) }
     })
 }
 

@@ -146,7 +146,8 @@ impl Stream {
         self.raw
     }
 
-    /// The raw handle for graphsafe's own calls on it (not marking it shared).
+    /// The raw handle for graphsafe's own calls on it (not marking it shared). An op reaches it
+    /// only through the `graph::op_target::Launch` its commit returns.
     /// (See also [`crate::graph::CaptureStream::raw_unshared`], the same inside a capture.)
     pub(crate) fn handle(&self) -> c::CUstream {
         self.raw
@@ -209,7 +210,7 @@ impl Stream {
 
     /// Records that code outside graphsafe now holds the raw handle (the C ABI hands it out), so
     /// replays on the stream also ask the driver whether a capture graphsafe did not begin is open.
-    pub(crate) fn mark_shared(&self) {
+    fn mark_shared(&self) {
         self.shared.store(true, Ordering::Release);
     }
 

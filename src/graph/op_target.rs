@@ -139,10 +139,6 @@ impl<'a> OpTarget<'a> {
         }
     }
 
-    pub(crate) fn raw_stream(&self) -> c::CUstream {
-        self.stream().handle()
-    }
-
     pub(crate) fn context(&self) -> &Arc<Context> {
         self.stream().context()
     }
@@ -226,32 +222,14 @@ impl<'a> OpTarget<'a> {
         l.check_for(self.stream())
     }
 
-    /// Launches a kernel of a loaded module on the target's stream; captured, the capture also
-    /// keeps the module loaded (its graphs replay the kernel's code). The launch was built by a
-    /// typed constructor of the driver layer over spans this target admitted; checked
-    /// ([`OpTarget::check_launch`]) before the module is kept.
-    pub(crate) fn launch(&self, l: KernelLaunch<'_>) -> Result<()> {
-        self.check_launch(&l)?;
-        if let OpTarget::Captured { site, .. } = self {
-            site.keep_module(l.function().module());
-        }
-        l.enqueue(self.stream())
-    }
-
-    /// Zero-fills `bytes` bytes at `offset` into `span` (a span this target gave out: admitted
-    /// memory or its workspace) on the target's stream: a memset node when captured. For kernels
-    /// that keep semaphores in a workspace other ops share (invariant 3). After [`OpTarget::commit`].
-    pub(crate) fn zero(&self, span: DeviceSpan, offset: u64, bytes: u64) -> Result<()> {
-        let ptr = span.skip("zero-filled range", offset)?.require("zero-filled range", bytes, 1)?;
-        let bytes = usize::try_from(bytes).map_err(|_| Error::invalid("zero-filled range", "a size that fits in usize", bytes))?;
-        crate::driver::memory::memset_u8_raw(ptr, 0, bytes, self.stream())
-    }
-
     /// Refuses an operand lying in the workspace this call uses ([`Spans`]). Then, captured:
     /// records, in the capture, every allocation admitted so far. Eager: orders the use of the
-    /// workspace buffer after its previous use (a stream wait when that was on another stream). Call it after the last check and before the first enqueue: a refusal before it
-    /// leaves the capture untouched and the stream without anything enqueued.
-    pub(crate) fn commit(&mut self) -> Result<()> {
+    /// workspace buffer after its previous use (a stream wait when that was on another stream).
+    /// Call it after the last check and before the first enqueue: a refusal before it leaves the
+    /// capture untouched and the stream without anything enqueued. What it returns is the only
+    /// way to the raw stream, so an op cannot enqueue without committing; it borrows the target,
+    /// so nothing is admitted after the commit.
+    pub(crate) fn commit(&mut self) -> Result<Launch<'_, 'a>> {
         self.spans().check()?;
         match self {
             OpTarget::Captured { site, pending, .. } => {
@@ -262,6 +240,49 @@ impl<'a> OpTarget<'a> {
             OpTarget::Eager { stream, using: Some(u), .. } => u.enter(stream)?,
             OpTarget::Eager { .. } => {}
         }
-        Ok(())
+        Ok(Launch { target: self })
+    }
+}
+
+/// An op call past [`OpTarget::commit`]: every check passed and its memory recorded (captured: in
+/// the capture; eager: its workspace use ordered). The one value that enqueues the op's work: it
+/// alone gives out the raw stream, with the context current, so a forgotten commit does not
+/// compile.
+pub(crate) struct Launch<'t, 'a> {
+    target: &'t OpTarget<'a>,
+}
+
+impl Launch<'_, '_> {
+    /// Calls `f` (the kernel glue, cuDNN) with the raw stream, the target's context current.
+    pub(crate) fn glue<R>(&self, f: impl FnOnce(c::CUstream) -> Result<R>) -> Result<R> {
+        let stream = self.target.stream();
+        let _current = stream.context().enter()?;
+        f(stream.handle())
+    }
+
+    /// The stream the work is enqueued on (for events around it).
+    pub(crate) fn stream(&self) -> &Stream {
+        self.target.stream()
+    }
+
+    /// Launches a kernel of a loaded module on the target's stream; captured, the capture also
+    /// keeps the module loaded (its graphs replay the kernel's code). The launch was built by a
+    /// typed constructor of the driver layer over spans this target admitted; checked
+    /// ([`OpTarget::check_launch`]) before the module is kept.
+    pub(crate) fn kernel(&self, l: KernelLaunch<'_>) -> Result<()> {
+        self.target.check_launch(&l)?;
+        if let OpTarget::Captured { site, .. } = self.target {
+            site.keep_module(l.function().module());
+        }
+        l.enqueue(self.target.stream())
+    }
+
+    /// Zero-fills `bytes` bytes at `offset` into `span` (a span this target gave out: admitted
+    /// memory or its workspace) on the target's stream: a memset node when captured. For kernels
+    /// that keep semaphores in a workspace other ops share (invariant 3).
+    pub(crate) fn zero(&self, span: DeviceSpan, offset: u64, bytes: u64) -> Result<()> {
+        let ptr = span.skip("zero-filled range", offset)?.require("zero-filled range", bytes, 1)?;
+        let bytes = usize::try_from(bytes).map_err(|_| Error::invalid("zero-filled range", "a size that fits in usize", bytes))?;
+        crate::driver::memory::memset_u8_raw(ptr, 0, bytes, self.target.stream())
     }
 }

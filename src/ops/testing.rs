@@ -178,13 +178,13 @@ impl TestKernels {
         let g = SplitKGemv { a, x, y, partials: w, counters: w.skip("workspace", offset)?, m: shape.m, k: shape.k, splits: shape.splits };
         let launch = fatbin::split_k_gemv(&self.split_k, &g)?;
         target.check_launch(&launch)?;
-        target.commit()?;
+        let go = target.commit()?;
         // The counters must be zero at launch. The kernel resets them when it finishes, but a
         // workspace shared with other shapes or ops (what the planner sizes) holds their bytes
         // there: a split-K kernel zeroes its semaphores per launch (invariant 3), a memset node in
         // a graph. (tests/standin_failures.rs, split_k_shapes_sharing_one_workspace…)
-        target.zero(w, offset, bytes)?;
-        target.launch(launch)
+        go.zero(w, offset, bytes)?;
+        go.kernel(launch)
     }
 
     /// Launches the empty kernel (1 CTA of 32 threads) on `stream`.
@@ -197,6 +197,6 @@ impl TestKernels {
 
     /// Captures the empty kernel.
     pub fn empty_captured(&self, cap: &Capture<'_, '_>) -> Result<()> {
-        OpTarget::captured(cap.site(), None)?.launch(fatbin::empty(&self.empty)?)
+        OpTarget::captured(cap.site(), None)?.commit()?.kernel(fatbin::empty(&self.empty)?)
     }
 }

@@ -20,7 +20,7 @@
 use super::{data_type, Cudnn, OpKey, Plan, PlanInfo};
 use crate::driver::{DeviceBuffer, Event, Stream};
 use crate::error::{Error, Result};
-use crate::graph::op_target::OpTarget;
+use crate::graph::op_target::{Launch, OpTarget};
 use crate::graph::{Capture, CapturedWorkspace, CapturedBuffer};
 use crate::ops::tensor::{Check, DType, DeviceMemory, Tensor};
 use crate::sys::cuda as cu;
@@ -418,9 +418,8 @@ pub(crate) fn matmul_on<M: DeviceMemory>(dnn: &Cudnn, args: &MatmulArgs<M>, mut 
     };
     let ptrs = args.spans(&mut target)?;
     let w = target.workspace(plan.info().workspace_bytes)?;
-    target.commit()?;
     // Plans are never freed, so a graph that captured this execute keeps working.
-    dnn.execute(&plan, &ptrs, w, target.raw_stream())?;
+    target.commit()?.glue(|stream| dnn.execute(&plan, &ptrs, w, stream))?;
     Ok(plan.info())
 }
 
@@ -534,8 +533,7 @@ pub fn autotune(dnn: &Cudnn, args: &MatmulArgs<&DeviceBuffer>, ws: &mut Workspac
     let mut target = OpTarget::eager(stream, Some(ws))?;
     let ptrs = args.spans(&mut target)?;
     let w = target.workspace(most)?;
-    target.commit()?;
-    let timed = match time_candidates(dnn, &cands, &ptrs, w, stream) {
+    let timed = match time_candidates(dnn, &cands, &ptrs, w, &target.commit()?) {
         Ok(t) => t,
         Err(e) => {
             // Executes of the candidates may still be queued: their plans (and the code cuDNN
@@ -554,12 +552,13 @@ pub fn autotune(dnn: &Cudnn, args: &MatmulArgs<&DeviceBuffer>, ws: &mut Workspac
 
 /// [`autotune`]'s timing: median µs of five batches of five executes per candidate, after two
 /// warm-up ones. On success every execute has finished (the last batch's end event was waited for).
-fn time_candidates(dnn: &Cudnn, cands: &[Arc<Plan>], ptrs: &[DeviceSpan; 3], w: DeviceSpan, stream: &Stream) -> Result<Vec<(Arc<Plan>, f64)>> {
+fn time_candidates(dnn: &Cudnn, cands: &[Arc<Plan>], ptrs: &[DeviceSpan; 3], w: DeviceSpan, launch: &Launch<'_, '_>) -> Result<Vec<(Arc<Plan>, f64)>> {
+    let stream = launch.stream();
     let ctx = stream.context();
     let (start, end) = (Event::new(ctx, true)?, Event::new(ctx, true)?);
     let mut timed = Vec::new();
     for cand in cands {
-        let run = || dnn.execute(cand, ptrs, w, stream.handle());
+        let run = || launch.glue(|s| dnn.execute(cand, ptrs, w, s));
         for _ in 0..2 {
             run()?;
         }
@@ -593,7 +592,8 @@ pub fn matmul_raw(dnn: &Cudnn, problem: &MatmulProblem, ptrs: [DeviceSpan; 3], w
     if plan.info().workspace_bytes > ws.len() {
         return Err(Error::WorkspaceTooSmall { needed: plan.info().workspace_bytes, capacity: ws.len() });
     }
-    dnn.execute(&plan, &ptrs, ws, stream.handle())?;
+    // The caller vouched for the spans: nothing to admit, and the target makes no other check.
+    OpTarget::eager(stream, None)?.commit()?.glue(|s| dnn.execute(&plan, &ptrs, ws, s))?;
     Ok(plan.info())
 }
 
@@ -656,7 +656,7 @@ impl<'s> RawExecutor<'s> {
         let at = cands.iter().position(|c| c.engine == want.engine && c.workspace_bytes == want.workspace_bytes).unwrap_or(0);
         let plan = cands.into_iter().nth(at).ok_or_else(|| Error::invalid("plan", "an execution plan", "none"))?;
         let pack = backend::VariantPack::new(dnn.api, &plan, &ptrs, ws)?;
-        handle.set_stream(stream.handle())?;
+        OpTarget::eager(stream, None)?.commit()?.glue(|s| handle.set_stream(s))?;
         Ok(RawExecutor { objects: Some((pack, plan, handle)), dnn: dnn.clone(), stream, _one_thread: std::marker::PhantomData })
     }
 

@@ -377,9 +377,8 @@ fn nvfp4_matmul_on<M: DeviceMemory>(dnn: &Cudnn, args: &Nvfp4MatmulArgs<M>, mut 
     }
     ptrs.push(target.admit("c", &args.c.mem)?.skip("c", args.c.offset as u64)?);
     let w = target.workspace(plan.info().workspace_bytes)?;
-    target.commit()?;
     // Plans are never freed, so a graph that captured this execute keeps working.
-    dnn.execute(&plan, &ptrs, w, target.raw_stream())?;
+    target.commit()?.glue(|stream| dnn.execute(&plan, &ptrs, w, stream))?;
     Ok(plan.info())
 }
 

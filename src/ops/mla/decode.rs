@@ -568,13 +568,11 @@ pub(crate) fn run<M: DeviceMemory>(args: &MlaDecodeArgs<M>, mut target: OpTarget
             refuse_overlap(("kv_format.scale", scale.byte_range()), ("the workspace", w))?;
         }
     }
-    target.commit()?;
-    let _current = ctx.enter()?;
     let backend = match arch {
         MlaArch::Sm90 => glue::Backend::Sm90,
         MlaArch::Sm100 => glue::Backend::Sm100,
     };
-    glue::decode(backend, &decode, ws, target.raw_stream())?;
+    target.commit()?.glue(|stream| glue::decode(backend, &decode, ws, stream))?;
     Ok(plan)
 }
 

@@ -230,8 +230,7 @@ impl GpuReference {
         };
         let launch = fatbin::mla_reference(&self.k, &r)?;
         target.check_launch(&launch)?;
-        target.commit()?;
-        target.launch(launch)?;
+        target.commit()?.kernel(launch)?;
         Ok((out.to_host_vec::<f32>(stream)?, lse.to_host_vec::<f32>(stream)?))
     }
 }

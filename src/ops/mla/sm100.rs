@@ -465,10 +465,8 @@ pub fn sanitize(
     }
     let mut target = OpTarget::eager(stream, None)?;
     let spans = (target.admit("seq_lens", &seq_lens)?, target.admit("page_table", &page_table)?, target.admit("region", &region)?);
-    target.commit()?;
-    let _current = ctx.enter()?;
     let sizes = (batch as i32, max_seq_len as i32, page_size as i32, pages, num_splits as i32);
-    let written = glue::sanitize(spans.0, spans.1, stride, sizes, spans.2, stream.handle())?;
+    let written = target.commit()?.glue(|stream| glue::sanitize(spans.0, spans.1, stride, sizes, spans.2, stream))?;
     Ok(SanitizeLayout::of(written))
 }
 
@@ -512,9 +510,7 @@ pub fn sanitize_finish(
     let region = target.admit("region", &region)?;
     let out = Rows { span: target.admit("out", &out)?, stride_batch: sb, stride_token: sb, stride_head: sh };
     let lse = lse.map(|l| target.admit("lse", &l)).transpose()?;
-    target.commit()?;
-    let _current = ctx.enter()?;
-    glue::sanitize_finish(region, &layout.to_glue(), b as i32, out, lse, stream.handle())
+    target.commit()?.glue(|stream| glue::sanitize_finish(region, &layout.to_glue(), b as i32, out, lse, stream))
 }
 
 /// Which of the decode's passes a test hook runs.
@@ -549,11 +545,9 @@ fn run_pass(pass: Pass, args: &MlaDecodeArgs<&DeviceBuffer>, sm_count: u32, regi
     let mut target = OpTarget::eager(stream, None)?;
     let d = args.to_glue(&plan, sm_count, ctx.device().ordinal(), &mut target)?;
     let region = target.admit("region", &region)?;
-    target.commit()?;
-    let _current = ctx.enter()?;
-    let l = match pass {
-        Pass::Pre => glue::sm100_pre_pass(&d, region, stream.handle())?,
-        Pass::Post => glue::sm100_post_pass(&d, region, stream.handle())?,
-    };
+    let l = target.commit()?.glue(|stream| match pass {
+        Pass::Pre => glue::sm100_pre_pass(&d, region, stream),
+        Pass::Post => glue::sm100_post_pass(&d, region, stream),
+    })?;
     Ok(SanitizeLayout::of(l))
 }

@@ -44,9 +44,7 @@ pub(crate) fn gemm_on<M: DeviceMemory>(a: &Nvfp4Matrix<M>, b: &Nvfp4Matrix<M>, a
         sm_count: ctx.sm_count() as i32,
     };
     let ws = target.workspace(plan.workspace_bytes)?;
-    target.commit()?;
-    let _current = ctx.enter()?;
-    glue::gemm(&g, ws, target.raw_stream())?;
+    target.commit()?.glue(|stream| glue::gemm(&g, ws, stream))?;
     Ok(plan)
 }
 

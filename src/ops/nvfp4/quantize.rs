@@ -23,9 +23,7 @@ pub(crate) fn quantize_on<M: DeviceMemory>(x: &Tensor<M>, gs: &M, out: &Nvfp4Mat
     let xs = target.admit("x", &x.mem)?.skip("x", x.offset as u64)?;
     let g = target.admit("global_scale", gs)?;
     let dst = out.admit("out", &mut target)?;
-    target.commit()?;
-    let _current = ctx.enter()?;
-    glue::quantize(xs, half_dtype(x.dtype), ld, g, &dst, target.raw_stream())
+    target.commit()?.glue(|stream| glue::quantize(xs, half_dtype(x.dtype), ld, g, &dst, stream))
 }
 
 /// Quantizes x [m, k] (bf16/fp16) with the device global scale `gs` into `out`, on `stream`.
@@ -109,9 +107,7 @@ pub fn dequantize(src: &Nvfp4Matrix<&DeviceBuffer>, out: &Tensor<&DeviceBuffer>,
     let ld = out.leading_dim()?;
     let s = src.admit("src", &mut target)?;
     let o = target.admit("out", &out.mem)?.skip("out", out.offset as u64)?;
-    target.commit()?;
-    let _current = ctx.enter()?;
-    glue::dequantize(&s, half_dtype(out.dtype), o, ld, target.raw_stream())
+    target.commit()?.glue(|stream| glue::dequantize(&s, half_dtype(out.dtype), o, ld, stream))
 }
 
 /// `out[0] = 448·6 / amax(|x|)` over a contiguous bf16/fp16 tensor (1 when amax is 0 or not finite).
@@ -147,7 +143,5 @@ pub fn global_scale(x: &Tensor<&DeviceBuffer>, out: &DeviceBuffer, stream: &Stre
     let n = i64::try_from(n).map_err(|_| Error::invalid("x.shape", "fewer than 2^63 elements", n))?;
     let xs = target.admit("x", &x.mem)?.skip("x", x.offset as u64)?;
     let g = target.admit("out", &out)?;
-    target.commit()?;
-    let _current = ctx.enter()?;
-    glue::global_scale(xs, half_dtype(x.dtype), n, g, target.raw_stream())
+    target.commit()?.glue(|stream| glue::global_scale(xs, half_dtype(x.dtype), n, g, stream))
 }

@@ -83,9 +83,7 @@ pub(crate) fn prepare_weight_on<M: DeviceMemory>(w: &Nvfp4Matrix<M>, mut target:
     let buf = DeviceBuffer::alloc_zeroed(target.stream(), len)?;
     let src = w.admit("w", &mut target)?;
     let dst = target.admit("prepared", &&buf)?;
-    target.commit()?;
-    let _current = ctx.enter()?;
-    glue::w4a16_prepare(&src, dst, target.raw_stream())?;
+    target.commit()?.glue(|stream| glue::w4a16_prepare(&src, dst, stream))?;
     Ok(buf)
 }
 
@@ -138,9 +136,7 @@ pub(crate) fn w4a16_on<M: DeviceMemory, W: DeviceMemory>(a: &Tensor<M>, w: Weigh
         sm_count: ctx.sm_count() as i32,
     };
     let ws = target.workspace(plan.workspace_bytes)?;
-    target.commit()?;
-    let _current = ctx.enter()?;
-    glue::w4a16_gemm(&g, ws, target.raw_stream())?;
+    target.commit()?.glue(|stream| glue::w4a16_gemm(&g, ws, stream))?;
     Ok(plan)
 }
 
