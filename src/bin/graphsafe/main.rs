@@ -2,6 +2,9 @@
 //!
 //! Exit codes: 0 success, 1 a runtime failure (e.g. a GPU check that did not hold), 2 bad arguments.
 
+// The CLI is a client of the safe API only.
+#![forbid(unsafe_code)]
+
 mod demo;
 mod doctor;
 mod plan;
