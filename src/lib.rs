@@ -110,6 +110,7 @@ pub mod capi;
 pub mod driver;
 pub mod error;
 pub mod graph;
+mod locks;
 mod logging;
 pub mod ops;
 #[allow(unsafe_code)]

@@ -6,7 +6,7 @@
 //! return (a failed free, a failed graph destroy) and some of them run under a lock: the context's
 //! free gate, a graph's family lock, the C ABI's object locks, cuDNN's plan cache. A logger run
 //! there that took the same lock would wait for its own thread forever. So every such lock is
-//! taken through [`Locked`], which counts the locks this thread holds, and every record goes
+//! taken through [`Locked`](crate::locks::Locked), which counts the locks this thread holds, and every record goes
 //! through [`error`] or [`debug`], which keep it while that count is not zero; the last lock's
 //! release hands the kept records to the logger, once nothing is held.
 //!
@@ -15,69 +15,13 @@
 //! standard error instead (never to a logger under a lock).
 
 use std::cell::{Cell, RefCell};
-use std::ops::{Deref, DerefMut};
 
 thread_local! {
-    // No destructor (a `Cell` of an integer): readable at every point of thread exit.
-    static HELD: Cell<usize> = const { Cell::new(0) };
     // Whether KEPT holds anything: read at every release without touching KEPT, whose destructor
     // would otherwise be registered on every thread that takes a lock (and, in a shared library,
     // keep it loaded past a `dlclose` until the thread exits).
     static ANY_KEPT: Cell<bool> = const { Cell::new(false) };
     static KEPT: RefCell<Vec<(log::Level, String)>> = const { RefCell::new(Vec::new()) };
-}
-
-/// A lock guard of graphsafe's (or any guard under which graphsafe may log), counted for this
-/// thread while it lives. Dropping it releases the guard first, then, if it was the last one this
-/// thread held, hands the records kept meanwhile to the logger.
-pub(crate) struct Locked<G> {
-    guard: Option<G>,
-}
-
-impl<G> Locked<G> {
-    /// Counts `guard` (just acquired) until this value drops.
-    pub(crate) fn new(guard: G) -> Locked<G> {
-        HELD.with(|h| h.set(h.get() + 1));
-        Locked { guard: Some(guard) }
-    }
-}
-
-/// Counts a lock that is not a guard value (a flag taken with a compare-and-swap) until
-/// [`release_marker`] is called once for it.
-pub(crate) fn hold_marker() {
-    HELD.with(|h| h.set(h.get() + 1));
-}
-
-/// The release of a lock counted with [`hold_marker`], after the lock itself was released.
-pub(crate) fn release_marker() {
-    let left = HELD.with(|h| {
-        let n = h.get().saturating_sub(1);
-        h.set(n);
-        n
-    });
-    if left == 0 {
-        flush();
-    }
-}
-
-impl<G> Deref for Locked<G> {
-    type Target = G;
-    fn deref(&self) -> &G {
-        self.guard.as_ref().expect("a Locked holds its guard until it drops")
-    }
-}
-
-impl<G> DerefMut for Locked<G> {
-    fn deref_mut(&mut self) -> &mut G {
-        self.guard.as_mut().expect("a Locked holds its guard until it drops")
-    }
-}
-
-impl<G> Drop for Locked<G> {
-    fn drop(&mut self) {
-        drop(self.guard.take());
-        release_marker();
-    }
 }
 
 /// Logs an error record (`graphsafe: ` prefixed by the caller's text).
@@ -101,7 +45,7 @@ fn emit(level: log::Level, text: String) {
     if level > log::max_level() {
         return;
     }
-    if HELD.with(Cell::get) > 0 {
+    if crate::locks::any_held() {
         let mut kept = Some((level, text));
         let _ = KEPT.try_with(|k| {
             if let (Ok(mut k), Some(record)) = (k.try_borrow_mut(), kept.take()) {
@@ -119,7 +63,7 @@ fn emit(level: log::Level, text: String) {
 }
 
 /// Hands the kept records to the logger (this thread holds no lock of graphsafe's).
-fn flush() {
+pub(crate) fn flush() {
     if !ANY_KEPT.with(|a| a.replace(false)) {
         return;
     }

@@ -11,7 +11,7 @@ use crate::graph::op_target::OpTarget;
 use crate::graph::{DetachedCapture, Graph, GraphExec, WorkspaceView};
 use crate::workspace::Workspace;
 use std::ffi::{c_char, c_int};
-use crate::logging::Locked;
+use crate::locks::Locked;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 /// A device's primary context (or an adopted one).

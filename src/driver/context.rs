@@ -1,6 +1,6 @@
 use super::{check, init, log_drop_error, Device, ForeignOwner};
 use crate::error::Result;
-use crate::logging::Locked;
+use crate::locks::Locked;
 use crate::sys::cuda as c;
 use std::marker::PhantomData;
 use std::sync::{Arc, Mutex, MutexGuard};

@@ -7,7 +7,7 @@
 
 use super::{check, driver_error, init, log_drop_error, Context, Stream};
 use crate::error::{Error, Result};
-use crate::logging::Locked;
+use crate::locks::Locked;
 use crate::sys::cuda as c;
 use std::sync::{Arc, Mutex, MutexGuard};
 

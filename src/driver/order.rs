@@ -91,7 +91,7 @@ impl StreamOrder {
         // Counted as a lock of this thread's: a record logged meanwhile (a free's failure) waits
         // until the token is released, as a logger replaying a graph over this buffer would spin
         // on it.
-        crate::logging::hold_marker();
+        crate::locks::hold_marker();
         UseToken { order: self.clone(), on: None, _stream: PhantomData }
     }
 
@@ -162,7 +162,7 @@ impl Drop for UseToken<'_> {
             }
         }
         self.order.held.store(false, Ordering::Release);
-        crate::logging::release_marker();
+        crate::locks::release_marker();
     }
 }
 

@@ -46,7 +46,7 @@ pub use nvfp4::{nvfp4_matmul, nvfp4_matmul_captured, nvfp4_workspace_size, Nvfp4
 
 use crate::driver::Context;
 use crate::error::{Error, Result};
-use crate::logging::Locked;
+use crate::locks::Locked;
 use crate::sys::cudnn::backend::{self, ExecPlan, Handle, OpGraph, VariantPack};
 use crate::sys::cudnn::{self as sys, ffi as c, Api};
 use crate::sys::DeviceSpan;
