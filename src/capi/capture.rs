@@ -1,5 +1,5 @@
 //! Stream capture through the C ABI: begin, bind workspaces and buffers (the graph keeps them),
-//! end or abandon. Ending locks stream, then capture, then workspaces (capi/mod.rs, rule 3).
+//! end or abandon. Ending locks stream, then capture, then workspaces (the order: `crate::locks`).
 
 use super::core::{
     capture_obj, closed, lock, lock_workspace, stream_obj, workspace_obj, CapState, CaptureObj, GraphsafeBuffer, GraphsafeCapture, GraphsafeGraph,

@@ -27,8 +27,8 @@
 //!    `Arc`s to them (a capture holds its stream and its bound workspaces).
 //! 2. **The registry lock is a leaf.** It is held only to find, insert or remove an entry; no
 //!    object lock is taken and no object is dropped inside it.
-//! 3. **One order for object locks:** stream → capture → workspace → graph / executable. An entry
-//!    point that needs two takes them in this order; most take one.
+//! 3. **One order for object locks:** an entry point that needs two takes them in the crate's
+//!    lock order (`crate::locks`, row 1); most take one.
 //! 4. **Hold what was checked.** A check ("the stream is not capturing", "the workspace is not
 //!    bound") and the act it guards (the launch, the growth, `cuStreamBeginCapture`) happen under
 //!    the same lock, never check-release-act.

@@ -14,9 +14,9 @@
 //! the driver no longer reports its stream capturing: a refusal asks the driver first. So an
 //! abandoned capture degrades its own stream, not the process.
 //!
-//! Lock order: the context's free gate, then this registry (a capture opens and closes under both);
-//! allocations take only the registry's read side, from their check to their allocation, so a
-//! GLOBAL capture never begins while one is in flight.
+//! A capture opens and closes under the context's free gate and this registry's write side;
+//! allocations take only its read side, from their check to their allocation, so a GLOBAL capture
+//! never begins while one is in flight (where both stand among graphsafe's locks: `crate::locks`).
 
 use super::{check, init, log_drop_error, Context, Stream};
 use crate::error::{Error, Result};

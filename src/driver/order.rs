@@ -20,9 +20,8 @@
 //!   records), so another stream's use cannot slip in between.
 //!
 //! Uses never happen on a capturing stream (eager work and replays refuse one), so every record is
-//! eager. Lock order: C ABI locks, then use tokens (a replay takes its buffers' tokens in address
-//! order), then the context's free gate, then the open-capture registry; nothing holding the gate
-//! takes a token (the whole order: docs/ARCHITECTURE.md, "Workspace uses across streams").
+//! eager. A replay takes its buffers' tokens in address order, and nothing holding the context's
+//! free gate takes a token (where tokens stand among graphsafe's locks: `crate::locks`).
 //! (An earlier version recorded on the previous stream at each change of stream instead; on the
 //! H200 a capture begun between its "is that stream capturing?" and its record took the record,
 //! and the wait on it forked the new stream into that capture: CUDA_ERROR_STREAM_CAPTURE_UNJOINED.)

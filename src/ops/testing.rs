@@ -10,7 +10,7 @@
 //! [`Function::launch`] with [`TestKernels::split_k_function`], to show it).
 //!
 //! The kernels' C signatures are checked launches of the driver layer (`driver::fatbin`); what
-//! is here admits every buffer to an [`OpTarget`] first.
+//! is here admits every buffer to an `OpTarget` first.
 
 use crate::driver::fatbin::{self, SplitKGemv};
 use crate::driver::{Context, DeviceBuffer, Function, LaunchConfig, Module, Stream};

@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex, Weak};
 // Every live graphsafe allocation by its first address (several for one foreign block adopted
 // twice), so that the C ABI can find the allocation behind a raw pointer into graphsafe memory (an
 // address a caller read with graphsafe_buffer_info) and keep it like a bound buffer. Weak: the
-// registry owns nothing. A leaf lock.
+// registry owns nothing. A leaf lock (`crate::locks`).
 //
 // Each entry carries the extent and context beside its weak reference, so a lookup tests them
 // without upgrading: a strong reference made under the lock and dropped there could be the last

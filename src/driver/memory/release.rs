@@ -41,7 +41,8 @@ struct Deferred {
 }
 
 // Frees that could not happen yet (see `release`), retried at the next free or synchronize of the
-// context: never freed before the work that used them finished, never lost. A leaf lock.
+// context: never freed before the work that used them finished, never lost. A leaf lock
+// (`crate::locks`).
 static DEFERRED: Mutex<Vec<Deferred>> = Mutex::new(Vec::new());
 
 fn defer(block: Block, ctx: &Arc<Context>, reported: bool) {
