@@ -22,7 +22,7 @@ mod random;
 mod timing;
 use graphsafe::driver::{Context, DeviceBuffer, Stream};
 use graphsafe::graph::CaptureMode;
-use graphsafe::ops::mla::{decode, decode_captured, KvDtype, KvFormat, KvFormatKind, MlaDecodeArgs, MlaDecodePlan};
+use graphsafe::ops::mla::{decode, decode_captured, KvFormat, KvFormatKind, MlaDecodeArgs, MlaDecodePlan};
 use graphsafe::ops::tensor::{DType, DeviceMemory, Tensor};
 use graphsafe::workspace::Workspace;
 use std::sync::Arc;
@@ -292,7 +292,7 @@ impl<'c> Case<'c> {
 
     /// KV + Q + O bytes of one call.
     fn bytes(&self) -> f64 {
-        (self.batch * self.seq * self.kind.token_bytes(KvDtype::Bf16) + self.batch * self.s_q * self.heads * (576 + 512) * 2) as f64
+        (self.batch * self.seq * self.kind.token_bytes(DType::Bf16) + self.batch * self.s_q * self.heads * (576 + 512) * 2) as f64
     }
 
     /// Times the case captured and eagerly; the first (untimed) eager call grows the workspace.

@@ -256,18 +256,18 @@ fn nvfp4_planning_and_validation_never_panic() {
 
 #[test]
 fn mla_planners_never_panic() {
-    use graphsafe::ops::mla::{sm100, sm90, KvDtype};
+    use graphsafe::ops::mla::{sm100, sm90};
     let mut e = Edges { state: 4 };
     for _ in 0..5_000 {
         let (b, s, sm, req, h, page, q) = (e.i64(), e.i64(), e.i64(), e.i64(), e.i64(), e.i64(), e.i64());
         // Bounded inputs only for the worst-case scans (their time grows with the batch).
         let shape = |dtype| sm100::Shape::new(dtype, b, s, page, sm).with_heads(h).with_s_q(q);
-        no_panic("sm100::plan", || sm100::plan(&shape(KvDtype::Bf16), Some(req)).map(drop).unwrap_or(()));
-        no_panic("sm100::plan (default splits)", || sm100::plan(&shape(KvDtype::Fp8E4m3), None).map(drop).unwrap_or(()));
-        no_panic("sm100::workspace_bytes", || sm100::workspace_bytes(&shape(KvDtype::Bf16), req).map(drop).unwrap_or(()));
-        no_panic("sm100::layout", || sm100::layout(&shape(KvDtype::Fp16), req).map(drop).unwrap_or(()));
-        no_panic("sm90::plan", || sm90::plan(KvDtype::Bf16, h, q, b, s, sm, Some(req)).map(drop).unwrap_or(()));
-        no_panic("sm90::plan (default splits)", || sm90::plan(KvDtype::Fp16, h, q, b, s, sm, None).map(drop).unwrap_or(()));
+        no_panic("sm100::plan", || sm100::plan(&shape(DType::Bf16), Some(req)).map(drop).unwrap_or(()));
+        no_panic("sm100::plan (default splits)", || sm100::plan(&shape(DType::Fp8E4m3), None).map(drop).unwrap_or(()));
+        no_panic("sm100::workspace_bytes", || sm100::workspace_bytes(&shape(DType::Bf16), req).map(drop).unwrap_or(()));
+        no_panic("sm100::layout", || sm100::layout(&shape(DType::Fp16), req).map(drop).unwrap_or(()));
+        no_panic("sm90::plan", || sm90::plan(DType::Bf16, h, q, b, s, sm, Some(req)).map(drop).unwrap_or(()));
+        no_panic("sm90::plan (default splits)", || sm90::plan(DType::Fp16, h, q, b, s, sm, None).map(drop).unwrap_or(()));
         no_panic("sm90::workspace_bytes", || sm90::workspace_bytes(b, h, q, req).map(drop).unwrap_or(()));
     }
 }

@@ -7,7 +7,7 @@ use common::{gpu, random_f32};
 use graphsafe::driver::{Context, DeviceBuffer, Stream};
 use graphsafe::graph::{Capture, CaptureMode, CapturedBuffer};
 use graphsafe::ops::mla::reference::{cpu_decode, GpuProblem, GpuReference, HostProblem};
-use graphsafe::ops::mla::{decode, decode_captured, KvDtype, MlaDecodeArgs};
+use graphsafe::ops::mla::{decode, decode_captured, MlaDecodeArgs};
 use graphsafe::ops::tensor::{DType, Tensor};
 use graphsafe::workspace::Workspace;
 use half::{bf16, f16};
@@ -15,7 +15,7 @@ use std::sync::Arc;
 
 #[derive(Clone, Debug)]
 struct Shape {
-    dtype: KvDtype,
+    dtype: DType,
     heads: usize,
     page: usize,
     seq_lens: Vec<i32>,
@@ -24,17 +24,17 @@ struct Shape {
 }
 
 /// Rounds to the dtype and returns (device bytes as u16, the rounded values as f32).
-fn quantize(v: &[f32], dtype: KvDtype) -> (Vec<u16>, Vec<f32>) {
+fn quantize(v: &[f32], dtype: DType) -> (Vec<u16>, Vec<f32>) {
     match dtype {
-        KvDtype::Bf16 => v.iter().map(|&x| { let h = bf16::from_f32(x); (h.to_bits(), h.to_f32()) }).unzip(),
-        KvDtype::Fp16 => v.iter().map(|&x| { let h = f16::from_f32(x); (h.to_bits(), h.to_f32()) }).unzip(),
-        KvDtype::Fp8E4m3 => unreachable!("sm90 tests use bf16/fp16"),
+        DType::Bf16 => v.iter().map(|&x| { let h = bf16::from_f32(x); (h.to_bits(), h.to_f32()) }).unzip(),
+        DType::Fp16 => v.iter().map(|&x| { let h = f16::from_f32(x); (h.to_bits(), h.to_f32()) }).unzip(),
+        other => unreachable!("sm90 tests use bf16/fp16, not {other}"),
     }
 }
 
-fn to_f32(bits: &[u16], dtype: KvDtype) -> Vec<f32> {
+fn to_f32(bits: &[u16], dtype: DType) -> Vec<f32> {
     match dtype {
-        KvDtype::Fp16 => bits.iter().map(|&b| f16::from_bits(b).to_f32()).collect(),
+        DType::Fp16 => bits.iter().map(|&b| f16::from_bits(b).to_f32()).collect(),
         _ => bits.iter().map(|&b| bf16::from_bits(b).to_f32()).collect(),
     }
 }
@@ -107,7 +107,7 @@ fn build(stream: &Stream, s: &Shape) -> Problem {
 }
 
 fn args(p: &Problem) -> MlaDecodeArgs<&DeviceBuffer> {
-    let dt = if p.shape.dtype == KvDtype::Fp16 { DType::Fp16 } else { DType::Bf16 };
+    let dt = if p.shape.dtype == DType::Fp16 { DType::Fp16 } else { DType::Bf16 };
     let (b, h) = (p.batch, p.shape.heads);
     MlaDecodeArgs::new(
         Tensor::contiguous(&p.q_nope, dt, &[b, h, 512]),
@@ -147,7 +147,7 @@ fn hopper(ctx: &Arc<Context>) -> bool {
 
 fn shapes() -> Vec<Shape> {
     let s = |dtype, heads, page, seq_lens: Vec<i32>, splits, seed| Shape { dtype, heads, page, seq_lens, splits, seed };
-    use KvDtype::{Bf16, Fp16};
+    use DType::{Bf16, Fp16};
     let mut v = vec![
         s(Bf16, 128, 64, vec![1], None, 1),
         s(Bf16, 128, 64, vec![65_536], None, 2),
@@ -240,8 +240,8 @@ fn sm90_captured_replay_equals_eager_bit_for_bit() {
     }
     let mut ws = Workspace::new(&stream, 0).unwrap();
     for s in [
-        Shape { dtype: KvDtype::Bf16, heads: 128, page: 64, seq_lens: vec![4000, 1, 77, 2048], splits: None, seed: 50 },
-        Shape { dtype: KvDtype::Fp16, heads: 16, page: 128, seq_lens: vec![9000], splits: Some(40), seed: 51 },
+        Shape { dtype: DType::Bf16, heads: 128, page: 64, seq_lens: vec![4000, 1, 77, 2048], splits: None, seed: 50 },
+        Shape { dtype: DType::Fp16, heads: 16, page: 128, seq_lens: vec![9000], splits: Some(40), seed: 51 },
     ] {
         let p = build(&stream, &s);
         let a = args(&p);
@@ -273,7 +273,7 @@ fn sm90_capture_with_too_small_a_workspace_is_refused() {
     if !hopper(&ctx) {
         return;
     }
-    let s = Shape { dtype: KvDtype::Bf16, heads: 128, page: 64, seq_lens: vec![8192], splits: Some(32), seed: 60 };
+    let s = Shape { dtype: DType::Bf16, heads: 128, page: 64, seq_lens: vec![8192], splits: Some(32), seed: 60 };
     let p = build(&stream, &s);
     let a = args(&p);
     let needed = a.plan(graphsafe::ops::mla::MlaArch::Sm90, 132, std::ptr::null_mut()).unwrap().workspace_bytes;
@@ -295,8 +295,8 @@ fn sm100_decode_runs_on_blackwell_and_skips_elsewhere() {
     let reference = GpuReference::load(&ctx).unwrap();
     let mut ws = Workspace::new(&stream, 0).unwrap();
     for s in [
-        Shape { dtype: KvDtype::Bf16, heads: 128, page: 128, seq_lens: vec![4096, 1, 300], splits: None, seed: 70 },
-        Shape { dtype: KvDtype::Fp16, heads: 128, page: 64, seq_lens: vec![65_536], splits: None, seed: 71 },
+        Shape { dtype: DType::Bf16, heads: 128, page: 128, seq_lens: vec![4096, 1, 300], splits: None, seed: 70 },
+        Shape { dtype: DType::Fp16, heads: 128, page: 64, seq_lens: vec![65_536], splits: None, seed: 71 },
     ] {
         let p = build(&stream, &s);
         decode(&args(&p), &mut ws, &stream).unwrap();
@@ -538,13 +538,13 @@ fn sm90_device_data_follows_the_shared_contract() {
         return;
     }
     for s in [
-        Shape { dtype: KvDtype::Bf16, heads: 128, page: 64, seq_lens: vec![700, 64, 4000, 129, 1], splits: None, seed: 80 },
-        Shape { dtype: KvDtype::Fp16, heads: 16, page: 128, seq_lens: vec![300, 300, 300], splits: Some(4), seed: 81 },
-        Shape { dtype: KvDtype::Bf16, heads: 64, page: 64, seq_lens: vec![2048, 5, 2048, 2048], splits: Some(2), seed: 82 },
+        Shape { dtype: DType::Bf16, heads: 128, page: 64, seq_lens: vec![700, 64, 4000, 129, 1], splits: None, seed: 80 },
+        Shape { dtype: DType::Fp16, heads: 16, page: 128, seq_lens: vec![300, 300, 300], splits: Some(4), seed: 81 },
+        Shape { dtype: DType::Bf16, heads: 64, page: 64, seq_lens: vec![2048, 5, 2048, 2048], splits: Some(2), seed: 82 },
         // The seesaw kernel at 4 and 16 splits with empty requests (the split counts at which the
         // cluster reduction of branch wip/seesaw-cluster writes out itself / leaves two partials).
-        Shape { dtype: KvDtype::Bf16, heads: 128, page: 64, seq_lens: vec![700, 64, 4000, 129, 1], splits: Some(4), seed: 83 },
-        Shape { dtype: KvDtype::Fp16, heads: 64, page: 64, seq_lens: vec![700, 64, 4000, 129, 1], splits: Some(16), seed: 84 },
+        Shape { dtype: DType::Bf16, heads: 128, page: 64, seq_lens: vec![700, 64, 4000, 129, 1], splits: Some(4), seed: 83 },
+        Shape { dtype: DType::Fp16, heads: 64, page: 64, seq_lens: vec![700, 64, 4000, 129, 1], splits: Some(16), seed: 84 },
     ] {
         device_data_contract(&ctx, &stream, s);
     }
@@ -561,15 +561,15 @@ fn sm100_device_data_follows_the_shared_contract_on_blackwell() {
     }
     for s in [
         // batch > 1 with an empty request: the persistent split that hangs CUTLASS 4.2 unsanitized.
-        Shape { dtype: KvDtype::Bf16, heads: 128, page: 128, seq_lens: vec![700, 64, 4000, 129, 1], splits: None, seed: 90 },
-        Shape { dtype: KvDtype::Fp16, heads: 128, page: 32, seq_lens: vec![300, 300, 300], splits: None, seed: 91 },
+        Shape { dtype: DType::Bf16, heads: 128, page: 128, seq_lens: vec![700, 64, 4000, 129, 1], splits: None, seed: 90 },
+        Shape { dtype: DType::Fp16, heads: 128, page: 32, seq_lens: vec![300, 300, 300], splits: None, seed: 91 },
     ] {
         device_data_contract(&ctx, &stream, s);
     }
     // Batch 1, split-KV, no lse: CUTLASS 4.2 writes the per-split LSE only when it has an lse
     // pointer, so without the scratch its reduction would weigh the splits by whatever another
     // decode left in the workspace (here: a different problem's).
-    let s = Shape { dtype: KvDtype::Bf16, heads: 128, page: 64, seq_lens: vec![9000], splits: None, seed: 92 };
+    let s = Shape { dtype: DType::Bf16, heads: 128, page: 64, seq_lens: vec![9000], splits: None, seed: 92 };
     let p = build(&stream, &s);
     let other = build(&stream, &Shape { seed: 93, ..s.clone() });
     let mut ws = Workspace::new(&stream, 0).unwrap();
@@ -593,7 +593,7 @@ fn sm90_a_nan_in_the_cache_makes_its_request_nan_at_every_split_count() {
     if !hopper(&ctx) {
         return;
     }
-    let s = Shape { dtype: KvDtype::Bf16, heads: 128, page: 64, seq_lens: vec![5000, 5000], splits: None, seed: 95 };
+    let s = Shape { dtype: DType::Bf16, heads: 128, page: 64, seq_lens: vec![5000, 5000], splits: None, seed: 95 };
     let p = build(&stream, &s);
     let clean = p.kv.to_host_vec::<u16>(&stream).unwrap();
     let table = p.page_table.to_host_vec::<i32>(&stream).unwrap();
@@ -638,7 +638,7 @@ fn sm90_n_kernel_reads_what_the_previous_decode_just_wrote() {
         return;
     }
     let lens = vec![3000, 4096, 77, 2500];
-    let sa = Shape { dtype: KvDtype::Bf16, heads: 16, page: 64, seq_lens: lens.clone(), splits: Some(4), seed: 90 };
+    let sa = Shape { dtype: DType::Bf16, heads: 16, page: 64, seq_lens: lens.clone(), splits: Some(4), seed: 90 };
     let sb = Shape { seed: 91, ..sa.clone() };
     let (pa, pb) = (build(&stream, &sa), build(&stream, &sb));
     let mut ws = Workspace::new(&stream, 0).unwrap();
@@ -652,7 +652,7 @@ fn sm90_n_kernel_reads_what_the_previous_decode_just_wrote() {
     ab.q_nope = Tensor::contiguous(&q_copy, DType::Bf16, &[pb.batch, 16, 512]);
     decode(&ab, &mut ws, &stream).unwrap();
     let (want_out, want_lse) = (pb.out.to_host_vec::<u16>(&stream).unwrap(), pb.lse.to_host_vec::<u32>(&stream).unwrap());
-    assert!(to_f32(&want_out, KvDtype::Bf16).iter().all(|v| v.is_finite()), "B alone: non-finite output");
+    assert!(to_f32(&want_out, DType::Bf16).iter().all(|v| v.is_finite()), "B alone: non-finite output");
     // B reading A's output buffer directly, right after A.
     ab.q_nope = Tensor::contiguous(&pa.out, DType::Bf16, &[pb.batch, 16, 512]);
     for round in 0..5 {

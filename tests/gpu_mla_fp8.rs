@@ -177,7 +177,7 @@ fn bf16_out(p: &Problem, stream: &Stream) -> Vec<f32> {
 /// Rewrites, on the device, token 0 of the first page of each request in `requests`: `edit` gets
 /// that token's bytes (576 for the per-tensor format, 656 for DeepSeek's).
 fn edit_first_token(p: &mut Problem, stream: &Stream, requests: &[usize], edit: impl Fn(&mut [u8])) {
-    let token = p.shape.kind.token_bytes(graphsafe::ops::mla::KvDtype::Bf16);
+    let token = p.shape.kind.token_bytes(DType::Bf16);
     let mut bytes = p.kv.to_host_vec::<u8>(stream).unwrap();
     for &b in requests {
         let row = p.host.3[b * p.max_pages] as usize * p.shape.page;

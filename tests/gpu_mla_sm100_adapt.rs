@@ -23,7 +23,7 @@ use common::{gpu, random_f32};
 use graphsafe::driver::{Context, DeviceBuffer, Stream};
 use graphsafe::graph::CaptureMode;
 use graphsafe::ops::mla::reference::{cpu_decode, e4m3_value, HostProblem};
-use graphsafe::ops::mla::{decode, decode_captured, sm100, KvDtype, MlaArch, MlaDecodeArgs};
+use graphsafe::ops::mla::{decode, decode_captured, sm100, MlaArch, MlaDecodeArgs};
 use graphsafe::ops::tensor::{DType, Tensor};
 use graphsafe::workspace::Workspace;
 use half::{bf16, f16};
@@ -94,11 +94,11 @@ impl Case {
             DType::Bf16
         }
     }
-    fn kv_dtype(&self) -> KvDtype {
+    fn kv_dtype(&self) -> DType {
         match self.dtype {
-            DType::Fp16 => KvDtype::Fp16,
-            DType::Fp8E4m3 => KvDtype::Fp8E4m3,
-            _ => KvDtype::Bf16,
+            DType::Fp16 => DType::Fp16,
+            DType::Fp8E4m3 => DType::Fp8E4m3,
+            _ => DType::Bf16,
         }
     }
     fn is_direct(&self) -> bool {

@@ -12,7 +12,7 @@ use common::{churn, gpu, random_f32};
 use graphsafe::driver::{DeviceBuffer, Stream};
 use graphsafe::graph::CaptureMode;
 use graphsafe::ops::mla::reference::{cpu_decode, dequantize_ds_mla, dequantize_fp8_per_tensor, GpuProblem, GpuReference, HostProblem};
-use graphsafe::ops::mla::{decode, decode_captured, KvDtype, KvFormat, KvFormatKind, MlaDecodeArgs, DS_MLA_TOKEN_BYTES};
+use graphsafe::ops::mla::{decode, decode_captured, KvFormat, KvFormatKind, MlaDecodeArgs, DS_MLA_TOKEN_BYTES};
 use graphsafe::ops::tensor::{DType, Tensor};
 use graphsafe::workspace::Workspace;
 use half::{bf16, f16};
@@ -20,7 +20,7 @@ use half::{bf16, f16};
 /// What a shape's cache holds.
 #[derive(Clone, Copy, Debug, PartialEq)]
 enum Cache {
-    Native(KvDtype),
+    Native(DType),
     Fp8(KvFormatKind),
 }
 
@@ -37,10 +37,10 @@ struct Shape {
 }
 
 impl Shape {
-    fn q_dtype(&self) -> KvDtype {
+    fn q_dtype(&self) -> DType {
         match self.cache {
             Cache::Native(d) => d,
-            Cache::Fp8(_) => KvDtype::Bf16,
+            Cache::Fp8(_) => DType::Bf16,
         }
     }
 }
@@ -51,16 +51,16 @@ fn lcg(s: &mut u64) -> u64 {
 }
 
 /// Rounds to the dtype: (device bits, the rounded values).
-fn quantize(v: &[f32], dtype: KvDtype) -> (Vec<u16>, Vec<f32>) {
+fn quantize(v: &[f32], dtype: DType) -> (Vec<u16>, Vec<f32>) {
     match dtype {
-        KvDtype::Fp16 => v.iter().map(|&x| { let h = f16::from_f32(x); (h.to_bits(), h.to_f32()) }).unzip(),
+        DType::Fp16 => v.iter().map(|&x| { let h = f16::from_f32(x); (h.to_bits(), h.to_f32()) }).unzip(),
         _ => v.iter().map(|&x| { let h = bf16::from_f32(x); (h.to_bits(), h.to_f32()) }).unzip(),
     }
 }
 
-fn to_f32(bits: &[u16], dtype: KvDtype) -> Vec<f32> {
+fn to_f32(bits: &[u16], dtype: DType) -> Vec<f32> {
     match dtype {
-        KvDtype::Fp16 => bits.iter().map(|&b| f16::from_bits(b).to_f32()).collect(),
+        DType::Fp16 => bits.iter().map(|&b| f16::from_bits(b).to_f32()).collect(),
         _ => bits.iter().map(|&b| bf16::from_bits(b).to_f32()).collect(),
     }
 }
@@ -120,7 +120,7 @@ fn build(stream: &Stream, s: &Shape) -> Problem {
     let (kv_bytes, mut kv): (Vec<u8>, Vec<f32>) = match s.cache {
         Cache::Native(d) => {
             let (mut bits, vals) = quantize(&random_f32(tokens * 576, s.seed + 3), d);
-            let nan = if d == KvDtype::Fp16 { 0x7E00 } else { 0x7FC0 };
+            let nan = if d == DType::Fp16 { 0x7E00 } else { 0x7FC0 };
             for (t, _) in valid.iter().enumerate().filter(|(_, v)| !**v) {
                 bits[t * 576..(t + 1) * 576].fill(nan);
             }
@@ -184,7 +184,7 @@ fn build(stream: &Stream, s: &Shape) -> Problem {
 fn args(p: &Problem) -> MlaDecodeArgs<&DeviceBuffer> {
     let s = &p.shape;
     let (b, sq, h) = (p.batch, s.s_q, s.heads);
-    let dt = if s.q_dtype() == KvDtype::Fp16 { DType::Fp16 } else { DType::Bf16 };
+    let dt = if s.q_dtype() == DType::Fp16 { DType::Fp16 } else { DType::Bf16 };
     let (cache, format) = match s.cache {
         Cache::Native(_) => (Tensor::contiguous(&p.kv, dt, &[p.pages, s.page, 576]), KvFormat::Native),
         Cache::Fp8(KvFormatKind::Fp8PerTensor) => {
@@ -311,7 +311,7 @@ fn tokens_and_any_head_count_match_the_references() {
         for s_q in [1usize, 2, 4] {
             for causal in [false, true] {
                 seed += 1;
-                let dtype = if seed % 2 == 0 { KvDtype::Bf16 } else { KvDtype::Fp16 };
+                let dtype = if seed % 2 == 0 { DType::Bf16 } else { DType::Fp16 };
                 // 20 and 140 as FlashMLA's s_k; 3 < s_q = 4: its first causal tokens see nothing.
                 let seq_lens = vec![20, 140, 3, 0, 64, 129];
                 shapes.push(Shape { cache: Cache::Native(dtype), heads, s_q, causal, page: 64, seq_lens, splits: None, seed });
@@ -321,11 +321,11 @@ fn tokens_and_any_head_count_match_the_references() {
     // Longer requests, many splits (each split's rows partly past their causal limits), page 128.
     for (heads, s_q, splits) in [(128usize, 2usize, Some(3u32)), (16, 2, Some(5)), (32, 2, None), (9, 16, Some(7)), (1, 16, None), (64, 3, Some(2)), (128, 4, None)] {
         seed += 1;
-        shapes.push(Shape { cache: Cache::Native(KvDtype::Bf16), heads, s_q, causal: true, page: 128, seq_lens: vec![4096, 130, 1, 2050, 7], splits, seed });
+        shapes.push(Shape { cache: Cache::Native(DType::Bf16), heads, s_q, causal: true, page: 128, seq_lens: vec![4096, 130, 1, 2050, 7], splits, seed });
     }
     for (heads, s_q) in [(128usize, 2usize), (16, 2), (64, 1)] {
         seed += 1;
-        shapes.push(Shape { cache: Cache::Native(KvDtype::Bf16), heads, s_q, causal: true, page: 64, seq_lens: (0..64).map(|i| 512 + 97 * i).collect(), splits: None, seed });
+        shapes.push(Shape { cache: Cache::Native(DType::Bf16), heads, s_q, causal: true, page: 64, seq_lens: (0..64).map(|i| 512 + 97 * i).collect(), splits: None, seed });
     }
     let (mut worst, mut vs_cpu) = ((0f64, 0f64), 0);
     for s in &shapes {
@@ -381,8 +381,8 @@ fn fp8_caches_with_tokens_and_any_head_count_match_the_reference() {
 fn a_captured_two_token_decode_replays_bit_identical_after_growth_and_churn() {
     let Some(mut stream) = hopper_gpu() else { return };
     for s in [
-        Shape { cache: Cache::Native(KvDtype::Bf16), heads: 128, s_q: 2, causal: true, page: 64, seq_lens: vec![4000, 1, 77, 2048], splits: None, seed: 7 },
-        Shape { cache: Cache::Native(KvDtype::Bf16), heads: 16, s_q: 2, causal: true, page: 64, seq_lens: vec![9000, 2, 300], splits: Some(8), seed: 8 },
+        Shape { cache: Cache::Native(DType::Bf16), heads: 128, s_q: 2, causal: true, page: 64, seq_lens: vec![4000, 1, 77, 2048], splits: None, seed: 7 },
+        Shape { cache: Cache::Native(DType::Bf16), heads: 16, s_q: 2, causal: true, page: 64, seq_lens: vec![9000, 2, 300], splits: Some(8), seed: 8 },
     ] {
         let mut ws = Workspace::new(&stream, 0).unwrap();
         let p = build(&stream, &s);
@@ -429,7 +429,7 @@ fn a_batch_runs_each_work_item_once_longest_first() {
         (vec![100, 5000, -3, 77, 5000, 64], 64, 8),
         ((0..300i32).map(|i| i * 37 % 1000).collect(), 32, 2),
     ] {
-        let s = Shape { cache: Cache::Native(KvDtype::Bf16), heads, s_q: 1, causal: false, page: 64, seq_lens, splits: Some(splits), seed: 3 };
+        let s = Shape { cache: Cache::Native(DType::Bf16), heads, s_q: 1, causal: false, page: 64, seq_lens, splits: Some(splits), seed: 3 };
         let p = build(&stream, &s);
         let mut ws = Workspace::new(&stream, 0).unwrap();
         // A length beyond max_seq_len in the device data: clamped by the schedule like every kernel.

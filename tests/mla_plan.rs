@@ -17,7 +17,8 @@
 //!   not take are below.)
 
 use graphsafe::ops::mla::sm100::{self, Scheduler, Shape};
-use graphsafe::ops::mla::KvDtype;
+use graphsafe::ops::mla::KV_DTYPES;
+use graphsafe::ops::tensor::DType;
 use graphsafe::Error;
 
 fn closed_form_splits(b: i64, seq: i64, sm: i64) -> u32 {
@@ -56,7 +57,7 @@ fn splits_and_workspace_match_closed_form_on_a_grid() {
             for &sm in SMS {
                 let splits = sm100::num_splits(b, seq, sm, None).unwrap();
                 assert_eq!(splits, closed_form_splits(b, seq, sm), "splits for b={b} seq={seq} sm={sm}");
-                for dtype in KvDtype::ALL {
+                for dtype in KV_DTYPES {
                     for &page in PAGES {
                         let ws = sm100::workspace_bytes(&Shape::new(dtype, b, seq, page, sm), splits as i64).unwrap();
                         assert_eq!(ws, closed_form_workspace(b, seq, page, splits), "workspace for {dtype} b={b} seq={seq} page={page} sm={sm}");
@@ -72,13 +73,13 @@ fn splits_and_workspace_match_closed_form_on_a_grid() {
 #[test]
 fn workspace_for_explicit_splits_matches_closed_form() {
     for splits in 1..=16u32 {
-        let ws = sm100::workspace_bytes(&Shape::new(KvDtype::Bf16, 1, 4096, 64, 148), splits as i64).unwrap();
+        let ws = sm100::workspace_bytes(&Shape::new(DType::Bf16, 1, 4096, 64, 148), splits as i64).unwrap();
         assert_eq!(ws, closed_form_workspace(1, 4096, 64, splits));
     }
     for &b in &[2i64, 7] {
-        assert_eq!(sm100::workspace_bytes(&Shape::new(KvDtype::Bf16, b, 4096, 64, 148), 1).unwrap(), closed_form_workspace(b, 4096, 64, 1));
+        assert_eq!(sm100::workspace_bytes(&Shape::new(DType::Bf16, b, 4096, 64, 148), 1).unwrap(), closed_form_workspace(b, 4096, 64, 1));
         // A count the safety rule refuses has no workspace to size: the decode would refuse it.
-        assert!(matches!(sm100::workspace_bytes(&Shape::new(KvDtype::Bf16, b, 4096, 64, 148), 2), Err(Error::InvalidArgument { .. })));
+        assert!(matches!(sm100::workspace_bytes(&Shape::new(DType::Bf16, b, 4096, 64, 148), 2), Err(Error::InvalidArgument { .. })));
     }
 }
 
@@ -125,11 +126,11 @@ fn default_rule_never_leaves_a_split_without_kv_tiles() {
 #[test]
 fn batch_above_one_always_gets_one_split_and_the_persistent_scheduler() {
     for &b in &BATCHES[1..] {
-        let p = sm100::plan(&Shape::new(KvDtype::Fp8E4m3, b, 163_840, 64, 148), None).unwrap();
+        let p = sm100::plan(&Shape::new(DType::Fp8E4m3, b, 163_840, 64, 148), None).unwrap();
         assert_eq!((p.num_splits, p.scheduler), (1, Scheduler::Persistent));
         assert_eq!(p.workspace_bytes, p.sanitize_bytes, "one split: only the sanitize region");
     }
-    let p = sm100::plan(&Shape::new(KvDtype::Bf16, 1, 65_536, 64, 148), None).unwrap();
+    let p = sm100::plan(&Shape::new(DType::Bf16, 1, 65_536, 64, 148), None).unwrap();
     assert_eq!((p.num_splits, p.scheduler), (16, Scheduler::Individual));
 }
 
@@ -157,13 +158,13 @@ fn zero_or_negative_sizes_are_invalid_arguments_naming_the_argument() {
         ("batch", Box::new(|| sm100::num_splits(65_536, 10, 10, None))),
         ("max_seq_len", Box::new(|| sm100::num_splits(1, 2_147_483_521, 10, None))),
         ("sm_count", Box::new(|| sm100::num_splits(1, 10, 1025, None))),
-        ("max_batch", Box::new(|| sm100::worst_case(&Shape::new(KvDtype::Bf16, 65_536, 10, 64, 10), None).map(|p| p.num_splits))),
+        ("max_batch", Box::new(|| sm100::worst_case(&Shape::new(DType::Bf16, 65_536, 10, 64, 10), None).map(|p| p.num_splits))),
         ("batch", Box::new(|| sm100::num_splits(0, 10, 10, None))),
         ("batch", Box::new(|| sm100::num_splits(-3, 10, 10, None))),
         ("max_seq_len", Box::new(|| sm100::num_splits(1, 0, 10, None))),
         ("sm_count", Box::new(|| sm100::num_splits(1, 10, -1, None))),
-        ("num_splits", Box::new(|| sm100::workspace_bytes(&Shape::new(KvDtype::Bf16, 1, 10, 64, 10), 0).map(|v| v as u32))),
-        ("max_seq_len", Box::new(|| sm100::workspace_bytes(&Shape::new(KvDtype::Bf16, 1, i64::MAX, 64, 10), 1).map(|v| v as u32))),
+        ("num_splits", Box::new(|| sm100::workspace_bytes(&Shape::new(DType::Bf16, 1, 10, 64, 10), 0).map(|v| v as u32))),
+        ("max_seq_len", Box::new(|| sm100::workspace_bytes(&Shape::new(DType::Bf16, 1, i64::MAX, 64, 10), 1).map(|v| v as u32))),
     ];
     for (name, f) in cases {
         match f() {
@@ -180,13 +181,13 @@ fn planner_equals_the_brute_force_maximum_over_every_shape() {
         for b in 1..=max_batch {
             for seq in 1..=max_seq {
                 let s = sm100::num_splits(b, seq, sm, None).unwrap();
-                brute = brute.max(sm100::workspace_bytes(&Shape::new(KvDtype::Bf16, b, seq, page, sm), s as i64).unwrap());
+                brute = brute.max(sm100::workspace_bytes(&Shape::new(DType::Bf16, b, seq, page, sm), s as i64).unwrap());
             }
         }
-        let w = sm100::worst_case(&Shape::new(KvDtype::Bf16, max_batch, max_seq, page, sm), None).unwrap();
+        let w = sm100::worst_case(&Shape::new(DType::Bf16, max_batch, max_seq, page, sm), None).unwrap();
         assert_eq!(w.workspace_bytes, brute, "max_batch={max_batch} max_seq={max_seq} sm={sm} page={page}");
         // The reported shape really needs that much.
-        let again = sm100::plan(&Shape::new(KvDtype::Bf16, w.batch as i64, w.max_seq_len as i64, page, sm), None).unwrap();
+        let again = sm100::plan(&Shape::new(DType::Bf16, w.batch as i64, w.max_seq_len as i64, page, sm), None).unwrap();
         assert_eq!(again.workspace_bytes, w.workspace_bytes);
     }
 }
@@ -195,8 +196,8 @@ fn planner_equals_the_brute_force_maximum_over_every_shape() {
 fn worst_case_is_not_always_at_the_longest_sequence() {
     // 2048 tokens = 16 tiles → 16 splits; 2176 tokens = 17 tiles → 9 balanced splits. With
     // 128-token pages the page table grows by one column: not enough to make up 7 splits.
-    let at_max = sm100::plan(&Shape::new(KvDtype::Bf16, 1, 2176, 128, 148), None).unwrap();
-    let w = sm100::worst_case(&Shape::new(KvDtype::Bf16, 1, 2176, 128, 148), None).unwrap();
+    let at_max = sm100::plan(&Shape::new(DType::Bf16, 1, 2176, 128, 148), None).unwrap();
+    let w = sm100::worst_case(&Shape::new(DType::Bf16, 1, 2176, 128, 148), None).unwrap();
     assert_eq!(at_max.num_splits, 9);
     assert_eq!((w.num_splits, w.max_seq_len), (16, 2048));
     assert!(w.workspace_bytes > at_max.workspace_bytes);
@@ -206,15 +207,15 @@ fn worst_case_is_not_always_at_the_longest_sequence() {
 fn explicit_splits_enter_the_worst_case() {
     // The default would pick 16 at 65536 tokens; an engine that always asks for 4 needs less,
     // and one that asks for 16 at batch 1 needs exactly the batch-1 row.
-    let w4 = sm100::worst_case(&Shape::new(KvDtype::Bf16, 1, 65_536, 64, 148), Some(4)).unwrap();
+    let w4 = sm100::worst_case(&Shape::new(DType::Bf16, 1, 65_536, 64, 148), Some(4)).unwrap();
     assert_eq!((w4.num_splits, w4.workspace_bytes), (4, closed_form_workspace(1, 65_536, 64, 4)));
     // One split is allowed for every batch: the largest batch needs the most.
-    let w1 = sm100::worst_case(&Shape::new(KvDtype::Bf16, 64, 65_536, 64, 148), Some(1)).unwrap();
+    let w1 = sm100::worst_case(&Shape::new(DType::Bf16, 64, 65_536, 64, 148), Some(1)).unwrap();
     assert_eq!((w1.batch, w1.workspace_bytes), (64, closed_form_workspace(64, 65_536, 64, 1)));
     // More than one split only exists for batch 1; more than the cap for no shape at all.
-    let w = sm100::worst_case(&Shape::new(KvDtype::Bf16, 64, 65_536, 64, 148), Some(8)).unwrap();
+    let w = sm100::worst_case(&Shape::new(DType::Bf16, 64, 65_536, 64, 148), Some(8)).unwrap();
     assert_eq!((w.batch, w.num_splits), (1, 8));
-    match sm100::worst_case(&Shape::new(KvDtype::Bf16, 64, 65_536, 64, 148), Some(17)) {
+    match sm100::worst_case(&Shape::new(DType::Bf16, 64, 65_536, 64, 148), Some(17)) {
         Err(Error::InvalidArgument { what, .. }) => assert_eq!(what, "num_splits"),
         other => panic!("{other:?}"),
     }
@@ -240,7 +241,7 @@ fn padded_heads_and_expanded_tokens_match_the_closed_form() {
         for &(h, s_q) in &[(1i64, 1i64), (16, 1), (127, 1), (128, 2), (64, 4), (3, 16), (16, 2)] {
             for &seq in &[1i64, 129, 4096, 65_536] {
                 for &page in &[16i64, 128] {
-                    for dtype in KvDtype::ALL {
+                    for dtype in KV_DTYPES {
                         let shape = Shape::new(dtype, b, seq, page, 148).with_heads(h).with_s_q(s_q);
                         let p = sm100::plan(&shape, None).unwrap();
                         let kb = (b * s_q) as u64;
@@ -248,7 +249,7 @@ fn padded_heads_and_expanded_tokens_match_the_closed_form() {
                         // The split rule is CUTLASS's, for its B' requests: only one request of one
                         // token ever splits.
                         assert_eq!(p.num_splits, closed_form_splits(kb as i64, seq, 148), "{shape:?}");
-                        let elem = dtype.size_bytes() as u64;
+                        let elem = dtype.size() as u64;
                         assert_eq!(p.workspace_bytes, closed_form_adapted(elem, kb, seq, page, p.num_splits), "{shape:?}");
                         // Padding costs the same whatever the head count: CUTLASS computes 128.
                         let h2 = shape.with_heads(if h == 1 { 2 } else { 1 });
@@ -266,10 +267,10 @@ fn padded_heads_and_expanded_tokens_match_the_closed_form() {
 
 #[test]
 fn the_adapted_region_is_the_documented_one() {
-    for (dtype, b, h, s_q, seq, page, splits) in [(KvDtype::Bf16, 3i64, 16i64, 2i64, 1000i64, 64i64, 1i64), (KvDtype::Fp8E4m3, 1, 1, 1, 65_536, 128, 16), (KvDtype::Fp16, 300, 128, 3, 129, 16, 1)] {
+    for (dtype, b, h, s_q, seq, page, splits) in [(DType::Bf16, 3i64, 16i64, 2i64, 1000i64, 64i64, 1i64), (DType::Fp8E4m3, 1, 1, 1, 65_536, 128, 16), (DType::Fp16, 300, 128, 3, 129, 16, 1)] {
         let shape = Shape::new(dtype, b, seq, page, 148).with_heads(h).with_s_q(s_q);
         let l = sm100::layout(&shape, splits).unwrap();
-        let (kb, e) = ((b * s_q) as u64, dtype.size_bytes() as u64);
+        let (kb, e) = ((b * s_q) as u64, dtype.size() as u64);
         let cols = (seq as u64).div_ceil(128) * (128 / page as u64);
         assert_eq!((l.kernel_batch as u64, l.adapted, l.columns as u64), (kb, true, cols));
         assert_eq!(l.lens_offset, 0);
@@ -284,7 +285,7 @@ fn the_adapted_region_is_the_documented_one() {
     }
     // A direct decode (one token of 128 heads) has no staging: the parts after the page table are
     // empty, except the split scratch.
-    let direct = sm100::layout(&Shape::new(KvDtype::Bf16, 4, 1000, 64, 148), 1).unwrap();
+    let direct = sm100::layout(&Shape::new(DType::Bf16, 4, 1000, 64, 148), 1).unwrap();
     assert!(!direct.adapted);
     assert_eq!((direct.lse_offset, direct.q_offset, direct.out_offset), (direct.bytes, direct.bytes, direct.bytes));
     assert_eq!(direct, sm100::sanitize_layout(4, 1000, 64, 1).unwrap());
@@ -293,7 +294,7 @@ fn the_adapted_region_is_the_documented_one() {
 #[test]
 fn expanded_tokens_past_cutlass_batch_limit_are_refused_by_name() {
     // 65535 = 3 x 5 x 17 x 257: 13107 requests of 5 tokens fit exactly, one more does not.
-    let sh = |b: i64, s_q: i64| Shape::new(KvDtype::Bf16, b, 128, 128, 148).with_heads(8).with_s_q(s_q);
+    let sh = |b: i64, s_q: i64| Shape::new(DType::Bf16, b, 128, 128, 148).with_heads(8).with_s_q(s_q);
     let fits = sh(13_107, 5);
     assert_eq!(sm100::plan(&fits, None).unwrap().kernel_batch, 65_535);
     for shape in [sh(13_108, 5), sh(65_535, 2)] {
@@ -305,7 +306,7 @@ fn expanded_tokens_past_cutlass_batch_limit_are_refused_by_name() {
     }
     // The page table's int32 indexing counts kernel requests too.
     // (128 requests of the longest length fill it exactly: 128 x 16777215 columns.)
-    let wide = Shape::new(KvDtype::Bf16, 128, 2_147_483_520, 128, 148).with_s_q(2);
+    let wide = Shape::new(DType::Bf16, 128, 2_147_483_520, 128, 148).with_s_q(2);
     match sm100::plan(&wide, None) {
         Err(Error::InvalidArgument { what, .. }) => assert_eq!(what, "batch x s_q x page-table columns"),
         other => panic!("{other:?}"),
@@ -328,19 +329,19 @@ fn adapted_worst_case_equals_the_brute_force_maximum() {
         for b in 1..=max_batch {
             for s in 1..=s_q {
                 for seq in 1..=max_seq {
-                    let shape = Shape::new(KvDtype::Bf16, b, seq, page, sm).with_heads(h).with_s_q(s);
+                    let shape = Shape::new(DType::Bf16, b, seq, page, sm).with_heads(h).with_s_q(s);
                     brute = brute.max(sm100::plan(&shape, None).unwrap().workspace_bytes);
                 }
             }
         }
-        let limits = Shape::new(KvDtype::Bf16, max_batch, max_seq, page, sm).with_heads(h).with_s_q(s_q);
+        let limits = Shape::new(DType::Bf16, max_batch, max_seq, page, sm).with_heads(h).with_s_q(s_q);
         let w = sm100::worst_case(&limits, None).unwrap();
         assert_eq!(w.workspace_bytes, brute, "{limits:?}");
-        let again = sm100::plan(&Shape::new(KvDtype::Bf16, w.batch as i64, w.max_seq_len as i64, page, sm).with_heads(h).with_s_q(w.s_q as i64), None).unwrap();
+        let again = sm100::plan(&Shape::new(DType::Bf16, w.batch as i64, w.max_seq_len as i64, page, sm).with_heads(h).with_s_q(w.s_q as i64), None).unwrap();
         assert_eq!(again.workspace_bytes, w.workspace_bytes, "{limits:?}: the reported shape needs it");
     }
     // One request of 16 heads splits 16 ways at 65536 tokens: more than 2 such requests of 2 tokens.
-    let limits = Shape::new(KvDtype::Bf16, 1, 65_536, 128, 148).with_heads(16).with_s_q(2);
+    let limits = Shape::new(DType::Bf16, 1, 65_536, 128, 148).with_heads(16).with_s_q(2);
     let w = sm100::worst_case(&limits, None).unwrap();
     assert_eq!((w.s_q, w.num_splits), (1, 16));
 }
@@ -373,7 +374,7 @@ fn sm90_splits_and_workspace_match_closed_form_on_a_grid() {
         for &(h, s_q) in &[(16i64, 1i64), (32, 1), (64, 1), (80, 1), (128, 1), (1, 1), (3, 4), (9, 2), (63, 1), (126, 1), (16, 2), (64, 2), (128, 2), (128, 16), (7, 16)] {
             for &seq in &[1i64, 63, 64, 65, 1000, 4096, 8192, 65_536] {
                 for &sm in &[1i64, 8, 132] {
-                    let p = sm90::plan(KvDtype::Bf16, h, s_q, b, seq, sm, None).unwrap();
+                    let p = sm90::plan(DType::Bf16, h, s_q, b, seq, sm, None).unwrap();
                     assert_eq!((p.num_splits, p.workspace_bytes), sm90_closed_form(b, h, s_q, seq, sm), "b={b} h={h} s_q={s_q} seq={seq} sm={sm}");
                     n += 1;
                 }
@@ -420,7 +421,7 @@ fn sm90_rules_and_errors() {
             other => panic!("{b} {h} {s_q} {seq} {sm} {req:?}: {other:?}"),
         }
     }
-    assert!(matches!(sm90::plan(KvDtype::Fp8E4m3, 128, 1, 1, 64, 132, None), Err(Error::InvalidArgument { .. })));
+    assert!(matches!(sm90::plan(DType::Fp8E4m3, 128, 1, 1, 64, 132, None), Err(Error::InvalidArgument { .. })));
 }
 
 /// The worst case equals the maximum over every batch, length and token count up to the limits:
@@ -432,10 +433,10 @@ fn sm90_planner_equals_the_brute_force_maximum() {
         for b in 1..=max_batch {
             for seq in 1..=max_seq {
                 for s in 1..=s_q {
-                    brute = brute.max(sm90::plan(KvDtype::Fp16, heads, s, b, seq, sm, None).unwrap().workspace_bytes);
+                    brute = brute.max(sm90::plan(DType::Fp16, heads, s, b, seq, sm, None).unwrap().workspace_bytes);
                 }
             }
         }
-        assert_eq!(sm90::worst_case(KvDtype::Fp16, heads, s_q, max_batch, max_seq, sm, None).unwrap().workspace_bytes, brute, "{max_batch} {heads} {s_q} {max_seq} {sm}");
+        assert_eq!(sm90::worst_case(DType::Fp16, heads, s_q, max_batch, max_seq, sm, None).unwrap().workspace_bytes, brute, "{max_batch} {heads} {s_q} {max_seq} {sm}");
     }
 }

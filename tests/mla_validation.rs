@@ -1,7 +1,7 @@
 //! Every validation rule of the MLA decode op, fed its bad value, on the CPU (no GPU: the checks
 //! run on descriptors of device memory). One good argument set is mutated one field at a time.
 
-use graphsafe::ops::mla::{sm100, KvDtype, KvFormat, KvFormatKind, MlaArch, MlaDecodeArgs, DS_MLA_TOKEN_BYTES};
+use graphsafe::ops::mla::{sm100, KvFormat, KvFormatKind, MlaArch, MlaDecodeArgs, DS_MLA_TOKEN_BYTES};
 use graphsafe::ops::tensor::{DType, Tensor};
 use graphsafe::sys::cuda as c;
 use graphsafe::Error;
@@ -105,10 +105,10 @@ fn shapes() {
     // which the plan counts: the sm100 planner's own answer for that many heads).
     for heads in [1, 3, 64, 127] {
         let p = plan(&good(MlaArch::Sm100, heads, 128, DType::Bf16), MlaArch::Sm100).unwrap();
-        let shape = sm100::Shape::new(KvDtype::Bf16, B as i64, 8 * 128, 128, 132).with_heads(heads as i64);
+        let shape = sm100::Shape::new(DType::Bf16, B as i64, 8 * 128, 128, 132).with_heads(heads as i64);
         let want = sm100::plan(&shape, None).unwrap();
         assert_eq!((p.num_heads as usize, p.num_splits, p.workspace_bytes), (heads, want.num_splits, want.workspace_bytes));
-        assert!(want.adapted && want.workspace_bytes > sm100::plan(&sm100::Shape::new(KvDtype::Bf16, B as i64, 8 * 128, 128, 132), None).unwrap().workspace_bytes);
+        assert!(want.adapted && want.workspace_bytes > sm100::plan(&sm100::Shape::new(DType::Bf16, B as i64, 8 * 128, 128, 132), None).unwrap().workspace_bytes);
     }
     rejects(&good(MlaArch::Sm100, 129, 128, DType::Bf16), MlaArch::Sm100, "q_nope.shape[1] (heads)");
     rejects(&good(MlaArch::Sm90, 144, 64, DType::Bf16), MlaArch::Sm90, "q_nope.shape[1] (heads)");
@@ -162,7 +162,7 @@ fn query_tokens_per_request_with_any_head_count() {
         let p = plan(&tokens(MlaArch::Sm90, heads, s_q), MlaArch::Sm90).unwrap();
         assert_eq!((p.num_heads as usize, p.s_q as usize, p.batch as usize), (heads, s_q, B));
         // The plan is the planners' for that many rows (causal or not).
-        let direct = graphsafe::ops::mla::sm90::plan(graphsafe::ops::mla::KvDtype::Bf16, heads as i64, s_q as i64, B as i64, 8 * 64, 132, None).unwrap();
+        let direct = graphsafe::ops::mla::sm90::plan(DType::Bf16, heads as i64, s_q as i64, B as i64, 8 * 64, 132, None).unwrap();
         assert_eq!((p.num_splits, p.workspace_bytes), (direct.num_splits, direct.workspace_bytes), "{heads} x {s_q}");
     }
     rejects(&tokens(MlaArch::Sm90, 16, 17), MlaArch::Sm90, "q_nope.shape[1] (s_q");
@@ -173,7 +173,7 @@ fn query_tokens_per_request_with_any_head_count() {
         a.kv_cache = Tensor::contiguous(mem(PAGES * 128 * 576 * 2, 2), DType::Bf16, &[PAGES, 128, 576]);
         a.max_seq_len = 8 * 128;
         let p = plan(&a, MlaArch::Sm100).unwrap();
-        let shape = sm100::Shape::new(KvDtype::Bf16, B as i64, 8 * 128, 128, 132).with_heads(heads as i64).with_s_q(s_q as i64);
+        let shape = sm100::Shape::new(DType::Bf16, B as i64, 8 * 128, 128, 132).with_heads(heads as i64).with_s_q(s_q as i64);
         let want = sm100::plan(&shape, None).unwrap();
         assert_eq!((p.s_q as usize, p.num_splits, p.workspace_bytes), (s_q, want.num_splits, want.workspace_bytes), "{heads} x {s_q}");
         assert_eq!(want.kernel_batch as usize, B * s_q);
@@ -534,8 +534,8 @@ fn kv_format_names_parse_and_print() {
     }
     assert_eq!("fp8_ds_mla".parse::<KvFormatKind>().unwrap(), KvFormatKind::Fp8DsMla);
     assert!("int4".parse::<KvFormatKind>().is_err());
-    assert_eq!(KvFormatKind::Fp8DsMla.token_bytes(graphsafe::ops::mla::KvDtype::Bf16), 656);
-    assert_eq!(KvFormatKind::Native.token_bytes(graphsafe::ops::mla::KvDtype::Bf16), 1152);
+    assert_eq!(KvFormatKind::Fp8DsMla.token_bytes(DType::Bf16), 656);
+    assert_eq!(KvFormatKind::Native.token_bytes(DType::Bf16), 1152);
 }
 
 /// sm100 with split-KV: CUTLASS's split reduction writes `out` densely ([B, 128, 512], whatever

@@ -22,7 +22,7 @@
 //! (up to the limits) checked to be a real shape of the domain that no sampled or listed shape
 //! needs more than: no pre-grow below a printed row.
 
-use graphsafe::ops::mla::{sm100, sm90, KvDtype, MAX_BATCH, MAX_SEQ_LEN, MAX_SM_COUNT};
+use graphsafe::ops::mla::{sm100, sm90, MAX_BATCH, MAX_SEQ_LEN, MAX_SM_COUNT};
 use graphsafe::ops::nvfp4::{self, Nvfp4Arch, Tile};
 use graphsafe::ops::tensor::DType;
 use graphsafe::sys::kernels as k;
@@ -158,8 +158,8 @@ fn page_ok(p: i64) -> bool {
     (1..=128).contains(&p) && p & (p - 1) == 0
 }
 
-fn elem_of(dtype: KvDtype) -> u128 {
-    if dtype == KvDtype::Fp8E4m3 {
+fn elem_of(dtype: DType) -> u128 {
+    if dtype == DType::Fp8E4m3 {
         1
     } else {
         2
@@ -167,7 +167,7 @@ fn elem_of(dtype: KvDtype) -> u128 {
 }
 
 /// The whole model plan: (splits, workspace), or None when the planner must refuse.
-fn m100_plan(dtype: KvDtype, b: i64, hq: Hq, seq: i64, page: i64, sm: i64, req: Option<i64>) -> Option<(u128, u128)> {
+fn m100_plan(dtype: DType, b: i64, hq: Hq, seq: i64, page: i64, sm: i64, req: Option<i64>) -> Option<(u128, u128)> {
     if !limits_ok(b, seq, sm) || !page_ok(page) {
         return None;
     }
@@ -176,13 +176,13 @@ fn m100_plan(dtype: KvDtype, b: i64, hq: Hq, seq: i64, page: i64, sm: i64, req: 
     Some((s, m100_workspace(elem_of(dtype), kb, m100_adapted(hq), seq, page, s)?))
 }
 
-fn shape(dtype: KvDtype, b: i64, (h, s_q): Hq, seq: i64, page: i64, sm: i64) -> sm100::Shape {
+fn shape(dtype: DType, b: i64, (h, s_q): Hq, seq: i64, page: i64, sm: i64) -> sm100::Shape {
     sm100::Shape::new(dtype, b, seq, page, sm).with_heads(h).with_s_q(s_q)
 }
 
 fn check_sm100(b: i64, hq: Hq, seq: i64, page: i64, sm: i64, req: Option<i64>) {
     let ctx = format!("sm100 b={b} (heads, s_q)={hq:?} seq={seq} page={page} sm={sm} req={req:?}");
-    for dtype in [KvDtype::Bf16, KvDtype::Fp8E4m3] {
+    for dtype in [DType::Bf16, DType::Fp8E4m3] {
         let got = sm100::plan(&shape(dtype, b, hq, seq, page, sm), req);
         match m100_plan(dtype, b, hq, seq, page, sm, req) {
             None => invalid(got, &ctx),
@@ -202,8 +202,8 @@ fn check_sm100(b: i64, hq: Hq, seq: i64, page: i64, sm: i64, req: Option<i64>) {
                 assert_eq!(sm100::max_safe_splits(kb, seq, sm).unwrap() as u128, m100_cap(kb, seq, sm), "{ctx}");
                 // fp16 sizes as bf16 (both 2-byte queries; the element type does not enter
                 // CUTLASS's formula).
-                if dtype == KvDtype::Bf16 {
-                    let q = sm100::plan(&shape(KvDtype::Fp16, b, hq, seq, page, sm), req).unwrap();
+                if dtype == DType::Bf16 {
+                    let q = sm100::plan(&shape(DType::Fp16, b, hq, seq, page, sm), req).unwrap();
                     assert_eq!(q.workspace_bytes, p.workspace_bytes, "{ctx}");
                 }
             }
@@ -253,7 +253,7 @@ fn m90_plan(b: i64, (h, s_q): (i64, i64), seq: i64, sm: i64, req: Option<i64>) -
 
 fn check_sm90(b: i64, (h, s_q): (i64, i64), seq: i64, sm: i64, req: Option<i64>) {
     let ctx = format!("sm90 b={b} h={h} s_q={s_q} seq={seq} sm={sm} req={req:?}");
-    let got = sm90::plan(KvDtype::Bf16, h, s_q, b, seq, sm, req);
+    let got = sm90::plan(DType::Bf16, h, s_q, b, seq, sm, req);
     match m90_plan(b, (h, s_q), seq, sm, req) {
         None => invalid(got, &ctx),
         Some((s, ws)) => {
@@ -350,7 +350,7 @@ fn m100_worst(max_b: i64, (h, max_s_q): Hq, max_seq: i64, page: i64, sm: i64, re
     for b in 1..=max_b {
         for s_q in 1..=max_s_q {
             for &seq in &lens {
-                if let Some((_, ws)) = m100_plan(KvDtype::Bf16, b, (h, s_q), seq, page, sm, req) {
+                if let Some((_, ws)) = m100_plan(DType::Bf16, b, (h, s_q), seq, page, sm, req) {
                     worst = worst.max(Some(ws));
                 }
             }
@@ -389,7 +389,7 @@ fn worst_cases_equal_the_model_maximum_over_every_shape() {
         // The scan is max_b x s_q x lengths: keep it small when tokens multiply it.
         let max_seq = if hq.1 > 1 { max_seq.min(128 * 80) } else { max_seq };
         let ctx = format!("sm100 max_b={max_b} (heads, s_q)={hq:?} max_seq={max_seq} page={page} sm={sm} req={req:?}");
-        let got = sm100::worst_case(&shape(KvDtype::Bf16, max_b, hq, max_seq, page, sm), req);
+        let got = sm100::worst_case(&shape(DType::Bf16, max_b, hq, max_seq, page, sm), req);
         match m100_worst(max_b, hq, max_seq, page, sm, req) {
             None => invalid(got, &ctx),
             Some(ws) => {
@@ -397,7 +397,7 @@ fn worst_cases_equal_the_model_maximum_over_every_shape() {
                 assert_eq!(w.workspace_bytes as u128, ws, "{ctx}");
                 // The reported shape is a shape of the domain that needs exactly that much.
                 assert!(w.batch as i64 <= max_b && w.max_seq_len as i64 <= max_seq && w.s_q as i64 <= hq.1, "{ctx}: {w:?}");
-                assert_eq!(m100_plan(KvDtype::Bf16, w.batch as i64, (hq.0, w.s_q as i64), w.max_seq_len as i64, page, sm, req).map(|p| p.1), Some(ws), "{ctx}");
+                assert_eq!(m100_plan(DType::Bf16, w.batch as i64, (hq.0, w.s_q as i64), w.max_seq_len as i64, page, sm, req).map(|p| p.1), Some(ws), "{ctx}");
             }
         }
         cases += 1;
@@ -411,7 +411,7 @@ fn worst_cases_equal_the_model_maximum_over_every_shape() {
         let s_q = [1, 1, 2, 3][rng.below(4) as usize];
         let req = if rng.below(4) == 0 { Some(rng.pick(1, 300)) } else { None };
         let ctx = format!("sm90 max_b={max_b} h={h} s_q={s_q} max_seq={max_seq} sm={sm} req={req:?}");
-        let got = sm90::worst_case(KvDtype::Bf16, h, s_q, max_b, max_seq, sm, req);
+        let got = sm90::worst_case(DType::Bf16, h, s_q, max_b, max_seq, sm, req);
         match m90_worst(max_b, (h, s_q), max_seq, sm, req) {
             None => invalid(got, &ctx),
             Some(ws) => {
@@ -452,7 +452,7 @@ fn no_pre_grow_is_below_a_printed_row_up_to_the_limits() {
             1 => Some(1),
             _ => Some(rng.pick(1, 16)),
         };
-        let w = match sm100::worst_case(&shape(KvDtype::Fp16, max_b, (h, s_q), max_seq, page, sm), req) {
+        let w = match sm100::worst_case(&shape(DType::Fp16, max_b, (h, s_q), max_seq, page, sm), req) {
             Ok(w) => w,
             Err(e) => {
                 // Only an explicit count no shape of the domain allows is refused.
@@ -460,11 +460,11 @@ fn no_pre_grow_is_below_a_printed_row_up_to_the_limits() {
                 continue;
             }
         };
-        assert_eq!(Some(w.workspace_bytes as u128), m100_plan(KvDtype::Fp16, w.batch as i64, (h, w.s_q as i64), w.max_seq_len as i64, page, sm, req).map(|p| p.1));
+        assert_eq!(Some(w.workspace_bytes as u128), m100_plan(DType::Fp16, w.batch as i64, (h, w.s_q as i64), w.max_seq_len as i64, page, sm, req).map(|p| p.1));
         let mut shapes: Vec<(i64, i64, i64)> = list.iter().map(|&b| (b, s_q, max_seq)).collect();
         shapes.extend((0..25).map(|_| (rng.pick(1, max_b), rng.pick(1, s_q), rng.pick(1, max_seq))));
         for (b, s, seq) in shapes {
-            if let Some((_, ws)) = m100_plan(KvDtype::Fp16, b, (h, s), seq, page, sm, req) {
+            if let Some((_, ws)) = m100_plan(DType::Fp16, b, (h, s), seq, page, sm, req) {
                 assert!(ws <= w.workspace_bytes as u128, "sm100 row b={b} h={h} s_q={s} seq={seq} page={page} sm={sm} req={req:?}: {ws} > {}", w.workspace_bytes);
                 rows += 1;
             }
@@ -478,7 +478,7 @@ fn no_pre_grow_is_below_a_printed_row_up_to_the_limits() {
         let list: Vec<i64> = (0..1 + rng.below(4)).map(|_| rng.pick(1, MAX_BATCH)).collect();
         let max_b = *list.iter().max().unwrap();
         let req = if i % 2 == 0 { None } else { Some(rng.pick(1, 256)) };
-        let w = match sm90::worst_case(KvDtype::Bf16, h, s_q, max_b, max_seq, sm, req) {
+        let w = match sm90::worst_case(DType::Bf16, h, s_q, max_b, max_seq, sm, req) {
             Ok(w) => w,
             Err(e) => {
                 assert!(req.is_some_and(|r| r as u128 > div_up(max_seq as u128, 64).min(256)), "sm90: {e}");
@@ -504,28 +504,28 @@ fn no_pre_grow_is_below_a_printed_row_up_to_the_limits() {
 fn worst_cases_at_the_limits_are_real_shapes() {
     // The largest accepted inputs (which used to take an hour): the answer is the model's plan
     // of a shape of the domain, and at least every row an engine would list.
-    let w = sm100::worst_case(&shape(KvDtype::Bf16, 128, (128, 1), MAX_SEQ_LEN, 128, 148), None).unwrap();
-    assert_eq!(Some(w.workspace_bytes as u128), m100_plan(KvDtype::Bf16, w.batch as i64, (128, 1), w.max_seq_len as i64, 128, 148, None).map(|p| p.1));
+    let w = sm100::worst_case(&shape(DType::Bf16, 128, (128, 1), MAX_SEQ_LEN, 128, 148), None).unwrap();
+    assert_eq!(Some(w.workspace_bytes as u128), m100_plan(DType::Bf16, w.batch as i64, (128, 1), w.max_seq_len as i64, 128, 148, None).map(|p| p.1));
     for b in [1, 2, 64, 128] {
-        assert!(m100_plan(KvDtype::Bf16, b, (128, 1), MAX_SEQ_LEN, 128, 148, None).unwrap().1 <= w.workspace_bytes as u128);
+        assert!(m100_plan(DType::Bf16, b, (128, 1), MAX_SEQ_LEN, 128, 148, None).unwrap().1 <= w.workspace_bytes as u128);
     }
-    let w = sm100::worst_case(&shape(KvDtype::Bf16, MAX_BATCH, (128, 1), 4_194_176, 128, 148), None).unwrap();
+    let w = sm100::worst_case(&shape(DType::Bf16, MAX_BATCH, (128, 1), 4_194_176, 128, 148), None).unwrap();
     assert_eq!((w.batch as i64, w.max_seq_len), (MAX_BATCH, 4_194_176), "the page table dominates");
     // Padded and expanded at the limits: 32767 requests of 2 tokens of 16 heads (B' = 65534), and
     // B' = 64 requests of the longest length; the staging dominates the first, the page table the second.
     for (b, hq, seq) in [(32_767, (16, 2), 1000), (4, (1, 16), MAX_SEQ_LEN / 2)] {
-        let w = sm100::worst_case(&shape(KvDtype::Bf16, b, hq, seq, 128, 148), None).unwrap();
+        let w = sm100::worst_case(&shape(DType::Bf16, b, hq, seq, 128, 148), None).unwrap();
         assert_eq!((w.batch as i64, w.s_q as i64, w.max_seq_len as i64), (b, hq.1, seq), "{hq:?}");
-        assert_eq!(Some(w.workspace_bytes as u128), m100_plan(KvDtype::Bf16, b, hq, seq, 128, 148, None).map(|p| p.1));
+        assert_eq!(Some(w.workspace_bytes as u128), m100_plan(DType::Bf16, b, hq, seq, 128, 148, None).map(|p| p.1));
     }
     // One more request of 2 tokens is past CUTLASS's batch limit: refused by name, for any page size.
-    match sm100::worst_case(&shape(KvDtype::Bf16, 32_768, (16, 2), 1000, 64, 148), None) {
+    match sm100::worst_case(&shape(DType::Bf16, 32_768, (16, 2), 1000, 64, 148), None) {
         Err(Error::InvalidArgument { what, .. }) => assert_eq!(what, "batch x s_q"),
         other => panic!("{other:?}"),
     }
     for (h, s_q) in [(16, 1), (64, 1), (128, 1), (1, 1), (128, 16), (3, 16)] {
         for sm in [1, 132, 1024] {
-            let w = sm90::worst_case(KvDtype::Bf16, h, s_q, MAX_BATCH, MAX_SEQ_LEN, sm, None).unwrap();
+            let w = sm90::worst_case(DType::Bf16, h, s_q, MAX_BATCH, MAX_SEQ_LEN, sm, None).unwrap();
             assert_eq!(Some(w.workspace_bytes as u128), m90_plan(w.batch as i64, (h, w.s_q as i64), w.max_seq_len as i64, sm, None).map(|p| p.1));
             for b in [1, 2, sm, MAX_BATCH] {
                 for seq in [64 * 256, MAX_SEQ_LEN] {

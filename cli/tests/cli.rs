@@ -115,7 +115,7 @@ fn plan_mla_for_hopper_uses_graphsafes_kernel() {
     assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["kernel"], "graphsafe-sm90");
-    let p = graphsafe::ops::mla::sm90::plan(graphsafe::ops::mla::KvDtype::Bf16, 16, 1, 1, 4096, 132, None).unwrap();
+    let p = graphsafe::ops::mla::sm90::plan(graphsafe::ops::tensor::DType::Bf16, 16, 1, 1, 4096, 132, None).unwrap();
     assert_eq!(v["plans"][0]["num_splits"], p.num_splits);
     assert_eq!(v["plans"][0]["workspace_bytes"], p.workspace_bytes);
     let text = String::from_utf8(graphsafe(&["plan", "mla", "--arch", "sm_90", "--batch", "8", "--seq-len", "65536", "--sm-count", "132"]).stdout).unwrap();

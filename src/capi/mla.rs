@@ -4,7 +4,7 @@
 use super::core::{capture_obj, captured_op, eager_op, stream_obj, workspace_obj, GraphsafeCapture, GraphsafeStream, GraphsafeWorkspace};
 use super::{guard, null, put, read, CallerMemory, Fail, Raw};
 use crate::ops::mla::decode::run;
-use crate::ops::mla::{self as mla, KvDtype, KvFormat, KvFormatKind, MlaArch, MlaDecodeArgs, MlaLimits, DS_MLA_TOKEN_BYTES};
+use crate::ops::mla::{self as mla, KvFormat, KvFormatKind, MlaArch, MlaDecodeArgs, MlaLimits, DS_MLA_TOKEN_BYTES};
 use crate::ops::tensor::{DType, Tensor};
 use std::ffi::c_int;
 
@@ -200,11 +200,12 @@ fn check_kv_format(arch: Option<MlaArch>, format: KvFormatKind, dtype: c_int) ->
     Ok(())
 }
 
-fn dtype_of(d: c_int) -> Result<(KvDtype, DType, DType), Fail> {
+/// The query's dtype and the output's (bf16 for fp8 queries).
+fn dtype_of(d: c_int) -> Result<(DType, DType), Fail> {
     Ok(match d {
-        GRAPHSAFE_DTYPE_BF16 => (KvDtype::Bf16, DType::Bf16, DType::Bf16),
-        GRAPHSAFE_DTYPE_FP16 => (KvDtype::Fp16, DType::Fp16, DType::Fp16),
-        GRAPHSAFE_DTYPE_FP8_E4M3 => (KvDtype::Fp8E4m3, DType::Fp8E4m3, DType::Bf16),
+        GRAPHSAFE_DTYPE_BF16 => (DType::Bf16, DType::Bf16),
+        GRAPHSAFE_DTYPE_FP16 => (DType::Fp16, DType::Fp16),
+        GRAPHSAFE_DTYPE_FP8_E4M3 => (DType::Fp8E4m3, DType::Bf16),
         other => return Err(crate::Error::invalid("dtype", "GRAPHSAFE_DTYPE_BF16, _FP16 or _FP8_E4M3", other).into()),
     })
 }
@@ -222,7 +223,7 @@ fn tokens(a: &GraphsafeMlaDecodeArgs) -> Result<usize, Fail> {
 }
 
 fn to_args(a: &GraphsafeMlaDecodeArgs, kv: Kv, mem: CallerMemory<'_>) -> Result<MlaDecodeArgs<Raw>, Fail> {
-    let (_, dt, out_dt) = dtype_of(a.dtype)?;
+    let (dt, out_dt) = dtype_of(a.dtype)?;
     let (b, s, h) = (non_negative("batch", a.batch as i64)?, tokens(a)?, non_negative("num_heads", a.num_heads as i64)?);
     let m = |ptr: u64, what: &str| mem.pointer(ptr, what);
     let st = |v: i64, what: &str| non_negative(what, v);
@@ -292,7 +293,7 @@ pub struct GraphsafeMlaLimits {
 
 /// The Rust planners' limits for `l`, and its back-end.
 fn limits_of(l: &GraphsafeMlaLimits) -> Result<(MlaArch, MlaLimits), Fail> {
-    let (dtype, _, _) = dtype_of(l.dtype)?;
+    let (dtype, _) = dtype_of(l.dtype)?;
     let format = format_of(l.kv_format)?;
     let arch = crate::arch::mla_for_abi(l.arch)?;
     let count = |what: &str, v: c_int| u32::try_from(v).map_err(|_| Fail::from(crate::Error::invalid(what, "a value >= 0", v)));

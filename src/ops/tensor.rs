@@ -52,6 +52,22 @@ impl fmt::Display for DType {
     }
 }
 
+impl std::str::FromStr for DType {
+    type Err = Error;
+    /// The names [`DType`]'s `Display` writes, and the usual others (`bfloat16`, `half`, `fp8`, …).
+    fn from_str(s: &str) -> Result<Self> {
+        match s.to_ascii_lowercase().as_str() {
+            "bf16" | "bfloat16" => Ok(DType::Bf16),
+            "fp16" | "f16" | "half" | "float16" => Ok(DType::Fp16),
+            "fp8" | "fp8_e4m3" | "fp8-e4m3" | "e4m3" => Ok(DType::Fp8E4m3),
+            "f32" | "fp32" | "float" | "float32" => Ok(DType::F32),
+            "i32" | "int32" => Ok(DType::I32),
+            "u8" | "uint8" => Ok(DType::U8),
+            _ => Err(Error::invalid("dtype", "bf16, fp16, fp8, f32, i32 or u8", s)),
+        }
+    }
+}
+
 impl Tensor<&DeviceBuffer> {
     /// The same view inside `cap`: its buffer bound to the capture (so every graph made from it
     /// keeps the buffer alive), offset, dtype, shape and strides unchanged. A buffer of another

@@ -10,7 +10,8 @@
 //!    captured and replayed against eager (`nvfp4_live`).
 
 use graphsafe::driver;
-use graphsafe::ops::mla::{sm100, KvDtype, LATENT_DIM, NUM_HEADS, ROPE_DIM};
+use graphsafe::ops::mla::{sm100, LATENT_DIM, NUM_HEADS, ROPE_DIM};
+use graphsafe::ops::tensor::DType;
 
 /// DeepSeek-V3's longest context (max_position_embeddings).
 const MAX_SEQ_LEN: i64 = 163_840;
@@ -44,7 +45,7 @@ pub fn run() -> i32 {
     };
     println!("graphsafe demo: DeepSeek-V3 decode step, MLA {NUM_HEADS} heads x ({LATENT_DIM} latent + {ROPE_DIM} rope), contexts up to {MAX_SEQ_LEN}");
     println!("workspace plan for {target}");
-    let dtype = KvDtype::Bf16;
+    let dtype = DType::Bf16;
     println!("{:>8} {:>7} {:>16}", "batch", "splits", "workspace bytes");
     for &b in CAPTURE_BATCHES {
         match sm100::plan(&sm100::Shape::new(dtype, b, MAX_SEQ_LEN, PLAN_PAGE_SIZE, sm_count), None) {

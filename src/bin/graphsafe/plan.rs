@@ -4,7 +4,7 @@
 
 use clap::Subcommand;
 use graphsafe::arch::{Gpu, Target};
-use graphsafe::ops::mla::{self as mla, sm100, KvDtype, KvFormatKind, MlaArch, MlaDecodePlan, MlaLimits};
+use graphsafe::ops::mla::{self as mla, sm100, KvFormatKind, MlaArch, MlaDecodePlan, MlaLimits};
 use graphsafe::ops::nvfp4::{self, Nvfp4Limits, Nvfp4Plan};
 use graphsafe::ops::tensor::DType;
 use graphsafe::Error;
@@ -270,7 +270,7 @@ struct MlaShape<'a> {
 fn mla_plan(arch_arg: &str, a: &MlaShape, json: bool) -> graphsafe::Result<()> {
     let (arch, back_end) = Arch::parse(arch_arg, graphsafe::arch::plan_mla)?;
     let kv_format: KvFormatKind = a.kv_format.parse()?;
-    let dtype: KvDtype = a.dtype.parse()?;
+    let dtype: DType = a.dtype.parse()?;
     let (sm_count, sm_from) = arch.sm_count(a.sm_count);
     let splits = a.splits.map(|n| flag_u32("--splits", n)).transpose()?;
     let limits = |batch: i64| -> graphsafe::Result<MlaLimits> {

@@ -10,7 +10,7 @@
 //! [`Error::WorkspaceTooSmall`] instead, launching nothing. Both validate every argument first.
 
 use super::plan::{plan, MlaDecodePlan, MlaLimits};
-use super::{KvDtype, LATENT_DIM, MAX_SEQ_LEN, NUM_HEADS, ROPE_DIM};
+use super::{glue_dtype, LATENT_DIM, MAX_SEQ_LEN, NUM_HEADS, ROPE_DIM};
 use crate::driver::{DeviceBuffer, Stream};
 use crate::error::{Error, Result};
 use crate::graph::op_target::OpTarget;
@@ -105,12 +105,7 @@ impl KvFormatKind {
     }
 
     /// Bytes per token of the cache for queries of `q` (the element type of a native cache).
-    pub fn token_bytes(self, q: KvDtype) -> usize {
-        let q = match q {
-            KvDtype::Bf16 => DType::Bf16,
-            KvDtype::Fp16 => DType::Fp16,
-            KvDtype::Fp8E4m3 => DType::Fp8E4m3,
-        };
+    pub fn token_bytes(self, q: DType) -> usize {
         let (dt, row) = self.cache_element(q);
         dt.size() * row
     }
@@ -293,15 +288,6 @@ impl MlaDecodeArgs<&DeviceBuffer> {
     }
 }
 
-fn kv_dtype(d: DType) -> Option<KvDtype> {
-    match d {
-        DType::Bf16 => Some(KvDtype::Bf16),
-        DType::Fp16 => Some(KvDtype::Fp16),
-        DType::Fp8E4m3 => Some(KvDtype::Fp8E4m3),
-        _ => None,
-    }
-}
-
 impl<M: DeviceMemory> MlaDecodeArgs<M> {
     /// Validates everything that can be checked on the host and plans the launch for `arch` on a
     /// GPU with `sm_count` SMs whose context is `ctx` (null skips the device check: planning only).
@@ -341,7 +327,7 @@ impl<M: DeviceMemory> MlaDecodeArgs<M> {
         // Every rule on the scalars (dtype and format per back-end, heads, tokens, page size) is the
         // planners' (plan.rs), named here by the tensor that carries the value.
         let limits = MlaLimits {
-            dtype: kv_dtype(dt).expect("a dtype checked above"),
+            dtype: dt,
             kv_format: format,
             num_heads: u32::try_from(heads).unwrap_or(u32::MAX),
             s_q: u32::try_from(s_q).unwrap_or(u32::MAX),
@@ -461,7 +447,7 @@ impl<M: DeviceMemory> MlaDecodeArgs<M> {
         };
         let (q_nope, q_pe, out) = (rows(target, "q_nope", &self.q_nope)?, rows(target, "q_pe", &self.q_pe)?, rows(target, "out", &self.out)?);
         Ok(glue::Decode {
-            dtype: p.dtype.to_glue(),
+            dtype: glue_dtype("q_nope.dtype", p.dtype)?,
             batch: i32_of("batch", p.batch as u64)?,
             num_heads: i32_of("num_heads", p.num_heads as u64)?,
             s_q: i32_of("s_q", p.s_q as u64)?,

@@ -6,8 +6,7 @@
 //! 4.2's Blackwell kernel) and [`sm90`] (graphsafe's Hopper kernel) plan its two back-ends, on any
 //! machine; [`reference`](mod@reference) checks them.
 
-use std::fmt;
-use std::str::FromStr;
+use crate::ops::tensor::DType;
 
 pub mod decode;
 pub mod plan;
@@ -50,59 +49,21 @@ pub(crate) fn check_limits(batch: (&str, i64), max_seq_len: (&str, i64), sm_coun
     Ok((in_range(batch.0, batch.1, MAX_BATCH)?, in_range(max_seq_len.0, max_seq_len.1, MAX_SEQ_LEN)?, in_range("sm_count", sm_count, MAX_SM_COUNT)?))
 }
 
-/// Element type of the query and the latent KV cache.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum KvDtype {
-    /// bfloat16 in, bfloat16 out.
-    Bf16,
-    /// float16 in, float16 out.
-    Fp16,
-    /// float8 e4m3 in, bfloat16 out.
-    Fp8E4m3,
-}
+/// The element types a decode takes for the query and a native KV cache: bf16, fp16, and fp8 e4m3
+/// (sm_100's fp8 path; Hopper reads fp8 caches with bf16 queries: [`KvFormat`]).
+pub const KV_DTYPES: [DType; 3] = [DType::Bf16, DType::Fp16, DType::Fp8E4m3];
 
-impl KvDtype {
-    /// Every dtype, for loops in tests and tools.
-    pub const ALL: [KvDtype; 3] = [KvDtype::Bf16, KvDtype::Fp16, KvDtype::Fp8E4m3];
+/// MLA's former element type, now the one [`DType`] of every op (MLA takes those of [`KV_DTYPES`]).
+#[deprecated(note = "use DType: MLA takes the dtypes of mla::KV_DTYPES")]
+pub type KvDtype = DType;
 
-    /// Bytes per element.
-    pub fn size_bytes(self) -> usize {
-        match self {
-            KvDtype::Bf16 | KvDtype::Fp16 => 2,
-            KvDtype::Fp8E4m3 => 1,
-        }
-    }
-
-    /// The glue's name for it.
-    pub(crate) fn to_glue(self) -> crate::sys::glue::GlueDtype {
-        use crate::sys::glue::GlueDtype as G;
-        match self {
-            KvDtype::Bf16 => G::Bf16,
-            KvDtype::Fp16 => G::Fp16,
-            KvDtype::Fp8E4m3 => G::Fp8E4m3,
-        }
-    }
-}
-
-impl fmt::Display for KvDtype {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            KvDtype::Bf16 => "bf16",
-            KvDtype::Fp16 => "fp16",
-            KvDtype::Fp8E4m3 => "fp8",
-        })
-    }
-}
-
-impl FromStr for KvDtype {
-    type Err = crate::Error;
-    fn from_str(s: &str) -> crate::Result<Self> {
-        match s.to_ascii_lowercase().as_str() {
-            "bf16" | "bfloat16" => Ok(KvDtype::Bf16),
-            "fp16" | "f16" | "half" | "float16" => Ok(KvDtype::Fp16),
-            "fp8" | "fp8_e4m3" | "fp8-e4m3" | "e4m3" => Ok(KvDtype::Fp8E4m3),
-            _ => Err(crate::Error::invalid("dtype", "bf16, fp16 or fp8", s)),
-        }
+/// `dtype` as the glue's, if MLA takes it ([`KV_DTYPES`]); else `InvalidArgument` naming `what`.
+pub(crate) fn glue_dtype(what: &str, dtype: DType) -> crate::Result<crate::sys::glue::GlueDtype> {
+    use crate::sys::glue::GlueDtype as G;
+    match dtype {
+        DType::Bf16 => Ok(G::Bf16),
+        DType::Fp16 => Ok(G::Fp16),
+        DType::Fp8E4m3 => Ok(G::Fp8E4m3),
+        _ => Err(crate::Error::invalid(what, "bf16, fp16 or fp8 (e4m3)", dtype)),
     }
 }

@@ -4,7 +4,7 @@
 //! [`worst_case`], so each shape rule (heads, query tokens, page sizes, cache formats) is written
 //! here once; [`super::sm90`] and [`super::sm100`] hold each back-end's split and workspace rules.
 
-use super::{sm100, sm90, KvDtype, KvFormatKind, MlaArch, MAX_S_Q, NUM_HEADS};
+use super::{sm100, sm90, DType, KvFormatKind, MlaArch, MAX_S_Q, NUM_HEADS};
 use crate::error::{Error, Result};
 
 /// The shapes a decode (or every decode of a capture) runs: one shape for [`plan`], the bounds of
@@ -23,7 +23,7 @@ use crate::error::{Error, Result};
 #[non_exhaustive]
 pub struct MlaLimits {
     /// Element type of the queries (and of a native cache). Default bf16.
-    pub dtype: KvDtype,
+    pub dtype: DType,
     /// How the cache stores K and V. Default [`KvFormatKind::Native`].
     pub kv_format: KvFormatKind,
     /// Query heads, `1..=`[`NUM_HEADS`].
@@ -46,10 +46,10 @@ impl MlaLimits {
     /// `batch` requests of one token of `num_heads` heads, up to `max_seq_len` keys, on a GPU with
     /// `sm_count` SMs; bf16, native cache, page size 64, the default split rule.
     pub fn new(num_heads: u32, batch: u32, max_seq_len: u32, sm_count: u32) -> MlaLimits {
-        MlaLimits { dtype: KvDtype::Bf16, kv_format: KvFormatKind::Native, num_heads, s_q: 1, batch, max_seq_len, page_size: 64, sm_count, num_splits: None }
+        MlaLimits { dtype: DType::Bf16, kv_format: KvFormatKind::Native, num_heads, s_q: 1, batch, max_seq_len, page_size: 64, sm_count, num_splits: None }
     }
     /// The query (and native cache) element type.
-    pub fn with_dtype(mut self, dtype: KvDtype) -> MlaLimits {
+    pub fn with_dtype(mut self, dtype: DType) -> MlaLimits {
         self.dtype = dtype;
         self
     }
@@ -81,7 +81,7 @@ pub struct MlaDecodePlan {
     /// Back-end.
     pub arch: MlaArch,
     /// Element type of the queries (and of a native cache).
-    pub dtype: KvDtype,
+    pub dtype: DType,
     /// How the cache stores K and V.
     pub kv_format: KvFormatKind,
     /// Requests (for a worst case: the batch that needs the most).
@@ -102,19 +102,15 @@ pub struct MlaDecodePlan {
 
 /// Checks `l` against `arch`'s shape rules, naming the field that breaks one.
 pub(crate) fn check(arch: MlaArch, l: &MlaLimits) -> Result<()> {
-    let dtypes: &[KvDtype] = match arch {
-        MlaArch::Sm100 => &[KvDtype::Bf16, KvDtype::Fp16, KvDtype::Fp8E4m3],
-        MlaArch::Sm90 => &[KvDtype::Bf16, KvDtype::Fp16],
-    };
-    if !dtypes.contains(&l.dtype) {
-        let want = if arch == MlaArch::Sm90 { "bf16 or fp16 on sm_90 (fp8 caches take bf16 queries: kv_format)" } else { "bf16, fp16 or fp8" };
-        return Err(Error::invalid("dtype", want, l.dtype));
+    super::glue_dtype("dtype", l.dtype)?;
+    if arch == MlaArch::Sm90 && l.dtype == DType::Fp8E4m3 {
+        return Err(Error::invalid("dtype", "bf16 or fp16 on sm_90 (fp8 caches take bf16 queries: kv_format)", l.dtype));
     }
     if l.kv_format != KvFormatKind::Native {
         if arch != MlaArch::Sm90 {
             return Err(Error::invalid("kv_format", "native on sm_100 (its fp8 path takes fp8 q and KV: dtype fp8)", l.kv_format));
         }
-        if l.dtype != KvDtype::Bf16 {
+        if l.dtype != DType::Bf16 {
             return Err(Error::invalid("dtype", format!("bf16 with kv_format {}", l.kv_format), l.dtype));
         }
     }

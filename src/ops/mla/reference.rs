@@ -8,7 +8,7 @@ use crate::graph::op_target::OpTarget;
 use crate::sys::Fatbin;
 use std::sync::Arc;
 
-use super::{KvDtype, LATENT_DIM, ROPE_DIM};
+use super::{DType, LATENT_DIM, ROPE_DIM};
 
 const ROW: usize = LATENT_DIM + ROPE_DIM;
 
@@ -162,7 +162,7 @@ pub struct GpuReference {
 /// Device inputs of the GPU reference (q contiguous, bf16 or fp16).
 pub struct GpuProblem<'a> {
     /// Element type of q and kv (bf16 or fp16).
-    pub dtype: KvDtype,
+    pub dtype: DType,
     /// [B, H, 512] contiguous.
     pub q_nope: &'a DeviceBuffer,
     /// [B, H, 64] contiguous.
@@ -198,9 +198,9 @@ impl GpuReference {
     /// clamped to `0..=max_seq_len` and page indices into the cache, as by the decode kernels.
     pub fn run(&self, p: &GpuProblem, stream: &Stream) -> Result<(Vec<f32>, Vec<f32>)> {
         let dtype = match p.dtype {
-            KvDtype::Bf16 => 0i32,
-            KvDtype::Fp16 => 1,
-            KvDtype::Fp8E4m3 => return Err(Error::invalid("dtype", "bf16 or fp16", p.dtype)),
+            DType::Bf16 => 0i32,
+            DType::Fp16 => 1,
+            _ => return Err(Error::invalid("dtype", "bf16 or fp16", p.dtype)),
         };
         let u32_of = |what: &str, v: usize| u32::try_from(v).map_err(|_| Error::invalid(what, "a value below 2^32", v));
         let bytes = |what: &str, parts: &[usize]| {

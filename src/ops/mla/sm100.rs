@@ -59,7 +59,7 @@
 //! page table at most `i32::MAX` (CUTLASS indexes it with int32). Every function here refuses
 //! values beyond them with [`crate::Error::InvalidArgument`] naming the limit.
 
-use super::{check_limits, in_range, KvDtype, MlaArch, MlaDecodeArgs, MAX_BATCH, MAX_S_Q, NUM_HEADS};
+use super::{check_limits, in_range, DType, MlaArch, MlaDecodeArgs, MAX_BATCH, MAX_S_Q, NUM_HEADS};
 use crate::driver::{DeviceBuffer, Stream};
 use crate::error::{Error, Result};
 use crate::graph::op_target::OpTarget;
@@ -86,9 +86,9 @@ pub enum Scheduler {
 /// rather than unrepresentable. Build it with [`Shape::new`] and the `with_*` setters.
 ///
 /// ```
-/// use graphsafe::ops::mla::{sm100, KvDtype};
+/// use graphsafe::ops::{mla::sm100, tensor::DType};
 /// // TP 8 (16 heads), MTP (2 tokens), 64 requests of up to 32K tokens, 64-token pages, a B200.
-/// let shape = sm100::Shape::new(KvDtype::Bf16, 64, 32_768, 64, 148).with_heads(16).with_s_q(2);
+/// let shape = sm100::Shape::new(DType::Bf16, 64, 32_768, 64, 148).with_heads(16).with_s_q(2);
 /// let plan = sm100::plan(&shape, None)?;
 /// assert_eq!((plan.kernel_batch, plan.num_splits), (128, 1)); // CUTLASS runs 128 requests
 /// # Ok::<(), graphsafe::Error>(())
@@ -97,7 +97,7 @@ pub enum Scheduler {
 #[non_exhaustive]
 pub struct Shape {
     /// Element type of q and the KV cache.
-    pub dtype: KvDtype,
+    pub dtype: DType,
     /// Requests (for [`worst_case`]: the largest batch).
     pub batch: i64,
     /// Query heads, `1..=128`.
@@ -114,7 +114,7 @@ pub struct Shape {
 
 impl Shape {
     /// `batch` requests of one token of 128 heads (CUTLASS's own shape: a direct decode).
-    pub fn new(dtype: KvDtype, batch: i64, max_seq_len: i64, page_size: i64, sm_count: i64) -> Shape {
+    pub fn new(dtype: DType, batch: i64, max_seq_len: i64, page_size: i64, sm_count: i64) -> Shape {
         Shape { dtype, batch, num_heads: NUM_HEADS as i64, s_q: 1, max_seq_len, page_size, sm_count }
     }
     /// Query heads.
@@ -153,7 +153,7 @@ impl Shape {
         self.kernel_batch()?;
         let (_, s, m) = check_limits(("batch", self.batch), ("max_seq_len", self.max_seq_len), self.sm_count)?;
         Ok(k::GsMlaSm100Shape {
-            dtype: self.dtype.to_glue().code(),
+            dtype: super::glue_dtype("dtype", self.dtype)?.code(),
             batch: self.batch as i32,
             num_heads: self.num_heads as i32,
             s_q: self.s_q as i32,
@@ -169,7 +169,7 @@ impl Shape {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
 pub struct Plan {
     /// Element type of q and the KV cache.
-    pub dtype: KvDtype,
+    pub dtype: DType,
     /// Requests in the batch.
     pub batch: u32,
     /// Query heads.
@@ -333,7 +333,7 @@ pub fn layout(shape: &Shape, num_splits: i64) -> Result<SanitizeLayout> {
 /// The region of a direct decode (one token of 128 heads): [`layout`] of
 /// [`Shape::new`]`(_, batch, max_seq_len, page_size, _)`.
 pub fn sanitize_layout(batch: i64, max_seq_len: i64, page_size: i64, num_splits: i64) -> Result<SanitizeLayout> {
-    layout(&Shape::new(KvDtype::Bf16, batch, max_seq_len, page_size, 1), num_splits)
+    layout(&Shape::new(DType::Bf16, batch, max_seq_len, page_size, 1), num_splits)
 }
 
 /// Workspace bytes of the decode: CUTLASS's `device::MLA::get_workspace_size` for its `B'`

@@ -8,7 +8,7 @@
 //! naming the limit. The kernels fold a request's `s_q × heads` query rows into one set of rows,
 //! so the plan depends on their product only.
 
-use super::{check_limits, in_range, KvDtype, MAX_BATCH, MAX_S_Q, NUM_HEADS};
+use super::{check_limits, in_range, DType, MAX_BATCH, MAX_S_Q, NUM_HEADS};
 use crate::error::{Error, Result};
 use crate::sys::glue::mla as glue;
 use crate::sys::kernels as k;
@@ -32,7 +32,7 @@ pub fn check_s_q(s_q: i64) -> Result<i32> {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
 pub struct Plan {
     /// Element type.
-    pub dtype: KvDtype,
+    pub dtype: DType,
     /// Query heads.
     pub num_heads: u32,
     /// Query tokens per request.
@@ -78,8 +78,8 @@ pub fn workspace_bytes(batch: i64, num_heads: i64, s_q: i64, num_splits: i64) ->
 
 /// Splits and workspace for one shape: `batch` requests of `s_q` query tokens of `num_heads`
 /// heads each, up to `max_seq_len` keys.
-pub fn plan(dtype: KvDtype, num_heads: i64, s_q: i64, batch: i64, max_seq_len: i64, sm_count: i64, requested: Option<i64>) -> Result<Plan> {
-    if dtype == KvDtype::Fp8E4m3 {
+pub fn plan(dtype: DType, num_heads: i64, s_q: i64, batch: i64, max_seq_len: i64, sm_count: i64, requested: Option<i64>) -> Result<Plan> {
+    if dtype == DType::Fp8E4m3 {
         return Err(Error::invalid("dtype", "bf16 or fp16 (the sm90 kernel has no fp8 path)", dtype));
     }
     let n = num_splits(batch, num_heads, s_q, max_seq_len, sm_count, requested)?;
@@ -117,7 +117,7 @@ pub fn plan(dtype: KvDtype, num_heads: i64, s_q: i64, batch: i64, max_seq_len: i
 /// At most `2·sm_count` batches × 256 tile counts (each a 256-step rule): well under a second at
 /// the limits, and milliseconds in practice. `tests/mla_plan.rs` and `tests/planner_model.rs`
 /// check it against the maximum over every shape.
-pub fn worst_case(dtype: KvDtype, num_heads: i64, s_q: i64, max_batch: i64, max_seq_len: i64, sm_count: i64, requested: Option<i64>) -> Result<Plan> {
+pub fn worst_case(dtype: DType, num_heads: i64, s_q: i64, max_batch: i64, max_seq_len: i64, sm_count: i64, requested: Option<i64>) -> Result<Plan> {
     let mut worst = worst_case_rows(dtype, num_heads, s_q, max_batch, max_seq_len, sm_count, requested)?;
     // Token counts below s_q: only the largest of each group count (CTAs per split) can need the
     // most, since the rule sees the rows only through that count and the workspace grows with them.
@@ -132,7 +132,7 @@ pub fn worst_case(dtype: KvDtype, num_heads: i64, s_q: i64, max_batch: i64, max_
 }
 
 /// [`worst_case`] for exactly `s_q` tokens.
-fn worst_case_rows(dtype: KvDtype, num_heads: i64, s_q: i64, max_batch: i64, max_seq_len: i64, sm_count: i64, requested: Option<i64>) -> Result<Plan> {
+fn worst_case_rows(dtype: DType, num_heads: i64, s_q: i64, max_batch: i64, max_seq_len: i64, sm_count: i64, requested: Option<i64>) -> Result<Plan> {
     let (_, _, sm) = check_limits(("max_batch", max_batch), ("max_seq_len", max_seq_len), sm_count)?;
     let top = plan(dtype, num_heads, s_q, max_batch, max_seq_len, sm_count, requested)?;
     if requested.is_some() {
