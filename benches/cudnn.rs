@@ -104,11 +104,11 @@ fn main() {
     println!("{:>5} {:>10} {:>12} {:>10} {:>12} {:>8} {:>8} {:>9} {:>9}", "M", "heur us", "cublasLt us", "tuned us", "cublasLt us", "heur x", "tuned x", "TFLOP/s", "max|diff|");
     let mut json_rows = Vec::new();
     for &m in &MS {
-        let args = MatmulArgs {
-            a: Tensor::contiguous(&x, DType::Bf16, &[m, K]),
-            b: Tensor::strided(&w, 0, DType::Bf16, &[K, N], &[1, K]),
-            c: Tensor::contiguous(&d_dnn, DType::Bf16, &[m, N]),
-        };
+        let args = MatmulArgs::new(
+            Tensor::contiguous(&x, DType::Bf16, &[m, K]),
+            Tensor::strided(&w, 0, DType::Bf16, &[K, N], &[1, K]),
+            Tensor::contiguous(&d_dnn, DType::Bf16, &[m, N]),
+        );
         let heur = cudnn::matmul(&dnn, &args, &mut ws, &stream).unwrap();
         let flop = 2.0 * m as f64 * N as f64 * K as f64;
         let per = ((5e-3 / (flop / 600e12).max(2e-6)) as usize).clamp(2, 500);
@@ -164,11 +164,11 @@ fn main() {
 
     // Host overhead per execute with a cached plan, M = 1 (the decode case).
     let m = 1;
-    let args = MatmulArgs {
-        a: Tensor::contiguous(&x, DType::Bf16, &[m, K]),
-        b: Tensor::strided(&w, 0, DType::Bf16, &[K, N], &[1, K]),
-        c: Tensor::contiguous(&d_dnn, DType::Bf16, &[m, N]),
-    };
+    let args = MatmulArgs::new(
+        Tensor::contiguous(&x, DType::Bf16, &[m, K]),
+        Tensor::strided(&w, 0, DType::Bf16, &[K, N], &[1, K]),
+        Tensor::contiguous(&d_dnn, DType::Bf16, &[m, N]),
+    );
     let p = MatmulProblem::new(m, N, K, DType::Bf16, DType::Bf16).with_b_col_major();
     cudnn::matmul(&dnn, &args, &mut ws, &stream).unwrap();
     // SAFETY: the buffers and the workspace (not grown again: the safe path's plan fits) outlive

@@ -151,7 +151,7 @@ fn main() {
                 }
                 for i in 0..calls {
                     let (cx, cg, cp, cs) = &bound[i % copies];
-                    let q = Nvfp4Matrix { packed: cp.clone(), scales: cs.clone(), global_scale: cg.clone(), rows: m, k };
+                    let q = Nvfp4Matrix::new(cp.clone(), cs.clone(), cg.clone(), m, k);
                     nvfp4::quantize_captured(&Tensor::contiguous(cx.clone(), DType::Bf16, &[m, k]), cg, &q, &cap).unwrap();
                 }
                 cap.end().unwrap().instantiate().unwrap()
@@ -227,7 +227,7 @@ fn main() {
             prepared_bytes = plan.prepared_weight_bytes.unwrap() as usize;
             let copies = ROTATE_BYTES.div_ceil(prepared_bytes).max(2);
             for _ in 0..copies {
-                weights.push(nvfp4::prepare_weight(&Nvfp4Matrix { packed: &packed, scales: &scales, global_scale: &gs, rows: n, k }, &stream).unwrap());
+                weights.push(nvfp4::prepare_weight(&Nvfp4Matrix::new(&packed, &scales, &gs, n, k), &stream).unwrap());
             }
             if lt.is_some() {
                 let first = DeviceBuffer::from_host(&stream, &random_bf16(n * k, (3 * n + k) as u64)).unwrap();

@@ -105,7 +105,7 @@ fn main() -> Res<()> {
     //    the W4A16 kernel, then one eager step, whose outputs are the reference for every replay.
     let w_t = Tensor::contiguous(&w_bf16, DType::Bf16, &[n, 512]);
     nvfp4::global_scale(&w_t, &w_scale, &stream)?;
-    let w_nvfp4 = Nvfp4Matrix { packed: &w_packed, scales: &w_scales, global_scale: &w_scale, rows: n, k: 512 };
+    let w_nvfp4 = Nvfp4Matrix::new(&w_packed, &w_scales, &w_scale, n, 512);
     nvfp4::quantize(&w_t, &w_scale, &w_nvfp4, &stream)?;
     let weight = nvfp4::prepare_weight(&w_nvfp4, &stream)?;
     let args = MlaDecodeArgs::new(

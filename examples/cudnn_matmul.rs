@@ -44,11 +44,11 @@ fn main() -> graphsafe::Result<()> {
         let mut cap = stream.begin_capture(CaptureMode::ThreadLocal)?;
         let wsc = cap.bind_workspace(&mut ws)?;
         for &m in &batches {
-            let args = MatmulArgs {
-                a: Tensor::contiguous(&x, DType::Bf16, &[m, k]),
-                b: Tensor::strided(&w, 0, DType::Bf16, &[k, n], &[1, k]),
-                c: Tensor::contiguous(&y, DType::Bf16, &[m, n]),
-            };
+            let args = MatmulArgs::new(
+                Tensor::contiguous(&x, DType::Bf16, &[m, k]),
+                Tensor::strided(&w, 0, DType::Bf16, &[k, n], &[1, k]),
+                Tensor::contiguous(&y, DType::Bf16, &[m, n]),
+            );
             // Every buffer bound to the capture: the graph keeps x, W and y alive.
             let info = cudnn::matmul_captured(&dnn, &args.bind(&mut cap)?, &wsc, &cap)?;
             println!("captured m={m}: engine {} workspace {} B", info.engine, info.workspace_bytes);

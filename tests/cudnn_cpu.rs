@@ -96,11 +96,17 @@ fn base() -> MatmulProblem {
 fn plan_keys_distinguish_every_field_that_changes_the_plan() {
     let key = |p: &MatmulProblem| PlanKey::matmul(0, (9, 0), p);
     let b = base();
+    // The base with one field changed, nothing else (its operands' strides included).
+    let changed = |f: fn(&mut MatmulProblem)| {
+        let mut p = b;
+        f(&mut p);
+        key(&p)
+    };
     assert_eq!(key(&b), key(&base()), "equal problems share a plan");
     let mut variants: Vec<(&str, PlanKey)> = vec![
-        ("m", key(&MatmulProblem { m: 17, ..b })),
-        ("n", key(&MatmulProblem { n: 4097, ..b })),
-        ("k", key(&MatmulProblem { k: 7169, ..b })),
+        ("m", changed(|p| p.m = 17)),
+        ("n", changed(|p| p.n = 4097)),
+        ("k", changed(|p| p.k = 7169)),
         ("batch", key(&b.with_batch(2))),
         ("broadcast b", key(&b.with_batch(2).with_broadcast_b())),
         ("input dtype", key(&MatmulProblem::new(16, 4096, 7168, DType::Fp16, DType::Bf16).with_b_col_major())),
@@ -140,13 +146,18 @@ fn plan_keys_distinguish_every_field_that_changes_the_plan() {
 fn nvfp4_plan_keys_distinguish_every_field() {
     let b = Nvfp4Problem::new(128, 256, 512, DType::Bf16);
     let key = |p: &Nvfp4Problem| PlanKey::nvfp4(0, (10, 0), p);
+    let changed = |f: fn(&mut Nvfp4Problem)| {
+        let mut p = b;
+        f(&mut p);
+        key(&p)
+    };
     let variants = [
-        key(&Nvfp4Problem { m: 129, ..b }),
-        key(&Nvfp4Problem { n: 257, ..b }),
-        key(&Nvfp4Problem { k: 528, ..b }),
+        changed(|p| p.m = 129),
+        changed(|p| p.n = 257),
+        changed(|p| p.k = 528),
         key(&b.with_batch(2)),
-        key(&Nvfp4Problem { out: DType::Fp16, ..b }),
-        key(&Nvfp4Problem { out: DType::F32, ..b }),
+        changed(|p| p.out = DType::Fp16),
+        changed(|p| p.out = DType::F32),
         PlanKey::nvfp4(1, (10, 0), &b),
         PlanKey::nvfp4(0, (12, 0), &b),
     ];
@@ -183,12 +194,12 @@ fn mem(i: u64, len: usize) -> Fake {
 }
 
 fn args(m: usize, n: usize, k: usize) -> MatmulArgs<Fake> {
-    MatmulArgs {
-        a: Tensor::contiguous(mem(0, m * k * 2), DType::Bf16, &[m, k]),
+    MatmulArgs::new(
+        Tensor::contiguous(mem(0, m * k * 2), DType::Bf16, &[m, k]),
         // A weight stored [N, K] row-major, viewed as B = Wᵀ [K, N] column-major.
-        b: Tensor::strided(mem(1, n * k * 2), 0, DType::Bf16, &[k, n], &[1, k]),
-        c: Tensor::contiguous(mem(2, m * n * 2), DType::Bf16, &[m, n]),
-    }
+        Tensor::strided(mem(1, n * k * 2), 0, DType::Bf16, &[k, n], &[1, k]),
+        Tensor::contiguous(mem(2, m * n * 2), DType::Bf16, &[m, n]),
+    )
 }
 
 fn what(r: graphsafe::Result<MatmulProblem>) -> String {
@@ -322,25 +333,23 @@ fn the_nvfp4_output_may_not_overlap_what_it_reads() {
     use graphsafe::ops::cudnn::Nvfp4MatmulArgs;
     let p = Nvfp4Problem::new(128, 256, 256, DType::Bf16);
     let c_bytes = 128 * 256 * 2;
-    let good = Nvfp4MatmulArgs {
-        problem: p,
-        a: mem(0, p.a_bytes()),
-        a_scale: mem(1, p.a_scale_bytes()),
-        b: mem(2, p.b_bytes()),
-        b_scale: mem(3, p.b_scale_bytes()),
-        alpha: mem(4, 4),
-        c: Tensor::contiguous(mem(5, c_bytes), DType::Bf16, &[128, 256]),
-    };
+    let good = Nvfp4MatmulArgs::new(
+        p,
+        mem(0, p.a_bytes()),
+        mem(1, p.a_scale_bytes()),
+        mem(2, p.b_bytes()),
+        mem(3, p.b_scale_bytes()),
+        mem(4, 4),
+        Tensor::contiguous(mem(5, c_bytes), DType::Bf16, &[128, 256]),
+    );
     good.validate(std::ptr::null_mut()).expect("disjoint operands");
     // C laid over each operand in turn (C's memory starting at the operand's address).
-    let over = |at: Fake| Tensor::contiguous(Fake { ptr: at.ptr, len: c_bytes }, DType::Bf16, &[128, 256]);
-    for (name, args) in [
-        ("a", Nvfp4MatmulArgs { c: over(good.a), ..good.clone() }),
-        ("a_scale", Nvfp4MatmulArgs { c: over(good.a_scale), ..good.clone() }),
-        ("b", Nvfp4MatmulArgs { c: over(good.b), ..good.clone() }),
-        ("b_scale", Nvfp4MatmulArgs { c: over(good.b_scale), ..good.clone() }),
-        ("alpha", Nvfp4MatmulArgs { c: over(good.alpha), ..good.clone() }),
-    ] {
+    let over = |at: Fake| {
+        let mut args = good.clone();
+        args.c = Tensor::contiguous(Fake { ptr: at.ptr, len: c_bytes }, DType::Bf16, &[128, 256]);
+        args
+    };
+    for (name, args) in [("a", over(good.a)), ("a_scale", over(good.a_scale)), ("b", over(good.b)), ("b_scale", over(good.b_scale)), ("alpha", over(good.alpha))] {
         match args.validate(std::ptr::null_mut()) {
             Err(Error::InvalidArgument { what, expected, .. }) => assert!(what == "c" && expected.ends_with(name), "{name}: {what} / {expected}"),
             other => panic!("C over {name}: expected InvalidArgument, got {other:?}"),

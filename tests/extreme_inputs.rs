@@ -135,11 +135,11 @@ fn the_wrapped_stride_of_the_issue_is_refused() {
         assert!(r.is_err(), "{arch:?} accepted a stride that wraps: {r:?}");
     }
     // cuDNN: strides [usize::MAX, 1].
-    let m = MatmulArgs {
-        a: Tensor::strided(mem(0, 1 << 20), 0, DType::Bf16, &[64, 64], &[usize::MAX, 1]),
-        b: Tensor::contiguous(mem(1, 1 << 20), DType::Bf16, &[64, 64]),
-        c: Tensor::contiguous(mem(2, 1 << 20), DType::Bf16, &[64, 64]),
-    };
+    let m = MatmulArgs::new(
+        Tensor::strided(mem(0, 1 << 20), 0, DType::Bf16, &[64, 64], &[usize::MAX, 1]),
+        Tensor::contiguous(mem(1, 1 << 20), DType::Bf16, &[64, 64]),
+        Tensor::contiguous(mem(2, 1 << 20), DType::Bf16, &[64, 64]),
+    );
     assert!(no_panic("MatmulArgs::problem", || m.problem(CTX as c::CUcontext)).is_err());
 }
 
@@ -207,7 +207,7 @@ fn cudnn_validation_never_panics_and_never_accepts_an_out_of_bounds_tensor() {
             1 => t.shape = e.shape(rank),
             _ => t.strides = e.shape(rank),
         }
-        let args = MatmulArgs { a: ts[0].clone(), b: ts[1].clone(), c: ts[2].clone() };
+        let args = MatmulArgs::new(ts[0].clone(), ts[1].clone(), ts[2].clone());
         if no_panic("MatmulArgs::problem", || args.problem(CTX as c::CUcontext)).is_ok() {
             accepted += 1;
             for t in [&args.a, &args.b, &args.c] {
@@ -221,15 +221,15 @@ fn cudnn_validation_never_panics_and_never_accepts_an_out_of_bounds_tensor() {
         if no_panic("Nvfp4Problem::validate", || q.validate()).is_ok() {
             no_panic("Nvfp4Problem sizes", || (q.a_bytes(), q.b_bytes(), q.a_scale_bytes(), q.b_scale_bytes()));
         }
-        let n = Nvfp4MatmulArgs {
-            problem: q,
-            a: mem(0, e.usize()),
-            a_scale: mem(1, e.usize()),
-            b: mem(2, e.usize()),
-            b_scale: mem(3, e.usize()),
-            alpha: mem(4, 4),
-            c: Tensor::contiguous(mem(5, e.usize()), DType::Bf16, &[e.usize(), e.usize()]),
-        };
+        let n = Nvfp4MatmulArgs::new(
+            q,
+            mem(0, e.usize()),
+            mem(1, e.usize()),
+            mem(2, e.usize()),
+            mem(3, e.usize()),
+            mem(4, 4),
+            Tensor::contiguous(mem(5, e.usize()), DType::Bf16, &[e.usize(), e.usize()]),
+        );
         no_panic("Nvfp4MatmulArgs::validate", || n.validate(CTX as c::CUcontext).map(drop).unwrap_or(()));
     }
     assert!(accepted > 0);
@@ -249,7 +249,7 @@ fn nvfp4_planning_and_validation_never_panic() {
         }
         let rows = e.usize();
         let kk = e.usize();
-        let mat = Nvfp4Matrix { packed: mem(0, e.usize()), scales: mem(1, e.usize()), global_scale: mem(2, e.usize()), rows, k: kk };
+        let mat = Nvfp4Matrix::new(mem(0, e.usize()), mem(1, e.usize()), mem(2, e.usize()), rows, kk);
         no_panic("Nvfp4Matrix::validate", || mat.validate("w", CTX as c::CUcontext).map(drop).unwrap_or(()));
     }
 }

@@ -300,7 +300,7 @@ fn a_captured_mla_decode_and_w4a16_over_cudarc_memory_replay_after_the_engine_dr
     let engine = EngineMemory::upload(&s, &cs);
     let bufs = Adopted::new(&ctx, &engine);
     let weight = nvfp4::prepare_weight(
-        &Nvfp4Matrix { packed: &bufs.w_packed, scales: &bufs.w_scales, global_scale: &bufs.w_gs, rows: n, k: 512 },
+        &Nvfp4Matrix::new(&bufs.w_packed, &bufs.w_scales, &bufs.w_gs, n, 512),
         &stream,
     )
     .unwrap();

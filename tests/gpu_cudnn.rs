@@ -66,11 +66,11 @@ impl Case {
     }
     fn args(&self) -> MatmulArgs<&DeviceBuffer> {
         let p = &self.p;
-        MatmulArgs {
-            a: Self::tensor(&self.a, p.a.dtype, p.a.batch, p.m, p.k, p.a.strides),
-            b: Self::tensor(&self.b, p.b.dtype, p.b.batch, p.k, p.n, p.b.strides),
-            c: Self::tensor(&self.c, p.c.dtype, p.c.batch, p.m, p.n, p.c.strides),
-        }
+        MatmulArgs::new(
+            Self::tensor(&self.a, p.a.dtype, p.a.batch, p.m, p.k, p.a.strides),
+            Self::tensor(&self.b, p.b.dtype, p.b.batch, p.k, p.n, p.b.strides),
+            Self::tensor(&self.c, p.c.dtype, p.c.batch, p.m, p.n, p.c.strides),
+        )
     }
     fn captured<'c>(&self, cap: &mut Capture<'_, 'c>) -> MatmulArgs<CapturedBuffer<'c>> {
         self.args().bind(cap).unwrap()
@@ -499,7 +499,7 @@ fn nvfp4_on_a_non_blackwell_gpu_is_arch_unsupported() {
     let p = Nvfp4Problem::new(128, 256, 512, DType::Bf16);
     let buf = |n: usize| DeviceBuffer::alloc_zeroed(&stream, n).unwrap();
     let (a, sa, b, sb, alpha, c) = (buf(p.a_bytes()), buf(p.a_scale_bytes()), buf(p.b_bytes()), buf(p.b_scale_bytes()), buf(4), buf(128 * 256 * 2));
-    let args = Nvfp4MatmulArgs { problem: p, a: &a, a_scale: &sa, b: &b, b_scale: &sb, alpha: &alpha, c: Tensor::contiguous(&c, DType::Bf16, &[128, 256]) };
+    let args = Nvfp4MatmulArgs::new(p, &a, &sa, &b, &sb, &alpha, Tensor::contiguous(&c, DType::Bf16, &[128, 256]));
     let mut ws = Workspace::new(&stream, 0).unwrap();
     let r = cudnn::nvfp4_matmul(&dnn, &args, &mut ws, &stream);
     if graphsafe::arch::require_fp4_tensor_cores("cudnn nvfp4 matmul", cc).is_ok() {

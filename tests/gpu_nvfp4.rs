@@ -62,17 +62,10 @@ fn quantize_and_dequantize_are_bit_identical_to_the_host_reference() {
                 nvfp4::global_scale(&xt, &gs_dev, &stream).unwrap();
                 let gs = gs_dev.to_host_vec::<f32>(&stream).unwrap()[0];
                 assert_eq!(gs.to_bits(), r::global_scale(&xf).to_bits(), "{dt} {m}x{k} finite={finite}");
-                let q = Nvfp4Matrix {
-                    packed: &DeviceBuffer::alloc(&ctx, m * k / 2).unwrap(),
-                    scales: &{
-                        let s = DeviceBuffer::alloc(&ctx, r::scale_bytes(m, k)).unwrap();
-                        s.memset_u8(0xAB, &stream).unwrap(); // dirty: padding must be written as 0
-                        s
-                    },
-                    global_scale: &gs_dev,
-                    rows: m,
-                    k,
-                };
+                let packed = DeviceBuffer::alloc(&ctx, m * k / 2).unwrap();
+                let scales = DeviceBuffer::alloc(&ctx, r::scale_bytes(m, k)).unwrap();
+                scales.memset_u8(0xAB, &stream).unwrap(); // dirty: padding must be written as 0
+                let q = Nvfp4Matrix::new(&packed, &scales, &gs_dev, m, k);
                 nvfp4::quantize(&xt, &gs_dev, &q, &stream).unwrap();
                 let (want_p, want_s) = r::quantize(&xf, m, k, gs).unwrap();
                 assert_eq!(q.packed.to_host_vec::<u8>(&stream).unwrap(), want_p, "{dt} {m}x{k} packed");
@@ -115,7 +108,7 @@ fn quantize_of_large_and_strided_inputs_is_bit_identical() {
             let (p, sc) = (DeviceBuffer::alloc(&ctx, m * k / 2).unwrap(), DeviceBuffer::alloc(&ctx, r::scale_bytes(m, k)).unwrap());
             p.memset_u8(0xAB, &stream).unwrap();
             sc.memset_u8(0xAB, &stream).unwrap(); // dirty: padding must be written as 0
-            let q = Nvfp4Matrix { packed: &p, scales: &sc, global_scale: &gs_dev, rows: m, k };
+            let q = Nvfp4Matrix::new(&p, &sc, &gs_dev, m, k);
             nvfp4::quantize(&xt, &gs_dev, &q, &stream).unwrap();
             let (want_p, want_s) = r::quantize(&xf, m, k, gs).unwrap();
             let (got_p, got_s) = (p.to_host_vec::<u8>(&stream).unwrap(), sc.to_host_vec::<u8>(&stream).unwrap());
@@ -149,7 +142,7 @@ fn w4a16_problem(stream: &Stream, m: usize, n: usize, k: usize, seed: u64) -> W4
     let packed = DeviceBuffer::from_host(stream, &p).unwrap();
     let scales = DeviceBuffer::from_host(stream, &s).unwrap();
     let gsb = DeviceBuffer::from_host(stream, &[gs]).unwrap();
-    let w = nvfp4::prepare_weight(&Nvfp4Matrix { packed: &packed, scales: &scales, global_scale: &gsb, rows: n, k }, stream).unwrap();
+    let w = nvfp4::prepare_weight(&Nvfp4Matrix::new(&packed, &scales, &gsb, n, k), stream).unwrap();
     let _ = ctx;
     // The f64 reference, rows spread over the host's cores.
     let mut reference = vec![0f64; m * n];
@@ -327,7 +320,7 @@ fn blackwell_gemm_runs_there_and_skips_elsewhere() {
         eprintln!("SKIP: the CUTLASS NVFP4 GEMM needs {} or {}; this GPU is sm_{}{}", sm100.gpus(), sm120.gpus(), cc.0, cc.1);
         // The Hopper path refuses it by name rather than launching the wrong kernel.
         let z = DeviceBuffer::alloc_zeroed(&stream, 1 << 16).unwrap();
-        let m = Nvfp4Matrix { packed: &z, scales: &z, global_scale: &z, rows: 32, k: 64 };
+        let m = Nvfp4Matrix::new(&z, &z, &z, 32, 64);
         let mut ws = Workspace::new(&stream, 0).unwrap();
         let r = nvfp4::gemm(&m, &m, &z, &Tensor::contiguous(&z, DType::Bf16, &[32, 32]), &mut ws, &stream);
         assert!(matches!(r, Err(graphsafe::Error::ArchUnsupported { .. })), "{r:?}");
@@ -344,8 +337,8 @@ fn blackwell_gemm_runs_there_and_skips_elsewhere() {
     let d = DeviceBuffer::alloc_zeroed(&stream, m * n * 2).unwrap();
     let mut ws = Workspace::new(&stream, 0).unwrap();
     nvfp4::gemm(
-        &Nvfp4Matrix { packed: &bpa, scales: &bsa, global_scale: &bga, rows: m, k },
-        &Nvfp4Matrix { packed: &bpw, scales: &bsw, global_scale: &bgw, rows: n, k },
+        &Nvfp4Matrix::new(&bpa, &bsa, &bga, m, k),
+        &Nvfp4Matrix::new(&bpw, &bsw, &bgw, n, k),
         &alpha,
         &Tensor::contiguous(&d, DType::Bf16, &[m, n]),
         &mut ws,
@@ -485,7 +478,7 @@ fn w4a16_reads_what_the_previous_kernel_just_wrote() {
     let (pa, sa) = r::quantize(&af, m, k, ga).unwrap();
     let adq = r::dequantize(&pa, &sa, m, k, ga).unwrap();
     let (bpa, bsa, bga) = (DeviceBuffer::from_host(&stream, &pa).unwrap(), DeviceBuffer::from_host(&stream, &sa).unwrap(), DeviceBuffer::from_host(&stream, &[ga]).unwrap());
-    let qa = Nvfp4Matrix { packed: &bpa, scales: &bsa, global_scale: &bga, rows: m, k };
+    let qa = Nvfp4Matrix::new(&bpa, &bsa, &bga, m, k);
     let a1 = DeviceBuffer::alloc_zeroed(&stream, m * k * 2).unwrap();
     let d1 = DeviceBuffer::alloc_zeroed(&stream, m * n1 * 2).unwrap();
     let d2 = DeviceBuffer::alloc_zeroed(&stream, m * n2 * 2).unwrap();
@@ -548,12 +541,12 @@ fn quantize_reads_what_the_previous_kernel_just_wrote() {
     let gx = r::global_scale(&x);
     let (want_p, want_s) = r::quantize(&x, m, k, gx).unwrap();
     let (bp0, bs0, bg0) = (DeviceBuffer::from_host(&stream, &p0).unwrap(), DeviceBuffer::from_host(&stream, &s0).unwrap(), DeviceBuffer::from_host(&stream, &[g0]).unwrap());
-    let q0 = Nvfp4Matrix { packed: &bp0, scales: &bs0, global_scale: &bg0, rows: m, k };
+    let q0 = Nvfp4Matrix::new(&bp0, &bs0, &bg0, m, k);
     let xb = DeviceBuffer::alloc_zeroed(&stream, m * k * 2).unwrap();
     let xt = Tensor::contiguous(&xb, DType::Bf16, &[m, k]);
     let gs = DeviceBuffer::alloc_zeroed(&stream, 4).unwrap();
     let (p1, s1) = (DeviceBuffer::alloc(&ctx, m * k / 2).unwrap(), DeviceBuffer::alloc(&ctx, r::scale_bytes(m, k)).unwrap());
-    let q1 = Nvfp4Matrix { packed: &p1, scales: &s1, global_scale: &gs, rows: m, k };
+    let q1 = Nvfp4Matrix::new(&p1, &s1, &gs, m, k);
     for round in 0..3u8 {
         xb.memset_u8(0x11 + round, &stream).unwrap();
         gs.memset_u8(0, &stream).unwrap();
@@ -588,7 +581,7 @@ fn quantize_reads_what_the_previous_kernel_just_wrote() {
         let cw = g.w.bind(&mut cap).unwrap();
         let dt = Tensor::contiguous(cd, DType::Bf16, &[gm, gn]);
         nvfp4::w4a16_gemm_captured(&Tensor::contiguous(ca, DType::Bf16, &[gm, g.k]), &cw, &cal, &dt, &w, &cap).unwrap();
-        nvfp4::quantize_captured(&dt, &cg, &Nvfp4Matrix { packed: cp, scales: cs, global_scale: cg.clone(), rows: gm, k: gn }, &cap).unwrap();
+        nvfp4::quantize_captured(&dt, &cg, &Nvfp4Matrix::new(cp, cs, cg.clone(), gm, gn), &cap).unwrap();
         cap.end().unwrap().instantiate().unwrap()
     };
     for replay in 0..5 {
@@ -636,7 +629,7 @@ fn quantize_after_a_stream_k_gemm_with_no_shared_tile_sees_the_finished_d() {
     let (want_p, want_s) = r::quantize(&df, tiles, 128, gd).unwrap();
     let gdb = DeviceBuffer::from_host(&stream, &[gd]).unwrap();
     let (qp, qs) = (DeviceBuffer::alloc(&ctx, n / 2).unwrap(), DeviceBuffer::alloc(&ctx, r::scale_bytes(tiles, 128)).unwrap());
-    let q = Nvfp4Matrix { packed: &qp, scales: &qs, global_scale: &gdb, rows: tiles, k: 128 };
+    let q = Nvfp4Matrix::new(&qp, &qs, &gdb, tiles, 128);
     let d2t = Tensor::contiguous(&d, DType::Bf16, &[tiles, 128]);
     for round in 0..5 {
         d.memset_u8(0xFF, &stream).unwrap(); // bf16 NaN everywhere
@@ -654,7 +647,13 @@ fn quantize_after_a_stream_k_gemm_with_no_shared_tile_sees_the_finished_d() {
         let (cp, cs) = (cap.bind_buffer(&qp).unwrap(), cap.bind_buffer(&qs).unwrap());
         let cw = g.w.bind(&mut cap).unwrap();
         nvfp4::w4a16_gemm_captured(&Tensor::contiguous(ca, DType::Bf16, &[m, k]), &cw, &cal, &Tensor::contiguous(cd.clone(), DType::Bf16, &[m, n]), &w, &cap).unwrap();
-        nvfp4::quantize_captured(&Tensor::contiguous(cd, DType::Bf16, &[tiles, 128]), &cg, &Nvfp4Matrix { packed: cp, scales: cs, global_scale: cg.clone(), rows: tiles, k: 128 }, &cap).unwrap();
+        nvfp4::quantize_captured(&Tensor::contiguous(cd, DType::Bf16, &[tiles, 128]), &cg, &Nvfp4Matrix::new(
+            cp,
+            cs,
+            cg.clone(),
+            tiles,
+            128,
+        ), &cap).unwrap();
         cap.end().unwrap().instantiate().unwrap()
     };
     for replay in 0..5 {
@@ -682,7 +681,7 @@ fn a_single_row_takes_any_row_stride() {
     let gs = DeviceBuffer::from_host(&stream, &[r::global_scale(&xf)]).unwrap();
     let quantized = |x: &Tensor<&DeviceBuffer>| {
         let (p, s) = (DeviceBuffer::alloc_zeroed(&stream, k / 2).unwrap(), DeviceBuffer::alloc_zeroed(&stream, r::scale_bytes(1, k)).unwrap());
-        nvfp4::quantize(x, &gs, &Nvfp4Matrix { packed: &p, scales: &s, global_scale: &gs, rows: 1, k }, &stream).unwrap();
+        nvfp4::quantize(x, &gs, &Nvfp4Matrix::new(&p, &s, &gs, 1, k), &stream).unwrap();
         (p.to_host_vec::<u8>(&stream).unwrap(), s.to_host_vec::<u8>(&stream).unwrap())
     };
     assert_eq!(quantized(&Tensor::strided(&xb, 0, DType::Bf16, &[1, k], &[3, 1])), quantized(&Tensor::contiguous(&xb, DType::Bf16, &[1, k])));

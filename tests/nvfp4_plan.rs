@@ -76,13 +76,13 @@ fn shape_rules() {
 
 
 fn matrix(rows: usize, k: usize) -> Nvfp4Matrix<Fake> {
-    Nvfp4Matrix {
-        packed: Fake { ptr: 0x1000_0000, len: rows * k / 2, ctx: 1 },
-        scales: Fake { ptr: 0x2000_0000, len: nvfp4::scale_bytes(rows as i64, k as i64).unwrap() as usize, ctx: 1 },
-        global_scale: Fake { ptr: 0x3000_0000, len: 4, ctx: 1 },
+    Nvfp4Matrix::new(
+        Fake { ptr: 0x1000_0000, len: rows * k / 2, ctx: 1 },
+        Fake { ptr: 0x2000_0000, len: nvfp4::scale_bytes(rows as i64, k as i64).unwrap() as usize, ctx: 1 },
+        Fake { ptr: 0x3000_0000, len: 4, ctx: 1 },
         rows,
         k,
-    }
+    )
 }
 
 #[track_caller]

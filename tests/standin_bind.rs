@@ -27,21 +27,21 @@ fn bind_binds_every_buffer_of_an_ops_arguments_and_the_graph_keeps_them() {
     let bufs: Vec<DeviceBuffer> = (0..8).map(|_| DeviceBuffer::alloc_zeroed(&stream, 1 << 16).unwrap()).collect();
 
     let t = Tensor::strided(&bufs[0], 256, DType::Bf16, &[4, 8], &[16, 1]);
-    let m = Nvfp4Matrix { packed: &bufs[1], scales: &bufs[2], global_scale: &bufs[3], rows: 128, k: 64 };
-    let mm = MatmulArgs {
-        a: Tensor::contiguous(&bufs[4], DType::Bf16, &[16, 32]),
-        b: Tensor::strided(&bufs[5], 0, DType::Bf16, &[32, 64], &[1, 32]),
-        c: Tensor::contiguous(&bufs[4], DType::F32, &[16, 64]),
-    };
-    let nv = Nvfp4MatmulArgs {
-        problem: Nvfp4Problem::new(128, 128, 64, DType::Bf16),
-        a: &bufs[6],
-        a_scale: &bufs[7],
-        b: &bufs[6],
-        b_scale: &bufs[7],
-        alpha: &bufs[3],
-        c: Tensor::contiguous(&bufs[0], DType::Bf16, &[128, 128]),
-    };
+    let m = Nvfp4Matrix::new(&bufs[1], &bufs[2], &bufs[3], 128, 64);
+    let mm = MatmulArgs::new(
+        Tensor::contiguous(&bufs[4], DType::Bf16, &[16, 32]),
+        Tensor::strided(&bufs[5], 0, DType::Bf16, &[32, 64], &[1, 32]),
+        Tensor::contiguous(&bufs[4], DType::F32, &[16, 64]),
+    );
+    let nv = Nvfp4MatmulArgs::new(
+        Nvfp4Problem::new(128, 128, 64, DType::Bf16),
+        &bufs[6],
+        &bufs[7],
+        &bufs[6],
+        &bufs[7],
+        &bufs[3],
+        Tensor::contiguous(&bufs[0], DType::Bf16, &[128, 128]),
+    );
 
     let (graph, ()) = stream
         .capture(CaptureMode::ThreadLocal, |cap| {

@@ -342,11 +342,11 @@ mod cudnn_live {
         let w_of = |p: &MatmulProblem| &ws_bufs[OUTS.iter().position(|&n| n == p.n).expect("planned")];
         let mut eager = Vec::new();
         for (p, y) in problems.iter().zip(&outs) {
-            let args = MatmulArgs {
-                a: Tensor::contiguous(&x, DType::Bf16, &[p.m, HIDDEN]),
-                b: Tensor::strided(w_of(p), 0, DType::Bf16, &[HIDDEN, p.n], &[1, HIDDEN]),
-                c: Tensor::contiguous(y, DType::Bf16, &[p.m, p.n]),
-            };
+            let args = MatmulArgs::new(
+                Tensor::contiguous(&x, DType::Bf16, &[p.m, HIDDEN]),
+                Tensor::strided(w_of(p), 0, DType::Bf16, &[HIDDEN, p.n], &[1, HIDDEN]),
+                Tensor::contiguous(y, DType::Bf16, &[p.m, p.n]),
+            );
             cudnn::matmul(&dnn, &args, &mut ws, &stream).map_err(e)?;
             eager.push(y.to_host_vec::<u16>(&stream).map_err(e)?);
         }
@@ -359,11 +359,11 @@ mod cudnn_live {
             let w = cap.bind_workspace(&mut ws).map_err(e)?;
             let xc = cap.bind_buffer(&x).map_err(e)?;
             for (p, y) in problems.iter().zip(&outs) {
-                let args = MatmulArgs {
-                    a: Tensor::contiguous(xc.clone(), DType::Bf16, &[p.m, HIDDEN]),
-                    b: Tensor::strided(cap.bind_buffer(w_of(p)).map_err(e)?, 0, DType::Bf16, &[HIDDEN, p.n], &[1, HIDDEN]),
-                    c: Tensor::contiguous(cap.bind_buffer(y).map_err(e)?, DType::Bf16, &[p.m, p.n]),
-                };
+                let args = MatmulArgs::new(
+                    Tensor::contiguous(xc.clone(), DType::Bf16, &[p.m, HIDDEN]),
+                    Tensor::strided(cap.bind_buffer(w_of(p)).map_err(e)?, 0, DType::Bf16, &[HIDDEN, p.n], &[1, HIDDEN]),
+                    Tensor::contiguous(cap.bind_buffer(y).map_err(e)?, DType::Bf16, &[p.m, p.n]),
+                );
                 cudnn::matmul_captured(&dnn, &args, &w, &cap).map_err(e)?;
             }
             cap.end().map_err(e)?.instantiate().map_err(e)?
@@ -434,7 +434,7 @@ mod nvfp4_live {
         nvfp4::global_scale(&wt, &gs, &stream).map_err(e)?;
         let packed = DeviceBuffer::alloc(&ctx, N * K / 2).map_err(e)?;
         let scales = DeviceBuffer::alloc(&ctx, nvfp4::scale_bytes(N as i64, K as i64).map_err(e)? as usize).map_err(e)?;
-        let w = Nvfp4Matrix { packed: &packed, scales: &scales, global_scale: &gs, rows: N, k: K };
+        let w = Nvfp4Matrix::new(&packed, &scales, &gs, N, K);
         nvfp4::quantize(&wt, &gs, &w, &stream).map_err(e)?;
         println!("live NVFP4 layer ({arch:?}): weight [{N}, {K}] quantized on the GPU ({} bytes -> {} + {} scale bytes)", N * K * 2, N * K / 2, scales.len());
         if arch != Nvfp4Arch::Sm90 {

@@ -47,8 +47,11 @@ pub struct MatmulOperand {
 }
 
 /// The shape of one matmul, everything that selects its plan: what planning takes (before any
-/// buffer exists) and what [`MatmulArgs::problem`] derives from tensors.
+/// buffer exists) and what [`MatmulArgs::problem`] derives from tensors. Made with
+/// [`MatmulProblem::new`] and the `with_*` setters (`#[non_exhaustive]`: a new field comes with a
+/// default).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
+#[non_exhaustive]
 pub struct MatmulProblem {
     /// C's batch (1 = not batched).
     pub batch: usize,
@@ -241,7 +244,10 @@ impl MatmulProblem {
 }
 
 /// Arguments of one matmul. `M` is `&DeviceBuffer` eagerly, [`CapturedBuffer`] in a capture.
+/// Made with [`MatmulArgs::new`] (the fields are public to read and to change; the struct is
+/// `#[non_exhaustive]`, so a new field comes with a default and breaks no caller).
 #[derive(Clone, Debug)]
+#[non_exhaustive]
 pub struct MatmulArgs<M> {
     /// A: [M, K] or [batch|1, M, K].
     pub a: Tensor<M>,
@@ -251,11 +257,18 @@ pub struct MatmulArgs<M> {
     pub c: Tensor<M>,
 }
 
+impl<M> MatmulArgs<M> {
+    /// `c = a · b`. Nothing is checked here: the op checks everything before it executes.
+    pub fn new(a: Tensor<M>, b: Tensor<M>, c: Tensor<M>) -> Self {
+        MatmulArgs { a, b, c }
+    }
+}
+
 impl MatmulArgs<&DeviceBuffer> {
     /// The same matmul inside `cap`: every buffer bound to the capture (so every graph made from
     /// it keeps them alive), the views unchanged.
     pub fn bind<'id>(&self, cap: &mut Capture<'_, 'id>) -> Result<MatmulArgs<CapturedBuffer<'id>>> {
-        Ok(MatmulArgs { a: self.a.bind(cap)?, b: self.b.bind(cap)?, c: self.c.bind(cap)? })
+        Ok(MatmulArgs::new(self.a.bind(cap)?, self.b.bind(cap)?, self.c.bind(cap)?))
     }
 }
 
@@ -352,11 +365,11 @@ fn plan_of(dnn: &Cudnn, p: &MatmulProblem) -> Result<Arc<super::Plan>> {
 /// // y[m, n] = x[m, k] · W[n, k]ᵀ: B = Wᵀ is column-major.
 /// let (m, n, k) = (8, 4096, 4096);
 /// let (x, w, y) = (DeviceBuffer::alloc_zeroed(&stream, m * k * 2)?, DeviceBuffer::alloc_zeroed(&stream, n * k * 2)?, DeviceBuffer::alloc_zeroed(&stream, m * n * 2)?);
-/// let args = MatmulArgs {
-///     a: Tensor::contiguous(&x, DType::Bf16, &[m, k]),
-///     b: Tensor::strided(&w, 0, DType::Bf16, &[k, n], &[1, k]),
-///     c: Tensor::contiguous(&y, DType::Bf16, &[m, n]),
-/// };
+/// let args = MatmulArgs::new(
+///     Tensor::contiguous(&x, DType::Bf16, &[m, k]),
+///     Tensor::strided(&w, 0, DType::Bf16, &[k, n], &[1, k]),
+///     Tensor::contiguous(&y, DType::Bf16, &[m, n]),
+/// );
 /// let mut ws = Workspace::new(&stream, 0)?;
 /// let info = cudnn::matmul(&dnn, &args, &mut ws, &stream)?;
 /// assert!(ws.capacity() >= info.workspace_bytes);
@@ -380,11 +393,11 @@ pub fn matmul(dnn: &Cudnn, args: &MatmulArgs<&DeviceBuffer>, ws: &mut Workspace,
 /// // y[m, n] = x[m, k] · W[n, k]ᵀ: B = Wᵀ is column-major.
 /// let (m, n, k) = (8, 4096, 4096);
 /// let (x, w, y) = (DeviceBuffer::alloc_zeroed(&stream, m * k * 2)?, DeviceBuffer::alloc_zeroed(&stream, n * k * 2)?, DeviceBuffer::alloc_zeroed(&stream, m * n * 2)?);
-/// let args = MatmulArgs {
-///     a: Tensor::contiguous(&x, DType::Bf16, &[m, k]),
-///     b: Tensor::strided(&w, 0, DType::Bf16, &[k, n], &[1, k]),
-///     c: Tensor::contiguous(&y, DType::Bf16, &[m, n]),
-/// };
+/// let args = MatmulArgs::new(
+///     Tensor::contiguous(&x, DType::Bf16, &[m, k]),
+///     Tensor::strided(&w, 0, DType::Bf16, &[k, n], &[1, k]),
+///     Tensor::contiguous(&y, DType::Bf16, &[m, n]),
+/// );
 /// // Before the capture: every plan built, the workspace sized for the largest.
 /// let problems: Vec<MatmulProblem> = [1, 8].iter().map(|&m| MatmulProblem::new(m, n, k, DType::Bf16, DType::Bf16).with_b_col_major()).collect();
 /// let mut ws = Workspace::new(&stream, cudnn::plan_workspace(&dnn, &problems)?)?;
@@ -512,11 +525,11 @@ pub struct AutotuneReport {
 /// // y[m, n] = x[m, k] · W[n, k]ᵀ: B = Wᵀ is column-major.
 /// let (m, n, k) = (8, 4096, 4096);
 /// let (x, w, y) = (DeviceBuffer::alloc_zeroed(&stream, m * k * 2)?, DeviceBuffer::alloc_zeroed(&stream, n * k * 2)?, DeviceBuffer::alloc_zeroed(&stream, m * n * 2)?);
-/// let args = MatmulArgs {
-///     a: Tensor::contiguous(&x, DType::Bf16, &[m, k]),
-///     b: Tensor::strided(&w, 0, DType::Bf16, &[k, n], &[1, k]),
-///     c: Tensor::contiguous(&y, DType::Bf16, &[m, n]),
-/// };
+/// let args = MatmulArgs::new(
+///     Tensor::contiguous(&x, DType::Bf16, &[m, k]),
+///     Tensor::strided(&w, 0, DType::Bf16, &[k, n], &[1, k]),
+///     Tensor::contiguous(&y, DType::Bf16, &[m, n]),
+/// );
 /// let mut ws = Workspace::new(&stream, 0)?;
 /// let report = cudnn::autotune(&dnn, &args, &mut ws, &stream, 8)?;
 /// // The fastest plan is now the cached one: later matmuls (and captures) of this problem use it.

@@ -42,8 +42,11 @@ const UID_DA: i64 = 100;
 const UID_DB: i64 = 101;
 const UID_ACC: i64 = 102;
 
-/// The shape of one NVFP4 matmul (everything that selects its plan).
+/// The shape of one NVFP4 matmul (everything that selects its plan). Made with
+/// [`Nvfp4Problem::new`] and [`Nvfp4Problem::with_batch`] (`#[non_exhaustive]`: a new field comes
+/// with a default).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
+#[non_exhaustive]
 pub struct Nvfp4Problem {
     /// Batch (1 = not batched).
     pub batch: usize,
@@ -187,7 +190,10 @@ impl Nvfp4Problem {
 
 /// Arguments of one NVFP4 matmul. `M` is `&DeviceBuffer` eagerly, [`CapturedBuffer`] in a capture.
 /// The quantized operands are raw memory (their layout is fixed by the problem); `c` is a tensor.
+/// Made with [`Nvfp4MatmulArgs::new`] (the fields are public to read and to change; the struct is
+/// `#[non_exhaustive]`, so a new field comes with a default and breaks no caller).
 #[derive(Clone, Debug)]
+#[non_exhaustive]
 pub struct Nvfp4MatmulArgs<M> {
     /// The problem (batch, M, N, K, C's dtype).
     pub problem: Nvfp4Problem,
@@ -205,19 +211,27 @@ pub struct Nvfp4MatmulArgs<M> {
     pub c: Tensor<M>,
 }
 
+impl<M> Nvfp4MatmulArgs<M> {
+    /// `c = alpha · A · Bᵀ` for `problem`, A and B NVFP4 (packed values and their scales).
+    /// Nothing is checked here: the op checks everything before it executes.
+    pub fn new(problem: Nvfp4Problem, a: M, a_scale: M, b: M, b_scale: M, alpha: M, c: Tensor<M>) -> Self {
+        Nvfp4MatmulArgs { problem, a, a_scale, b, b_scale, alpha, c }
+    }
+}
+
 impl Nvfp4MatmulArgs<&DeviceBuffer> {
     /// The same matmul inside `cap`: every buffer bound to the capture (so every graph made from
     /// it keeps them alive), the problem and views unchanged.
     pub fn bind<'id>(&self, cap: &mut Capture<'_, 'id>) -> Result<Nvfp4MatmulArgs<CapturedBuffer<'id>>> {
-        Ok(Nvfp4MatmulArgs {
-            problem: self.problem,
-            a: cap.bind_buffer(self.a)?,
-            a_scale: cap.bind_buffer(self.a_scale)?,
-            b: cap.bind_buffer(self.b)?,
-            b_scale: cap.bind_buffer(self.b_scale)?,
-            alpha: cap.bind_buffer(self.alpha)?,
-            c: self.c.bind(cap)?,
-        })
+        Ok(Nvfp4MatmulArgs::new(
+            self.problem,
+            cap.bind_buffer(self.a)?,
+            cap.bind_buffer(self.a_scale)?,
+            cap.bind_buffer(self.b)?,
+            cap.bind_buffer(self.b_scale)?,
+            cap.bind_buffer(self.alpha)?,
+            self.c.bind(cap)?,
+        ))
     }
 }
 
@@ -317,11 +331,8 @@ pub fn nvfp4_workspace_size(dnn: &Cudnn, problem: &Nvfp4Problem) -> Result<u64> 
 /// let buf = |bytes: usize| DeviceBuffer::alloc_zeroed(&stream, bytes);
 /// let (a, a_scale, b, b_scale) = (buf(problem.a_bytes())?, buf(problem.a_scale_bytes())?, buf(problem.b_bytes())?, buf(problem.b_scale_bytes())?);
 /// let (alpha, c) = (DeviceBuffer::from_host(&stream, &[1.0f32])?, buf(16 * 4096 * 2)?);
-/// let args = Nvfp4MatmulArgs {
-///     problem,
-///     a: &a, a_scale: &a_scale, b: &b, b_scale: &b_scale, alpha: &alpha,
-///     c: Tensor::contiguous(&c, DType::Bf16, &[16, 4096]),
-/// };
+/// let c = Tensor::contiguous(&c, DType::Bf16, &[16, 4096]);
+/// let args = Nvfp4MatmulArgs::new(problem, &a, &a_scale, &b, &b_scale, &alpha, c);
 /// let mut ws = Workspace::new(&stream, 0)?;
 /// cudnn::nvfp4_matmul(&dnn, &args, &mut ws, &stream)?;
 /// # Ok(()) }
@@ -343,11 +354,8 @@ pub fn nvfp4_matmul(dnn: &Cudnn, args: &Nvfp4MatmulArgs<&DeviceBuffer>, ws: &mut
 /// let buf = |bytes: usize| DeviceBuffer::alloc_zeroed(&stream, bytes);
 /// let (a, a_scale, b, b_scale) = (buf(problem.a_bytes())?, buf(problem.a_scale_bytes())?, buf(problem.b_bytes())?, buf(problem.b_scale_bytes())?);
 /// let (alpha, c) = (DeviceBuffer::from_host(&stream, &[1.0f32])?, buf(16 * 4096 * 2)?);
-/// let args = Nvfp4MatmulArgs {
-///     problem,
-///     a: &a, a_scale: &a_scale, b: &b, b_scale: &b_scale, alpha: &alpha,
-///     c: Tensor::contiguous(&c, DType::Bf16, &[16, 4096]),
-/// };
+/// let c = Tensor::contiguous(&c, DType::Bf16, &[16, 4096]);
+/// let args = Nvfp4MatmulArgs::new(problem, &a, &a_scale, &b, &b_scale, &alpha, c);
 /// let mut ws = Workspace::new(&stream, cudnn::nvfp4_workspace_size(&dnn, &problem)?)?; // plans before capture
 /// let (graph, _info) = stream.capture(CaptureMode::ThreadLocal, |cap| {
 ///     let w = cap.bind_workspace(&mut ws)?;

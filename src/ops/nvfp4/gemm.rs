@@ -62,8 +62,8 @@ pub(crate) fn gemm_on<M: DeviceMemory>(a: &Nvfp4Matrix<M>, b: &Nvfp4Matrix<M>, a
 ///     Ok([DeviceBuffer::alloc_zeroed(&stream, rows * k / 2)?, DeviceBuffer::alloc_zeroed(&stream, scales)?, DeviceBuffer::from_host(&stream, &[1.0f32])?])
 /// };
 /// let ([ap, asc, ag], [bp, bsc, bg]) = (matrix(m)?, matrix(n)?);
-/// let a = Nvfp4Matrix { packed: &ap, scales: &asc, global_scale: &ag, rows: m, k };
-/// let b = Nvfp4Matrix { packed: &bp, scales: &bsc, global_scale: &bg, rows: n, k };
+/// let a = Nvfp4Matrix::new(&ap, &asc, &ag, m, k);
+/// let b = Nvfp4Matrix::new(&bp, &bsc, &bg, n, k);
 /// let alpha = DeviceBuffer::from_host(&stream, &[1.0f32])?;
 /// let d = DeviceBuffer::alloc_zeroed(&stream, m * n * 2)?;
 /// let d = Tensor::contiguous(&d, DType::Bf16, &[m, n]);
@@ -90,8 +90,8 @@ pub fn gemm(a: &Nvfp4Matrix<&DeviceBuffer>, b: &Nvfp4Matrix<&DeviceBuffer>, alph
 ///     Ok([DeviceBuffer::alloc_zeroed(&stream, rows * k / 2)?, DeviceBuffer::alloc_zeroed(&stream, scales)?, DeviceBuffer::from_host(&stream, &[1.0f32])?])
 /// };
 /// let ([ap, asc, ag], [bp, bsc, bg]) = (matrix(m)?, matrix(n)?);
-/// let a = Nvfp4Matrix { packed: &ap, scales: &asc, global_scale: &ag, rows: m, k };
-/// let b = Nvfp4Matrix { packed: &bp, scales: &bsc, global_scale: &bg, rows: n, k };
+/// let a = Nvfp4Matrix::new(&ap, &asc, &ag, m, k);
+/// let b = Nvfp4Matrix::new(&bp, &bsc, &bg, n, k);
 /// let alpha = DeviceBuffer::from_host(&stream, &[1.0f32])?;
 /// let d = DeviceBuffer::alloc_zeroed(&stream, m * n * 2)?;
 /// let d = Tensor::contiguous(&d, DType::Bf16, &[m, n]);

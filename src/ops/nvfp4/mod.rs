@@ -115,8 +115,11 @@ pub struct Nvfp4Plan {
 /// A named `[start, end)` byte range (`None`: empty), for overlap checks.
 pub(crate) type NamedRange = (String, Option<(u64, u64)>);
 
-/// An NVFP4 matrix [rows, k] in device memory.
+/// An NVFP4 matrix [rows, k] in device memory. Made with [`Nvfp4Matrix::new`] (the fields are
+/// public to read and to change; the struct is `#[non_exhaustive]`, so a new field comes with a
+/// default and breaks no caller).
 #[derive(Clone, Debug)]
+#[non_exhaustive]
 pub struct Nvfp4Matrix<M> {
     /// Packed values, [rows, k/2] bytes, row-major, 16-byte aligned.
     pub packed: M,
@@ -128,6 +131,15 @@ pub struct Nvfp4Matrix<M> {
     pub rows: usize,
     /// Columns (the K dimension), a multiple of 32.
     pub k: usize,
+}
+
+impl<M> Nvfp4Matrix<M> {
+    /// The matrix [rows, k] stored in `packed` (e2m1 pairs), `scales` (swizzled fp8) and
+    /// `global_scale` (one f32). Nothing is checked here: the ops check everything before they
+    /// launch.
+    pub fn new(packed: M, scales: M, global_scale: M, rows: usize, k: usize) -> Self {
+        Nvfp4Matrix { packed, scales, global_scale, rows, k }
+    }
 }
 
 impl<M: DeviceMemory> Nvfp4Matrix<M> {

@@ -39,7 +39,7 @@ pub(crate) fn quantize_on<M: DeviceMemory>(x: &Tensor<M>, gs: &M, out: &Nvfp4Mat
 /// let gs = DeviceBuffer::alloc_zeroed(&stream, 4)?; // the f32 global scale
 /// let packed = DeviceBuffer::alloc_zeroed(&stream, m * k / 2)?;
 /// let scales = DeviceBuffer::alloc_zeroed(&stream, nvfp4::scale_bytes(m as i64, k as i64)? as usize)?;
-/// let q = Nvfp4Matrix { packed: &packed, scales: &scales, global_scale: &gs, rows: m, k };
+/// let q = Nvfp4Matrix::new(&packed, &scales, &gs, m, k);
 /// nvfp4::global_scale(&x, &gs, &stream)?; // 448·6 / amax(|x|)
 /// nvfp4::quantize(&x, &gs, &q, &stream)?;
 /// # Ok(()) }
@@ -61,7 +61,7 @@ pub fn quantize(x: &Tensor<&DeviceBuffer>, gs: &DeviceBuffer, out: &Nvfp4Matrix<
 /// let gs = DeviceBuffer::alloc_zeroed(&stream, 4)?; // the f32 global scale
 /// let packed = DeviceBuffer::alloc_zeroed(&stream, m * k / 2)?;
 /// let scales = DeviceBuffer::alloc_zeroed(&stream, nvfp4::scale_bytes(m as i64, k as i64)? as usize)?;
-/// let q = Nvfp4Matrix { packed: &packed, scales: &scales, global_scale: &gs, rows: m, k };
+/// let q = Nvfp4Matrix::new(&packed, &scales, &gs, m, k);
 /// let (graph, ()) = stream.capture(CaptureMode::ThreadLocal, |cap| {
 ///     let (x, gs, q) = (x.bind(cap)?, cap.bind_buffer(&gs)?, q.bind(cap)?);
 ///     nvfp4::quantize_captured(&x, &gs, &q, cap)
@@ -86,7 +86,7 @@ pub fn quantize_captured<'id>(x: &Tensor<CapturedBuffer<'id>>, gs: &CapturedBuff
 /// let gs = DeviceBuffer::alloc_zeroed(&stream, 4)?; // the f32 global scale
 /// let packed = DeviceBuffer::alloc_zeroed(&stream, m * k / 2)?;
 /// let scales = DeviceBuffer::alloc_zeroed(&stream, nvfp4::scale_bytes(m as i64, k as i64)? as usize)?;
-/// let q = Nvfp4Matrix { packed: &packed, scales: &scales, global_scale: &gs, rows: m, k };
+/// let q = Nvfp4Matrix::new(&packed, &scales, &gs, m, k);
 /// nvfp4::global_scale(&x, &gs, &stream)?;
 /// nvfp4::quantize(&x, &gs, &q, &stream)?;
 /// let back = DeviceBuffer::alloc_zeroed(&stream, m * k * 2)?;
@@ -123,7 +123,7 @@ pub fn dequantize(src: &Nvfp4Matrix<&DeviceBuffer>, out: &Tensor<&DeviceBuffer>,
 /// let gs = DeviceBuffer::alloc_zeroed(&stream, 4)?; // the f32 global scale
 /// let packed = DeviceBuffer::alloc_zeroed(&stream, m * k / 2)?;
 /// let scales = DeviceBuffer::alloc_zeroed(&stream, nvfp4::scale_bytes(m as i64, k as i64)? as usize)?;
-/// let q = Nvfp4Matrix { packed: &packed, scales: &scales, global_scale: &gs, rows: m, k };
+/// let q = Nvfp4Matrix::new(&packed, &scales, &gs, m, k);
 /// nvfp4::global_scale(&x, &gs, &stream)?;
 /// let scale = gs.to_host_vec::<f32>(&stream)?[0]; // 1.0 for the all-zero x
 /// # let _ = (scale, q); Ok(()) }

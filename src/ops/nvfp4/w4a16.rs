@@ -51,7 +51,7 @@ pub struct CapturedWeight<'id> {
 /// let packed = DeviceBuffer::alloc_zeroed(&stream, n * k / 2)?;
 /// let scales = DeviceBuffer::alloc_zeroed(&stream, nvfp4::scale_bytes(n as i64, k as i64)? as usize)?;
 /// let global = DeviceBuffer::from_host(&stream, &[1.0f32])?;
-/// let weight = Nvfp4Matrix { packed: &packed, scales: &scales, global_scale: &global, rows: n, k };
+/// let weight = Nvfp4Matrix::new(&packed, &scales, &global, n, k);
 /// let prepared = nvfp4::prepare_weight(&weight, &stream)?; // once per weight, outside capture
 /// let (a, d) = (DeviceBuffer::alloc_zeroed(&stream, m * k * 2)?, DeviceBuffer::alloc_zeroed(&stream, m * n * 2)?);
 /// let alpha = DeviceBuffer::from_host(&stream, &[1.0f32])?; // read at run time: may change between replays
@@ -152,7 +152,7 @@ pub(crate) fn w4a16_on<M: DeviceMemory, W: DeviceMemory>(a: &Tensor<M>, w: Weigh
 /// let packed = DeviceBuffer::alloc_zeroed(&stream, n * k / 2)?;
 /// let scales = DeviceBuffer::alloc_zeroed(&stream, nvfp4::scale_bytes(n as i64, k as i64)? as usize)?;
 /// let global = DeviceBuffer::from_host(&stream, &[1.0f32])?;
-/// let weight = Nvfp4Matrix { packed: &packed, scales: &scales, global_scale: &global, rows: n, k };
+/// let weight = Nvfp4Matrix::new(&packed, &scales, &global, n, k);
 /// let prepared = nvfp4::prepare_weight(&weight, &stream)?; // once per weight, outside capture
 /// let (a, d) = (DeviceBuffer::alloc_zeroed(&stream, m * k * 2)?, DeviceBuffer::alloc_zeroed(&stream, m * n * 2)?);
 /// let alpha = DeviceBuffer::from_host(&stream, &[1.0f32])?; // read at run time: may change between replays
@@ -179,7 +179,7 @@ pub fn w4a16_gemm(a: &Tensor<&DeviceBuffer>, w: &PreparedWeight, alpha: &DeviceB
 /// let packed = DeviceBuffer::alloc_zeroed(&stream, n * k / 2)?;
 /// let scales = DeviceBuffer::alloc_zeroed(&stream, nvfp4::scale_bytes(n as i64, k as i64)? as usize)?;
 /// let global = DeviceBuffer::from_host(&stream, &[1.0f32])?;
-/// let weight = Nvfp4Matrix { packed: &packed, scales: &scales, global_scale: &global, rows: n, k };
+/// let weight = Nvfp4Matrix::new(&packed, &scales, &global, n, k);
 /// let prepared = nvfp4::prepare_weight(&weight, &stream)?; // once per weight, outside capture
 /// let (a, d) = (DeviceBuffer::alloc_zeroed(&stream, m * k * 2)?, DeviceBuffer::alloc_zeroed(&stream, m * n * 2)?);
 /// let alpha = DeviceBuffer::from_host(&stream, &[1.0f32])?; // read at run time: may change between replays
