@@ -8,7 +8,8 @@
 
 mod common;
 
-use common::{gpu, random_f32};
+use common::mla::{hopper_gpu, lcg};
+use common::random_f32;
 use graphsafe::driver::{DeviceBuffer, Stream};
 use graphsafe::graph::{CaptureMode, CapturedBuffer};
 use graphsafe::ops::mla::reference::{cpu_decode, dequantize_ds_mla, dequantize_fp8_per_tensor, e4m3_value, HostProblem};
@@ -30,35 +31,16 @@ struct Shape {
     seed: u64,
 }
 
-fn lcg(s: &mut u64) -> u64 {
-    *s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-    *s >> 33
-}
+type Problem = common::mla::Problem<Shape>;
+
+/// Where these decodes run.
+const SM90: &str = "the fp8 KV caches run on the sm90 MLA kernel";
 
 /// Random e4m3 codes, never e4m3's NaN (0x7F, 0xFF): caches written by saturating conversions hold
 /// none, and the kernel reads them as a finite value.
 fn codes(n: usize, seed: u64) -> Vec<u8> {
     let mut s = seed | 1;
     (0..n).map(|_| (lcg(&mut s) & 0xFF) as u8).map(|c| if c & 0x7F == 0x7F { c ^ 1 } else { c }).collect()
-}
-
-struct Problem {
-    shape: Shape,
-    batch: usize,
-    max_seq: usize,
-    max_pages: usize,
-    pages: usize,
-    q_nope: DeviceBuffer,
-    q_pe: DeviceBuffer,
-    kv: DeviceBuffer,
-    scale: DeviceBuffer,
-    seq_lens: DeviceBuffer,
-    page_table: DeviceBuffer,
-    out: DeviceBuffer,
-    lse: DeviceBuffer,
-    /// q_nope, q_pe, the dequantised cache [tokens, 576], the page table (as f32 / i32).
-    host: (Vec<f32>, Vec<f32>, Vec<f32>, Vec<i32>),
-    sm_scale: f32,
 }
 
 fn build(stream: &Stream, s: &Shape) -> Problem {
@@ -158,18 +140,6 @@ fn captured_args<'c>(cap: &mut graphsafe::graph::Capture<'_, 'c>, a: &MlaDecodeA
     a.bind(cap).unwrap()
 }
 
-/// The GPU's stream when it is a Hopper (sm_90), where the fp8 cache formats run; else `None`,
-/// with the reason printed (and a missing GPU fails under GRAPHSAFE_REQUIRE_GPU=1, see gpu()).
-fn hopper_gpu() -> Option<Stream> {
-    let (ctx, stream) = gpu()?;
-    let cc = ctx.device().compute_capability().unwrap();
-    if cc != (9, 0) {
-        eprintln!("SKIP: the fp8 KV caches run on the sm90 MLA kernel (H100/H200); this GPU is sm_{}{}", cc.0, cc.1);
-        return None;
-    }
-    Some(stream)
-}
-
 fn bf16_out(p: &Problem, stream: &Stream) -> Vec<f32> {
     p.out.to_host_vec::<u16>(stream).unwrap().into_iter().map(|b| bf16::from_bits(b).to_f32()).collect()
 }
@@ -230,7 +200,7 @@ fn shapes() -> Vec<Shape> {
 
 #[test]
 fn sm90_fp8_matches_the_dequantized_reference_over_40_shapes() {
-    let Some(stream) = hopper_gpu() else { return };
+    let Some(stream) = hopper_gpu(SM90) else { return };
     let mut ws = Workspace::new(&stream, 0).unwrap();
     let all = shapes();
     assert_eq!(all.len(), 40);
@@ -273,7 +243,7 @@ fn sm90_fp8_matches_the_dequantized_reference_over_40_shapes() {
 /// every e4m3 code, times every scale, must come out exactly as the host's bf16(scale · e4m3).
 #[test]
 fn sm90_fp8_dequantises_every_code_exactly() {
-    let Some(stream) = hopper_gpu() else { return };
+    let Some(stream) = hopper_gpu(SM90) else { return };
     let mut ws = Workspace::new(&stream, 0).unwrap();
     // 16 heads: the N kernel; 128: the M64 kernel's in-place dequantisation.
     for (kind, heads) in [(KvFormatKind::Fp8PerTensor, 16), (KvFormatKind::Fp8DsMla, 16), (KvFormatKind::Fp8PerTensor, 128), (KvFormatKind::Fp8DsMla, 128)] {
@@ -307,7 +277,7 @@ fn sm90_fp8_dequantises_every_code_exactly() {
 
 #[test]
 fn sm90_fp8_captured_replay_equals_eager_and_reads_the_scale_at_replay() {
-    let Some(mut stream) = hopper_gpu() else { return };
+    let Some(mut stream) = hopper_gpu(SM90) else { return };
     let mut ws = Workspace::new(&stream, 0).unwrap();
     for s in [
         Shape { kind: KvFormatKind::Fp8PerTensor, heads: 16, page: 64, seq_lens: vec![4000, 1, 77, 2048], splits: None, scale: 1.0 / 64.0, seed: 950 },
@@ -355,7 +325,7 @@ fn sm90_fp8_captured_replay_equals_eager_and_reads_the_scale_at_replay() {
 
 #[test]
 fn sm90_fp8_capture_with_too_small_a_workspace_is_refused() {
-    let Some(mut stream) = hopper_gpu() else { return };
+    let Some(mut stream) = hopper_gpu(SM90) else { return };
     let s = Shape { kind: KvFormatKind::Fp8DsMla, heads: 16, page: 64, seq_lens: vec![8192], splits: Some(32), scale: 1.0 / 64.0, seed: 960 };
     let p = build(&stream, &s);
     let a = args(&p);
@@ -372,7 +342,7 @@ fn sm90_fp8_capture_with_too_small_a_workspace_is_refused() {
 /// bit-identical to a clean run (no hang, nothing outside the request's own rows).
 #[test]
 fn sm90_fp8_garbage_scales_stay_in_their_requests_and_never_hang() {
-    let Some(stream) = hopper_gpu() else { return };
+    let Some(stream) = hopper_gpu(SM90) else { return };
     let mut ws = Workspace::new(&stream, 0).unwrap();
     let lens = vec![300, 300, 300];
     // 16 heads: the N kernel; 128: the M64 kernel (whose scales are read before being overwritten in place).
@@ -460,7 +430,7 @@ fn fp8_device_data_contract(stream: &Stream, s: Shape) {
 
 #[test]
 fn sm90_fp8_device_data_follows_the_shared_contract() {
-    let Some(stream) = hopper_gpu() else { return };
+    let Some(stream) = hopper_gpu(SM90) else { return };
     for (kind, heads, page, lens) in [
         (KvFormatKind::Fp8PerTensor, 16, 64, vec![300, 200, 640]),
         (KvFormatKind::Fp8DsMla, 32, 128, vec![129, 1, 1000]),
@@ -477,7 +447,7 @@ fn sm90_fp8_device_data_follows_the_shared_contract() {
 /// header's contract), not as NaN: one token whose latent holds them comes out finite.
 #[test]
 fn sm90_fp8_nan_codes_read_as_finite_values() {
-    let Some(stream) = hopper_gpu() else { return };
+    let Some(stream) = hopper_gpu(SM90) else { return };
     let mut ws = Workspace::new(&stream, 0).unwrap();
     for (kind, heads) in [(KvFormatKind::Fp8PerTensor, 16), (KvFormatKind::Fp8DsMla, 16), (KvFormatKind::Fp8PerTensor, 128), (KvFormatKind::Fp8DsMla, 128)] {
         let s = Shape { kind, heads, page: 64, seq_lens: vec![1], splits: None, scale: 1.0, seed: 995 };
@@ -504,7 +474,7 @@ fn sm90_fp8_nan_codes_read_as_finite_values() {
 /// partials meet a clean split's in the combine.
 #[test]
 fn sm90_fp8_nan_codes_rerun_as_448_and_stay_in_their_request() {
-    let Some(stream) = hopper_gpu() else { return };
+    let Some(stream) = hopper_gpu(SM90) else { return };
     let mut ws = Workspace::new(&stream, 0).unwrap();
     for heads in [16, 32] {
         let s = Shape { kind: KvFormatKind::Fp8PerTensor, heads, page: 64, seq_lens: vec![300, 200, 129], splits: Some(2), scale: 1.0 / 64.0, seed: 4242 };
@@ -551,7 +521,7 @@ fn sm90_fp8_nan_codes_rerun_as_448_and_stay_in_their_request() {
 /// must agree to within bf16 rounding of P (1e-2 of the largest output, 1e-4 in the LSE).
 #[test]
 fn sm90_ds_mla_equals_native_over_its_dequantised_values() {
-    let Some(stream) = hopper_gpu() else { return };
+    let Some(stream) = hopper_gpu(SM90) else { return };
     let mut ws = Workspace::new(&stream, 0).unwrap();
     let cases: [(usize, usize, Vec<i32>, Option<u32>); 6] = [
         (16, 64, vec![4096, 77, 1000], None),

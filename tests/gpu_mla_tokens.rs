@@ -8,7 +8,8 @@
 
 mod common;
 
-use common::{churn, gpu, random_f32};
+use common::mla::{hopper_gpu, lcg};
+use common::{churn, random_f32};
 use graphsafe::driver::{DeviceBuffer, Stream};
 use graphsafe::graph::CaptureMode;
 use graphsafe::ops::mla::reference::{cpu_decode, dequantize_ds_mla, dequantize_fp8_per_tensor, GpuProblem, GpuReference, HostProblem};
@@ -45,10 +46,10 @@ impl Shape {
     }
 }
 
-fn lcg(s: &mut u64) -> u64 {
-    *s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-    *s >> 33
-}
+type Problem = common::mla::Problem<Shape>;
+
+/// Where these decodes run.
+const SM90: &str = "these decodes run on graphsafe's sm90 MLA kernel";
 
 /// Rounds to the dtype: (device bits, the rounded values).
 fn quantize(v: &[f32], dtype: DType) -> (Vec<u16>, Vec<f32>) {
@@ -63,26 +64,6 @@ fn to_f32(bits: &[u16], dtype: DType) -> Vec<f32> {
         DType::Fp16 => bits.iter().map(|&b| f16::from_bits(b).to_f32()).collect(),
         _ => bits.iter().map(|&b| bf16::from_bits(b).to_f32()).collect(),
     }
-}
-
-struct Problem {
-    shape: Shape,
-    batch: usize,
-    max_seq: usize,
-    max_pages: usize,
-    pages: usize,
-    q_nope: DeviceBuffer,
-    q_pe: DeviceBuffer,
-    kv: DeviceBuffer,
-    scale: DeviceBuffer,
-    seq_lens: DeviceBuffer,
-    page_table: DeviceBuffer,
-    out: DeviceBuffer,
-    lse: DeviceBuffer,
-    /// q_nope [B, s_q, H, 512], q_pe [B, s_q, H, 64], the cache as f32 [tokens, 576] (NaN where
-    /// nothing may be read), the page table as the kernel reads it.
-    host: (Vec<f32>, Vec<f32>, Vec<f32>, Vec<i32>),
-    sm_scale: f32,
 }
 
 /// FlashMLA's test data: each request's pages a random permutation, its last page's slots past
@@ -279,16 +260,6 @@ fn check(s: &Shape, out: &[f32], lse: &[f32], r_out: &[f32], r_lse: &[f32], tol_
     (eo, el)
 }
 
-fn hopper_gpu() -> Option<Stream> {
-    let (ctx, stream) = gpu()?;
-    let cc = ctx.device().compute_capability().unwrap();
-    if cc != (9, 0) {
-        eprintln!("SKIP: these decodes run on graphsafe's sm90 MLA kernel (H100/H200); this GPU is sm_{}{}", cc.0, cc.1);
-        return None;
-    }
-    Some(stream)
-}
-
 fn run(stream: &Stream, ws: &mut Workspace, p: &Problem) -> (Vec<f32>, Vec<f32>, u32) {
     let plan = decode(&args(p), ws, stream).unwrap();
     assert_eq!((plan.s_q as usize, plan.num_heads as usize), (p.shape.s_q, p.shape.heads));
@@ -302,7 +273,7 @@ fn run(stream: &Stream, ws: &mut Workspace, p: &Problem) -> (Vec<f32>, Vec<f32>,
 /// the small ones against the f64 CPU reference as well.
 #[test]
 fn tokens_and_any_head_count_match_the_references() {
-    let Some(stream) = hopper_gpu() else { return };
+    let Some(stream) = hopper_gpu(SM90) else { return };
     let reference = GpuReference::load(stream.context()).unwrap();
     let mut ws = Workspace::new(&stream, 0).unwrap();
     let mut shapes = Vec::new();
@@ -353,7 +324,7 @@ fn tokens_and_any_head_count_match_the_references() {
 /// the dequantised cache (bf16 rounding of P and of the fp16-scaled products).
 #[test]
 fn fp8_caches_with_tokens_and_any_head_count_match_the_reference() {
-    let Some(stream) = hopper_gpu() else { return };
+    let Some(stream) = hopper_gpu(SM90) else { return };
     let mut ws = Workspace::new(&stream, 0).unwrap();
     let mut n = 0;
     for kind in [KvFormatKind::Fp8PerTensor, KvFormatKind::Fp8DsMla] {
@@ -379,7 +350,7 @@ fn fp8_caches_with_tokens_and_any_head_count_match_the_reference() {
 /// replays, each checked bit-identical to the eager result every 50 replays (out cleared between).
 #[test]
 fn a_captured_two_token_decode_replays_bit_identical_after_growth_and_churn() {
-    let Some(mut stream) = hopper_gpu() else { return };
+    let Some(mut stream) = hopper_gpu(SM90) else { return };
     for s in [
         Shape { cache: Cache::Native(DType::Bf16), heads: 128, s_q: 2, causal: true, page: 64, seq_lens: vec![4000, 1, 77, 2048], splits: None, seed: 7 },
         Shape { cache: Cache::Native(DType::Bf16), heads: 16, s_q: 2, causal: true, page: 64, seq_lens: vec![9000, 2, 300], splits: Some(8), seed: 8 },
@@ -420,7 +391,7 @@ fn a_captured_two_token_decode_replays_bit_identical_after_growth_and_churn() {
 /// then the empty requests, then nothing; equal to this host model of the same rule.
 #[test]
 fn a_batch_runs_each_work_item_once_longest_first() {
-    let Some(stream) = hopper_gpu() else { return };
+    let Some(stream) = hopper_gpu(SM90) else { return };
     let r256 = |x: usize| x.div_ceil(256) * 256;
     let mut checked = 0;
     for (seq_lens, heads, splits) in [

@@ -2,6 +2,8 @@
 //! missing driver or GPU fails instead.
 #![allow(dead_code)]
 
+pub mod mla;
+
 use graphsafe::driver::{Context, DeviceBuffer, DevicePtr, LaunchTarget, Stream};
 use graphsafe::graph::{Capture, CaptureMode, CapturedWorkspace, GraphExec};
 use graphsafe::ops::mla::MlaDecodePlan;
