@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{churn, gpu, split_k_gemv_raw, split_k_problem};
+use common::{bind_split_k, churn, gpu, split_k_gemv_raw, split_k_problem};
 use graphsafe::driver::{DeviceBuffer, Event, LaunchConfig, MemInfo};
 use graphsafe::graph::{CaptureMode, NodeKind};
 use graphsafe::ops::testing::{SplitKShape, TestKernels};
@@ -79,12 +79,7 @@ fn a_graph_keeps_its_buffers_alive_after_the_user_drops_them() {
     let exec = {
         let mut cap = stream.begin_capture(CaptureMode::ThreadLocal).unwrap();
         let w = cap.bind_workspace(&mut ws).unwrap();
-        let (a, x, y, o) = (
-            cap.bind_buffer(&p.a).unwrap(),
-            cap.bind_buffer(&p.x).unwrap(),
-            cap.bind_buffer(&p.y).unwrap(),
-            cap.bind_buffer(&out).unwrap(),
-        );
+        let [a, x, y, o] = bind_split_k(&mut cap, &p, &out);
         k.split_k_gemv_captured(&a, &x, &y, SHAPE, &w, &cap).unwrap();
         cap.copy(&o, &y).unwrap();
         let g = cap.end().unwrap();
@@ -207,12 +202,7 @@ fn every_memset_copy_and_launch_in_a_capture_is_a_node_of_the_graph() {
     let graph = {
         let mut cap = stream.begin_capture(CaptureMode::ThreadLocal).unwrap();
         let w = cap.bind_workspace(&mut ws).unwrap();
-        let (a, x, y, c) = (
-            cap.bind_buffer(&p.a).unwrap(),
-            cap.bind_buffer(&p.x).unwrap(),
-            cap.bind_buffer(&p.y).unwrap(),
-            cap.bind_buffer(&copy).unwrap(),
-        );
+        let [a, x, y, c] = bind_split_k(&mut cap, &p, &copy);
         cap.memset_u8(&y, 0).unwrap();
         k.split_k_gemv_captured(&a, &x, &y, SHAPE, &w, &cap).unwrap();
         cap.copy(&c, &y).unwrap();

@@ -5,7 +5,7 @@
 pub mod mla;
 
 use graphsafe::driver::{Context, DeviceBuffer, DevicePtr, LaunchTarget, Stream};
-use graphsafe::graph::{Capture, CaptureMode, CapturedWorkspace, GraphExec};
+use graphsafe::graph::{Capture, CaptureMode, CapturedBuffer, CapturedWorkspace, GraphExec};
 use graphsafe::ops::mla::MlaDecodePlan;
 use graphsafe::ops::testing::{SplitKShape, TestKernels};
 use graphsafe::workspace::Workspace;
@@ -139,6 +139,11 @@ impl DeviceMemory for Fake {
     fn context_raw(&self) -> c::CUcontext {
         self.ctx as c::CUcontext
     }
+}
+
+/// `p`'s buffers and `extra` bound to `cap` (the graph keeps them alive): `[a, x, y, extra]`.
+pub fn bind_split_k<'id>(cap: &mut Capture<'_, 'id>, p: &SplitKProblem, extra: &DeviceBuffer) -> [CapturedBuffer<'id>; 4] {
+    [&p.a, &p.x, &p.y, extra].map(|b| cap.bind_buffer(b).unwrap())
 }
 
 /// One split-K GEMV of `p` over `ws`, captured (thread-local) on `stream` and instantiated: the
