@@ -8,13 +8,17 @@
 
 use crate::ops::tensor::DType;
 
+mod args;
 pub mod decode;
+mod kv_format;
 pub mod plan;
 pub mod reference;
 pub mod sm100;
 pub mod sm90;
 
-pub use decode::{decode, decode_captured, KvFormat, KvFormatKind, MlaArch, MlaDecodeArgs, DS_MLA_TOKEN_BYTES};
+pub use args::MlaDecodeArgs;
+pub use decode::{decode, decode_captured, MlaArch};
+pub use kv_format::{KvFormat, KvFormatKind, DS_MLA_TOKEN_BYTES};
 pub use plan::{plan, worst_case, MlaDecodePlan, MlaLimits};
 
 /// The most query heads a decode takes (any count from 1 up; CUTLASS's sm100 kernel runs exactly
