@@ -17,18 +17,26 @@
 //! ([`Error::WorkspaceTooSmall`], nothing executed). [`plan_workspace`] builds every plan an engine
 //! will capture and returns the largest workspace: pre-grow to it once, then capture.
 
-use super::{data_type, Cudnn, OpKey, Plan, PlanInfo};
-use crate::driver::{DeviceBuffer, Event, Stream};
+use super::{data_type, Cudnn, OpKey, PlanInfo};
+use crate::driver::{DeviceBuffer, Stream};
 use crate::error::{Error, Result};
-use crate::graph::op_target::{Launch, OpTarget};
+use crate::graph::op_target::OpTarget;
 use crate::graph::{Capture, CapturedWorkspace, CapturedBuffer};
 use crate::ops::tensor::{Check, DType, DeviceMemory, Tensor};
 use crate::sys::cuda as cu;
-use crate::sys::cudnn::backend::{self, Attr, Descriptor, Handle, Kind, OpGraph, TensorSpec, TENSOR_ALIGNMENT};
+use crate::sys::cudnn::backend::{Attr, Descriptor, Handle, Kind, OpGraph, TensorSpec, TENSOR_ALIGNMENT};
 use crate::sys::cudnn::{ffi as c, Api};
 use crate::sys::DeviceSpan;
 use crate::workspace::{Workspace, WorkspacePlanner};
 use std::sync::Arc;
+
+// Choosing the fastest plan of a problem, before capture.
+mod autotune;
+// The raw paths tests and benchmarks measure the safe one against.
+mod raw;
+
+pub use autotune::{autotune, AutotuneReport};
+pub use raw::{matmul_raw, RawExecutor};
 
 const UID_A: i64 = 1;
 const UID_B: i64 = 2;
@@ -500,195 +508,4 @@ pub fn require_workspace(dnn: &Cudnn, problems: &[MatmulProblem], planner: &mut 
         planner.require(p.label(), bytes);
     }
     Ok(())
-}
-
-/// What [`autotune`] measured.
-#[derive(Clone, Debug, serde::Serialize)]
-pub struct AutotuneReport {
-    /// The plan now cached for the problem.
-    pub chosen: PlanInfo,
-    /// Every candidate with its median µs per execute.
-    pub candidates: Vec<(PlanInfo, f64)>,
-}
-
-/// Times up to `max_candidates` plans for the problem of `args` on its buffers (eagerly, on
-/// `stream`; `c` is overwritten) and caches the fastest for it. Call it before planning the
-/// workspace and capturing. A plan it replaces stays alive (graphs may hold it). `ws` grows to the
-/// largest candidate's workspace.
-///
-/// ```no_run
-/// # use graphsafe::prelude::*;
-/// # fn main() -> graphsafe::Result<()> {
-/// let ctx = Context::new(0)?;
-/// let stream = Stream::new(&ctx)?;
-/// let dnn = Cudnn::new(&ctx)?; // one per device, for the process
-/// // y[m, n] = x[m, k] · W[n, k]ᵀ: B = Wᵀ is column-major.
-/// let (m, n, k) = (8, 4096, 4096);
-/// let (x, w, y) = (DeviceBuffer::alloc_zeroed(&stream, m * k * 2)?, DeviceBuffer::alloc_zeroed(&stream, n * k * 2)?, DeviceBuffer::alloc_zeroed(&stream, m * n * 2)?);
-/// let args = MatmulArgs::new(
-///     Tensor::contiguous(&x, DType::Bf16, &[m, k]),
-///     Tensor::strided(&w, 0, DType::Bf16, &[k, n], &[1, k]),
-///     Tensor::contiguous(&y, DType::Bf16, &[m, n]),
-/// );
-/// let mut ws = Workspace::new(&stream, 0)?;
-/// let report = cudnn::autotune(&dnn, &args, &mut ws, &stream, 8)?;
-/// // The fastest plan is now the cached one: later matmuls (and captures) of this problem use it.
-/// let info = cudnn::matmul(&dnn, &args, &mut ws, &stream)?;
-/// assert_eq!(info.engine, report.chosen.engine);
-/// # Ok(()) }
-/// ```
-pub fn autotune(dnn: &Cudnn, args: &MatmulArgs<&DeviceBuffer>, ws: &mut Workspace, stream: &Stream, max_candidates: usize) -> Result<AutotuneReport> {
-    dnn.same_context(stream.context())?;
-    let p = args.problem(stream.context().raw())?;
-    check_arch(dnn, &p)?;
-    let cands = dnn.candidates(|api, h| p.graph(api, h), max_candidates.max(1))?;
-    let most = cands.iter().map(|c| c.info().workspace_bytes).max().unwrap_or(0);
-    let mut target = OpTarget::eager(stream, Some(ws))?;
-    let ptrs = args.spans(&mut target)?;
-    let w = target.workspace(most)?;
-    let timed = match time_candidates(dnn, &cands, &ptrs, w, &target.commit()?) {
-        Ok(t) => t,
-        Err(e) => {
-            // Executes of the candidates may still be queued: their plans (and the code cuDNN
-            // compiled for them) go only once the stream has run them; if even that wait fails,
-            // they are leaked, never destroyed early.
-            if stream.synchronize().is_err() {
-                std::mem::forget(cands);
-            }
-            return Err(e);
-        }
-    };
-    let best = timed.iter().min_by(|a, b| a.1.total_cmp(&b.1)).map(|(p, _)| p.clone()).expect("at least one candidate");
-    dnn.install(&dnn.key(OpKey::Matmul(p)), best.clone());
-    Ok(AutotuneReport { chosen: best.info(), candidates: timed.iter().map(|(p, t)| (p.info(), *t)).collect() })
-}
-
-/// [`autotune`]'s timing: median µs of five batches of five executes per candidate, after two
-/// warm-up ones. On success every execute has finished (the last batch's end event was waited for).
-fn time_candidates(dnn: &Cudnn, cands: &[Arc<Plan>], ptrs: &[DeviceSpan; 3], w: DeviceSpan, launch: &Launch<'_, '_>) -> Result<Vec<(Arc<Plan>, f64)>> {
-    let stream = launch.stream();
-    let ctx = stream.context();
-    let (start, end) = (Event::new(ctx, true)?, Event::new(ctx, true)?);
-    let mut timed = Vec::new();
-    for cand in cands {
-        let run = || launch.glue(|s| dnn.execute(cand, ptrs, w, s));
-        for _ in 0..2 {
-            run()?;
-        }
-        let mut trials = Vec::new();
-        for _ in 0..5 {
-            start.record(stream)?;
-            for _ in 0..5 {
-                run()?;
-            }
-            end.record(stream)?;
-            end.synchronize()?;
-            trials.push(end.elapsed_ms(&start)? as f64 * 1e3 / 5.0);
-        }
-        trials.sort_by(|a, b| a.total_cmp(b));
-        timed.push((cand.clone(), trials[trials.len() / 2]));
-    }
-    Ok(timed)
-}
-
-#[doc(hidden)]
-/// Executes the cached (or newly built) plan of `problem` on raw spans, with `ws` as the
-/// workspace: for tests that need an allocation of exactly the plan's size. The spans are checked
-/// against the plan's tensors and workspace; the caller vouched for their memory when it made them
-/// ([`DeviceSpan::from_raw`]).
-pub fn matmul_raw(dnn: &Cudnn, problem: &MatmulProblem, ptrs: [DeviceSpan; 3], ws: DeviceSpan, stream: &Stream) -> Result<PlanInfo> {
-    dnn.same_context(stream.context())?;
-    stream.ensure_eager()?;
-    let p = problem.normalized();
-    p.validate()?;
-    let plan = plan_of(dnn, &p)?;
-    if plan.info().workspace_bytes > ws.len() {
-        return Err(Error::WorkspaceTooSmall { needed: plan.info().workspace_bytes, capacity: ws.len() });
-    }
-    // The caller vouched for the spans: nothing to admit, and the target makes no other check.
-    OpTarget::eager(stream, None)?.commit()?.glue(|s| dnn.execute(&plan, &ptrs, ws, s))?;
-    Ok(plan.info())
-}
-
-#[doc(hidden)]
-/// The floor the safe path is measured against (benches/cudnn.rs): a plan on a handle of its own,
-/// a prebuilt variant pack and a bare `cudnnBackendExecute`, with no validation, lookup, lock or
-/// stream check per call beyond one atomic load. It borrows its stream, so the stream can neither
-/// be dropped nor captured (`Stream::capture` takes it mutably) while the executor lives: its
-/// executes can never land in a capture, whose graph would keep neither the plan nor the handle.
-/// Neither `Send` nor `Sync`: its handle belongs to the creating thread's context.
-pub struct RawExecutor<'s> {
-    // Given back by `Drop` once the stream has run every execute: the pack and the plan before
-    // the handle that made them.
-    // (Always Some until the drop takes it.)
-    objects: Option<(backend::VariantPack, backend::ExecPlan, Handle)>,
-    dnn: Arc<Cudnn>,
-    stream: &'s Stream,
-    _one_thread: std::marker::PhantomData<*const ()>,
-}
-
-impl Drop for RawExecutor<'_> {
-    fn drop(&mut self) {
-        // Executes may still be queued on the stream, and cuDNN may free code it compiled for the
-        // plan with it: wait for them first (as graphsafe's frees wait for its streams). If the
-        // wait fails, the plan and handle are leaked, never destroyed early.
-        let Some((pack, plan, handle)) = self.objects.take() else { return };
-        match self.stream.synchronize() {
-            Ok(()) => {
-                let _current = self.dnn.ctx.enter();
-                drop(pack);
-                drop(plan);
-                drop(handle);
-            }
-            Err(e) => {
-                std::mem::forget((pack, plan, handle));
-                crate::driver::log_drop_error("waiting for a cuDNN raw executor's stream", Err::<(), _>(e));
-            }
-        }
-    }
-}
-
-impl<'s> RawExecutor<'s> {
-    #[doc(hidden)]
-    /// Builds the floor for `problem` with the engine [`matmul`] runs for it (the cached plan's,
-    /// autotuned or not), bound to `stream`; the spans are checked against the plan as for
-    /// [`matmul_raw`], once. The caller's promise for them ([`DeviceSpan::from_raw`]) must hold for
-    /// as long as the executor is used.
-    pub fn new(dnn: &Arc<Cudnn>, problem: &MatmulProblem, ptrs: [DeviceSpan; 3], ws: DeviceSpan, stream: &'s Stream) -> Result<RawExecutor<'s>> {
-        dnn.same_context(stream.context())?;
-        stream.ensure_eager()?;
-        let p = problem.normalized();
-        p.validate()?;
-        check_arch(dnn, &p)?;
-        let want = plan_of(dnn, &p)?.info();
-        let _current = dnn.ctx.enter()?;
-        let handle = super::may_allocate(|| Handle::new(dnn.api))?;
-        let graph = Arc::new(p.graph(dnn.api, &handle)?);
-        // The same engine on this handle: among the candidates autotune chooses from, else the first.
-        let cands = super::may_allocate(|| backend::build_plans(dnn.api, &handle, &graph, 32))?;
-        let at = cands.iter().position(|c| c.engine == want.engine && c.workspace_bytes == want.workspace_bytes).unwrap_or(0);
-        let plan = cands.into_iter().nth(at).ok_or_else(|| Error::invalid("plan", "an execution plan", "none"))?;
-        let pack = backend::VariantPack::new(dnn.api, &plan, &ptrs, ws)?;
-        OpTarget::eager(stream, None)?.commit()?.glue(|s| handle.set_stream(s))?;
-        Ok(RawExecutor { objects: Some((pack, plan, handle)), dnn: dnn.clone(), stream, _one_thread: std::marker::PhantomData })
-    }
-
-    #[doc(hidden)]
-    /// One bare `cudnnBackendExecute`; returns the raw status (0 on success), or `u32::MAX`
-    /// without executing when a capture is open on the stream: a graphsafe one (leaked with
-    /// `mem::forget`: the borrow rules out any other), or, on an adopted stream, one its owner
-    /// began.
-    pub fn call(&self) -> u32 {
-        // The replay path's check: on a stream other code holds (adopted), a capture that code
-        // began is refused too; its graph would keep neither the plan nor the handle.
-        if self.stream.ensure_replayable().is_err() {
-            return u32::MAX;
-        }
-        let Some((pack, plan, handle)) = &self.objects else { return u32::MAX };
-        match handle.execute_pack(plan, pack) {
-            Ok(()) => 0,
-            Err(Error::Cudnn { status, .. }) => status as u32,
-            Err(_) => u32::MAX,
-        }
-    }
 }
