@@ -335,8 +335,6 @@ fn raw_pointers_of_another_device_unknown_or_too_small_are_refused() {
         batch: 1,
         num_heads: heads as i32,
         s_q: 1,
-        causal: 0,
-        num_kv_heads: 0,
         q_nope: buffer(0, (heads * 512 * 2) as u64),
         q_nope_stride_batch: heads * 512,
         q_nope_stride_token: heads * 512,
@@ -358,7 +356,7 @@ fn raw_pointers_of_another_device_unknown_or_too_small_are_refused() {
         lse: buffer(0, (heads * 4) as u64),
         sm_scale: 0.0721,
         max_seq_len: 64,
-        num_splits: 0,
+        ..Default::default()
     };
     let kv_of_device_1 = buffer(1, (page * 576 * 2) as u64);
     let out_too_small = buffer(0, (heads * 512 * 2 - 2) as u64);

@@ -63,7 +63,7 @@ pub struct GraphsafeMlaPlan {
 /// `[batch, heads, s_q]` (FlashMLA's layouts). A query row that attends no key (an empty request,
 /// or a causal token before the request's first key) gets zeros in out and +inf in lse.
 #[repr(C)]
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, Default)]
 pub struct GraphsafeMlaDecodeArgs {
     /// GRAPHSAFE_DTYPE_* of q, and of kv_cache unless graphsafe_mla_decode_kv is given an fp8
     /// KV-cache format.

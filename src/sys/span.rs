@@ -19,7 +19,8 @@ use crate::error::{Error, Result};
 /// when the work is captured, for as long as any graph made from the capture can run.
 /// `len` may be larger than what is really there only for memory whose size nobody knows (C
 /// callers' raw pointers): then the caller vouches for the extent the op's documented shapes imply.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+/// The default is the empty span ([`DeviceSpan::empty`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct DeviceSpan {
     ptr: u64,
     len: u64,

@@ -195,8 +195,6 @@ fn an_operand_inside_the_workspace_of_the_same_call_is_refused() {
             batch: 1,
             num_heads: heads as i32,
             s_q: 1,
-            causal: 0,
-            num_kv_heads: 0,
             q_nope: ws_ptr,
             q_nope_stride_batch: heads * 512,
             q_nope_stride_token: heads * 512,
@@ -218,7 +216,7 @@ fn an_operand_inside_the_workspace_of_the_same_call_is_refused() {
             lse: buffer((heads * 4) as u64),
             sm_scale: 0.0721,
             max_seq_len: (pages * page) as i32,
-            num_splits: 0,
+            ..Default::default()
         };
         let mut plan = GraphsafeMlaPlan::default();
         let r = graphsafe_mla_decode(&args, ws, st, &mut plan);
@@ -265,8 +263,6 @@ fn a_destroyed_buffer_whose_free_waits_is_refused_as_a_raw_pointer() {
         batch: 1,
         num_heads: heads as i32,
         s_q: 1,
-        causal: 0,
-        num_kv_heads: 0,
         q_nope: buf(heads * 512 * 2),
         q_nope_stride_batch: heads * 512,
         q_nope_stride_token: heads * 512,
@@ -289,6 +285,7 @@ fn a_destroyed_buffer_whose_free_waits_is_refused_as_a_raw_pointer() {
         sm_scale: 0.0721,
         max_seq_len: 64,
         num_splits: 1,
+        ..Default::default()
     };
     let mut ws = GraphsafeWorkspace::default();
     assert_eq!(unsafe { graphsafe_workspace_create(st[0], 1 << 16, &mut ws) }, GRAPHSAFE_OK);

@@ -35,8 +35,6 @@ fn setup(total: u64, mix: &'static [(Op, u32)]) -> Arc<Shared> {
         batch: 1,
         num_heads: heads as i32,
         s_q: 1,
-        causal: 0,
-        num_kv_heads: 0,
         q_nope,
         q_nope_stride_batch: heads * 512,
         q_nope_stride_token: heads * 512,
@@ -58,7 +56,7 @@ fn setup(total: u64, mix: &'static [(Op, u32)]) -> Arc<Shared> {
         lse,
         sm_scale: 0.0721,
         max_seq_len: 64,
-        num_splits: 0,
+        ..Default::default()
     };
     // W4A16 on a weight buffer of the size its plan asks for.
     let (m, n, k) = (4, 256, 256);

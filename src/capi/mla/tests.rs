@@ -12,8 +12,6 @@ fn args(dtype: c_int, heads: c_int) -> GraphsafeMlaDecodeArgs {
         batch: 1,
         num_heads: heads,
         s_q: 1,
-        causal: 0,
-        num_kv_heads: 0,
         q_nope: 1 << 20,
         q_nope_stride_batch: h * 512,
         q_nope_stride_token: h * 512,
@@ -35,7 +33,7 @@ fn args(dtype: c_int, heads: c_int) -> GraphsafeMlaDecodeArgs {
         lse: 7 << 20,
         sm_scale: 0.0721,
         max_seq_len: 64,
-        num_splits: 0,
+        ..Default::default()
     }
 }
 

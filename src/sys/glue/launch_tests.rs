@@ -63,27 +63,24 @@ fn a_stream_k_w4a16_names_the_planners_workspace_and_the_capacity() {
 fn decode(batch: i32, max_seq_len: i32, page_size: i32) -> Decode {
     let rows = |ptr| Rows { span: span(ptr, BIG), stride_batch: 128 * 512, stride_token: 128 * 512, stride_head: 512 };
     Decode {
-        dtype: GlueDtype::Bf16,
         batch,
         num_heads: 128,
         s_q: 1,
-        causal: false,
         max_seq_len,
         num_splits: 1,
         sm_count: 132,
-        device: 0,
         q_nope: rows(0x10_0000),
         q_pe: Rows { span: span(0x20_0000, BIG), stride_batch: 128 * 64, stride_token: 128 * 64, stride_head: 64 },
         kv_cache: span(0x30_0000, BIG),
-        kv_layout: KvLayout::Native,
         num_pages: 64,
         page_size,
         seq_lens: span(0x40_0000, 4 * batch as u64),
         page_table: span(0x50_0000, BIG),
         page_table_stride: (max_seq_len + page_size - 1) / page_size,
         out: rows(0x60_0000),
-        lse: None,
         sm_scale: 0.1,
+        // bf16, not causal, device 0, a native cache, no lse: the C struct zero-initialised.
+        ..Default::default()
     }
 }
 

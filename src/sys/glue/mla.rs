@@ -56,7 +56,7 @@ fn count(what: &str, v: i32) -> Result<u64> {
 
 /// A `[batch, s_q, heads, dim]` operand with its batch, token and head strides (elements;
 /// innermost 1).
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct Rows {
     pub span: DeviceSpan,
     pub stride_batch: i64,
@@ -74,10 +74,11 @@ impl Rows {
     }
 }
 
-/// How the cache stores K and V (`GsMlaKvFormat`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// How the cache stores K and V (`GsMlaKvFormat`); the default is native, `GS_MLA_KV_NATIVE` (0).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) enum KvLayout {
     /// `[pages, page_size, 576]` in q's dtype.
+    #[default]
     Native,
     /// `[pages, page_size, 576]` e4m3 and the span of one f32 scale.
     Fp8PerTensor { scale: DeviceSpan },
@@ -108,8 +109,10 @@ impl KvLayout {
 /// The decode back-ends: the arch table's (`crate::arch` has no dependencies, so sys may use it).
 pub(crate) use crate::arch::MlaArch as Backend;
 
-/// One decode step (`GsMlaDecodeArgs`), its device memory as spans.
-#[derive(Clone, Copy, Debug)]
+/// One decode step (`GsMlaDecodeArgs`), its device memory as spans. The default is the C struct
+/// zero-initialised (empty spans: a launch refuses it), so that a test names only what it uses;
+/// the op sets every field.
+#[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct Decode {
     pub dtype: GlueDtype,
     pub batch: i32,

@@ -37,10 +37,11 @@ use crate::error::{Error, Result};
 /// The raw stream handle the glue takes (`cudaStream_t`, the driver's `CUstream`).
 pub type RawStream = super::cuda::CUstream;
 
-/// Element types of the glue (`GsDtype`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// Element types of the glue (`GsDtype`). The default is bf16, `GS_DTYPE_BF16` (0).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum GlueDtype {
     /// bfloat16
+    #[default]
     Bf16,
     /// float16
     Fp16,
