@@ -3,7 +3,7 @@
 
 use super::core::{capture_obj, captured_op, eager_op, stream_obj, workspace_obj, GraphsafeCapture, GraphsafeStream, GraphsafeWorkspace};
 use super::{guard, null, put, read, CallerMemory, Fail, Raw};
-use crate::ops::mla::decode::run;
+use crate::ops::mla::decode::decode_on;
 use crate::ops::mla::{self as mla, KvFormat, KvFormatKind, MlaArch, MlaDecodeArgs, MlaLimits, DS_MLA_TOKEN_BYTES};
 use crate::ops::tensor::{DType, Tensor};
 use kv_cache::{check_kv_format, format_name, format_of};
@@ -503,7 +503,7 @@ unsafe fn mla_decode(args: *const GraphsafeMlaDecodeArgs, kv: *const GraphsafeMl
     let (s, w) = (stream_obj(stream)?, workspace_obj(ws)?);
     let p = eager_op((&s, stream.id), Some((&w, ws.id)), |t| {
         let raw = to_args(&a, kv, CallerMemory::on(t.context()))?;
-        Ok(run(&raw, t)?)
+        Ok(decode_on(&raw, t)?)
     })?;
     // SAFETY: the caller's contract.
     unsafe { put_plan(plan, &a, &p) }
@@ -531,7 +531,7 @@ unsafe fn mla_decode_captured(args: *const GraphsafeMlaDecodeArgs, kv: *const Gr
     let c = capture_obj(capture)?;
     let p = captured_op((&c, capture.id), Some(ws.id), |t| {
         let raw = to_args(&a, kv, CallerMemory::on(t.context()))?;
-        Ok(run(&raw, t)?)
+        Ok(decode_on(&raw, t)?)
     })?;
     // SAFETY: the caller's contract.
     unsafe { put_plan(plan, &a, &p) }

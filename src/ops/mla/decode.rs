@@ -31,7 +31,7 @@ impl MlaArch {
 
 /// Validate, size, launch: the one path behind every entry point (Rust eager, Rust captured, C).
 /// Everything is checked before anything is enqueued: a refusal captures and launches nothing.
-pub(crate) fn run<M: DeviceMemory>(args: &MlaDecodeArgs<M>, mut target: OpTarget<'_>) -> Result<MlaDecodePlan> {
+pub(crate) fn decode_on<M: DeviceMemory>(args: &MlaDecodeArgs<M>, mut target: OpTarget<'_>) -> Result<MlaDecodePlan> {
     let ctx = target.context().clone();
     let arch = MlaArch::for_compute_capability(ctx.compute_capability())?;
     let sms = ctx.sm_count();
@@ -88,7 +88,7 @@ pub(crate) fn run<M: DeviceMemory>(args: &MlaDecodeArgs<M>, mut target: OpTarget
 /// # let _ = out_host; Ok(()) }
 /// ```
 pub fn decode(args: &MlaDecodeArgs<&DeviceBuffer>, ws: &mut Workspace, stream: &Stream) -> Result<MlaDecodePlan> {
-    run(args, OpTarget::eager(stream, Some(ws))?)
+    decode_on(args, OpTarget::eager(stream, Some(ws))?)
 }
 
 /// Captured decode: validates, checks that every view belongs to `cap`, checks the captured
@@ -133,5 +133,5 @@ pub fn decode(args: &MlaDecodeArgs<&DeviceBuffer>, ws: &mut Workspace, stream: &
 /// # Ok(()) }
 /// ```
 pub fn decode_captured<'id>(args: &MlaDecodeArgs<CapturedBuffer<'id>>, ws: &CapturedWorkspace<'id>, cap: &Capture<'_, 'id>) -> Result<MlaDecodePlan> {
-    run(args, OpTarget::captured(cap.site(), Some(ws.view()))?)
+    decode_on(args, OpTarget::captured(cap.site(), Some(ws.view()))?)
 }
