@@ -72,8 +72,9 @@ fn run() -> Result<(), String> {
     // back-end's glue is `#[cfg(graphsafe_mla = "sm100")]`, which stays right when rows change.
     let quoted = |names: Vec<&str>| names.iter().map(|n| format!("\"{n}\"")).collect::<Vec<_>>().join(", ");
     println!("cargo::rustc-check-cfg=cfg(graphsafe_arch, values({}))", quoted(arch_table::TARGETS.iter().map(|t| t.name).collect()));
-    println!("cargo::rustc-check-cfg=cfg(graphsafe_mla, values({}))", quoted(arch_table::MlaArch::ALL.map(|b| b.name()).to_vec()));
-    println!("cargo::rustc-check-cfg=cfg(graphsafe_nvfp4, values({}))", quoted(arch_table::Nvfp4Arch::ALL.map(|b| b.name()).to_vec()));
+    for op in arch_table::Op::WITH_BACKENDS {
+        println!("cargo::rustc-check-cfg=cfg(graphsafe_{}, values({}))", op.name(), quoted(op.backends().map(|b| b.name()).collect()));
+    }
     println!("cargo::rustc-check-cfg=cfg(graphsafe_no_kernels)");
 
     inputs::check_environment()?;
@@ -109,8 +110,7 @@ fn run() -> Result<(), String> {
     let mut backends: Vec<String> = Vec::new();
     for t in arch_table::TARGETS.iter().filter(|t| selected.iter().any(|a| a == t.name)) {
         println!("cargo:rustc-cfg=graphsafe_arch=\"{}\"", t.name);
-        backends.extend(t.mla.map(|b| format!("graphsafe_mla=\"{}\"", b.name())));
-        backends.extend(t.nvfp4.map(|b| format!("graphsafe_nvfp4=\"{}\"", b.name())));
+        backends.extend(t.backends.iter().map(|b| format!("graphsafe_{}=\"{}\"", b.op().name(), b.name())));
     }
     backends.sort();
     backends.dedup();

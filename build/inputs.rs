@@ -7,7 +7,7 @@
 //! dependency-free), so `tests/build_inputs.rs` includes both files and tests them without
 //! running a build.
 
-use crate::arch_table::{all_target_names, parse_target, target_named, MlaArch, Nvfp4Arch, TARGETS};
+use crate::arch_table::{all_target_names, parse_target, target_named, Op, TARGETS};
 
 /// The archs `GRAPHSAFE_CUDA_ARCHS` selects: every row of the arch table (`src/arch_table.rs`)
 /// when unset or blank, else the listed ones (deduplicated, in table order, so the same set
@@ -45,23 +45,19 @@ pub fn directive_archs(value: &str) -> Result<(Vec<String>, Vec<String>), String
         let picked: Vec<&str> = match sel.split_once(':') {
             None if sel == "all" => TARGETS.iter().map(|t| t.name).collect(),
             None => vec![target_named(sel).map(|t| t.name).ok_or_else(|| {
-                format!("unknown arch {sel:?} in archs= (the arch table, src/arch_table.rs, has {}; or all, mla:<back-end>, nvfp4:<back-end>)", all_target_names())
+                let ops: Vec<String> = Op::WITH_BACKENDS.iter().map(|o| format!("{}:<back-end>", o.name())).collect();
+                format!("unknown arch {sel:?} in archs= (the arch table, src/arch_table.rs, has {}; or all, {})", all_target_names(), ops.join(", "))
             })?],
-            Some(("mla", b)) => {
-                let b = MlaArch::ALL.into_iter().find(|x| x.name() == b).ok_or_else(|| {
-                    format!("unknown MLA back-end {b:?} in archs= (expected one of {})", MlaArch::ALL.map(MlaArch::name).join(", "))
+            Some((op, b)) => {
+                let ops = Op::WITH_BACKENDS.map(Op::name);
+                let op = Op::WITH_BACKENDS.into_iter().find(|o| o.name() == op).ok_or_else(|| format!("unknown op {op:?} in archs={sel} (expected {})", ops.join(" or ")))?;
+                let backend = op.backends().find(|x| x.name() == b).ok_or_else(|| {
+                    let known: Vec<&str> = op.backends().map(|x| x.name()).collect();
+                    format!("unknown {} back-end {b:?} in archs= (expected one of {})", op.name().to_uppercase(), known.join(", "))
                 })?;
-                backends.push(sel.to_string());
-                TARGETS.iter().filter(|t| t.mla == Some(b)).map(|t| t.name).collect()
+                backends.push(backend.selector());
+                TARGETS.iter().filter(|t| t.backends.contains(&backend)).map(|t| t.name).collect()
             }
-            Some(("nvfp4", b)) => {
-                let b = Nvfp4Arch::ALL.into_iter().find(|x| x.name() == b).ok_or_else(|| {
-                    format!("unknown NVFP4 back-end {b:?} in archs= (expected one of {})", Nvfp4Arch::ALL.map(Nvfp4Arch::name).join(", "))
-                })?;
-                backends.push(sel.to_string());
-                TARGETS.iter().filter(|t| t.nvfp4 == Some(b)).map(|t| t.name).collect()
-            }
-            Some((op, _)) => return Err(format!("unknown op {op:?} in archs={sel} (expected mla or nvfp4)")),
         };
         rows.extend(picked);
     }
@@ -76,8 +72,7 @@ pub fn directive_archs(value: &str) -> Result<(Vec<String>, Vec<String>), String
 /// `op:back-end` selector of the directives), as the build's one-line error.
 pub fn missing_backend(selected: &[String], implemented: &[String]) -> Option<String> {
     for t in TARGETS.iter().filter(|t| selected.iter().any(|s| s == t.name)) {
-        let wanted = t.mla.map(|b| format!("mla:{}", b.name())).into_iter().chain(t.nvfp4.map(|b| format!("nvfp4:{}", b.name())));
-        for w in wanted {
+        for w in t.backends.iter().map(|b| b.selector()) {
             if !implemented.contains(&w) {
                 return Some(format!("graphsafe: src/arch_table.rs gives {} the back-end {w}, but no cuda-src unit says archs={w}", t.name));
             }

@@ -21,38 +21,6 @@ pub use table::*;
 
 use crate::error::{Error, Result};
 
-/// What a kernel lookup is for: names the op in errors and picks the row's column.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Op {
-    /// MLA decode ([`Target::mla`]).
-    Mla,
-    /// NVFP4 GEMM ([`Target::nvfp4`]).
-    Nvfp4,
-    /// The arch-neutral kernels every row builds (MLA sanitizer and GPU reference, NVFP4
-    /// quantize, the graph-safety test kernels).
-    Kernels,
-}
-
-impl Op {
-    /// The name errors give it.
-    pub const fn label(self) -> &'static str {
-        match self {
-            Op::Mla => "mla decode",
-            Op::Nvfp4 => "nvfp4 gemm",
-            Op::Kernels => "graphsafe kernels",
-        }
-    }
-
-    /// Whether `t` has a kernel for this op.
-    pub fn runs_on(self, t: &Target) -> bool {
-        match self {
-            Op::Mla => t.mla.is_some(),
-            Op::Nvfp4 => t.nvfp4.is_some(),
-            Op::Kernels => true,
-        }
-    }
-}
-
 /// The rows this build compiled kernels for (`GRAPHSAFE_CUDA_ARCHS`), in table order.
 pub fn built() -> impl Iterator<Item = &'static Target> {
     TARGETS.iter().filter(|t| crate::build_info::has_arch(t.name))
@@ -101,13 +69,13 @@ pub fn target_for(op: Op, cc: (i32, i32)) -> Result<&'static Target> {
 /// The MLA back-end that runs on `cc` in this build ([`target_for`]'s errors).
 pub fn mla(cc: (i32, i32)) -> Result<MlaArch> {
     let t = target_for(Op::Mla, cc)?;
-    t.mla.ok_or_else(|| Error::ArchUnsupported { op: Op::Mla.label(), need: need(Op::Mla), have: have(cc) })
+    t.mla().ok_or_else(|| Error::ArchUnsupported { op: Op::Mla.label(), need: need(Op::Mla), have: have(cc) })
 }
 
 /// The NVFP4 back-end that runs on `cc` in this build ([`target_for`]'s errors).
 pub fn nvfp4(cc: (i32, i32)) -> Result<Nvfp4Arch> {
     let t = target_for(Op::Nvfp4, cc)?;
-    t.nvfp4.ok_or_else(|| Error::ArchUnsupported { op: Op::Nvfp4.label(), need: need(Op::Nvfp4), have: have(cc) })
+    t.nvfp4().ok_or_else(|| Error::ArchUnsupported { op: Op::Nvfp4.label(), need: need(Op::Nvfp4), have: have(cc) })
 }
 
 /// `"sm_90 (…), sm_100 (…) or sm_120 (…)"`-style list of what planning accepts for `op`.
@@ -123,12 +91,12 @@ fn plan_expected(op: Op) -> String {
 /// Planning: the MLA back-end of the row `name` names ([`parse_target`]: `sm_100f`, `sm_103`,
 /// `sm_100a`, …), whether or not this build has it. `InvalidArgument` (`arch`) otherwise.
 pub fn plan_mla(name: &str) -> Result<MlaArch> {
-    parse_target(name).and_then(|t| t.mla).ok_or_else(|| Error::invalid("arch", plan_expected(Op::Mla), name))
+    parse_target(name).and_then(|t| t.mla()).ok_or_else(|| Error::invalid("arch", plan_expected(Op::Mla), name))
 }
 
 /// Planning: the NVFP4 back-end of the row `name` names, as [`plan_mla`].
 pub fn plan_nvfp4(name: &str) -> Result<Nvfp4Arch> {
-    parse_target(name).and_then(|t| t.nvfp4).ok_or_else(|| Error::invalid("arch", plan_expected(Op::Nvfp4), name))
+    parse_target(name).and_then(|t| t.nvfp4()).ok_or_else(|| Error::invalid("arch", plan_expected(Op::Nvfp4), name))
 }
 
 /// The C ABI's `arch` argument: a compute capability as `major * 10 + minor` (90, 100, 103, 120,
@@ -142,12 +110,12 @@ fn target_for_abi(arch: i32) -> Option<&'static Target> {
 
 /// Planning through the C ABI: the MLA back-end for `arch` (a compute capability × 10 + minor).
 pub fn mla_for_abi(arch: i32) -> Result<MlaArch> {
-    target_for_abi(arch).and_then(|t| t.mla).ok_or_else(|| Error::invalid("arch", abi_expected(Op::Mla), arch))
+    target_for_abi(arch).and_then(|t| t.mla()).ok_or_else(|| Error::invalid("arch", abi_expected(Op::Mla), arch))
 }
 
 /// Planning through the C ABI: the NVFP4 back-end for `arch`, as [`mla_for_abi`].
 pub fn nvfp4_for_abi(arch: i32) -> Result<Nvfp4Arch> {
-    target_for_abi(arch).and_then(|t| t.nvfp4).ok_or_else(|| Error::invalid("arch", abi_expected(Op::Nvfp4), arch))
+    target_for_abi(arch).and_then(|t| t.nvfp4()).ok_or_else(|| Error::invalid("arch", abi_expected(Op::Nvfp4), arch))
 }
 
 fn abi_expected(op: Op) -> String {
@@ -162,7 +130,7 @@ fn abi_expected(op: Op) -> String {
 /// The GPUs with FP4 tensor cores (what cuDNN's NVFP4 engines need), from the table whatever this
 /// build compiled: `ArchUnsupported` for `op` naming them otherwise.
 pub fn require_fp4_tensor_cores(op: &'static str, cc: (i32, i32)) -> Result<()> {
-    let fp4 = |t: &Target| t.nvfp4.is_some_and(Nvfp4Arch::fp4_tensor_cores);
+    let fp4 = |t: &Target| t.nvfp4().is_some_and(Nvfp4Arch::fp4_tensor_cores);
     if target_for_cc(cc).is_some_and(fp4) {
         return Ok(());
     }
@@ -217,33 +185,43 @@ pub fn sm_count_of(name: &str) -> Result<u32> {
         .ok_or_else(|| Error::invalid("gpu", format!("a GPU graphsafe knows by name ({}), or its SM count given explicitly", gpu_names()), name))
 }
 
-/// The rows `pick` selects, as `(names "sm_100f", GPUs "sm_100/sm_103 (B200, …)")`.
-fn rows_where(pick: impl Fn(&Target) -> bool) -> (String, String) {
-    let rows: Vec<&Target> = TARGETS.iter().filter(|t| pick(t)).collect();
-    (rows.iter().map(|t| t.name).collect::<Vec<_>>().join(","), rows.iter().map(|t| t.describe()).collect::<Vec<_>>().join(" or "))
+impl Backend {
+    /// The rows that run it, comma separated (`"sm_100f"`): what a build needs for it.
+    pub fn targets(self) -> String {
+        self.rows().map(|t| t.name).collect::<Vec<_>>().join(",")
+    }
+
+    /// The GPUs it runs on: `"sm_100/sm_103 (B200, GB200, B300, GB300)"`.
+    pub fn gpus(self) -> String {
+        self.rows().map(Target::describe).collect::<Vec<_>>().join(" or ")
+    }
+
+    fn rows(self) -> impl Iterator<Item = &'static Target> {
+        TARGETS.iter().filter(move |t| t.backends.contains(&self))
+    }
 }
 
 impl MlaArch {
     /// The rows this back-end runs on, comma separated (`"sm_100f"`): what a build needs for it.
     pub fn targets(self) -> String {
-        rows_where(|t| t.mla == Some(self)).0
+        Backend::Mla(self).targets()
     }
 
     /// The GPUs it runs on: `"sm_100/sm_103 (B200, GB200, B300, GB300)"`.
     pub fn gpus(self) -> String {
-        rows_where(|t| t.mla == Some(self)).1
+        Backend::Mla(self).gpus()
     }
 }
 
 impl Nvfp4Arch {
     /// The rows this back-end runs on, comma separated: what a build needs for it.
     pub fn targets(self) -> String {
-        rows_where(|t| t.nvfp4 == Some(self)).0
+        Backend::Nvfp4(self).targets()
     }
 
     /// The GPUs it runs on: `"sm_120/sm_121 (RTX 50, RTX PRO Blackwell, DGX Spark)"`.
     pub fn gpus(self) -> String {
-        rows_where(|t| t.nvfp4 == Some(self)).1
+        Backend::Nvfp4(self).gpus()
     }
 }
 
@@ -301,12 +279,37 @@ mod tests {
     }
 
     #[test]
-    fn every_back_end_has_a_row() {
-        for b in MlaArch::ALL {
+    fn every_back_end_has_a_row_and_every_row_one_back_end_per_op() {
+        for b in Backend::ALL {
             assert!(!b.targets().is_empty(), "{b:?}");
+            assert!(Op::WITH_BACKENDS.contains(&b.op()), "{b:?}");
+            assert_eq!(Backend::from_selector(&b.selector()), Some(b));
         }
-        for b in Nvfp4Arch::ALL {
-            assert!(!b.targets().is_empty(), "{b:?}");
+        // Backend::ALL is every op enum's ALL, each once.
+        let mut all: Vec<Backend> = MlaArch::ALL.map(Backend::Mla).into_iter().chain(Nvfp4Arch::ALL.map(Backend::Nvfp4)).collect();
+        assert_eq!(Backend::ALL.to_vec(), all);
+        all.dedup();
+        assert_eq!(all.len(), Backend::ALL.len());
+        for t in TARGETS {
+            for op in Op::WITH_BACKENDS {
+                assert!(t.backends.iter().filter(|b| b.op() == op).count() <= 1, "{}: two {} back-ends", t.name, op.name());
+            }
+            assert_eq!(t.mla().map(Backend::Mla), t.backend(Op::Mla), "{}", t.name);
+            assert_eq!(t.nvfp4().map(Backend::Nvfp4), t.backend(Op::Nvfp4), "{}", t.name);
+        }
+        assert_eq!(Backend::from_selector("mla:sm120"), None);
+    }
+
+    #[test]
+    fn every_back_end_has_sass_checks_that_survive_the_manifest() {
+        for b in Backend::ALL {
+            assert!(b.sass().iter().any(|c| c.mma && c.min > 0), "{b:?}: no check for tensor-core MMA (a trap body would pass)");
+        }
+        for c in Backend::ALL.iter().flat_map(|b| b.sass()).chain(EVERY_ROW_SASS) {
+            // Tab-separated in the build manifest, then an `awk -v` value (which reads backslashes).
+            for field in [c.what, c.kernel] {
+                assert!(!field.is_empty() && !field.contains(['\t', '\n', '\\']), "{c:?}");
+            }
         }
     }
 
@@ -325,9 +328,18 @@ mod tests {
         assert_eq!(name("sm_103a"), Some("sm_100f"));
         assert_eq!(name("sm_121"), Some("sm_120f"));
         assert_eq!(name(" sm_100f "), Some("sm_100f"));
-        for bad in ["sm_89", "sm_80", "sm_110", "sm_101", "", "sm_", "sm_1000", "sm_10x", "all", "sm_9"] {
+        for bad in ["", "sm_", "sm_1000", "sm_10x", "all", "sm_9"] {
             assert_eq!(name(bad), None, "{bad:?}");
         }
+        // Every compute capability no row runs on finds nothing, in each spelling (taken from the
+        // table, so that a new row never turns one of them into a supported GPU here).
+        for cc in (1..=15).flat_map(|major| (0..=9).map(move |minor| (major, minor))).filter(|&cc| target_for_cc(cc).is_none()) {
+            let n = cc_name(cc);
+            for spelling in [n.clone(), format!("{n}a"), format!("{n}f"), n.replace('_', ""), n[3..].to_string()] {
+                assert_eq!(name(&spelling), None, "{spelling}");
+            }
+        }
+        assert_eq!(target_for_cc(cc_without_row()), None);
     }
 
     #[test]
@@ -347,10 +359,14 @@ mod tests {
         assert_eq!(mla_for_abi(100).unwrap(), MlaArch::Sm100);
         assert_eq!(mla_for_abi(103).unwrap(), MlaArch::Sm100);
         assert_eq!(nvfp4_for_abi(121).unwrap(), Nvfp4Arch::Sm120);
-        for bad in [0, -1, 89, 120, 1000, i32::MIN, i32::MAX] {
+        // Refused: numbers that are no compute capability, one no row runs on, and every
+        // compute capability of the rows without an MLA kernel.
+        let abi = |(major, minor): (i32, i32)| major * 10 + minor;
+        let no_mla = TARGETS.iter().filter(|t| t.mla().is_none()).flat_map(|t| t.runs_on.iter().copied().map(abi));
+        for bad in [0, -1, 1000, i32::MIN, i32::MAX, abi(cc_without_row())].into_iter().chain(no_mla) {
             assert!(matches!(mla_for_abi(bad), Err(Error::InvalidArgument { .. })), "{bad}");
         }
-        assert!(matches!(nvfp4_for_abi(80), Err(Error::InvalidArgument { .. })));
+        assert!(matches!(nvfp4_for_abi(abi(cc_without_row())), Err(Error::InvalidArgument { .. })));
     }
 
     #[test]
@@ -363,7 +379,8 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
-        assert!(matches!(nvfp4((8, 9)), Err(Error::ArchUnsupported { have, .. }) if have == "sm_89"));
+        let unknown = cc_without_row();
+        assert!(matches!(nvfp4(unknown), Err(Error::ArchUnsupported { have, .. }) if have == cc_name(unknown)));
         for t in TARGETS {
             for &cc in t.runs_on {
                 let r = target_for(Op::Kernels, cc);
@@ -384,7 +401,11 @@ mod tests {
         for cc in [(10, 0), (10, 3), (12, 0), (12, 1)] {
             assert!(require_fp4_tensor_cores("x", cc).is_ok(), "{cc:?}");
         }
-        for cc in [(9, 0), (8, 9), (11, 0)] {
+        // Hopper's rows, and a GPU no row runs on.
+        let without: Vec<(i32, i32)> =
+            TARGETS.iter().filter(|t| !t.nvfp4().is_some_and(Nvfp4Arch::fp4_tensor_cores)).flat_map(|t| t.runs_on.iter().copied()).chain([cc_without_row()]).collect();
+        assert!(without.contains(&(9, 0)), "{without:?}");
+        for cc in without {
             match require_fp4_tensor_cores("x", cc) {
                 Err(Error::ArchUnsupported { need, have, .. }) => {
                     assert!(need.contains("Blackwell") && need.contains("sm_100/sm_103") && need.contains("sm_120/sm_121"), "{need}");

@@ -9,9 +9,64 @@
 //! arch arguments (CLI and C ABI) and `graphsafe doctor`. Both sides read the same rows, so the
 //! build and the dispatch cannot disagree about what runs where.
 //!
-//! Adding a GPU: a row here, plus kernels for a back-end that is new (an existing back-end needs
-//! none: units select rows by back-end, `archs=mla:sm100`), plus its SASS in `scripts/check-sass`
-//! if it brings a new back-end.
+//! Back-ends are registered here as data: each row lists its [`Backend`]s, and every reader
+//! (cfgs, directives, the build manifest and `scripts/check-sass`, dispatch, planning, the CLI's
+//! help and errors, `graphsafe doctor`) iterates them instead of naming rows. Adding a GPU whose
+//! kernels an existing back-end has is a row here (and its reference GPU in [`GPUS`] if that is
+//! new) and nothing else: `scripts/check-arch-row` proves it by adding one to a scratch copy of
+//! the repository and building and testing that. A new back-end is also a variant of its op's
+//! enum with its SASS checks ([`Backend::sass`]), the `cuda-src` units that say `archs=<op>:<it>`,
+//! and its launch arm in `src/sys/glue/`.
+
+/// What a kernel lookup is for: one op with a back-end per row (a column of [`TARGETS`]), or the
+/// arch-neutral kernels every row builds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Op {
+    /// MLA decode ([`MlaArch`]).
+    Mla,
+    /// NVFP4 GEMM ([`Nvfp4Arch`]).
+    Nvfp4,
+    /// The arch-neutral kernels every row builds (MLA sanitizer and GPU reference, NVFP4
+    /// quantize, the graph-safety test kernels).
+    Kernels,
+}
+
+impl Op {
+    /// The ops whose kernel depends on the row: each is a column of the table, a cfg
+    /// (`graphsafe_mla`), a directive selector (`archs=mla:sm100`) and a field of the build
+    /// manifest (`mla=sm100`). Everything that lists back-ends iterates this, so a new op is a
+    /// variant here and in [`Backend`], not a new arm in every reader.
+    pub const WITH_BACKENDS: [Op; 2] = [Op::Mla, Op::Nvfp4];
+
+    /// Its name in cfgs (`graphsafe_mla`), directives (`archs=mla:sm100`), the build manifest and
+    /// `graphsafe doctor --json`.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Op::Mla => "mla",
+            Op::Nvfp4 => "nvfp4",
+            Op::Kernels => "kernels",
+        }
+    }
+
+    /// The name errors give it.
+    pub const fn label(self) -> &'static str {
+        match self {
+            Op::Mla => "mla decode",
+            Op::Nvfp4 => "nvfp4 gemm",
+            Op::Kernels => "graphsafe kernels",
+        }
+    }
+
+    /// Its back-ends, in [`Backend::ALL`] order (none for [`Op::Kernels`]).
+    pub fn backends(self) -> impl Iterator<Item = Backend> {
+        Backend::ALL.into_iter().filter(move |b| b.op() == self)
+    }
+
+    /// Whether `t` has a kernel for this op.
+    pub fn runs_on(self, t: &Target) -> bool {
+        self == Op::Kernels || t.backend(self).is_some()
+    }
+}
 
 /// MLA decode back-ends: a kernel family, not a GPU (every row naming one runs the same code).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -66,6 +121,125 @@ impl Nvfp4Arch {
     }
 }
 
+/// One op's back-end: what a row of [`TARGETS`] lists for each op it has a kernel for. The build
+/// emits one cfg per back-end its rows run (`graphsafe_mla = "sm100"`), the `cuda-src` units
+/// that implement it say so (`archs=mla:sm100`), and run-time dispatch matches on the op's own
+/// enum ([`MlaArch`], [`Nvfp4Arch`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Backend {
+    /// An MLA decode back-end.
+    Mla(MlaArch),
+    /// An NVFP4 GEMM back-end.
+    Nvfp4(Nvfp4Arch),
+}
+
+impl Backend {
+    /// Every back-end of every op: each op's `ALL`, in [`Op::WITH_BACKENDS`] order.
+    pub const ALL: [Backend; MlaArch::ALL.len() + Nvfp4Arch::ALL.len()] = {
+        let mut all = [Backend::Mla(MlaArch::Sm90); MlaArch::ALL.len() + Nvfp4Arch::ALL.len()];
+        let mut i = 0;
+        while i < MlaArch::ALL.len() {
+            all[i] = Backend::Mla(MlaArch::ALL[i]);
+            i += 1;
+        }
+        let mut j = 0;
+        while j < Nvfp4Arch::ALL.len() {
+            all[i + j] = Backend::Nvfp4(Nvfp4Arch::ALL[j]);
+            j += 1;
+        }
+        all
+    };
+
+    /// The op it runs.
+    pub const fn op(self) -> Op {
+        match self {
+            Backend::Mla(_) => Op::Mla,
+            Backend::Nvfp4(_) => Op::Nvfp4,
+        }
+    }
+
+    /// Its name among the op's back-ends (`"sm100"`): the cfg's value, and JSON's.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Backend::Mla(b) => b.name(),
+            Backend::Nvfp4(b) => b.name(),
+        }
+    }
+
+    /// `"mla:sm100"`: how a `// graphsafe-build: archs=` directive selects the rows that run it.
+    pub fn selector(self) -> String {
+        format!("{}:{}", self.op().name(), self.name())
+    }
+
+    /// The back-end a selector names (`"mla:sm100"`), if any.
+    pub fn from_selector(s: &str) -> Option<Backend> {
+        Backend::ALL.into_iter().find(|b| b.selector() == s)
+    }
+
+    /// What `scripts/check-sass` requires of its kernels in the SASS of every row that runs it
+    /// (through the build manifest, `build/kernels.rs`). Never empty, and at least one check
+    /// requires tensor-core MMA: a CUTLASS kernel compiled without CUTLASS's arch macros still
+    /// links, but is a trap body with none.
+    pub const fn sass(self) -> &'static [SassCheck] {
+        match self {
+            Backend::Mla(MlaArch::Sm90) => &[SassCheck { what: "sm90 MLA decode kernels", kernel: "mla_sm90_(n|m64)_kernel", min: 1, mma: true }],
+            Backend::Mla(MlaArch::Sm100) => SM100_MLA_SASS,
+            Backend::Nvfp4(Nvfp4Arch::Sm90) => &[SassCheck { what: "W4A16 GEMM kernels", kernel: "w4a16_gemm_kernel", min: 1, mma: true }],
+            // 3 tiles x bf16/fp16 outputs.
+            Backend::Nvfp4(Nvfp4Arch::Sm100) => {
+                &[SassCheck { what: "NVFP4 GEMMs", kernel: "GemmUniversal.*MainloopSm100TmaUmmaWarpSpecializedBlockScaled", min: 6, mma: true }]
+            }
+            // 2 tiles x bf16/fp16 outputs.
+            Backend::Nvfp4(Nvfp4Arch::Sm120) => {
+                &[SassCheck { what: "NVFP4 GEMMs", kernel: "GemmUniversal.*MainloopSm120TmaWarpSpecializedBlockScaled", min: 4, mma: true }]
+            }
+        }
+    }
+}
+
+/// A kernel requirement `scripts/check-sass` checks in the SASS of a row: at least `min`
+/// kernels whose mangled name matches `kernel` (an awk extended regular expression: no tab,
+/// newline or backslash, as it travels in the tab-separated build manifest and through
+/// `awk -v`), each with tensor-core MMA instructions (`UTC*MMA`, `OMMA`, `HGMMA`, …) when `mma`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SassCheck {
+    /// What the kernels are, for the report.
+    pub what: &'static str,
+    /// The pattern their mangled names match.
+    pub kernel: &'static str,
+    /// How many kernels must match, at least.
+    pub min: u32,
+    /// Whether every matching kernel must contain tensor-core MMA instructions.
+    pub mma: bool,
+}
+
+/// CUTLASS's sm100 MLA kernel: its 12 instantiations (element type x {persistent, individual}
+/// tile scheduler x {TMA, cp.async} loader: `kIsCpAsync` is `Lb0`/`Lb1` in the mangled name),
+/// each present, all with tcgen05 MMA (UTCHMMA), and the split-KV reduction kernels.
+const SM100_MLA_SASS: &[SassCheck] = &[
+    SassCheck { what: "MLA kernels", kernel: "Sm100FmhaMlaKernelTmaWarpspecialized", min: 12, mma: true },
+    SassCheck { what: "MLA reduction kernels", kernel: "Sm100FmhaMlaReductionKernel", min: 2, mma: false },
+    SassCheck { what: "MLA kernel bf16/persistent/TMA", kernel: "Sm100FmhaMlaKernelTmaWarpspecialized.*NS_10bfloat16_tEfSC_fNS2_.*Sm100MlaPersistentTileSchedulerELb0E", min: 1, mma: true },
+    SassCheck { what: "MLA kernel bf16/persistent/cp.async", kernel: "Sm100FmhaMlaKernelTmaWarpspecialized.*NS_10bfloat16_tEfSC_fNS2_.*Sm100MlaPersistentTileSchedulerELb1E", min: 1, mma: true },
+    SassCheck { what: "MLA kernel bf16/individual/TMA", kernel: "Sm100FmhaMlaKernelTmaWarpspecialized.*NS_10bfloat16_tEfSC_fNS2_.*Sm100MlaIndividualTileSchedulerELb0E", min: 1, mma: true },
+    SassCheck { what: "MLA kernel bf16/individual/cp.async", kernel: "Sm100FmhaMlaKernelTmaWarpspecialized.*NS_10bfloat16_tEfSC_fNS2_.*Sm100MlaIndividualTileSchedulerELb1E", min: 1, mma: true },
+    SassCheck { what: "MLA kernel fp16/persistent/TMA", kernel: "Sm100FmhaMlaKernelTmaWarpspecialized.*NS_6half_tEfSC_fNS2_.*Sm100MlaPersistentTileSchedulerELb0E", min: 1, mma: true },
+    SassCheck { what: "MLA kernel fp16/persistent/cp.async", kernel: "Sm100FmhaMlaKernelTmaWarpspecialized.*NS_6half_tEfSC_fNS2_.*Sm100MlaPersistentTileSchedulerELb1E", min: 1, mma: true },
+    SassCheck { what: "MLA kernel fp16/individual/TMA", kernel: "Sm100FmhaMlaKernelTmaWarpspecialized.*NS_6half_tEfSC_fNS2_.*Sm100MlaIndividualTileSchedulerELb0E", min: 1, mma: true },
+    SassCheck { what: "MLA kernel fp16/individual/cp.async", kernel: "Sm100FmhaMlaKernelTmaWarpspecialized.*NS_6half_tEfSC_fNS2_.*Sm100MlaIndividualTileSchedulerELb1E", min: 1, mma: true },
+    SassCheck { what: "MLA kernel fp8/persistent/TMA", kernel: "Sm100FmhaMlaKernelTmaWarpspecialized.*NS_12float_e4m3_tEfNS_10bfloat16_tEfNS2_.*Sm100MlaPersistentTileSchedulerELb0E", min: 1, mma: true },
+    SassCheck { what: "MLA kernel fp8/persistent/cp.async", kernel: "Sm100FmhaMlaKernelTmaWarpspecialized.*NS_12float_e4m3_tEfNS_10bfloat16_tEfNS2_.*Sm100MlaPersistentTileSchedulerELb1E", min: 1, mma: true },
+    SassCheck { what: "MLA kernel fp8/individual/TMA", kernel: "Sm100FmhaMlaKernelTmaWarpspecialized.*NS_12float_e4m3_tEfNS_10bfloat16_tEfNS2_.*Sm100MlaIndividualTileSchedulerELb0E", min: 1, mma: true },
+    SassCheck { what: "MLA kernel fp8/individual/cp.async", kernel: "Sm100FmhaMlaKernelTmaWarpspecialized.*NS_12float_e4m3_tEfNS_10bfloat16_tEfNS2_.*Sm100MlaIndividualTileSchedulerELb1E", min: 1, mma: true },
+];
+
+/// What `scripts/check-sass` requires in the SASS of every row, whatever its back-ends: the
+/// arch-neutral MLA sanitize pre-pass and post-pass (`archs=all`).
+pub const EVERY_ROW_SASS: &[SassCheck] = &[
+    SassCheck { what: "MLA sanitize pre-pass", kernel: "mla_sanitize_kernel", min: 1, mma: false },
+    SassCheck { what: "MLA sanitize post-pass", kernel: "mla_sanitize_finish_kernel", min: 1, mma: false },
+];
+
 /// One compile target: a row of [`TARGETS`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Target {
@@ -82,16 +256,38 @@ pub struct Target {
     pub gpus: &'static str,
     /// The GPU planners assume for the row when given no SM count (a name in [`GPUS`]).
     pub reference_gpu: &'static str,
-    /// The MLA decode back-end here, `None` where MLA has no kernel.
-    pub mla: Option<MlaArch>,
-    /// The NVFP4 GEMM back-end here, `None` where NVFP4 has no kernel.
-    pub nvfp4: Option<Nvfp4Arch>,
+    /// The back-end of each op that has a kernel here, at most one per op; an op missing from
+    /// the list has no kernel on this row.
+    pub backends: &'static [Backend],
     /// The oldest CUDA toolkit whose nvcc compiles this target (family targets came in 12.9);
     /// `build/toolchain.rs` refuses an older one for a build that selects the row.
     pub min_cuda: (u32, u32),
     /// SMs of [`Target::reference_gpu`]: what planners assume when asked to plan for the row
     /// without an SM count (`graphsafe plan … --arch …`).
     pub sm_count: u32,
+}
+
+impl Target {
+    /// The back-end `op` runs here, `None` where it has no kernel.
+    pub fn backend(&self, op: Op) -> Option<Backend> {
+        self.backends.iter().copied().find(|b| b.op() == op)
+    }
+
+    /// The MLA decode back-end here, `None` where MLA has no kernel.
+    pub fn mla(&self) -> Option<MlaArch> {
+        self.backends.iter().find_map(|b| match *b {
+            Backend::Mla(m) => Some(m),
+            _ => None,
+        })
+    }
+
+    /// The NVFP4 GEMM back-end here, `None` where NVFP4 has no kernel.
+    pub fn nvfp4(&self) -> Option<Nvfp4Arch> {
+        self.backends.iter().find_map(|b| match *b {
+            Backend::Nvfp4(n) => Some(n),
+            _ => None,
+        })
+    }
 }
 
 /// Every target, in canonical order (the default build builds all of them; `GRAPHSAFE_CUDA_ARCHS`
@@ -110,8 +306,7 @@ pub const TARGETS: &[Target] = &[
         runs_on: &[(9, 0)],
         gpus: "H100, H200, GH200",
         reference_gpu: "H100",
-        mla: Some(MlaArch::Sm90),
-        nvfp4: Some(Nvfp4Arch::Sm90),
+        backends: &[Backend::Mla(MlaArch::Sm90), Backend::Nvfp4(Nvfp4Arch::Sm90)],
         min_cuda: (12, 0),
         sm_count: 132,
     },
@@ -121,8 +316,7 @@ pub const TARGETS: &[Target] = &[
         runs_on: &[(10, 0), (10, 3)],
         gpus: "B200, GB200, B300, GB300",
         reference_gpu: "B200",
-        mla: Some(MlaArch::Sm100),
-        nvfp4: Some(Nvfp4Arch::Sm100),
+        backends: &[Backend::Mla(MlaArch::Sm100), Backend::Nvfp4(Nvfp4Arch::Sm100)],
         min_cuda: (12, 9),
         sm_count: 148,
     },
@@ -132,8 +326,7 @@ pub const TARGETS: &[Target] = &[
         runs_on: &[(12, 0), (12, 1)],
         gpus: "RTX 50, RTX PRO Blackwell, DGX Spark",
         reference_gpu: "RTX 5090",
-        mla: None,
-        nvfp4: Some(Nvfp4Arch::Sm120),
+        backends: &[Backend::Nvfp4(Nvfp4Arch::Sm120)],
         min_cuda: (12, 9),
         sm_count: 170,
     },
@@ -224,4 +417,13 @@ impl Target {
 /// The canonical names of every row, comma separated (messages, the default arch set).
 pub fn all_target_names() -> String {
     TARGETS.iter().map(|t| t.name).collect::<Vec<_>>().join(",")
+}
+
+/// A compute capability no row runs on, for tests of refusals: one major version past the newest
+/// row's, so that adding a row (even for the next GPU) never turns such a test's "unsupported"
+/// GPU into a supported one.
+#[doc(hidden)]
+pub fn cc_without_row() -> (i32, i32) {
+    let newest = TARGETS.iter().flat_map(|t| t.runs_on.iter().map(|cc| cc.0)).max().unwrap_or(0);
+    (newest + 1, 0)
 }

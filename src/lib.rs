@@ -6,7 +6,7 @@
 //! A CUDA graph bakes in the raw address of every buffer current at capture. If a workspace later
 //! grows by `resize` (freeing the old block) every replay touches memory that belongs to someone
 //! else. graphsafe turns the conventions that avoid this (retire never resize, zero-fill, size
-//! before capture) into types; README.md has the invariants and what enforces each.
+//! before capture) into types; docs/ARCHITECTURE.md has the invariants and what enforces each.
 //!
 //! # Quick start
 //!

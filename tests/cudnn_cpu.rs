@@ -326,8 +326,7 @@ fn nvfp4_needs_blackwell_then_cudnn_9_7_and_says_so() {
 
 /// The NVFP4 matmul's output may not overlap an operand it reads (the packed values, their
 /// scales, alpha): the execute would read what it is writing, a race whose result depends on
-/// timing. Refused naming `c`, as the bf16/fp8 matmul already refused C over A or B. (Found in
-/// review.)
+/// timing. Refused naming `c`, as the bf16/fp8 matmul already refused C over A or B.
 #[test]
 fn the_nvfp4_output_may_not_overlap_what_it_reads() {
     use graphsafe::ops::cudnn::Nvfp4MatmulArgs;

@@ -299,7 +299,7 @@ fn the_c_abi_planners_never_panic_or_return_an_undocumented_status() {
 /// The public host references (what tests and users compare kernels with) refuse input that does
 /// not fit the shapes they are given, and treat device data (lengths, page indices) as the kernels
 /// do, instead of panicking. (Before: an assert, an out-of-bounds index, a division by a page size
-/// of 0, a negative page index cast to usize. Found in review.)
+/// of 0, a negative page index cast to usize.)
 #[test]
 fn the_host_references_never_panic_on_caller_input() {
     use graphsafe::ops::mla::reference::{cpu_decode, dequantize_ds_mla, HostProblem};

@@ -542,7 +542,7 @@ fn kv_format_names_parse_and_print() {
 /// strides the op was given), so a strided `out` is refused whenever the plan splits: a head
 /// stride below 512 would be written past the buffer's end, one above 512 over the caller's
 /// columns past 512 (e.g. `out` a view of a [B, 128, 576] buffer). One split writes through the
-/// strides and takes them. (Before, both planned with 8 splits. Found in review.)
+/// strides and takes them. (Before, both planned with 8 splits.)
 #[test]
 fn sm100_refuses_a_strided_out_when_it_splits() {
     let one_request = |out_strides: [usize; 3], out_len: usize| {

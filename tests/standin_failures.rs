@@ -315,7 +315,7 @@ fn a_workspace_that_is_not_zero_filled_gives_a_wrong_answer() {
 /// they hold its fp32 sums, and no CTA of the smaller shape would ever see itself last. The op
 /// zeroes its counters before every launch (a memset node when captured), as invariant 3 asks of
 /// kernels keeping semaphores in a shared workspace; the kernel's own reset at the end only
-/// cleans up after itself. (Before, the smaller shape left y untouched: found in review.)
+/// cleans up after itself. (Before, the smaller shape left y untouched.)
 #[test]
 fn split_k_shapes_sharing_one_workspace_match_the_reference() {
     let (_g, s) = exclusive();

@@ -137,7 +137,7 @@ fn check_schedule(m: i64, n: i64, k: i64, sm: i64, s: &W4a16Schedule, ws: u128) 
     }
 }
 
-/// The choices measured on an H200 (benches/NOTES-nvfp4.md) and the ones tests/gpu_nvfp4.rs relies
+/// The choices measured on an H200 (docs/notes/2026-12-nvfp4-log.md) and the ones tests/gpu_nvfp4.rs relies
 /// on for its cluster shapes: (m, n, k) -> (rows per CTA, CTAs per SM, splits) on 132 SMs.
 #[test]
 fn w4a16_schedules_on_an_h200_are_the_measured_ones() {

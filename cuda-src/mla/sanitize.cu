@@ -69,7 +69,7 @@ __device__ void sanitize_row(const PrePass& p, int j, int b, int t) {
   const int32_t* src = p.page_table + int64_t(b) * p.page_table_stride;
   int32_t* dst = p.table + int64_t(j) * p.columns;
   // 64-bit: columns may be up to 2^31 - 1, and a 32-bit c would wrap negative on its last step
-  // (then read and write below both tables). Found in review.
+  // (then read and write below both tables).
   for (int64_t c = int64_t(blockIdx.x) * kThreads + threadIdx.x; c < p.columns; c += int64_t(p.table_blocks) * kThreads) {
     int32_t v = 0;
     if (c < used) v = min(max(src[c], 0), p.num_pages - 1);

@@ -111,10 +111,10 @@ __device__ constexpr uint32_t pack_bias() {
 // this loop is such ops; products by multipliers the compiler cannot see (kernel parameters:
 // PackConsts, always {0xFFFFFFFF, 16}) stay IMADs on the FMA pipe instead of becoming shifts or
 // subtractions. Measured on an H200: +3 % (the loop is bound by instructions issued more than by
-// one pipe; benches/NOTES-nvfp4.md). Not t + (e >> 22) as mad.hi(e, 1024, t), though: SASS's
+// one pipe; docs/notes/2026-12-nvfp4-log.md). Not t + (e >> 22) as mad.hi(e, 1024, t), though: SASS's
 // IMAD.HI adds a 64-bit addend, so each one came with a move zeroing the addend's low word (two
 // FMA-pipe instructions where one LEA.HI does it): written plainly, 16 fewer instructions a block
-// and 4096 x 8192 27.6 -> 25.5 us (H200, fourteenth session).
+// and 4096 x 8192 27.6 -> 25.5 us (H200).
 __device__ __forceinline__ uint32_t mad_lo(uint32_t a, uint32_t b, uint32_t c) {
   uint32_t d;
   asm("mad.lo.u32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));

@@ -25,7 +25,7 @@ impl Module {
     /// `image` is a complete, well-formed cubin (ELF) or fatbin, or PTX text with a NUL byte
     /// before its end. `cuModuleLoadData` takes no length: it reads as far as the image's own
     /// headers say (or to the NUL), so a truncated, corrupt or unterminated image makes the driver
-    /// read past the slice (found in review: `Module::load(&ctx, &[])` read address 8).
+    /// read past the slice (without that promise `Module::load(&ctx, &[])` read address 8).
     pub unsafe fn load(ctx: &Arc<Context>, image: &[u8]) -> Result<Arc<Module>> {
         // The driver reads the fatbin header through aligned loads; include_bytes! only promises
         // byte alignment, so copy into 8-byte-aligned storage.

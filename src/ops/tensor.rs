@@ -171,7 +171,7 @@ impl<M: DeviceMemory> Tensor<M> {
     /// or `cols` when it has one row. A single row's stride is never used (so the op's checks let
     /// any value through), but the kernel glue checks the leading dimension it is given (at least
     /// cols, 16-byte rows) after the op committed: with the tensor's own stride an eager call would
-    /// grow its workspace and then be refused. (Found in review.)
+    /// grow its workspace and then be refused.
     pub(crate) fn leading_dim(&self) -> Result<i64> {
         if self.shape.first().is_some_and(|&rows| rows <= 1) {
             let cols = self.shape.get(1).copied().unwrap_or(1);

@@ -45,7 +45,7 @@ namespace {
 
 // One capture: begin on a shared stream, a few capture-safe calls, end; then the leak checks.
 void capture_session(int t, Rng& rng) {
-  // CAPI_STRESS_SERIAL_CAPTURES=1: one capture session at a time across threads (everything else
+  // CAPI_STRESS_SERIAL_CAPTURES=1: one capture at a time across threads (everything else
   // stays concurrent), to tell concurrent captures apart from a capture racing other calls.
   static const bool serial = std::getenv("CAPI_STRESS_SERIAL_CAPTURES") != nullptr;
   static std::mutex one_at_a_time;

@@ -1,6 +1,6 @@
 // The cuDNN floor executor borrows its stream: a capture (which takes the stream mutably) cannot
 // begin while it lives, so its bare executes can never land in a graph that keeps neither its
-// plan nor its handle (before, this compiled: found in review).
+// plan nor its handle (an earlier version of the executor let this compile).
 use graphsafe::driver::Stream;
 use graphsafe::graph::CaptureMode;
 use graphsafe::ops::cudnn::{matmul::RawExecutor, Cudnn, MatmulProblem};

@@ -238,8 +238,7 @@ fn w4a16_stream_k_captured_replay_equals_eager() {
 /// A single row's stride is never used, so any value passes the op's checks; the kernels are
 /// handed the row length instead, which their own checks take (before, an eager W4A16 with m = 1
 /// and a row stride below k grew its workspace and was then refused by the kernel glue). The
-/// results equal those of the contiguous tensors bit for bit. (Found in review; written in a
-/// session without a GPU.)
+/// results equal those of the contiguous tensors bit for bit.
 #[test]
 fn a_single_row_takes_any_row_stride() {
     let Some((ctx, stream)) = gpu() else { return };

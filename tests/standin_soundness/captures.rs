@@ -233,7 +233,7 @@ fn a_raw_kernel_launch_into_a_capture_is_recorded_and_keeps_its_module() {
 /// replayed graph's memory alive), and a later use of the workspace on another stream must not
 /// wait on an event recorded inside that capture (the wait would fork that stream into it too).
 /// (`Stream::raw()` did not mark the stream as shared, so only graphsafe's own capture marker was
-/// looked at. Found in review.)
+/// looked at.)
 #[test]
 fn a_replay_on_a_stream_an_engine_captures_through_its_raw_handle_is_refused() {
     use graphsafe::ops::testing::TestKernels;
@@ -270,7 +270,7 @@ fn a_replay_on_a_stream_an_engine_captures_through_its_raw_handle_is_refused() {
 /// stream as captured ops see it): once handed out, the stream is shared like one taken with
 /// `Stream::raw`, so a later replay asks the driver, and finds the engine's capture. (The accessor
 /// returned the handle without marking the stream shared, so replays kept the fast path and were
-/// recorded into the engine's graph. Found in review.)
+/// recorded into the engine's graph.)
 #[test]
 fn a_replay_on_a_stream_whose_handle_left_through_its_capture_is_refused_in_an_engine_capture() {
     use graphsafe::graph::CaptureMode;

@@ -7,7 +7,7 @@ use super::*;
 /// source is page-locked memory (the driver then copies asynchronously, reading the host bytes
 /// later): the stand-in's async mode reads the source at the next ordered operation, and the
 /// source is overwritten right after each call. (Before, the copies returned at once, and a caller
-/// reusing a pinned staging buffer, the usual pattern, got its next contents. Found in review.)
+/// reusing a pinned staging buffer, the usual pattern, got its next contents.)
 #[test]
 fn host_to_device_copies_have_read_their_source_when_they_return() {
     use graphsafe::capi::*;
@@ -95,7 +95,7 @@ fn a_module_is_unloaded_only_after_the_streams_drained_and_never_disturbs_a_capt
 
 /// A GLOBAL-mode capture forbids graphsafe's potentially unsafe calls on every thread: loading a
 /// module (cuModuleLoadData allocates device memory for its code) is refused like an allocation,
-/// and the capture survives. (Before, only cuMemAlloc went through the gate. Found in review.)
+/// and the capture survives. (Before, only cuMemAlloc went through the gate.)
 #[test]
 fn a_module_load_is_refused_on_any_thread_while_a_global_capture_is_open() {
     use graphsafe::graph::CaptureMode;

@@ -8,7 +8,7 @@ use super::*;
 /// it takes plans built before the capture only) without touching cuDNN: no library load, no
 /// cudnnCreate inside the caller's capture (it allocates, which invalidates a thread-local
 /// capture), and the capture still ends with nothing in it. (Before, the entry point created the
-/// context's cuDNN handle first, inside the capture. Found in review.)
+/// context's cuDNN handle first, inside the capture.)
 #[test]
 fn a_captured_cudnn_matmul_without_a_plan_touches_no_cudnn_inside_the_capture() {
     use graphsafe::capi::*;
@@ -129,7 +129,7 @@ fn last_error_text() -> String {
 /// NVFP4 operands whose rows overlap (a row stride below the row length, more than one row) are
 /// refused by the op before anything is enqueued, naming the stride: before, they passed the
 /// op's checks and the kernel glue refused them after the op committed, when an eager W4A16 had
-/// already grown and zero-filled its workspace. (Found in review.)
+/// already grown and zero-filled its workspace.
 #[test]
 fn overlapping_rows_are_refused_before_anything_is_enqueued() {
     use graphsafe::capi::*;
@@ -344,7 +344,7 @@ fn a_destroyed_buffer_whose_free_waits_is_refused_as_a_raw_pointer() {
 /// alpha or activations, a quantize whose codes and scales share memory or overlap its input.
 /// Other CTAs still read (or write) those bytes while one writes, so the result would depend on
 /// timing; refused before anything is enqueued (the workspace not grown). All were accepted on
-/// the old code. (Found in review.)
+/// the old code.
 #[test]
 fn nvfp4_outputs_overlapping_their_inputs_are_refused_before_anything_is_enqueued() {
     use graphsafe::capi::*;

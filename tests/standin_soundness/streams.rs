@@ -93,7 +93,7 @@ fn dropping_a_stream_waits_for_its_work_before_it_leaves_the_free_gate() {
 /// graphsafe enqueued there, so no later free of the context may go through until something has
 /// waited for it (a context synchronize), or a kernel still queued there could use freed memory.
 /// (The drop unlisted the stream anyway, and the next free waited only for the streams still
-/// listed. Found in review.)
+/// listed.)
 #[test]
 fn frees_after_an_adopted_stream_was_dropped_mid_engine_capture_wait_for_a_context_synchronize() {
     use graphsafe::sys::cuda as c;
@@ -123,7 +123,7 @@ fn frees_after_an_adopted_stream_was_dropped_mid_engine_capture_wait_for_a_conte
 /// graphsafe_stream_destroy is documented BUSY while the stream is capturing: also while a capture
 /// the caller began on the handle it took with graphsafe_stream_raw is open, not only graphsafe's
 /// own. (Before, the destroy went through: cuStreamDestroy on a stream in the middle of the
-/// caller's capture, and every later free of the context deferred. Found in review.)
+/// caller's capture, and every later free of the context deferred.)
 #[test]
 fn a_stream_handle_is_not_destroyed_while_the_caller_captures_its_raw_stream() {
     use graphsafe::capi::*;
@@ -156,7 +156,7 @@ fn a_stream_handle_is_not_destroyed_while_the_caller_captures_its_raw_stream() {
 /// on the handle taken with `Stream::raw`): it is not destroyed under that capture, which would
 /// end it and lose the engine's graph; the handle is left to the engine (logged), and the
 /// context's frees wait for a context synchronize as for any stream dropped unwaited. (Before,
-/// the drop destroyed the stream mid-capture. Found in review.)
+/// the drop destroyed the stream mid-capture.)
 #[test]
 fn a_stream_dropped_during_a_capture_it_did_not_begin_is_not_destroyed_under_it() {
     use graphsafe::sys::cuda as c;

@@ -72,7 +72,7 @@ fn workspace_uses_on_different_streams_are_put_in_order() {
 /// on its stream meanwhile, so `Stream::adopt`'s contract allows it). graphsafe never touches the
 /// previous stream, so the engine's capture records nothing of graphsafe's and ends cleanly, and
 /// the use runs eagerly. (With a record on the previous stream at the change, the capture took
-/// the record and the wait forked the other stream into it: UNJOINED. Found in review.)
+/// the record and the wait forked the other stream into it: UNJOINED.)
 #[test]
 fn an_engine_capture_on_the_previous_stream_is_never_touched() {
     use graphsafe::sys::cuda as c;
@@ -107,7 +107,7 @@ fn an_engine_capture_on_the_previous_stream_is_never_touched() {
 /// A capture leaked on A with `mem::forget`, then A dropped (its drop cannot wait for a capturing
 /// stream), then a use on B of the workspace last used on A: B still waits for the event recorded
 /// after A's last use (before the capture). (The first design skipped the wait for a dropped
-/// stream, assuming its drop had waited. Found in review.)
+/// stream, assuming its drop had waited.)
 #[test]
 fn a_use_after_the_previous_stream_leaked_a_capture_and_was_dropped_still_waits() {
     use graphsafe::graph::CaptureMode;
@@ -187,7 +187,7 @@ fn a_capture_begun_while_a_workspace_use_orders_itself_does_not_take_its_wait() 
 /// workspace and replay what they captured: every path that takes a workspace's use order, the
 /// free gate (capture begins run under it) and the global-capture lock, at once. No call may hang
 /// (a watchdog aborts the process after 120 s), the stand-in sees no violation (an unjoined fork
-/// among them), and most calls succeed. (First written in review of the cross-stream ordering.)
+/// among them), and most calls succeed.
 #[test]
 fn use_orders_free_gate_and_captures_never_deadlock_under_six_threads() {
     use graphsafe::driver::DeviceBuffer;

@@ -1,5 +1,5 @@
 //! The worker threads of tests/standin_stress.rs: the ops they run on the shared handles, and the
-//! capture sessions with their checks that no eager work leaked into a capture.
+//! captures (begin, a few calls, end) with their checks that no eager work leaked into a capture.
 
 use super::*;
 

@@ -38,8 +38,8 @@ constexpr int combine_threads() {
 // The 16-warp block is held to two blocks per SM (at most 64 registers a thread): it runs at 64-128
 // splits, where 512 blocks (4 x 16,384 at 128 heads) need two per SM, and a change that wants more
 // registers then spills (ptxas reports it) instead of silently halving the occupancy. Four
-// partials ahead instead of two needed 76 registers and made 4 x 16,384 9 % slower (H200, tenth
-// session); with this bound the landed combine measured the same as without (H200, eleventh session:
+// partials ahead instead of two needed 76 registers and made 4 x 16,384 9 % slower (H200);
+// with this bound the combine measured the same as without (H200:
 // 128 heads 1 x 65,536 39.9 against 39.7-40.2 us, 16 heads 1 x 65,536 29.0-29.3 against 29.1-29.2).
 template <bool F16, int kWarpsPerHead>
 __global__ void __launch_bounds__(combine_threads<kWarpsPerHead>(), kWarpsPerHead > 1 ? 2 : 1)

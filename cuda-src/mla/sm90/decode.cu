@@ -87,8 +87,8 @@ struct Maps {
 // graphs of 10 decodes: 16 heads 64 x 4096 86.7 -> 84.6 us, 32 heads 95.1 -> 91.5, 16 heads
 // 16 x 16384 87.6 -> 85.3, 1 x 65536 unchanged). The seesaw and M64 kernels are launched plainly:
 // with PDL they measured slower at 128 heads (1 x 65536: 62.2 against 57.3 us with an L2 prefetch
-// before the wait, eighth session; 16 x 16384 125.0 against 120.1 us waiting at entry with no
-// prefetch, tenth session; docs/benchmarks.md).
+// before the wait; 16 x 16384 125.0 against 120.1 us waiting at entry with no prefetch;
+// docs/notes/2026-12-performance-log.md).
 // Both wait (griddepcontrol.wait) before their first access to memory, so the grid before them has
 // completed and flushed whenever they read; their loads of data an earlier grid may write still go
 // through L2 (ld.global.cg: q, the bf16 producer's page table, kv_scale, the partials; TMA reads L2

@@ -154,7 +154,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   // decode's N kernel) is scheduled as this grid's CTAs exit. Triggering after the loop instead put
   // waiting combine CTAs on the SMs early and measured slower with many splits (H200, graphs of 10
   // calls: 16 heads 1 x 65536 at 128 splits 36.0 against 34.8 us without PDL, 32 heads 45.5
-  // against 43.2 without the trigger; docs/benchmarks.md, ninth session).
+  // against 43.2 without the trigger; docs/notes/2026-12-performance-log.md).
   // Merge the two warpgroups: per-head sums, then O = (O0 e0 + O1 e1) / (l0 e0 + l1 e1).
   NSoftmax<N>::publish(lp, mrun, s_red, s_m, s_l, g, q, w, warp);
   mbar_sync(math_bar, math_phase);

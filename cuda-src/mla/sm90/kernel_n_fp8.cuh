@@ -17,7 +17,7 @@ namespace graphsafe::mla_sm90 {
 // instruction per two values) straight into the A registers of register-sourced wgmmas:
 //   S^T = K.Q^T   A = K, the thread's two token rows, 16 bytes per 64-dim block and row;
 //   O^T = V^T.P^T A = V^T, the thread's 16 dims of four tokens a k16 step, paired by byte_perm.
-// Why: the fourth session's design (fp8.cuh: dequantise into the bf16 stages the math reads) was
+// Why: the producer-dequantising design (fp8.cuh: into the bf16 stages the math reads) was
 // slower than bf16 (0.87x at 16 heads 64 x 4096): a stage could be refilled only after its
 // warpgroup released it, so conversion and math added, and the bf16 stages left room for 1.5 raw
 // tiles in flight. Here the conversion runs on the math warps beside their own wgmmas, and the
@@ -304,7 +304,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       // complete out of order), the parity wait below would see the phase before it as ours and
       // pass at once. So first wait for that tile's release (empty[slot], as the producer
       // does before refilling the slot): then full[slot] is at this tile's phase. Free in practice:
-      // this tile cannot land before that release anyway. (Found in review; not yet seen on a GPU.)
+      // this tile cannot land before that release anyway. (No GPU run has shown this race.)
       if (seq >= L::kSlots) mbar_wait(empty0 + 8 * slot, ((seq / L::kSlots) - 1) & 1);
       mbar_wait(full0 + 8 * slot, (seq / L::kSlots) & 1);
 

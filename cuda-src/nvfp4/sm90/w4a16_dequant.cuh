@@ -17,7 +17,7 @@ namespace {  // this file is part of w4a16.cu's translation unit only
 // dequant is mostly logic ops, so its shifts and shift-adds are written as products by
 // multipliers the compiler cannot see (Params::k16 = 16, Params::k2_29 = 2^29, kernel parameters):
 // they stay IMADs on the FMA pipe instead of becoming SHF / LEA. Measured on an H200: no change
-// (the consumers are bound by instructions issued, not by one pipe; benches/NOTES-nvfp4.md).
+// (the consumers are bound by instructions issued, not by one pipe; docs/notes/2026-12-nvfp4-log.md).
 __device__ __forceinline__ uint32_t mad_lo(uint32_t a, uint32_t b, uint32_t c) {
   uint32_t d;
   asm("mad.lo.u32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));

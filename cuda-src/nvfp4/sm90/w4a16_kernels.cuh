@@ -147,7 +147,7 @@ __global__ void __launch_bounds__(threads_for(BM), MINB) w4a16_gemm_kernel(const
   // saved (H200, back-to-back calls, m = 1: 8192^2 17.8 -> 16.6 us and 8192 x 28672 48.0 -> 46.8
   // without it; m = 16 20.2 -> 18.9 and 57.8 -> 55.9; 28672 x 8192 unchanged). The many small
   // CTAs' prefetches compete with the previous call's last loads; a pure stream of the same
-  // chunks measured the same way was 1-2 us slower with it too (benches/NOTES-nvfp4.md).
+  // chunks measured the same way was 1-2 us slower with it too (docs/notes/2026-12-nvfp4-log.md).
   if (BM > 16 && threadIdx.x == kConsumers) prefetch_l2(wsrc, uint32_t(min(first_count, int64_t(STAGES))) * kChunkBytes);
   if (threadIdx.x == 0) {
 #pragma unroll 1
@@ -404,7 +404,7 @@ __global__ void __launch_bounds__(kConsumers) w4a16_fixup_kernel(const Params p)
   // Every CTA waits for the GEMM, also one whose tile is not shared: a chain of programmatically
   // dependent grids is ordered only if each grid completes after its predecessor, and a return
   // before the wait would let this grid complete while GEMM CTAs still write D (the next kernel
-  // waits on this grid only, and would read D too early). Found by review, when the plan still
+  // waits on this grid only, and would read D too early). This mattered when the plan still
   // launched this kernel with no tile shared (k <= 64). make_plan now launches it only when some
   // tile is shared, whose CTA's wait alone would order the grid; every CTA waiting keeps that
   // order independent of the plan.

@@ -45,7 +45,7 @@
 // cannot hold that many clusters at once (cudaOccupancyMaxActiveClusters: GPCs fragment them).
 // m > 128 takes 256-, 192- or 128-row tiles (split like the others, their accumulators staged over
 // the idle stage buffers), whichever make_plan's cost estimates fastest. Measured on an H200:
-// benches/NOTES-nvfp4.md.
+// docs/notes/2026-12-nvfp4-log.md.
 #pragma once
 
 #include <cstdint>
@@ -88,9 +88,9 @@ struct Config {
 // at 2 CTAs per SM (config 3) there is no split-K (one wave must hold the tiles), at 1 CTA per SM
 // (config 6) 224 tiles take two waves. So config 3 only where the tiles fill the GPU with no split,
 // config 6 (split-K over the clusters) below that (H200, m = 64: 8192 x 8192 30.5 -> 24.4 us,
-// 8192 x 28672 94 -> 76 us; 28672 x 8192 stays on config 3: 80.5 us there, 87 on config 6). Until
-// the sixteenth session config 3 also had its wgmma serialized by ptxas (C7512, 80 registers); with
-// the segment loop restructured (benches/NOTES-nvfp4.md) it gets 92 and 28672 x 8192 runs 74.5 us.
+// 8192 x 28672 94 -> 76 us; 28672 x 8192 stays on config 3: 80.5 us there, 87 on config 6). Before
+// the segment loop was restructured, config 3 also had its wgmma serialized by ptxas (C7512, 80
+// registers); now (docs/notes/2026-12-nvfp4-log.md) it gets 92 and 28672 x 8192 runs 74.5 us.
 constexpr Config kConfigs[] = {
     {8, 9, 4}, {16, 10, 3}, {32, 8, 2}, {64, 6, 2}, {128, 8, 1}, {256, 6, 1}, {64, 6, 1}, {192, 7, 1},
 };

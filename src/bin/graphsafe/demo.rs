@@ -24,11 +24,11 @@ pub fn run() -> i32 {
     // row for CUTLASS's MLA kernel (a B200).
     let (ref_gpu, ref_sms) = graphsafe::arch::TARGETS
         .iter()
-        .find(|t| t.mla == Some(graphsafe::arch::MlaArch::Sm100))
+        .find(|t| t.mla() == Some(graphsafe::arch::MlaArch::Sm100))
         .map_or(("B200", 148), |t| (t.reference_gpu, i64::from(t.sm_count)));
     let gpu = driver::device_count().ok().filter(|&n| n > 0).and_then(|_| driver::Device::get(0).ok()?.info().ok());
     let (sm_count, target) = match &gpu {
-        Some(d) if graphsafe::arch::target_for_cc(d.compute_capability).and_then(|t| t.mla) == Some(graphsafe::arch::MlaArch::Sm100) => {
+        Some(d) if graphsafe::arch::target_for_cc(d.compute_capability).and_then(|t| t.mla()) == Some(graphsafe::arch::MlaArch::Sm100) => {
             (d.sm_count as i64, format!("GPU 0: {}, {} SMs", d.name, d.sm_count))
         }
         Some(d) => (

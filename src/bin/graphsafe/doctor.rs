@@ -57,14 +57,19 @@ pub fn run(json: bool) -> i32 {
             "schema_version": crate::JSON_SCHEMA_VERSION,
             "version": env!("CARGO_PKG_VERSION"),
             "kernel_archs": build_info::archs(),
-            "arch_table": graphsafe::arch::TARGETS.iter().map(|t| serde_json::json!({
-                "name": t.name,
-                "runs_on": t.runs_on.iter().map(|&cc| graphsafe::arch::cc_name(cc)).collect::<Vec<_>>(),
-                "gpus": t.gpus,
-                "mla": t.mla,
-                "nvfp4": t.nvfp4,
-                "built": graphsafe::arch::is_built(t),
-            })).collect::<Vec<_>>(),
+            "arch_table": graphsafe::arch::TARGETS.iter().map(|t| {
+                let mut row = serde_json::json!({
+                    "name": t.name,
+                    "runs_on": t.runs_on.iter().map(|&cc| graphsafe::arch::cc_name(cc)).collect::<Vec<_>>(),
+                    "gpus": t.gpus,
+                    "built": graphsafe::arch::is_built(t),
+                });
+                // One key per op with back-ends ("mla": "sm100", null where it has no kernel).
+                for op in graphsafe::arch::Op::WITH_BACKENDS {
+                    row[op.name()] = t.backend(op).map(|b| b.name()).into();
+                }
+                row
+            }).collect::<Vec<_>>(),
             "skipped_units": build_info::skipped_units(),
             "cuda_toolkit": { "version": build_info::CUDA_VERSION, "source": build_info::CUDA_SOURCE },
             "cuda_runtime": match runtime_requirement() {
@@ -150,6 +155,6 @@ fn kernels_for(cc: (i32, i32)) -> String {
     if !graphsafe::arch::is_built(t) {
         return format!("kernels: {} (not in this build: GRAPHSAFE_CUDA_ARCHS)", t.name);
     }
-    let name = |b: Option<&'static str>| b.unwrap_or("none");
-    format!("kernels: {} (mla {}, nvfp4 {})", t.name, name(t.mla.map(|b| b.name())), name(t.nvfp4.map(|b| b.name())))
+    let per_op: Vec<String> = graphsafe::arch::Op::WITH_BACKENDS.iter().map(|&op| format!("{} {}", op.name(), t.backend(op).map_or("none", |b| b.name()))).collect();
+    format!("kernels: {} ({})", t.name, per_op.join(", "))
 }

@@ -3,15 +3,43 @@
 //! file turns flags into their arguments and their refusals back into flags.
 
 use clap::Subcommand;
-use graphsafe::arch::{Gpu, Target};
+use graphsafe::arch::{Gpu, Op, Target};
 use graphsafe::ops::mla::{self as mla, sm100, KvFormatKind, MlaArch, MlaDecodePlan, MlaLimits};
 use graphsafe::ops::nvfp4::{self, Nvfp4Limits, Nvfp4Plan};
 use graphsafe::ops::tensor::DType;
 use graphsafe::Error;
 
-/// `--arch`'s help, shared by both ops.
-const ARCH_HELP: &str = "A row of the arch table (sm_90a, sm_100f, sm_120f), a GPU's compute capability (sm_90, sm_100, \
-                         sm_103, sm_120, sm_121) or a GPU by name (H100, H200, B200, RTX 5090, ...: its SM count is then the default)";
+/// The rows of the arch table with a kernel for `op`.
+fn rows_of(op: Op) -> impl Iterator<Item = &'static Target> {
+    graphsafe::arch::TARGETS.iter().filter(move |t| op.runs_on(t))
+}
+
+/// `--arch`'s help for `op`, from the arch table (so that a new row is listed without editing
+/// this file): each row with a kernel for it, the compute capabilities it runs on and the GPUs
+/// known by name there.
+fn arch_help(op: Op) -> String {
+    let rows: Vec<String> = rows_of(op)
+        .map(|t| {
+            let ccs: Vec<String> = t.runs_on.iter().map(|&cc| graphsafe::arch::cc_name(cc)).collect();
+            let gpus: Vec<&str> = graphsafe::arch::GPUS.iter().filter(|g| t.runs_on.contains(&g.compute_capability)).map(|g| g.name).collect();
+            let gpus = if gpus.is_empty() { String::new() } else { format!(": {}", gpus.join(", ")) };
+            format!("{} ({}{gpus})", t.name, ccs.join(", "))
+        })
+        .collect();
+    format!(
+        "Target with a kernel for {}: a row of the arch table, a compute capability it runs on, or a GPU by name (its SM count is \
+         then the default): {}",
+        op.label(),
+        rows.join("; ")
+    )
+}
+
+/// `--sm-count`'s help for `op`: the SM count each row's reference GPU gives when neither this
+/// flag nor a GPU by name in `--arch` says.
+fn sm_count_help(op: Op, range: &str) -> String {
+    let refs: Vec<String> = rows_of(op).map(|t| format!("{} {}", t.reference_gpu, t.sm_count)).collect();
+    format!("SMs of the target GPU{range} (default: the GPU --arch names, else the row's reference GPU: {})", refs.join(", "))
+}
 
 #[derive(Subcommand)]
 pub enum PlanOp {
@@ -28,14 +56,12 @@ pub enum PlanOp {
         /// Reduction length, a multiple of 32.
         #[arg(long, allow_negative_numbers = true)]
         k: i64,
-        #[arg(long, default_value = "sm_100", help = ARCH_HELP)]
+        #[arg(long, default_value = "sm_100", help = arch_help(Op::Nvfp4))]
         arch: String,
         /// Output dtype: bf16 or fp16 (sm_90: bf16).
         #[arg(long, default_value = "bf16")]
         out: String,
-        /// SMs of the target GPU (default: the GPU --arch names, else the arch's reference GPU:
-        /// H100 132, B200 148, RTX 5090 170).
-        #[arg(long = "sm-count", allow_negative_numbers = true)]
+        #[arg(long = "sm-count", allow_negative_numbers = true, help = sm_count_help(Op::Nvfp4, ""))]
         sm_count: Option<i64>,
         /// Machine-readable output.
         #[arg(long)]
@@ -43,10 +69,7 @@ pub enum PlanOp {
     },
     /// MLA decode: splits and workspace per batch, and the pre-grow maximum.
     Mla {
-        /// Target with an MLA kernel: sm_100/sm_103 (B200, GB200, B300, GB300: CUTLASS's kernel)
-        /// or sm_90 (H100/H200: graphsafe's), as a row of the arch table, a compute capability or
-        /// a GPU by name (its SM count is then the default).
-        #[arg(long, default_value = "sm_100")]
+        #[arg(long, default_value = "sm_100", help = arch_help(Op::Mla))]
         arch: String,
         /// Query heads, 1..=128 (sm_100 pads fewer to 128 in the workspace).
         #[arg(long, default_value_t = 128, allow_negative_numbers = true)]
@@ -62,9 +85,7 @@ pub enum PlanOp {
         /// Longest sequence length, 1..=2147483520.
         #[arg(long = "seq-len", allow_negative_numbers = true)]
         seq_len: i64,
-        /// SMs of the target GPU, 1..=1024 (default: the GPU --arch names, else the arch's
-        /// reference GPU: H100 132, B200 148).
-        #[arg(long = "sm-count", allow_negative_numbers = true)]
+        #[arg(long = "sm-count", allow_negative_numbers = true, help = sm_count_help(Op::Mla, ", 1..=1024"))]
         sm_count: Option<i64>,
         /// Tokens per KV-cache page (sm_100: a power of two up to 128, sizing the sanitized page
         /// table in the workspace; sm_90: 64 or 128).

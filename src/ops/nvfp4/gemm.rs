@@ -35,7 +35,7 @@ pub(crate) fn gemm_on<M: DeviceMemory>(a: &Nvfp4Matrix<M>, b: &Nvfp4Matrix<M>, a
     }
     let plan = plan(arch, a.rows as i64, b.rows as i64, a.k as i64, d.dtype, ctx.sm_count() as i64)?;
     let g = glue::Gemm {
-        arch: arch.number(),
+        arch,
         a: a.admit("a", &mut target)?,
         b: b.admit("b", &mut target)?,
         alpha: target.admit("alpha", alpha)?,

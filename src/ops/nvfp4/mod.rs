@@ -45,15 +45,6 @@ impl Nvfp4Arch {
     pub fn for_compute_capability(cc: (i32, i32)) -> Result<Nvfp4Arch> {
         crate::arch::nvfp4(cc)
     }
-
-    /// The glue's arch number (90, 100, 120).
-    pub(crate) fn number(self) -> i32 {
-        match self {
-            Nvfp4Arch::Sm90 => 90,
-            Nvfp4Arch::Sm100 => 100,
-            Nvfp4Arch::Sm120 => 120,
-        }
-    }
 }
 
 /// A CUTLASS tile configuration of the Blackwell GEMM.

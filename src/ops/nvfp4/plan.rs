@@ -65,7 +65,7 @@ pub fn gemm_tile(arch: Nvfp4Arch, m: i64) -> Result<Tile> {
     if arch == Nvfp4Arch::Sm90 {
         return Err(Error::invalid("arch", "sm_100 or sm_120 (Hopper runs the weight-only kernel)", "sm_90"));
     }
-    let t = glue::gemm_tile(arch.number(), m)?;
+    let t = glue::gemm_tile(arch, m)?;
     Ok(Tile { m: t.tile_m as u32, n: t.tile_n as u32, k: t.tile_k as u32, cluster_m: t.cluster_m as u32, cluster_n: t.cluster_n as u32 })
 }
 
@@ -117,7 +117,7 @@ pub fn plan(arch: Nvfp4Arch, m: i64, n: i64, kk: i64, out: DType, sm_count: i64)
                 }
             }
             let t = gemm_tile(arch, m)?;
-            (Some(t), glue::gemm_workspace_bytes(arch.number(), mm, nn, k32, out_dtype(out)?, sm)?, None, None)
+            (Some(t), glue::gemm_workspace_bytes(arch, mm, nn, k32, out_dtype(out)?, sm)?, None, None)
         }
     };
     Ok(Nvfp4Plan { arch, m: mm as u32, n: nn as u32, k: k32 as u32, tile, workspace_bytes, prepared_weight_bytes: prepared, schedule })

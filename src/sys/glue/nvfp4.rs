@@ -3,6 +3,7 @@
 //! [`super`] for what every launch checks and trusts.
 
 use super::{check, out, require_workspace, DeviceSpan, GlueDtype, RawStream};
+use crate::arch::Nvfp4Arch;
 use crate::error::{Error, Result};
 use crate::sys::kernels as k;
 use crate::sys::span::{extent_of, unsigned};
@@ -13,14 +14,27 @@ pub(crate) fn scale_bytes(rows: i32, kk: i32) -> Result<u64> {
     out("gs_nvfp4_scale_bytes", |o| unsafe { k::gs_nvfp4_scale_bytes(rows, kk, o) })
 }
 
-/// The Blackwell GEMM's CUTLASS tile for `m` on `arch` (100 or 120).
-pub(crate) fn gemm_tile(arch: i32, m: i32) -> Result<k::GsNvfp4Tile> {
+/// The `arch` number the block-scaled GEMM's host functions take for a back-end (100 or 120:
+/// `include/graphsafe_kernels/nvfp4.h`), the one place that number is written on the Rust side.
+/// Hopper has no block-scaled GEMM: it runs the W4A16 kernel.
+fn block_scaled_arch(arch: Nvfp4Arch) -> Result<i32> {
+    match arch {
+        Nvfp4Arch::Sm100 => Ok(100),
+        Nvfp4Arch::Sm120 => Ok(120),
+        Nvfp4Arch::Sm90 => Err(Error::invalid("arch", "a back-end with the block-scaled GEMM (sm100 or sm120; sm90 runs the W4A16 kernel)", arch.name())),
+    }
+}
+
+/// The Blackwell GEMM's CUTLASS tile for `m` on `arch`.
+pub(crate) fn gemm_tile(arch: Nvfp4Arch, m: i32) -> Result<k::GsNvfp4Tile> {
+    let arch = block_scaled_arch(arch)?;
     // SAFETY: host function; the out-pointer is a live local.
     out("gs_nvfp4_gemm_tile", |o| unsafe { k::gs_nvfp4_gemm_tile(arch, m, o) })
 }
 
 /// Workspace bytes of the Blackwell GEMM for these arguments (CUTLASS's own number).
-pub(crate) fn gemm_workspace_bytes(arch: i32, m: i32, n: i32, kk: i32, out_dtype: GlueDtype, sm_count: i32) -> Result<u64> {
+pub(crate) fn gemm_workspace_bytes(arch: Nvfp4Arch, m: i32, n: i32, kk: i32, out_dtype: GlueDtype, sm_count: i32) -> Result<u64> {
+    let arch = block_scaled_arch(arch)?;
     // SAFETY: host function; the out-pointer is a live local.
     out("gs_nvfp4_gemm_workspace_bytes", |o| unsafe { k::gs_nvfp4_gemm_workspace_bytes(arch, m, n, kk, out_dtype.code(), sm_count, o) })
 }
@@ -200,8 +214,8 @@ pub(crate) fn w4a16_gemm(g: &W4a16, ws: DeviceSpan, stream: RawStream) -> Result
 /// One Blackwell GEMM: `d` [m, n] (contiguous, `out`) = alpha · A · Bᵀ.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Gemm {
-    /// 100 or 120.
-    pub arch: i32,
+    /// The back-end to launch (sm100 or sm120).
+    pub arch: Nvfp4Arch,
     pub a: Fp4Matrix,
     pub b: Fp4Matrix,
     pub alpha: DeviceSpan,
@@ -229,14 +243,16 @@ pub(crate) fn gemm(g: &Gemm, ws: DeviceSpan, stream: RawStream) -> Result<()> {
         #[cfg(graphsafe_nvfp4 = "sm100")]
         // SAFETY: A, B (packed and scales), alpha, d and the workspace hold what the GEMM touches
         // for (m, n, k) (checked above, the workspace against CUTLASS's own size).
-        100 => Ok(unsafe { k::gs_nvfp4_gemm_sm100(ap as _, asf as _, bp as _, bsf as _, al as _, dp as _, out.code(), m, n, kk, g.sm_count, wsp, wsb, s) }),
+        Nvfp4Arch::Sm100 => Ok(unsafe { k::gs_nvfp4_gemm_sm100(ap as _, asf as _, bp as _, bsf as _, al as _, dp as _, out.code(), m, n, kk, g.sm_count, wsp, wsb, s) }),
         #[cfg(graphsafe_nvfp4 = "sm120")]
         // SAFETY: as above.
-        120 => Ok(unsafe { k::gs_nvfp4_gemm_sm120(ap as _, asf as _, bp as _, bsf as _, al as _, dp as _, out.code(), m, n, kk, g.sm_count, wsp, wsb, s) }),
+        Nvfp4Arch::Sm120 => Ok(unsafe { k::gs_nvfp4_gemm_sm120(ap as _, asf as _, bp as _, bsf as _, al as _, dp as _, out.code(), m, n, kk, g.sm_count, wsp, wsb, s) }),
+        // Unreachable for sm90 (gemm_workspace_bytes refused it above), and for a back-end this
+        // build did not compile, nothing to launch.
+        #[allow(unreachable_patterns)]
         other => {
-            let _ = (ap, asf, bp, bsf, al, dp, wsp, wsb, s); // builds without a Blackwell back-end launch nothing
-            let backend = if other == 120 { crate::arch::Nvfp4Arch::Sm120 } else { crate::arch::Nvfp4Arch::Sm100 };
-            Err(not_built("nvfp4 gemm", &backend.targets()))
+            let _ = (ap, asf, bp, bsf, al, dp, wsp, wsb, s);
+            Err(not_built("nvfp4 gemm", &other.targets()))
         }
     };
     check(status?, "gs_nvfp4_gemm", Some(sizes))
