@@ -40,6 +40,8 @@ def main():
     ap.add_argument("--skip-flashmla", action="store_true", help="only part 2 (no FlashMLA build needed)")
     ap.add_argument("--skip-tp", action="store_true", help="only part 1")
     ap.add_argument("--splits", default="", help="comma-separated graphsafe split counts to time beside its default (0) in part 1")
+    ap.add_argument("--tp-splits", default="", help="the same for part 2")
+    ap.add_argument("--tp-shapes", default="", help="part 2: only these batch x seq shapes, comma-separated (e.g. 64x4096)")
     args = ap.parse_args()
 
     import torch
@@ -118,6 +120,8 @@ def main():
         for s_q in (1, 2):
             for batch in (64, 128):
                 for seq in (4096, 8192, 16384):
+                    if args.tp_shapes and f"{batch}x{seq}" not in args.tp_shapes.split(","):
+                        continue
                     pages = batch * seq // PAGE
                     q = torch.randn(batch, s_q, heads, D_QK, device="cuda", dtype=torch.bfloat16, generator=gen).div_(10)
                     kv = torch.randn(pages, PAGE, 1, D_QK, device="cuda", dtype=torch.bfloat16, generator=gen).div_(10)
@@ -125,12 +129,18 @@ def main():
                     lens = torch.full((batch,), seq, device="cuda", dtype=torch.int32)
                     replay, _, _ = gs_graph(q, kv, table, lens, s_q > 1, D_QK ** -0.5)
                     us = bench.time_alternating(torch, [types.SimpleNamespace(replay=replay)], args.rounds, args.warmup)[0] / args.calls
+                    sweep = {}
+                    for n in [int(x) for x in args.tp_splits.split(",") if x]:
+                        r, _, _ = gs_graph(q, kv, table, lens, s_q > 1, D_QK ** -0.5, num_splits=n)
+                        sweep[n] = round(bench.time_alternating(torch, [types.SimpleNamespace(replay=r)], args.rounds, args.warmup)[0] / args.calls, 2)
+                        del r
                     nbytes = batch * seq * D_QK * 2.0 + batch * s_q * heads * (D_QK + D_V) * 2.0
                     gbs = nbytes / us / 1e3
                     row = {"heads": heads, "s_q": s_q, "batch": batch, "seq": seq, "graphsafe_us": round(us, 2), "gb_s": round(gbs, 1),
-                           "of_copy": round(gbs / copy_gbs, 3), "splits": replay.num_splits}
+                           "of_copy": round(gbs / copy_gbs, 3), "splits": replay.num_splits, "splits_sweep_us": sweep}
                     result["tp_cases"].append(row)
-                    print(f"{heads:>5} {s_q:>3} {batch:>5} {seq:>6} | {us:>12.1f} {gbs:>6.0f} {row['of_copy']:>7.3f} {replay.num_splits:>6}", flush=True)
+                    print(f"{heads:>5} {s_q:>3} {batch:>5} {seq:>6} | {us:>12.1f} {gbs:>6.0f} {row['of_copy']:>7.3f} {replay.num_splits:>6}"
+                          + (f"  splits sweep (us): {sweep}" if sweep else ""), flush=True)
                     del replay, q, kv, table, lens
                     torch.cuda.synchronize()
                     torch.cuda.empty_cache()
