@@ -57,6 +57,11 @@ fn a_batch_runs_each_work_item_once_longest_first() {
         (vec![4096, 20, 0, 900, 130, 4000, 1, 64, 65, 2049], 16, 3),
         (vec![100, 5000, -3, 77, 5000, 64], 64, 8),
         ((0..300i32).map(|i| i * 37 % 1000).collect(), 32, 2),
+        // The schedule kernel's block sizes (schedule.cuh, sched_threads): one warp up to 64
+        // requests, 256 threads up to 512, 1024 up to 2048.
+        ((0..64i32).map(|i| i * 53 % 3000).collect(), 16, 2),
+        ((0..65i32).map(|i| i * 53 % 3000).collect(), 32, 3),
+        ((0..1500i32).map(|i| i * 37 % 700).collect(), 16, 2),
     ] {
         let s = Shape { cache: Cache::Native(DType::Bf16), heads, s_q: 1, causal: false, page: 64, seq_lens, splits: Some(splits), seed: 3 };
         let p = build(&stream, &s);
@@ -99,5 +104,5 @@ fn a_batch_runs_each_work_item_once_longest_first() {
         assert_eq!(got_items, want, "{} requests, {splits} splits", b);
         checked += 1;
     }
-    assert_eq!(checked, 4);
+    assert_eq!(checked, 7);
 }

@@ -154,7 +154,7 @@ template <bool F16>
 int launch(const GsMlaDecodeArgs& a, const Maps& maps, const Params& p, cudaStream_t stream) {
   cudaError_t e;
   if (p.sched_lens != nullptr) {  // a batch: its work order first (schedule.cuh)
-    mla_sm90_schedule_kernel<<<1, kSchedThreads, 0, stream>>>(p);
+    launch_schedule(p, stream);
     if ((e = cudaGetLastError()) != cudaSuccess) return graphsafe::cuda_failed(e);
   }
   const int st = !runs_n_kernel(p.rows) ? launch_head_groups<F16>(a, maps, p, stream)
