@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# FlashMLA anchor (issue 12, item 4), on the GPU machine (H200, nvcc 13, PyTorch, no network, no
+# FlashMLA anchor, on the GPU machine (H200, nvcc 13, PyTorch, no network, no
 # Rust), from the repository root:
 #
 #   bash benches/anchors/flashmla/run.sh [bench.py options]
@@ -7,7 +7,7 @@
 # Needs what prepare.sh put under .gpu/anchors (carry it): FlashMLA's dense-decode export and the
 # CUTLASS headers. Builds two torch JIT extensions under /tmp in parallel (FlashMLA's dense sm90
 # decode with its own flags, graphsafe's sm90 decode from cuda-src/ with the crate's flags), then
-# times both on issue 12's shapes and prints the table; with $OUT set it also writes
+# times both on bench.py's default shapes (16 and 128 heads) and prints the table; with $OUT set it also writes
 # $OUT/anchor-flashmla.json (and the build logs). Options (see bench.py --help): --calls, --rounds,
 # --warmup, --shapes HxBxS,..., --copy-mib.
 set -euo pipefail

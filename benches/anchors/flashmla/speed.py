@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""graphsafe against FlashMLA in one process, on the H200 (issue 35's speed bars):
+"""graphsafe against FlashMLA in one process, on a Hopper GPU (H100 or H200):
 
   1. FlashMLA's 16 performance cases (its test's performance_cases: batch 128, varlen lengths,
      s_q 1 and 2, s_k 4096..32768, causal and not, 128 heads, bf16, page 64), with the inputs its

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""FlashMLA's own dense-decoding test suite, run unmodified against graphsafe (issue 35's acceptance).
+"""FlashMLA's own dense-decoding test suite, run unmodified against graphsafe.
 
     python3 benches/anchors/flashmla/test_suite.py --dtype bf16|fp16 [--only correctness,corner,performance]
 
