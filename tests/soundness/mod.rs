@@ -207,7 +207,7 @@ pub fn calls_restore_the_callers_current_context(ctx: &Arc<Context>, foreign: c:
     set_current(std::ptr::null_mut());
 }
 
-/// Issue 11: a growth that fails (here: more memory than the device has) leaves the workspace
+/// A growth that fails (here: more memory than the device has) leaves the workspace
 /// exactly as it was, and a graph captured on it still replays bit-identically.
 pub fn a_failed_growth_leaves_the_workspace_and_its_graphs_intact(ctx: &Arc<Context>, stream: &mut Stream, too_big: u64) {
     let k = TestKernels::load(ctx).unwrap();

@@ -1,4 +1,4 @@
-//! cuDNN GEMM through the backend graph API, with workspaces sized before capture (issue 6).
+//! cuDNN GEMM through the backend graph API, with workspaces sized before capture.
 //!
 //! ```text
 //!   Cudnn::new(&ctx)                      one per device, for the life of the process
