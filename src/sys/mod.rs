@@ -28,7 +28,7 @@ pub mod cudnn;
 /// Safe wrappers of every kernel-glue function.
 pub(crate) mod glue;
 
-/// The C signatures of the kernels in graphsafe's own fatbins, as checked launch arguments.
+// The C signatures of the kernels in graphsafe's own fatbins, as checked launch arguments.
 pub(crate) mod module_kernels;
 pub(crate) mod process;
 pub(crate) mod span;
