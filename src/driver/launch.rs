@@ -1,6 +1,8 @@
 use super::{check, init, Function, Stream};
 use crate::error::{Error, Result};
+use crate::graph::op_target::Committed;
 use crate::sys::cuda as c;
+use crate::sys::module_kernels::{KernelArgs, Param, MAX_PARAMS};
 use std::ffi::c_void;
 
 /// A grid, block or cluster shape.
@@ -155,46 +157,29 @@ impl Function {
     }
 }
 
-/// One kernel parameter, by value, as a typed launch passes it.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub(crate) enum Param {
-    /// A device address (a `T*` parameter).
-    Ptr(super::DevicePtr),
-    /// An `int`.
-    I32(i32),
-    /// A `float`.
-    F32(f32),
-}
-
-/// The most parameters a [`KernelLaunch`] carries (graphsafe's module kernels take at most 14).
-const MAX_PARAMS: usize = 16;
-
-/// A kernel launch whose parameters were built, by a typed constructor in this layer, for the
-/// kernel's C signature and from memory checked against what the kernel touches: what lets
-/// [`KernelLaunch::enqueue`] (and `graph::op_target::OpTarget::launch`) be safe.
+/// A launch of one of graphsafe's fatbin kernels: the kernel, and the arguments a constructor of
+/// `sys::module_kernels` built for its C signature from spans checked against what it touches.
+/// Made only by [`KernelLaunch::new`], which refuses arguments built for another kernel; enqueued
+/// only through `graph::op_target::Launch::kernel` (an op's committed launch), since
+/// [`KernelLaunch::enqueue`] asks for the [`Committed`] proof only that `Launch` holds.
 #[derive(Debug)]
 pub(crate) struct KernelLaunch<'f> {
     f: &'f Function,
     cfg: LaunchConfig,
-    params: [Param; MAX_PARAMS],
-    count: usize,
+    args: KernelArgs,
 }
 
 impl<'f> KernelLaunch<'f> {
-    /// A launch of `f` with `params`, in order.
-    ///
-    /// # Safety
-    /// `params` match the kernel's parameters in number, order and C type, and every device
-    /// address among them is valid for what the kernel does with it for `cfg`'s grid (the
-    /// [`crate::sys::DeviceSpan`] invariant: until the launch has finished, or while any graph
-    /// that captures it can run).
-    pub(crate) unsafe fn new(f: &'f Function, cfg: LaunchConfig, params: &[Param]) -> Result<KernelLaunch<'f>> {
-        if params.len() > MAX_PARAMS {
-            return Err(Error::invalid("kernel parameters", format!("at most {MAX_PARAMS}"), params.len()));
+    /// The launch of `f` with `args`: refused unless `args` were built for `f`'s kernel (the same
+    /// embedded fatbin and kernel name), so the kernel receives the parameters of its signature.
+    pub(crate) fn new(f: &'f Function, args: KernelArgs) -> Result<KernelLaunch<'f>> {
+        let same_image = f.module().embedded().is_some_and(|i| i.same(args.image()));
+        if !same_image || f.name() != args.kernel() {
+            return Err(Error::invalid("kernel", format!("{} of its embedded fatbin", args.kernel()), f.name()));
         }
-        let mut all = [Param::I32(0); MAX_PARAMS];
-        all[..params.len()].copy_from_slice(params);
-        Ok(KernelLaunch { f, cfg, params: all, count: params.len() })
+        let dim = |d: [u32; 3]| Dim3::new(d[0], d[1], d[2]);
+        let (grid, block) = args.dims();
+        Ok(KernelLaunch { f, cfg: LaunchConfig { grid: dim(grid), block: dim(block), shared_mem_bytes: 0, cluster: None }, args })
     }
 
     /// The kernel (its module must outlive any graph that captures the launch).
@@ -208,19 +193,21 @@ impl<'f> KernelLaunch<'f> {
         self.f.check_launch(&self.cfg, stream)
     }
 
-    /// Enqueues the launch on `stream` (which must be of the kernel's context: checked).
-    pub(crate) fn enqueue(mut self, stream: &Stream) -> Result<()> {
+    /// Enqueues the launch on `stream` (which must be of the kernel's context: checked). Only the
+    /// `Launch` an op's commit returns holds the [`Committed`] this asks for.
+    pub(crate) fn enqueue(self, stream: &Stream, _: &Committed) -> Result<()> {
+        let (mut params, count) = self.args.into_params();
         let mut ptrs = [std::ptr::null_mut::<c_void>(); MAX_PARAMS];
-        for (slot, p) in ptrs.iter_mut().zip(self.params[..self.count].iter_mut()) {
+        for (slot, p) in ptrs.iter_mut().zip(params[..count].iter_mut()) {
             *slot = match p {
-                Param::Ptr(v) => (v as *mut super::DevicePtr).cast(),
+                Param::Ptr(v) => (v as *mut u64).cast(),
                 Param::I32(v) => (v as *mut i32).cast(),
                 Param::F32(v) => (v as *mut f32).cast(),
             };
         }
         // SAFETY: one pointer per parameter, each to a value of the parameter's C type that lives
-        // in `self` for the call; the constructor's contract covers the kernel's signature and
-        // every device address.
-        unsafe { self.f.launch(&self.cfg, stream, &mut ptrs[..self.count]) }
+        // in `params` for the call; the arguments were built for this kernel (checked by `new`)
+        // by a constructor whose contract covers the kernel's signature and every device address.
+        unsafe { self.f.launch(&self.cfg, stream, &mut ptrs[..count]) }
     }
 }

@@ -12,8 +12,6 @@ mod context;
 pub mod cudarc;
 mod device;
 mod event;
-// The C signatures of graphsafe's own fatbin kernels as checked launches.
-pub(crate) mod fatbin;
 // Engine memory adopted from Rust: `DeviceBuffer::adopt`.
 mod foreign;
 pub(crate) mod graph;
@@ -26,7 +24,7 @@ mod stream;
 pub use context::Context;
 pub use device::{device_count, Device, DeviceInfo};
 pub use event::Event;
-pub(crate) use launch::{KernelLaunch, Param};
+pub(crate) use launch::KernelLaunch;
 pub use launch::{Dim3, LaunchConfig, LaunchTarget, LaunchToken};
 pub use memory::{DeviceBuffer, MemInfo};
 pub use module::{Function, Module};

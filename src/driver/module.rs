@@ -9,6 +9,9 @@ use std::sync::Arc;
 pub struct Module {
     raw: c::CUmodule,
     ctx: Arc<Context>,
+    // The embedded fatbin it was loaded from, if any: what `KernelLaunch::new` matches a
+    // kernel's launch arguments against.
+    embedded: Option<crate::sys::Fatbin>,
 }
 
 // SAFETY: module handles may be used from any thread.
@@ -27,6 +30,13 @@ impl Module {
     /// headers say (or to the NUL), so a truncated, corrupt or unterminated image makes the driver
     /// read past the slice (without that promise `Module::load(&ctx, &[])` read address 8).
     pub unsafe fn load(ctx: &Arc<Context>, image: &[u8]) -> Result<Arc<Module>> {
+        // SAFETY: the caller's promise, passed on.
+        unsafe { Module::load_image(ctx, image, None) }
+    }
+
+    /// # Safety
+    /// As [`Module::load`]; `embedded`, when given, is the fatbin `image` is.
+    unsafe fn load_image(ctx: &Arc<Context>, image: &[u8], embedded: Option<crate::sys::Fatbin>) -> Result<Arc<Module>> {
         // The driver reads the fatbin header through aligned loads; include_bytes! only promises
         // byte alignment, so copy into 8-byte-aligned storage.
         let mut aligned = vec![0u64; image.len().div_ceil(8)];
@@ -42,14 +52,19 @@ impl Module {
             // and outlives the call (the driver copies it).
             check(unsafe { (f.f)(&mut raw, aligned.as_ptr().cast()) }, f.name)
         })?;
-        Ok(Arc::new(Module { raw, ctx: ctx.clone() }))
+        Ok(Arc::new(Module { raw, ctx: ctx.clone(), embedded }))
     }
 
     /// Loads a fatbin build.rs embedded into `ctx` (an image with no cubin for the device's arch
     /// gives `CUDA_ERROR_NO_BINARY_FOR_GPU`).
     pub(crate) fn load_embedded(ctx: &Arc<Context>, image: crate::sys::Fatbin) -> Result<Arc<Module>> {
         // SAFETY: a `Fatbin` is an image build.rs embedded whole: complete and well-formed.
-        unsafe { Module::load(ctx, image.bytes()) }
+        unsafe { Module::load_image(ctx, image.bytes(), Some(image)) }
+    }
+
+    /// The embedded fatbin the module was loaded from (`None`: an image the caller gave).
+    pub(crate) fn embedded(&self) -> Option<crate::sys::Fatbin> {
+        self.embedded
     }
 
     /// A kernel of the module by its (extern "C") name.
@@ -61,7 +76,7 @@ impl Module {
         // SAFETY: out-pointer to a local; cname is NUL-terminated.
         check(unsafe { (f.f)(&mut raw, self.raw, cname.as_ptr()) }, f.name)?;
         let launch = init()?.cuLaunchKernel()?;
-        Ok(Function { raw, module: self.clone(), launch_fn: (launch.f, launch.name) })
+        Ok(Function { raw, module: self.clone(), name: name.into(), launch_fn: (launch.f, launch.name) })
     }
 
     /// The context it was loaded into.
@@ -85,6 +100,7 @@ impl Drop for Module {
 pub struct Function {
     pub(crate) raw: c::CUfunction,
     module: Arc<Module>,
+    name: Arc<str>,
     // cuLaunchKernel, resolved once: eager launch is a hot path.
     pub(crate) launch_fn: (<c::PFN_cuLaunchKernel_v4000 as crate::sys::driver::OptionInner>::Inner, &'static str),
 }
@@ -102,6 +118,10 @@ impl Function {
     /// The module.
     pub fn module(&self) -> &Arc<Module> {
         &self.module
+    }
+    /// The kernel's (extern "C") name, as it was looked up.
+    pub fn name(&self) -> &str {
+        &self.name
     }
     /// Sets a function attribute (e.g. the dynamic shared memory limit).
     pub fn set_attribute(&self, attr: c::CUfunction_attribute, value: i32) -> Result<()> {

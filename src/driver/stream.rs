@@ -1,6 +1,7 @@
 use super::context::StreamWork;
 use super::{check, init, log_drop_error, Context, ForeignOwner};
 use crate::error::{Error, Result};
+use crate::graph::op_target::Committed;
 use crate::sys::cuda as c;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -146,10 +147,19 @@ impl Stream {
         self.raw
     }
 
-    /// The raw handle for graphsafe's own calls on it (not marking it shared). An op reaches it
-    /// only through the `graph::op_target::Launch` its commit returns.
+    /// The raw handle for the driver layer's own calls on it (not marking it shared): copies,
+    /// events, captures, launches. Private to the driver layer; the rest of the crate reaches the
+    /// handle only through [`Stream::committed_handle`].
     /// (See also [`crate::graph::CaptureStream::raw_unshared`], the same inside a capture.)
-    pub(crate) fn handle(&self) -> c::CUstream {
+    pub(in crate::driver) fn handle(&self) -> c::CUstream {
+        self.raw
+    }
+
+    /// The raw handle, for an op's committed launch (kernel glue, cuDNN): only the
+    /// `graph::op_target::Launch` an op's commit returns holds the [`Committed`] this asks for,
+    /// so an op that skipped its commit (the capture's keep list, the workspace's use order)
+    /// cannot reach the stream.
+    pub(crate) fn committed_handle(&self, _: &Committed) -> c::CUstream {
         self.raw
     }
 

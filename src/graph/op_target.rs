@@ -105,8 +105,9 @@ pub(crate) enum OpTarget<'a> {
     /// On a stream, now; the workspace (if the op has one) grows when it must. `using` holds the
     /// workspace buffer's use order from [`OpTarget::workspace`] until the target drops (after the
     /// op enqueued its work: the drop records the use); [`OpTarget::commit`] orders the use after
-    /// the buffer's previous one.
-    Eager { stream: &'a Stream, ws: Option<&'a mut Workspace>, using: Option<UseToken<'a>>, spans: Spans },
+    /// the buffer's previous one. `memoryless`: made by [`OpTarget::eager_memoryless`], which
+    /// admits no memory.
+    Eager { stream: &'a Stream, ws: Option<&'a mut Workspace>, using: Option<UseToken<'a>>, spans: Spans, memoryless: bool },
     /// Into a capture; the workspace is the view bound to it and never grows.
     Captured { site: CaptureSite<'a>, ws: Option<&'a WorkspaceView>, pending: Vec<Arc<Allocation>>, spans: Spans },
 }
@@ -120,7 +121,18 @@ impl<'a> OpTarget<'a> {
                 return Err(Error::other_context("workspace", "a workspace", "the stream's", stream.context().raw(), w.context().raw()));
             }
         }
-        Ok(OpTarget::Eager { stream, ws, using: None, spans: Spans::default() })
+        Ok(OpTarget::Eager { stream, ws, using: None, spans: Spans::default(), memoryless: false })
+    }
+
+    /// An eager target for work that touches no memory (no operand, no workspace: the empty test
+    /// kernel, the overhead bench's eager launch), checked as a replay is
+    /// (`Stream::ensure_replayable`: an atomic load, and a driver query only on a stream whose
+    /// handle other code holds) rather than with every eager API's driver query: work that bakes
+    /// in no address harms no capture it might land in. It refuses every [`OpTarget::admit`], and
+    /// [`OpTarget::workspace`] gives it only the empty span.
+    pub(crate) fn eager_memoryless(stream: &'a Stream) -> Result<OpTarget<'a>> {
+        stream.ensure_replayable()?;
+        Ok(OpTarget::Eager { stream, ws: None, using: None, spans: Spans::default(), memoryless: true })
     }
 
     /// A captured target: the workspace view must belong to this capture and device.
@@ -154,6 +166,9 @@ impl<'a> OpTarget<'a> {
     /// went through these checks (and, captured, is kept alive by the capture once committed).
     pub(crate) fn admit<M: DeviceMemory + ?Sized>(&mut self, what: &str, m: &M) -> Result<DeviceSpan> {
         match self {
+            OpTarget::Eager { memoryless: true, .. } => {
+                return Err(Error::invalid(what, "no memory (a target for work that touches none)", "memory"));
+            }
             OpTarget::Eager { stream, .. } => {
                 if m.context_raw() != stream.context().raw() {
                     return Err(Error::other_context(format!("{what}.device"), "memory", "the stream's", stream.context().raw(), m.context_raw()));
@@ -240,7 +255,7 @@ impl<'a> OpTarget<'a> {
             OpTarget::Eager { stream, using: Some(u), .. } => u.enter(stream)?,
             OpTarget::Eager { .. } => {}
         }
-        Ok(Launch { target: self })
+        Ok(Launch { target: self, committed: Committed(()) })
     }
 }
 
@@ -250,14 +265,23 @@ impl<'a> OpTarget<'a> {
 /// compile.
 pub(crate) struct Launch<'t, 'a> {
     target: &'t OpTarget<'a>,
+    committed: Committed,
 }
+
+/// The proof of a commit that the driver layer's enqueue paths outside it ask for
+/// (`Stream::committed_handle`, `KernelLaunch::enqueue`). Its field is private to this module and
+/// only [`OpTarget::commit`] makes one, kept inside the [`Launch`] it returns: so no code of the
+/// crate outside this module and the driver layer (whose own raw paths are private to it) can
+/// enqueue on a stream without committing first. The visibility is the guarantee: there is no
+/// other constructor to forget.
+pub(crate) struct Committed(());
 
 impl Launch<'_, '_> {
     /// Calls `f` (the kernel glue, cuDNN) with the raw stream, the target's context current.
     pub(crate) fn glue<R>(&self, f: impl FnOnce(c::CUstream) -> Result<R>) -> Result<R> {
         let stream = self.target.stream();
         let _current = stream.context().enter()?;
-        f(stream.handle())
+        f(stream.committed_handle(&self.committed))
     }
 
     /// The stream the work is enqueued on (for events around it).
@@ -274,7 +298,7 @@ impl Launch<'_, '_> {
         if let OpTarget::Captured { site, .. } = self.target {
             site.keep_module(l.function().module());
         }
-        l.enqueue(self.target.stream())
+        l.enqueue(self.target.stream(), &self.committed)
     }
 
     /// Zero-fills `bytes` bytes at `offset` into `span` (a span this target gave out: admitted

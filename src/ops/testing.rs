@@ -9,21 +9,22 @@
 //! or has moved under a captured graph (the tests launch it unguarded, through
 //! [`Function::launch`] with [`TestKernels::split_k_function`], to show it).
 //!
-//! The kernels' C signatures are checked launches of the driver layer (`driver::fatbin`); what
-//! is here admits every buffer to an `OpTarget` first.
+//! The kernels' C signatures are checked launch arguments of the FFI layer
+//! (`sys::module_kernels`); what is here admits every buffer to an `OpTarget` first and launches
+//! through the `Launch` its commit returns.
 
-use crate::driver::fatbin::{self, SplitKGemv};
-use crate::driver::{Context, DeviceBuffer, Function, LaunchConfig, Module, Stream};
+use crate::driver::{Context, DeviceBuffer, Dim3, Function, KernelLaunch, LaunchConfig, Module, Stream};
 use crate::error::{Error, Result};
 use crate::graph::op_target::OpTarget;
 use crate::graph::{Capture, CapturedBuffer, CapturedWorkspace};
 use crate::ops::tensor::{mem_range, refuse_overlap, DeviceMemory};
+use crate::sys::module_kernels::{self, SplitKGemv};
 use crate::sys::{cuda as c, Fatbin};
 use crate::workspace::Workspace;
 use std::sync::Arc;
 
 /// Rows per CTA of the split-K kernel.
-pub const SPLITK_ROWS: u32 = fatbin::SPLITK_ROWS;
+pub const SPLITK_ROWS: u32 = module_kernels::SPLITK_ROWS;
 
 /// Alignment of the split-K kernel's counters after its partial sums (the workspace's granule).
 const COUNTERS_ALIGN: u64 = 256;
@@ -81,7 +82,8 @@ impl SplitKShape {
 
     /// The kernel's grid and block for this shape.
     pub fn launch_config(&self) -> LaunchConfig {
-        fatbin::split_k_config(self.m, self.splits)
+        let (grid, block) = module_kernels::split_k_dims(self.m, self.splits);
+        LaunchConfig { grid: Dim3::new(grid[0], grid[1], grid[2]), block: Dim3::new(block[0], block[1], block[2]), shared_mem_bytes: 0, cluster: None }
     }
 
     /// Refuses buffers of fewer bytes than the shape reads or writes.
@@ -176,7 +178,7 @@ impl TestKernels {
         let w = target.workspace(shape.workspace_bytes()?)?;
         let (offset, bytes) = shape.counters_range()?;
         let g = SplitKGemv { a, x, y, partials: w, counters: w.skip("workspace", offset)?, m: shape.m, k: shape.k, splits: shape.splits };
-        let launch = fatbin::split_k_gemv(&self.split_k, &g)?;
+        let launch = KernelLaunch::new(&self.split_k, module_kernels::split_k_gemv(&g)?)?;
         target.check_launch(&launch)?;
         let go = target.commit()?;
         // The counters must be zero at launch. The kernel resets them when it finishes, but a
@@ -190,13 +192,16 @@ impl TestKernels {
     /// Launches the empty kernel (1 CTA of 32 threads) on `stream`.
     pub fn empty(&self, stream: &Stream) -> Result<()> {
         // The overhead bench's eager path: the check replays run (an atomic load, and a driver
-        // query only on a stream whose handle other code holds), not every eager API's.
-        stream.ensure_replayable()?;
-        fatbin::empty(&self.empty)?.enqueue(stream)
+        // query only on a stream whose handle other code holds), not every eager API's; the
+        // kernel touches no memory.
+        let mut target = OpTarget::eager_memoryless(stream)?;
+        let launch = KernelLaunch::new(&self.empty, module_kernels::empty()?)?;
+        target.commit()?.kernel(launch)
     }
 
     /// Captures the empty kernel.
     pub fn empty_captured(&self, cap: &Capture<'_, '_>) -> Result<()> {
-        OpTarget::captured(cap.site(), None)?.commit()?.kernel(fatbin::empty(&self.empty)?)
+        let launch = KernelLaunch::new(&self.empty, module_kernels::empty()?)?;
+        OpTarget::captured(cap.site(), None)?.commit()?.kernel(launch)
     }
 }

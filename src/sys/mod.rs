@@ -28,6 +28,8 @@ pub mod cudnn;
 /// Safe wrappers of every kernel-glue function.
 pub(crate) mod glue;
 
+// The C signatures of the kernels in graphsafe's own fatbins, as checked launch arguments.
+pub(crate) mod module_kernels;
 pub(crate) mod process;
 pub(crate) mod span;
 pub use span::DeviceSpan;
@@ -41,23 +43,33 @@ pub mod modules {
 /// One of the fatbins build.rs embedded ([`modules`]): complete and well-formed, so
 /// `driver::Module::load_embedded` loads it without `unsafe`. Made only here, from those images.
 #[derive(Clone, Copy, Debug)]
-pub(crate) struct Fatbin(&'static [u8]);
+pub(crate) struct Fatbin {
+    // Its `modules` name: what tells one image from another (a constant's bytes may be copied at
+    // each use, so their address does not).
+    name: &'static str,
+    bytes: &'static [u8],
+}
 
 impl Fatbin {
     /// `cuda-src/testing/graph_safety.cu` (`None` where none of its archs was built).
-    pub(crate) const TESTING_GRAPH_SAFETY: Option<Fatbin> = Fatbin::of(modules::TESTING_GRAPH_SAFETY);
+    pub(crate) const TESTING_GRAPH_SAFETY: Option<Fatbin> = Fatbin::of("TESTING_GRAPH_SAFETY", modules::TESTING_GRAPH_SAFETY);
     /// `cuda-src/mla/reference.cu` (`None` where none of its archs was built).
-    pub(crate) const MLA_REFERENCE: Option<Fatbin> = Fatbin::of(modules::MLA_REFERENCE);
+    pub(crate) const MLA_REFERENCE: Option<Fatbin> = Fatbin::of("MLA_REFERENCE", modules::MLA_REFERENCE);
 
-    const fn of(image: Option<&'static [u8]>) -> Option<Fatbin> {
+    const fn of(name: &'static str, image: Option<&'static [u8]>) -> Option<Fatbin> {
         match image {
-            Some(bytes) => Some(Fatbin(bytes)),
+            Some(bytes) => Some(Fatbin { name, bytes }),
             None => None,
         }
     }
 
     /// The image.
     pub(crate) fn bytes(self) -> &'static [u8] {
-        self.0
+        self.bytes
+    }
+
+    /// Whether `other` is the same embedded image.
+    pub(crate) fn same(self, other: Fatbin) -> bool {
+        self.name == other.name
     }
 }

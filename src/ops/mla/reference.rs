@@ -1,10 +1,10 @@
 //! References for the MLA decode: a CPU one in f64 for small shapes, and a simple GPU kernel
 //! (`cuda-src/mla/reference.cu`, fp32, one CTA per (head, request)) for large ones.
 
-use crate::driver::fatbin::{self, MlaReference};
-use crate::driver::{Context, DeviceBuffer, Function, Module, Stream};
+use crate::driver::{Context, DeviceBuffer, Function, KernelLaunch, Module, Stream};
 use crate::error::{Error, Result};
 use crate::graph::op_target::OpTarget;
+use crate::sys::module_kernels::{self, MlaReference};
 use crate::sys::Fatbin;
 use std::sync::Arc;
 
@@ -228,7 +228,7 @@ impl GpuReference {
             out: target.admit("out", &&out)?,
             lse: target.admit("lse", &&lse)?,
         };
-        let launch = fatbin::mla_reference(&self.k, &r)?;
+        let launch = KernelLaunch::new(&self.k, module_kernels::mla_reference(&r)?)?;
         target.check_launch(&launch)?;
         target.commit()?.kernel(launch)?;
         Ok((out.to_host_vec::<f32>(stream)?, lse.to_host_vec::<f32>(stream)?))
