@@ -427,3 +427,12 @@ pub fn cc_without_row() -> (i32, i32) {
     let newest = TARGETS.iter().flat_map(|t| t.runs_on.iter().map(|cc| cc.0)).max().unwrap_or(0);
     (newest + 1, 0)
 }
+
+/// A compute capability where `op` has no kernel, for tests of that refusal: the first one of the
+/// first row without a back-end for `op` (so the refusal can name GPUs the table knows), else
+/// [`cc_without_row`]. Tests take it from here rather than naming a GPU, so that giving that GPU
+/// a back-end never turns their "unsupported" case into a supported one.
+#[doc(hidden)]
+pub fn cc_without(op: Op) -> (i32, i32) {
+    TARGETS.iter().find(|t| !op.runs_on(t)).map_or_else(cc_without_row, |t| t.runs_on[0])
+}
