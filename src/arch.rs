@@ -408,6 +408,14 @@ mod tests {
     }
 
     #[test]
+    fn the_plan_default_runs_every_op() {
+        let t = target_named(PLAN_DEFAULT).unwrap_or_else(|| panic!("{PLAN_DEFAULT} is no row"));
+        for op in Op::WITH_BACKENDS {
+            assert!(op.runs_on(t), "{}: no {} kernel for `graphsafe plan {}` to default to", t.name, op.label(), op.name());
+        }
+    }
+
+    #[test]
     fn cc_without_an_op_has_no_kernel_for_it() {
         for op in Op::WITH_BACKENDS.into_iter().chain([Op::Kernels]) {
             let cc = cc_without(op);

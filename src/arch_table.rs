@@ -436,3 +436,8 @@ pub fn cc_without_row() -> (i32, i32) {
 pub fn cc_without(op: Op) -> (i32, i32) {
     TARGETS.iter().find(|t| !op.runs_on(t)).map_or_else(cc_without_row, |t| t.runs_on[0])
 }
+
+/// The row `graphsafe plan` plans for when `--arch` is not given, for every op: so it must have a
+/// kernel for each (a test in `src/arch.rs` holds it to that). Datacenter Blackwell, whose MLA
+/// kernel runs 128 heads, the CLI's default head count.
+pub const PLAN_DEFAULT: &str = "sm_100f";
