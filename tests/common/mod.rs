@@ -47,7 +47,7 @@ pub fn runs_backends(cc: (i32, i32), needs: &[Backend], what: &str) -> bool {
     }
     let rows: Vec<String> = arch::TARGETS.iter().filter(|t| has_all(t)).map(Target::describe).collect();
     let this = row.map_or_else(|| arch::cc_name(cc), |t| format!("{} ({})", arch::cc_name(cc), t.gpus));
-    eprintln!("SKIP: {what} needs {}; this GPU is {this}", rows.join(" or "));
+    eprintln!("SKIP: {what}: needs {}; this GPU is {this}", rows.join(" or "));
     false
 }
 
