@@ -188,8 +188,10 @@ fn main() {
         println!("BENCH_JSON {{\"bench\":\"nvfp4\",\"device\":\"{}\",\"rows\":[{}]}}", info.name, json.join(","));
         return;
     }
-    if ctx.compute_capability() != (9, 0) {
-        println!("W4A16: skipped (needs sm_90; this GPU is sm_{}{})", ctx.compute_capability().0, ctx.compute_capability().1);
+    // Any GPU the arch table runs the W4A16 back-end on, not one named here.
+    let cc = ctx.compute_capability();
+    if graphsafe::arch::target_for_cc(cc).and_then(|t| t.nvfp4()) != Some(nvfp4::Nvfp4Arch::Sm90) {
+        println!("W4A16: skipped (needs {}; this GPU is {})", nvfp4::Nvfp4Arch::Sm90.gpus(), graphsafe::arch::cc_name(cc));
         println!("BENCH_JSON {{\"bench\":\"nvfp4\",\"device\":\"{}\",\"rows\":[{}]}}", info.name, json.join(","));
         return;
     }

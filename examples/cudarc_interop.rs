@@ -14,7 +14,7 @@
 use cudarc::driver::{CudaContext, CudaSlice, CudaStream};
 use graphsafe::driver::{Context, DeviceBuffer, Stream};
 use graphsafe::graph::CaptureMode;
-use graphsafe::ops::mla::{decode, decode_captured, MlaDecodeArgs};
+use graphsafe::ops::mla::{decode, decode_captured, MlaArch, MlaDecodeArgs};
 use graphsafe::ops::nvfp4::{self, Nvfp4Matrix};
 use graphsafe::ops::tensor::{DType, Tensor};
 use graphsafe::workspace::Workspace;
@@ -62,8 +62,11 @@ fn main() -> Res<()> {
     // SAFETY: while graphsafe captures on `cs` below, this program issues no cudarc work to it.
     let mut stream = unsafe { Stream::from_cudarc(&ctx, &cs) }?;
     println!("one driver for both crates: {}", graphsafe::driver::cudarc::shares_driver()?);
-    if ctx.compute_capability() != (9, 0) {
-        return Err(format!("this example runs the sm_90 kernels; the GPU is {:?}", ctx.compute_capability()).into());
+    // The sm90 back-ends of both ops, on whichever GPUs the arch table runs them.
+    let cc = ctx.compute_capability();
+    let row = graphsafe::arch::target_for_cc(cc);
+    if row.and_then(|t| t.mla()) != Some(MlaArch::Sm90) || row.and_then(|t| t.nvfp4()) != Some(nvfp4::Nvfp4Arch::Sm90) {
+        return Err(format!("this example runs the sm90 kernels ({}); the GPU is {}", MlaArch::Sm90.gpus(), graphsafe::arch::cc_name(cc)).into());
     }
 
     // 2. The engine's memory: a paged KV cache (DeepSeek-V3 shapes: 128 heads, 576 = 512 + 64),

@@ -348,11 +348,14 @@ mod tests {
         assert_eq!(plan_mla("sm_103").unwrap(), MlaArch::Sm100);
         assert_eq!(plan_nvfp4("sm_121").unwrap(), Nvfp4Arch::Sm120);
         assert_eq!("sm_100f".parse::<Nvfp4Arch>().unwrap(), Nvfp4Arch::Sm100);
-        // MLA has no sm_120 kernel: refused, naming every target it does have.
-        match plan_mla("sm_120") {
+        // A GPU MLA has no kernel for: refused, naming every target it does have and no other.
+        let no_mla = cc_name(cc_without(Op::Mla));
+        match plan_mla(&no_mla) {
             Err(Error::InvalidArgument { what, expected, got }) => {
-                assert_eq!((what.as_str(), got.as_str()), ("arch", "sm_120"));
-                assert!(expected.contains("sm_90a") && expected.contains("sm_100f") && !expected.contains("sm_120f"), "{expected}");
+                assert_eq!((what.as_str(), got.as_str()), ("arch", no_mla.as_str()));
+                for t in TARGETS {
+                    assert_eq!(expected.contains(&format!("{} or", t.name)), t.mla().is_some(), "{}: {expected}", t.name);
+                }
             }
             other => panic!("{other:?}"),
         }
@@ -371,11 +374,19 @@ mod tests {
 
     #[test]
     fn running_names_the_gpus_or_the_missing_build() {
-        match mla((12, 1)) {
+        // A GPU MLA has no kernel for: the refusal names the GPUs of every row with one, and this
+        // GPU with the table's name for it where it has a row.
+        let no_mla = cc_without(Op::Mla);
+        match mla(no_mla) {
             Err(Error::ArchUnsupported { op, need, have }) => {
                 assert_eq!(op, "mla decode");
-                assert!(need.contains("sm_90") && need.contains("sm_100/sm_103"), "{need}");
-                assert!(have.starts_with("sm_121") && have.contains("DGX Spark"), "{have}");
+                for t in TARGETS.iter().filter(|t| t.mla().is_some()) {
+                    assert!(need.contains(&t.describe()), "{need} does not name {}", t.name);
+                }
+                assert!(have.starts_with(&cc_name(no_mla)), "{have}");
+                if let Some(t) = target_for_cc(no_mla) {
+                    assert!(have.contains(t.gpus), "{have}");
+                }
             }
             other => panic!("{other:?}"),
         }
@@ -394,6 +405,24 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn the_plan_default_runs_every_op() {
+        let t = target_named(PLAN_DEFAULT).unwrap_or_else(|| panic!("{PLAN_DEFAULT} is no row"));
+        for op in Op::WITH_BACKENDS {
+            assert!(op.runs_on(t), "{}: no {} kernel for `graphsafe plan {}` to default to", t.name, op.label(), op.name());
+        }
+    }
+
+    #[test]
+    fn cc_without_an_op_has_no_kernel_for_it() {
+        for op in Op::WITH_BACKENDS.into_iter().chain([Op::Kernels]) {
+            let cc = cc_without(op);
+            assert!(!target_for_cc(cc).is_some_and(|t| op.runs_on(t)), "{}: {}", op.name(), cc_name(cc));
+        }
+        // Every row builds the arch-neutral kernels: only a GPU with no row lacks them.
+        assert_eq!(cc_without(Op::Kernels), cc_without_row());
     }
 
     #[test]

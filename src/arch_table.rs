@@ -13,7 +13,8 @@
 //! (cfgs, directives, the build manifest and `scripts/check-sass`, dispatch, planning, the CLI's
 //! help and errors, `graphsafe doctor`) iterates them instead of naming rows. Adding a GPU whose
 //! kernels an existing back-end has is a row here (and its reference GPU in [`GPUS`] if that is
-//! new) and nothing else: `scripts/check-arch-row` proves it by adding one to a scratch copy of
+//! new) and, for readers, its line in the README's table of GPUs (`tests/readme_gpus.rs` prints
+//! it), and nothing else: `scripts/check-arch-row` proves it by adding both to a scratch copy of
 //! the repository and building and testing that. A new back-end is also a variant of its op's
 //! enum with its SASS checks ([`Backend::sass`]), the `cuda-src` units that say `archs=<op>:<it>`,
 //! and its launch arm in `src/sys/glue/`.
@@ -427,3 +428,17 @@ pub fn cc_without_row() -> (i32, i32) {
     let newest = TARGETS.iter().flat_map(|t| t.runs_on.iter().map(|cc| cc.0)).max().unwrap_or(0);
     (newest + 1, 0)
 }
+
+/// A compute capability where `op` has no kernel, for tests of that refusal: the first one of the
+/// first row without a back-end for `op` (so the refusal can name GPUs the table knows), else
+/// [`cc_without_row`]. Tests take it from here rather than naming a GPU, so that giving that GPU
+/// a back-end never turns their "unsupported" case into a supported one.
+#[doc(hidden)]
+pub fn cc_without(op: Op) -> (i32, i32) {
+    TARGETS.iter().find(|t| !op.runs_on(t)).map_or_else(cc_without_row, |t| t.runs_on[0])
+}
+
+/// The row `graphsafe plan` plans for when `--arch` is not given, for every op: so it must have a
+/// kernel for each (a test in `src/arch.rs` holds it to that). Datacenter Blackwell, whose MLA
+/// kernel runs 128 heads, the CLI's default head count.
+pub const PLAN_DEFAULT: &str = "sm_100f";

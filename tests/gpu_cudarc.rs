@@ -11,6 +11,7 @@ mod common;
 
 use common::random_f32;
 use cudarc::driver::{sys as cusys, CudaContext, CudaSlice, CudaStream, DevicePtr};
+use graphsafe::arch::{Backend, MlaArch, Nvfp4Arch};
 use graphsafe::driver::{cudarc::shares_driver, Context, DeviceBuffer, DevicePtr as Addr, MemInfo, Stream};
 use graphsafe::graph::CaptureMode;
 use graphsafe::ops::mla::reference::{cpu_decode, HostProblem};
@@ -37,11 +38,7 @@ fn engine() -> Option<(Arc<CudaContext>, Arc<CudaStream>)> {
 
 fn hopper(ctx: &Context) -> bool {
     let cc = ctx.compute_capability();
-    if cc != (9, 0) {
-        eprintln!("SKIP: the sm90 MLA and W4A16 kernels need sm_90 (H100/H200); this GPU is sm_{}{}", cc.0, cc.1);
-        return false;
-    }
-    true
+    common::runs_backends(cc, &[Backend::Mla(MlaArch::Sm90), Backend::Nvfp4(Nvfp4Arch::Sm90)], "the sm90 MLA and W4A16 kernels")
 }
 
 fn addr<T>(s: &CudaSlice<T>, stream: &CudaStream) -> Addr {

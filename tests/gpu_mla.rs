@@ -8,6 +8,7 @@ mod numerics;
 mod device_data;
 
 use common::{gpu, random_f32};
+use graphsafe::arch::{Backend, MlaArch};
 use graphsafe::driver::{Context, DeviceBuffer, Stream};
 use graphsafe::graph::{Capture, CaptureMode, CapturedBuffer};
 use graphsafe::ops::mla::reference::{cpu_decode, GpuProblem, GpuReference, HostProblem};
@@ -142,11 +143,7 @@ fn captured_args<'c>(cap: &mut Capture<'_, 'c>, a: &MlaDecodeArgs<&DeviceBuffer>
 
 fn hopper(ctx: &Arc<Context>) -> bool {
     let cc = ctx.device().compute_capability().unwrap();
-    if cc != (9, 0) {
-        eprintln!("SKIP: the sm90 MLA kernel needs sm_90 (H100/H200); this GPU is sm_{}{}", cc.0, cc.1);
-        return false;
-    }
-    true
+    common::runs_backends(cc, &[Backend::Mla(MlaArch::Sm90)], "the sm90 MLA kernel")
 }
 
 fn shapes() -> Vec<Shape> {

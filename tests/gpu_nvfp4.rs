@@ -11,6 +11,7 @@ mod gemm;
 mod dependent_launch;
 
 use common::{gpu, random_f32};
+use graphsafe::arch::{Backend, Nvfp4Arch};
 use graphsafe::driver::{DeviceBuffer, Stream};
 use graphsafe::graph::CaptureMode;
 use graphsafe::ops::nvfp4::{self, reference as r, Nvfp4Matrix};
@@ -99,11 +100,7 @@ fn max_rel_err(got: &[u16], want: &[f64], alpha: f64) -> f64 {
 
 fn hopper(ctx: &std::sync::Arc<graphsafe::driver::Context>) -> bool {
     let cc = ctx.compute_capability();
-    if cc != (9, 0) {
-        eprintln!("SKIP: the W4A16 kernel needs sm_90 (H100/H200); this GPU is sm_{}{}", cc.0, cc.1);
-        return false;
-    }
-    true
+    common::runs_backends(cc, &[Backend::Nvfp4(Nvfp4Arch::Sm90)], "the W4A16 kernel")
 }
 
 /// How [`check_captured_replay`] replays: `count` times, each after filling D with `fill`, after

@@ -1,6 +1,7 @@
 //! Every validation rule of the MLA decode op, fed its bad value, on the CPU (no GPU: the checks
 //! run on descriptors of device memory). One good argument set is mutated one field at a time.
 
+use graphsafe::arch::{self, Op};
 use graphsafe::ops::mla::{sm100, KvFormat, KvFormatKind, MlaArch, MlaDecodeArgs, DS_MLA_TOKEN_BYTES};
 use graphsafe::ops::tensor::{DType, Tensor};
 use graphsafe::sys::cuda as c;
@@ -351,12 +352,21 @@ fn scale_and_splits() {
 
 #[test]
 fn arch_dispatch() {
-    assert!(matches!(MlaArch::for_compute_capability((8, 0)), Err(Error::ArchUnsupported { .. })));
-    assert!(matches!(MlaArch::for_compute_capability((12, 0)), Err(Error::ArchUnsupported { .. })));
-    let sm90 = MlaArch::for_compute_capability((9, 0));
-    assert_eq!(sm90.is_ok(), graphsafe::build_info::has_arch("sm_90a"), "{sm90:?}");
-    if let Err(Error::ArchUnsupported { need, .. }) = MlaArch::for_compute_capability((10, 0)) {
-        assert!(!graphsafe::build_info::has_arch("sm_100f") && need.contains("sm_100f"));
+    // A GPU no row runs on, and one whose row has no MLA kernel, from the table: a literal one
+    // stops being refused the day its row or back-end is added.
+    for cc in [arch::cc_without_row(), arch::cc_without(Op::Mla)] {
+        assert!(matches!(MlaArch::for_compute_capability(cc), Err(Error::ArchUnsupported { .. })), "{cc:?}");
+    }
+    // Every GPU of a row with an MLA kernel gets that row's back-end when the build has the row,
+    // and otherwise a refusal naming the row to build.
+    for t in arch::TARGETS.iter().filter(|t| t.mla().is_some()) {
+        for &cc in t.runs_on {
+            match MlaArch::for_compute_capability(cc) {
+                Ok(m) => assert!(arch::is_built(t) && t.mla() == Some(m), "{}: {m:?}", t.name),
+                Err(Error::ArchUnsupported { need, .. }) => assert!(!arch::is_built(t) && need.contains(t.name), "{}: {need}", t.name),
+                Err(e) => panic!("{}: {e}", t.name),
+            }
+        }
     }
 }
 

@@ -1,7 +1,8 @@
 //! `graphsafe plan … --help` lists the arch table's rows, read from the table: a row added there
-//! shows up in the help (and is accepted by `--arch`) without editing the CLI.
+//! shows up in the help (and is accepted by `--arch`) without editing the CLI. The default
+//! `--arch` is the table's too (`arch::PLAN_DEFAULT`).
 
-use graphsafe::arch::{Op, GPUS, TARGETS};
+use graphsafe::arch::{Op, GPUS, PLAN_DEFAULT, TARGETS};
 use std::process::Command;
 
 fn graphsafe(args: &[&str]) -> std::process::Output {
@@ -55,5 +56,16 @@ fn every_row_listed_plans_and_its_reference_sm_count_is_the_default() {
             assert_eq!(v["sm_count"].as_u64(), Some(u64::from(t.sm_count)), "{}", t.name);
             assert_eq!(v["sm_count_from"].as_str(), Some(t.reference_gpu));
         }
+    }
+}
+
+#[test]
+fn without_arch_both_plans_take_the_tables_default_row() {
+    for (op, args) in [("mla", &["plan", "mla", "--batch", "1", "--seq-len", "4096", "--json"][..]), ("nvfp4", &["plan", "nvfp4", "--m", "1", "--n", "8192", "--k", "8192", "--json"][..])] {
+        assert!(arch_help(op).contains(&format!("[default: {PLAN_DEFAULT}]")), "{op}: {}", arch_help(op));
+        let out = graphsafe(args);
+        assert_eq!(out.status.code(), Some(0), "{op}: {}", String::from_utf8_lossy(&out.stderr));
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(v["target"].as_str(), Some(PLAN_DEFAULT), "{op}");
     }
 }

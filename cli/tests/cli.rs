@@ -35,8 +35,9 @@ fn rows_and_pre_grow(args: &[&str]) -> (Vec<u64>, u64) {
 
 #[test]
 fn the_pre_grow_covers_every_row_printed_with_explicit_splits() {
-    // Issue 5's case: 256 explicit splits needed 4,303,355,904 bytes at batch 64 (fp32 partials)
-    // while the pre-grow line said 45,176,832 (the default rule's worst case).
+    // Explicit splits beyond the default rule's: 256 splits need 4,303,355,904 bytes at batch 64
+    // (fp32 partials), far past the default rule's worst case (45,176,832), so the pre-grow line
+    // must cover the splits asked for, not the default's.
     let (rows, pre) = rows_and_pre_grow(&["plan", "mla", "--arch", "sm_90", "--batch", "1,64", "--seq-len", "65536", "--sm-count", "132", "--splits", "256", "--json"]);
     // 64 x 256 x 128 rows, each a 512-value fp32 partial O and an fp32 LSE, then the batch's
     // schedule: 64 lengths and 64 x 256 work items (int32, each region 256-aligned).
@@ -203,9 +204,10 @@ fn plan_nvfp4_prints_the_tile_per_m() {
 
 #[test]
 fn bad_arguments_exit_2_with_one_line() {
-    // A GPU no row of the arch table runs on, from the table: a literal one stops being refused
-    // the day its row is added.
+    // A GPU no row of the arch table runs on, and one whose row has no MLA kernel, from the table:
+    // a literal one stops being refused the day its row or back-end is added.
     let no_row = graphsafe::arch::cc_name(graphsafe::arch::cc_without_row());
+    let no_mla = graphsafe::arch::cc_name(graphsafe::arch::cc_without(graphsafe::arch::Op::Mla));
     let cases: &[&[&str]] = &[
         &["plan", "mla", "--batch", "0", "--seq-len", "10", "--sm-count", "10"],
         &["plan", "mla", "--batch", "-4", "--seq-len", "10", "--sm-count", "10"],
@@ -219,10 +221,9 @@ fn bad_arguments_exit_2_with_one_line() {
         &["plan", "attention"],
         &["plan", "nvfp4", "--m", "1", "--n", "8192", "--k", "48"],
         &["plan", "nvfp4", "--m", "0", "--n", "8192", "--k", "64"],
-        &["plan", "nvfp4", "--m", "1", "--n", "8192", "--k", "64", "--arch", "sm_80"],
-        &["plan", "mla", "--arch", "sm_80", "--batch", "1", "--seq-len", "10", "--sm-count", "10"],
-        &["plan", "mla", "--arch", "sm_121", "--batch", "1", "--seq-len", "10", "--sm-count", "10"],
         &["plan", "nvfp4", "--m", "1", "--n", "8192", "--k", "64", "--arch", &no_row],
+        &["plan", "mla", "--arch", &no_row, "--batch", "1", "--seq-len", "10", "--sm-count", "10"],
+        &["plan", "mla", "--arch", &no_mla, "--batch", "1", "--seq-len", "10", "--sm-count", "10"],
         &["plan", "mla", "--arch", "sm_90", "--heads", "129", "--batch", "1", "--seq-len", "10", "--sm-count", "10"],
         &["plan", "mla", "--arch", "sm_90", "--heads", "16", "--s-q", "17", "--batch", "1", "--seq-len", "10", "--sm-count", "10"],
         &["plan", "mla", "--arch", "sm_90", "--heads", "16", "--s-q", "0", "--batch", "1", "--seq-len", "10", "--sm-count", "10"],
@@ -296,6 +297,11 @@ fn refusals_name_flags_never_the_librarys_fields() {
         &["max_seq_len", "num_heads", "s_q", "kv_format", "page_size", "sm_count", "num_splits", "max_batch", "d.dtype", "KvFormat", "`m`", "`n`", "`k`", "`out`", "`arch`", "`batch`", "`dtype`"];
     let mla = |extra: &[&'static str]| -> Vec<&'static str> { ["plan", "mla", "--batch", "1", "--seq-len", "4096"].iter().chain(extra).copied().collect() };
     let nvfp4 = |extra: &[&'static str]| -> Vec<&'static str> { ["plan", "nvfp4", "--m", "1,16", "--n", "8192", "--k", "8192"].iter().chain(extra).copied().collect() };
+    // The GPUs refused, from the arch table (leaked to be `'static` like the other cases).
+    let no_row: &'static str = graphsafe::arch::cc_name(graphsafe::arch::cc_without_row()).leak();
+    let no_mla: &'static str = graphsafe::arch::cc_name(graphsafe::arch::cc_without(graphsafe::arch::Op::Mla)).leak();
+    let an_mla_row = graphsafe::arch::TARGETS.iter().find(|t| t.mla().is_some()).unwrap().name;
+    let a_gpu_by_name: &'static str = format!("or a GPU by name: {}", graphsafe::arch::GPUS[0].name).leak();
     let cases: Vec<(Vec<&str>, &str, &str)> = vec![
         (mla(&["--heads", "129", "--arch", "sm_90"]), "`--heads`", "1..=128"),
         (mla(&["--heads", "0"]), "`--heads`", "1..=128"),
@@ -312,7 +318,7 @@ fn refusals_name_flags_never_the_librarys_fields() {
         (vec!["plan", "mla", "--batch", "1", "--seq-len", "2147483647"], "`--seq-len`", "2147483520"),
         (vec!["plan", "mla", "--batch", "65536", "--seq-len", "10"], "`--batch`", "65535"),
         (vec!["plan", "mla", "--batch", "129", "--seq-len", "2147483520", "--page-size", "128"], "`--batch x page-table columns`", "ceil(--seq-len / 128) x 128 / --page-size"),
-        (mla(&["--arch", "sm_121"]), "`--arch`", "sm_100f"),
+        (mla(&["--arch", no_mla]), "`--arch`", an_mla_row),
         (mla(&["--arch", "RTX 5090"]), "`--arch`", "or a GPU by name"),
         (nvfp4(&["--arch", "sm_90", "--out", "fp16"]), "`--out`", "bf16"),
         (nvfp4(&["--out", "fp32"]), "`--out`", "bf16 or fp16"),
@@ -320,7 +326,7 @@ fn refusals_name_flags_never_the_librarys_fields() {
         (vec!["plan", "nvfp4", "--m", "1", "--n", "100", "--k", "64"], "`--n`", "multiple of 32"),
         (vec!["plan", "nvfp4", "--m", "1,0", "--n", "8192", "--k", "64"], "`--m`", "1..="),
         (nvfp4(&["--sm-count", "0"]), "`--sm-count`", "1..="),
-        (nvfp4(&["--arch", "sm_80"]), "`--arch`", "or a GPU by name: H100"),
+        (nvfp4(&["--arch", no_row]), "`--arch`", a_gpu_by_name),
         (vec!["plan", "nvfp4", "--m", "1", "--n", "2147483520", "--k", "2147483520"], "`--m x --k (A's scale factors)`", "int32"),
     ];
     for (args, subject, explains) in cases {

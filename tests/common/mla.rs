@@ -1,8 +1,9 @@
 //! Shared by the MLA decode tests over paged caches (tests/gpu_mla_fp8.rs, tests/gpu_mla_tokens.rs):
 //! one decode problem on the device beside its host copy, the generator of their deterministic
-//! choices, and the check that the GPU is a Hopper.
+//! choices, and the check that the GPU runs the sm90 MLA kernel.
 
-use super::gpu;
+use super::{gpu, runs_backends};
+use graphsafe::arch::{Backend, MlaArch};
 use graphsafe::driver::{DeviceBuffer, Stream};
 
 /// One step of the tests' linear congruential generator (page permutations, e4m3 codes, scales).
@@ -33,14 +34,11 @@ pub struct Problem<S> {
     pub sm_scale: f32,
 }
 
-/// The GPU's stream when it is a Hopper (sm_90), where `what` runs; else `None`, with the reason
-/// printed (and a missing GPU fails under GRAPHSAFE_REQUIRE_GPU=1, see `gpu`).
+/// The GPU's stream when the arch table runs the sm90 MLA back-end on it (Hopper), where `what`
+/// runs; else `None`, with the reason printed (and a missing GPU fails under
+/// GRAPHSAFE_REQUIRE_GPU=1, see `gpu`).
 pub fn hopper_gpu(what: &str) -> Option<Stream> {
     let (ctx, stream) = gpu()?;
     let cc = ctx.device().compute_capability().unwrap();
-    if cc != (9, 0) {
-        eprintln!("SKIP: {what} (H100/H200); this GPU is sm_{}{}", cc.0, cc.1);
-        return None;
-    }
-    Some(stream)
+    runs_backends(cc, &[Backend::Mla(MlaArch::Sm90)], what).then_some(stream)
 }

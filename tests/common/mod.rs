@@ -4,6 +4,7 @@
 
 pub mod mla;
 
+use graphsafe::arch::{self, Backend, Target};
 use graphsafe::driver::{Context, DeviceBuffer, DevicePtr, LaunchTarget, Stream};
 use graphsafe::graph::{Capture, CaptureMode, CapturedBuffer, CapturedWorkspace, GraphExec};
 use graphsafe::ops::mla::MlaDecodePlan;
@@ -33,6 +34,21 @@ pub fn gpu() -> Option<(Arc<Context>, Stream)> {
             None
         }
     }
+}
+
+/// Whether the arch table's row for compute capability `cc` runs every back-end in `needs`; else
+/// `false`, with why `what` skips printed, naming the GPUs that run them. Asking the table, not
+/// naming a GPU, lets a GPU added on an existing back-end run that back-end's tests.
+pub fn runs_backends(cc: (i32, i32), needs: &[Backend], what: &str) -> bool {
+    let has_all = |t: &Target| needs.iter().all(|b| t.backends.contains(b));
+    let row = arch::target_for_cc(cc);
+    if row.is_some_and(has_all) {
+        return true;
+    }
+    let rows: Vec<String> = arch::TARGETS.iter().filter(|t| has_all(t)).map(Target::describe).collect();
+    let this = row.map_or_else(|| arch::cc_name(cc), |t| format!("{} ({})", arch::cc_name(cc), t.gpus));
+    eprintln!("SKIP: {what}: needs {}; this GPU is {this}", rows.join(" or "));
+    false
 }
 
 /// Deterministic pseudo-random f32s in [-1, 1).

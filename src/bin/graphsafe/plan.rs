@@ -56,7 +56,7 @@ pub enum PlanOp {
         /// Reduction length, a multiple of 32.
         #[arg(long, allow_negative_numbers = true)]
         k: i64,
-        #[arg(long, default_value = "sm_100", help = arch_help(Op::Nvfp4))]
+        #[arg(long, default_value = graphsafe::arch::PLAN_DEFAULT, help = arch_help(Op::Nvfp4))]
         arch: String,
         /// Output dtype: bf16 or fp16 (sm_90: bf16).
         #[arg(long, default_value = "bf16")]
@@ -69,7 +69,7 @@ pub enum PlanOp {
     },
     /// MLA decode: splits and workspace per batch, and the pre-grow maximum.
     Mla {
-        #[arg(long, default_value = "sm_100", help = arch_help(Op::Mla))]
+        #[arg(long, default_value = graphsafe::arch::PLAN_DEFAULT, help = arch_help(Op::Mla))]
         arch: String,
         /// Query heads, 1..=128 (sm_100 pads fewer to 128 in the workspace).
         #[arg(long, default_value_t = 128, allow_negative_numbers = true)]
