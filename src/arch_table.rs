@@ -13,11 +13,11 @@
 //! (cfgs, directives, the build manifest and `scripts/check-sass`, dispatch, planning, the CLI's
 //! help and errors, `graphsafe doctor`) iterates them instead of naming rows. Adding a GPU whose
 //! kernels an existing back-end has is a row here (and its reference GPU in [`GPUS`] if that is
-//! new) and, for readers, its line in the README's table of GPUs (`tests/readme_gpus.rs` prints
-//! it), and nothing else: `scripts/check-arch-row` proves it by adding both to a scratch copy of
-//! the repository and building and testing that. A new back-end is also a variant of its op's
-//! enum with its SASS checks ([`Backend::sass`]), the `cuda-src` units that say `archs=<op>:<it>`,
-//! and its launch arm in `src/sys/glue/`.
+//! new), and nothing else (the README lists back-ends, not rows): `scripts/check-arch-row` proves
+//! it by adding the row to a scratch copy of the repository and building and testing that. A new
+//! back-end is also a variant of its op's enum with its SASS checks ([`Backend::sass`]), the
+//! `cuda-src` units that say `archs=<op>:<it>`, its launch arm in `src/sys/glue/` and its line in
+//! the README's back-end table (`tests/readme_gpus.rs`).
 
 /// What a kernel lookup is for: one op with a back-end per row (a column of [`TARGETS`]), or the
 /// arch-neutral kernels every row builds.
