@@ -5,8 +5,8 @@
 //! here once; [`super::sm90`] and [`super::sm100`] hold each back-end's split and workspace rules.
 
 use super::{in_range, sm100, sm90, DType, KvFormatKind, MlaArch, MAX_BATCH, MAX_S_Q, NUM_HEADS};
-use crate::sys::kernels as k;
 use crate::error::{Error, Result};
+use crate::sys::kernels as k;
 
 /// The shapes a decode (or every decode of a capture) runs: one shape for [`plan`], the bounds of
 /// every shape for [`worst_case`] (batch `1..=batch`, lengths `1..=max_seq_len`, tokens
