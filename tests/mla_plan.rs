@@ -440,3 +440,119 @@ fn sm90_planner_equals_the_brute_force_maximum() {
         assert_eq!(sm90::worst_case(DType::Fp16, heads, s_q, max_batch, max_seq, sm, None).unwrap().workspace_bytes, brute, "{max_batch} {heads} {s_q} {max_seq} {sm}");
     }
 }
+
+/// Each MLA limit is one rule (src/ops/mla/plan.rs) over the glue header's constants: the planners
+/// of both back-ends and the C ABI refuse a value past it with the same message, and the glue
+/// draws the line where Rust does.
+mod one_rule_per_limit {
+    use graphsafe::capi::*;
+    use graphsafe::ops::mla::{self, sm100, sm90, MlaArch, MlaLimits, MAX_BATCH, MAX_S_Q, NUM_HEADS};
+    use graphsafe::ops::tensor::DType;
+    use graphsafe::sys::kernels as k;
+    use graphsafe::Error;
+
+    const GS_OK: i32 = k::GsStatus::GS_OK.0 as i32;
+
+    fn expected(r: graphsafe::Result<impl std::fmt::Debug>) -> (String, String) {
+        match r {
+            Err(Error::InvalidArgument { what, expected, .. }) => (what, expected),
+            other => panic!("expected InvalidArgument, got {other:?}"),
+        }
+    }
+
+    /// The C ABI's refusal of `l` and its last-error text.
+    fn c_refusal(l: &GraphsafeMlaLimits) -> String {
+        let mut out = GraphsafeMlaPlan::default();
+        // SAFETY: a live limits value and a live out-value.
+        let r = unsafe { graphsafe_mla_plan_limits(l, &mut out) };
+        assert_eq!(r, GRAPHSAFE_ERROR_INVALID_ARGUMENT, "{l:?}");
+        // SAFETY: graphsafe_last_error's text is valid until this thread's next failing call.
+        unsafe { std::ffi::CStr::from_ptr(graphsafe_last_error()) }.to_string_lossy().into_owned()
+    }
+
+    #[test]
+    fn the_planners_and_the_c_abi_refuse_with_one_message() {
+        let arches = [(MlaArch::Sm90, GRAPHSAFE_ARCH_SM90), (MlaArch::Sm100, GRAPHSAFE_ARCH_SM100)];
+        let over_heads = NUM_HEADS as u32 + 1;
+        let over_s_q = MAX_S_Q as u32 + 1;
+        let over_batch = MAX_BATCH as u32 + 1;
+        for (arch, abi) in arches {
+            let base = MlaLimits::new(16, 4, 4096, 132);
+            let c = GraphsafeMlaLimits { arch: abi, dtype: GRAPHSAFE_DTYPE_BF16, num_heads: 16, s_q: 1, batch: 4, max_seq_len: 4096, page_size: 64, sm_count: 132, ..Default::default() };
+            let cases = [
+                (MlaLimits::new(over_heads, 4, 4096, 132), GraphsafeMlaLimits { num_heads: over_heads as i32, ..c }, "num_heads"),
+                (MlaLimits::new(0, 4, 4096, 132), GraphsafeMlaLimits { num_heads: 0, ..c }, "num_heads"),
+                (base.with_s_q(over_s_q), GraphsafeMlaLimits { s_q: over_s_q as i32, ..c }, "s_q"),
+                (MlaLimits::new(16, over_batch, 4096, 132), GraphsafeMlaLimits { batch: over_batch as i32, ..c }, "batch"),
+                (base.with_page_size(48), GraphsafeMlaLimits { page_size: 48, ..c }, "page_size"),
+                (base.with_page_size(256), GraphsafeMlaLimits { page_size: 256, ..c }, "page_size"),
+            ];
+            for (rust, abi_limits, field) in cases {
+                let err = mla::plan(arch, &rust).unwrap_err();
+                let (what, says) = expected(Err::<(), _>(err.clone()));
+                assert_eq!(what, field, "{arch:?} {rust:?}");
+                let text = c_refusal(&abi_limits);
+                assert!(text.contains(&err.to_string()), "{arch:?}: the C ABI said {text:?}, the planner {err}");
+                // The worst case checks the same rules first (naming a batch bound `max_batch`).
+                assert_eq!(expected(mla::worst_case(arch, &rust)).1, says);
+            }
+        }
+        // The back-ends' own planners share the rule, message included.
+        let plan_says = |l: MlaLimits| expected(mla::plan(MlaArch::Sm90, &l));
+        assert_eq!(expected(sm90::num_splits(4, over_heads.into(), 1, 4096, 132, None)), plan_says(MlaLimits::new(over_heads, 4, 4096, 132)));
+        assert_eq!(expected(sm90::workspace_bytes(4, 16, over_s_q.into(), 1)), plan_says(MlaLimits::new(16, 4, 4096, 132).with_s_q(over_s_q)));
+        assert_eq!(expected(sm90::num_splits(over_batch.into(), 16, 1, 4096, 132, None)), plan_says(MlaLimits::new(16, over_batch, 4096, 132)));
+        let shape = sm100::Shape::new(DType::Bf16, 4, 4096, 64, 148);
+        let plan100 = |l: MlaLimits| expected(mla::plan(MlaArch::Sm100, &l));
+        assert_eq!(expected(sm100::plan(&shape.with_heads(over_heads.into()), None)), plan100(MlaLimits::new(over_heads, 4, 4096, 148)));
+        assert_eq!(expected(sm100::plan(&shape.with_s_q(over_s_q.into()), None)), plan100(MlaLimits::new(16, 4, 4096, 148).with_s_q(over_s_q)));
+        assert_eq!(expected(sm100::check_page_size(96)), plan100(MlaLimits::new(16, 4, 4096, 148).with_page_size(96)));
+    }
+
+    #[test]
+    fn page_sizes_are_the_headers_bounds() {
+        let takes = |arch: MlaArch| -> Vec<u32> { (0..=1024).filter(|&p| mla::plan(arch, &MlaLimits::new(16, 4, 4096, 132).with_page_size(p)).is_ok()).collect() };
+        assert_eq!(takes(MlaArch::Sm90), [k::GS_MLA_SM90_MIN_PAGE_SIZE, k::GS_MLA_SM90_MAX_PAGE_SIZE]);
+        assert_eq!((k::GS_MLA_SM90_MIN_PAGE_SIZE, k::GS_MLA_SM90_MAX_PAGE_SIZE), (64, 128), "the sm90 kernels' loaders read pages of 64 or 128 tokens");
+        let sm100: Vec<u32> = (0..=k::GS_MLA_SM100_MAX_PAGE_SIZE.ilog2()).map(|e| 1 << e).collect();
+        assert_eq!(takes(MlaArch::Sm100), sm100);
+        // The glue's layout takes exactly the page sizes Rust does.
+        for p in 0..=1024 {
+            let g = k::GsMlaSm100Shape { dtype: k::GsDtype::GS_DTYPE_BF16.0 as i32, batch: 4, num_heads: 16, s_q: 1, max_seq_len: 4096, page_size: p, sm_count: 148, num_splits: 1 };
+            let mut l = k::GsMlaSanitizeLayout::default();
+            // SAFETY: live shape and out-values.
+            let glue = unsafe { k::gs_mla_sanitize_layout(&g, &mut l) };
+            assert_eq!(glue == GS_OK, sm100::check_page_size(p.into()).is_ok(), "page size {p}: glue {glue}");
+        }
+    }
+
+    #[test]
+    fn the_sm90_split_cap_is_the_headers_and_the_glues() {
+        assert_eq!(sm90::MAX_SPLITS, i64::from(k::GS_MLA_SM90_MAX_SPLITS));
+        // Long enough for every split count to have a tile.
+        let seq = (sm90::MAX_SPLITS + 1) * i64::from(sm90::TILE_S);
+        assert_eq!(sm90::num_splits(1, 128, 1, seq, 132, Some(sm90::MAX_SPLITS)).unwrap() as i64, sm90::MAX_SPLITS);
+        assert_eq!(expected(sm90::num_splits(1, 128, 1, seq, 132, Some(sm90::MAX_SPLITS + 1))).0, "num_splits");
+        assert_eq!(expected(sm90::workspace_bytes(1, 128, 1, sm90::MAX_SPLITS + 1)).0, "num_splits");
+        // The glue draws the same line when called directly.
+        for (splits, ok) in [(sm90::MAX_SPLITS as i32, true), (sm90::MAX_SPLITS as i32 + 1, false)] {
+            let (mut n, mut bytes) = (0, 0u64);
+            // SAFETY: live out-values.
+            let r = unsafe { k::gs_mla_sm90_num_splits(1, 128, 1, seq as i32, 132, splits, &mut n) };
+            assert_eq!(r == GS_OK, ok, "{splits} splits");
+            // SAFETY: as above.
+            let r = unsafe { k::gs_mla_sm90_workspace_bytes(1, 128, 1, splits, &mut bytes) };
+            assert_eq!(r == GS_OK, ok, "{splits} splits");
+        }
+        // The same for the batch limit, on both back-ends' planning glue.
+        let mut n = 0;
+        // SAFETY: live out-values.
+        assert_eq!(unsafe { k::gs_mla_sm90_num_splits(MAX_BATCH as i32, 16, 1, 4096, 132, 0, &mut n) }, GS_OK);
+        // SAFETY: as above.
+        assert_ne!(unsafe { k::gs_mla_sm90_num_splits(MAX_BATCH as i32 + 1, 16, 1, 4096, 132, 0, &mut n) }, GS_OK);
+        // SAFETY: as above.
+        assert_eq!(unsafe { k::gs_mla_sm100_num_splits(MAX_BATCH as i32, 4096, 148, 0, &mut n) }, GS_OK);
+        // SAFETY: as above.
+        assert_ne!(unsafe { k::gs_mla_sm100_num_splits(MAX_BATCH as i32 + 1, 4096, 148, 0, &mut n) }, GS_OK);
+    }
+}

@@ -2,7 +2,7 @@
 //! run on descriptors of device memory). One good argument set is mutated one field at a time.
 
 use graphsafe::arch::{self, Op};
-use graphsafe::ops::mla::{sm100, KvFormat, KvFormatKind, MlaArch, MlaDecodeArgs, DS_MLA_TOKEN_BYTES};
+use graphsafe::ops::mla::{sm100, KvFormat, KvFormatKind, MlaArch, MlaDecodeArgs, MlaLimits, DS_MLA_TOKEN_BYTES};
 use graphsafe::ops::tensor::{DType, Tensor};
 use graphsafe::sys::cuda as c;
 use graphsafe::Error;
@@ -219,6 +219,33 @@ fn query_tokens_per_request_with_any_head_count() {
 
 /// FlashMLA's cache layout `[blocks, block_size, h_kv, 576]`: h_kv = 1 is MLA and plans like the
 /// 3-D cache; any other h_kv is refused naming it.
+/// What a refusal explains (`expected`), whatever it names.
+#[track_caller]
+fn explains<T: std::fmt::Debug>(r: graphsafe::Result<T>) -> String {
+    match r {
+        Err(Error::InvalidArgument { expected, .. }) => expected,
+        other => panic!("expected InvalidArgument, got {other:?}"),
+    }
+}
+
+/// Each limit is one rule (src/ops/mla/plan.rs): the op refuses a value past it with the planners'
+/// explanation, naming the tensor that carries the value instead of the scalar.
+#[test]
+fn the_op_explains_a_limit_as_the_planners_do() {
+    let planner = |arch: MlaArch, l: MlaLimits| explains(graphsafe::ops::mla::plan(arch, &l));
+    let seq = (8 * 64) as u32;
+    assert_eq!(explains(plan(&good(MlaArch::Sm90, 129, 64, DType::Bf16), MlaArch::Sm90)), planner(MlaArch::Sm90, MlaLimits::new(129, 4, seq, 132)));
+    assert_eq!(explains(plan(&good(MlaArch::Sm100, 129, 64, DType::Bf16), MlaArch::Sm100)), planner(MlaArch::Sm100, MlaLimits::new(129, 4, seq, 132)));
+    let mut a = good(MlaArch::Sm90, 16, 64, DType::Bf16);
+    a.q_nope.shape[0] = 65_536;
+    assert_eq!(explains(plan(&a, MlaArch::Sm90)), planner(MlaArch::Sm90, MlaLimits::new(16, 65_536, seq, 132)));
+    assert_eq!(explains(plan(&tokens(MlaArch::Sm90, 16, 17), MlaArch::Sm90)), planner(MlaArch::Sm90, MlaLimits::new(16, 4, seq, 132).with_s_q(17)));
+    for (arch, page) in [(MlaArch::Sm90, 32), (MlaArch::Sm90, 256), (MlaArch::Sm100, 96), (MlaArch::Sm100, 256)] {
+        let want = planner(arch, MlaLimits::new(128, 4, seq, 132).with_page_size(page as u32));
+        assert_eq!(explains(plan(&good(arch, 128, page, DType::Bf16), arch)), want, "{arch:?} page {page}");
+    }
+}
+
 #[test]
 fn a_cache_with_a_kv_head_dimension_takes_only_one_head() {
     let three = plan(&tokens(MlaArch::Sm90, 16, 2), MlaArch::Sm90).unwrap();

@@ -21,6 +21,7 @@
 #include <initializer_list>
 #include "common/status.cuh"
 #include "graphsafe_kernels/mla.h"
+#include "mla/rules.h"
 
 namespace {
 
@@ -153,13 +154,7 @@ __global__ void __launch_bounds__(kThreads) mla_sanitize_finish_kernel(const Pos
 bool aligned(const void* p, uintptr_t n) { return (reinterpret_cast<uintptr_t>(p) & (n - 1)) == 0; }
 
 // The requests the kernel runs (B' = batch * s_q), or 0 outside the limits.
-int32_t kernel_batch(const GsMlaDecodeArgs& a) {
-  if (a.batch < 1 || a.batch > GS_MLA_MAX_BATCH || a.num_heads < 1 || a.num_heads > GS_MLA_NUM_HEADS || a.s_q < 1 ||
-      a.s_q > GS_MLA_MAX_S_Q)
-    return 0;
-  const int64_t kb = int64_t(a.batch) * a.s_q;
-  return kb <= GS_MLA_MAX_BATCH ? static_cast<int32_t>(kb) : 0;
-}
+int32_t kernel_batch(const GsMlaDecodeArgs& a) { return graphsafe::mla_rules::sm100_kernel_batch(a.batch, a.num_heads, a.s_q); }
 
 bool is_direct(const GsMlaDecodeArgs& a) { return a.num_heads == GS_MLA_NUM_HEADS && a.s_q == 1; }
 

@@ -30,6 +30,9 @@ typedef enum GsMlaScheduler {
 #define GS_MLA_SM100_TILE_S 128
 /** The most KV splits the default rule ever picks. */
 #define GS_MLA_SM100_MAX_SPLITS 16
+/** sm100 page sizes: a power of two up to this (a KV tile, GS_MLA_SM100_TILE_S, holds whole
+ *  pages: the compact page table has GS_MLA_SM100_TILE_S / page_size columns a tile). */
+#define GS_MLA_SM100_MAX_PAGE_SIZE 128
 
 /*
  * Limits of the MLA decode and its planners (both back-ends). Every planning function below
@@ -95,7 +98,7 @@ typedef struct GsMlaSm100Shape {
   /** Query tokens per request, 1..=GS_MLA_MAX_S_Q. */
   int32_t s_q;
   int32_t max_seq_len;
-  /** A power of two up to 128. */
+  /** A power of two up to GS_MLA_SM100_MAX_PAGE_SIZE. */
   int32_t page_size;
   /** SMs of the GPU (only gs_mla_sm100_workspace_bytes reads it: the split rule). */
   int32_t sm_count;
@@ -364,15 +367,23 @@ int gs_mla_sm100_decode(const GsMlaDecodeArgs* args, void* workspace, uint64_t w
 
 /** KV tokens per tile of the sm90 kernel: splits are counted in these. */
 #define GS_MLA_SM90_TILE_S 64
+/** The most KV splits the sm90 decode takes (its combine kernel holds a request's split LSEs in
+ *  registers sized for this many). */
+#define GS_MLA_SM90_MAX_SPLITS 256
+/** sm90 page sizes: a power of two from GS_MLA_SM90_MIN_PAGE_SIZE to GS_MLA_SM90_MAX_PAGE_SIZE
+ *  (64 or 128). The minimum is the tile: a 64-token tile never crosses a page, so the kernels
+ *  look up one page per tile (half-tile for the fp8 loaders). */
+#define GS_MLA_SM90_MIN_PAGE_SIZE 64
+#define GS_MLA_SM90_MAX_PAGE_SIZE 128
 
 /**
  * KV splits for the sm90 decode (host-only, every build). Its kernels take the s_q * num_heads
  * query rows of a request as one set of rows (FlashMLA's fold), 64 a CTA (all of them in one CTA
  * for 32 or fewer). requested == 0 picks the default:
  * T = ceil(max_seq_len / 64), C = batch * ceil(s_q * num_heads / 64) CTAs per split,
- * cap = max(1, min(256, T, ceil(2 * sm_count / C))), and the smallest s in 1..=cap minimising
+ * cap = max(1, min(GS_MLA_SM90_MAX_SPLITS, T, ceil(2 * sm_count / C))), and the smallest s in 1..=cap minimising
  * ceil(C * s / sm_count) * ceil(T / s) (waves x tiles per CTA; never leaves a split empty at
- * max_seq_len). requested > 0 is validated (1..=min(256, T)). Rationale and measurements:
+ * max_seq_len). requested > 0 is validated (1..=min(GS_MLA_SM90_MAX_SPLITS, T)). Rationale and measurements:
  * cuda-src/mla/sm90/plan.cu.
  */
 int gs_mla_sm90_num_splits(int32_t batch, int32_t num_heads, int32_t s_q, int32_t max_seq_len, int32_t sm_count,
@@ -389,7 +400,7 @@ int gs_mla_sm90_workspace_bytes(int32_t batch, int32_t num_heads, int32_t s_q, i
 /**
  * Launches the sm90 decode (splits > 1: the split kernel, then the combine kernel) on `stream`.
  * bf16 or fp16 q/KV (GS_MLA_KV_NATIVE), or bf16 q over an fp8 cache (the other GsMlaKvFormat
- * values, every head count); page_size 64 or 128. An fp8 code 0x7F or 0xFF (e4m3's NaN) is read as a
+ * values, every head count); page_size 64 or 128 (GS_MLA_SM90_MIN/MAX_PAGE_SIZE). An fp8 code 0x7F or 0xFF (e4m3's NaN) is read as a
  * finite value below 2^17 (times its scale), not as NaN: caches written by saturating conversions
  * never hold it. GS_ERR_WORKSPACE_TOO_SMALL (nothing launched) when
  * workspace_bytes is below gs_mla_sm90_workspace_bytes. Only present when sm_90a was built.

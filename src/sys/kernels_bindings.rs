@@ -9,11 +9,15 @@ pub const GS_MLA_LATENT_DIM: u32 = 512;
 pub const GS_MLA_ROPE_DIM: u32 = 64;
 pub const GS_MLA_SM100_TILE_S: u32 = 128;
 pub const GS_MLA_SM100_MAX_SPLITS: u32 = 16;
+pub const GS_MLA_SM100_MAX_PAGE_SIZE: u32 = 128;
 pub const GS_MLA_MAX_BATCH: u32 = 65535;
 pub const GS_MLA_MAX_SEQ_LEN: u32 = 2147483520;
 pub const GS_MLA_MAX_SM_COUNT: u32 = 1024;
 pub const GS_MLA_DS_MLA_TOKEN_BYTES: u32 = 656;
 pub const GS_MLA_SM90_TILE_S: u32 = 64;
+pub const GS_MLA_SM90_MAX_SPLITS: u32 = 256;
+pub const GS_MLA_SM90_MIN_PAGE_SIZE: u32 = 64;
+pub const GS_MLA_SM90_MAX_PAGE_SIZE: u32 = 128;
 pub const GS_NVFP4_BLOCK: u32 = 16;
 impl GsStatus {
     pub const GS_OK: GsStatus = GsStatus(0);

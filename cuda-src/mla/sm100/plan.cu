@@ -8,16 +8,16 @@
 // arguments that were first checked against the limits in graphsafe_kernels/mla.h.
 #include <algorithm>
 #include "common/checked.cuh"
+#include "mla/rules.h"
 #include "mla/sm100/mla_types.cuh"
 
 using namespace graphsafe::mla_sm100;
 namespace ck = graphsafe::checked;
+using graphsafe::mla_rules::limits_ok;
+using graphsafe::mla_rules::sm100_kernel_batch;
+using graphsafe::mla_rules::sm100_page_size_ok;
 
 namespace {
-bool limits_ok(int32_t batch, int32_t max_seq_len, int32_t sm_count) {
-  return batch >= 1 && batch <= GS_MLA_MAX_BATCH && max_seq_len >= 1 && max_seq_len <= GS_MLA_MAX_SEQ_LEN &&
-         sm_count >= 1 && sm_count <= GS_MLA_MAX_SM_COUNT;
-}
 
 int32_t kv_tiles(int32_t max_seq_len) { return static_cast<int32_t>(ck::div_up(uint64_t(max_seq_len), GS_MLA_SM100_TILE_S)); }
 
@@ -27,8 +27,6 @@ int32_t safe_cap(int32_t batch, int32_t max_seq_len, int32_t sm_count) {
   int32_t cluster_slots = std::max(1, sm_count / 2);  // the kernel runs 2-SM clusters
   return std::min({int32_t{GS_MLA_SM100_MAX_SPLITS}, kv_tiles(max_seq_len), cluster_slots});
 }
-
-bool page_size_ok(int32_t p) { return p >= 1 && p <= GS_MLA_SM100_TILE_S && (p & (p - 1)) == 0; }
 }  // namespace
 
 extern "C" int gs_mla_sm100_num_splits(int32_t batch, int32_t max_seq_len, int32_t sm_count, int32_t requested,
@@ -61,17 +59,6 @@ extern "C" int gs_mla_sm100_scheduler(int32_t num_splits, int32_t* out_scheduler
 }
 
 namespace {
-// The requests CUTLASS runs for a decode of `batch` requests of `s_q` tokens (B'), or 0 when any of
-// them is outside its limits or B' is above GS_MLA_MAX_BATCH (a grid dimension of the kernel and
-// of the passes).
-int32_t kernel_batch(int32_t batch, int32_t num_heads, int32_t s_q) {
-  if (batch < 1 || batch > GS_MLA_MAX_BATCH || num_heads < 1 || num_heads > GS_MLA_NUM_HEADS || s_q < 1 ||
-      s_q > GS_MLA_MAX_S_Q)
-    return 0;
-  const int64_t b = int64_t(batch) * s_q;
-  return b <= GS_MLA_MAX_BATCH ? static_cast<int32_t>(b) : 0;
-}
-
 // Whether CUTLASS runs the decode in place: exactly its one token of 128 heads.
 bool direct(int32_t num_heads, int32_t s_q) { return num_heads == GS_MLA_NUM_HEADS && s_q == 1; }
 
@@ -82,8 +69,8 @@ bool dtype_ok(int32_t dtype) { return dtype == GS_DTYPE_BF16 || dtype == GS_DTYP
 extern "C" int gs_mla_sanitize_layout(const GsMlaSm100Shape* shape, GsMlaSanitizeLayout* out) {
   if (shape == nullptr || out == nullptr) return GS_ERR_INVALID_ARGUMENT;
   const GsMlaSm100Shape& s = *shape;
-  const int32_t kb = kernel_batch(s.batch, s.num_heads, s.s_q);
-  if (kb == 0 || !dtype_ok(s.dtype) || !limits_ok(kb, s.max_seq_len, 1) || !page_size_ok(s.page_size) ||
+  const int32_t kb = sm100_kernel_batch(s.batch, s.num_heads, s.s_q);
+  if (kb == 0 || !dtype_ok(s.dtype) || !limits_ok(kb, s.max_seq_len, 1) || !sm100_page_size_ok(s.page_size) ||
       s.num_splits < 1 || s.num_splits > GS_MLA_SM100_MAX_SPLITS)
     return GS_ERR_INVALID_ARGUMENT;
   // Whole KV tiles: CUTLASS reads the index of every page of a tile, also past the length.
@@ -144,7 +131,7 @@ int cutlass_part(int32_t dtype, int32_t kb, int32_t max_seq_len, int32_t sm_coun
 extern "C" int gs_mla_sm100_workspace_bytes(const GsMlaSm100Shape* shape, uint64_t* out_bytes) {
   if (shape == nullptr || out_bytes == nullptr) return GS_ERR_INVALID_ARGUMENT;
   const GsMlaSm100Shape& s = *shape;
-  const int32_t kb = kernel_batch(s.batch, s.num_heads, s.s_q);
+  const int32_t kb = sm100_kernel_batch(s.batch, s.num_heads, s.s_q);
   if (kb == 0 || !limits_ok(kb, s.max_seq_len, s.sm_count) || s.num_splits <= 0) return GS_ERR_INVALID_ARGUMENT;
   if (s.num_splits > safe_cap(kb, s.max_seq_len, s.sm_count)) return GS_ERR_UNSAFE_SPLIT;
   GsMlaSanitizeLayout l{};
@@ -173,12 +160,12 @@ bool tma_stride(int64_t elements, uint64_t elem) {
 extern "C" int gs_mla_sm100_kernel_args(const GsMlaDecodeArgs* a, void* workspace, uint64_t workspace_bytes,
                                         GsMlaSm100KernelArgs* out) {
   if (a == nullptr || out == nullptr) return GS_ERR_INVALID_ARGUMENT;
-  const int32_t kb = kernel_batch(a->batch, a->num_heads, a->s_q);
+  const int32_t kb = sm100_kernel_batch(a->batch, a->num_heads, a->s_q);
   if (kb == 0 || (a->causal != 0 && a->causal != 1) || !dtype_ok(a->dtype) || a->kv_format != GS_MLA_KV_NATIVE ||
       a->max_seq_len <= 0 || a->max_seq_len > GS_MLA_MAX_SEQ_LEN || a->num_splits <= 0 || a->sm_count < 2 ||
       a->sm_count > GS_MLA_MAX_SM_COUNT || a->device < 0 || a->q_nope == nullptr || a->q_pe == nullptr ||
       a->kv_cache == nullptr || a->seq_lens == nullptr || a->page_table == nullptr || a->out == nullptr ||
-      a->num_pages <= 0 || !page_size_ok(a->page_size) || int64_t(a->num_pages) * a->page_size > INT32_MAX ||
+      a->num_pages <= 0 || !sm100_page_size_ok(a->page_size) || int64_t(a->num_pages) * a->page_size > INT32_MAX ||
       !aligned(a->seq_lens, 4) || !aligned(a->page_table, 4) || !aligned(a->lse, 4) || !aligned(a->kv_cache, 16))
     return GS_ERR_INVALID_ARGUMENT;
   const bool is_direct = direct(a->num_heads, a->s_q);

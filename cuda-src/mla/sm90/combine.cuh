@@ -1,6 +1,7 @@
 // The sm90 MLA combine kernel: adds the splits' partial O by their LSE (splits > 1).
 #pragma once
 
+#include "graphsafe_kernels/mla.h"
 #include "mla/sm90/schedule.cuh"
 #include "mla/sm90/split.cuh"
 
@@ -92,7 +93,9 @@ __global__ void __launch_bounds__(combine_threads<kWarpsPerHead>(), kWarpsPerHea
       for (int k = 0; k < 4; ++k) ahead[j][k] = load_raw(s, k);
     }
   }
-  constexpr int kLsePerLane = 256 / 32;  // num_splits <= 256 (decode.cu validates)
+  // num_splits <= GS_MLA_SM90_MAX_SPLITS (decode.cu validates): every split's LSE has a register.
+  static_assert(GS_MLA_SM90_MAX_SPLITS % 32 == 0, "the split LSEs are spread evenly over a warp");
+  constexpr int kLsePerLane = GS_MLA_SM90_MAX_SPLITS / 32;
   float lv[kLsePerLane];
 #pragma unroll
   for (int i = 0; i < kLsePerLane; ++i) lv[i] = lane + 32 * i < S ? lse[int64_t(lane + 32 * i) * H] : -INFINITY;

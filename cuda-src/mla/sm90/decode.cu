@@ -28,6 +28,7 @@
 #include "common/launch.cuh"
 #include "common/status.cuh"
 #include "graphsafe_kernels/mla.h"
+#include "mla/rules.h"
 #include "mla/sm90/kernels.cuh"
 #include "mla/sm90/workspace.h"
 
@@ -55,14 +56,13 @@ int validate(const GsMlaDecodeArgs* a) {
       break;
     default: return GS_ERR_INVALID_ARGUMENT;
   }
-  if (a->batch <= 0 || a->batch > 65535) return GS_ERR_INVALID_ARGUMENT;                       // grid.z
-  if (a->num_heads < 1 || a->num_heads > GS_MLA_NUM_HEADS || a->s_q < 1 || a->s_q > GS_MLA_MAX_S_Q)
-    return GS_ERR_INVALID_ARGUMENT;
+  namespace rules = graphsafe::mla_rules;
+  if (!rules::batch_ok(a->batch) || !rules::rows_ok(a->num_heads, a->s_q)) return GS_ERR_INVALID_ARGUMENT;  // grid.z
   if (a->causal != 0 && a->causal != 1) return GS_ERR_INVALID_ARGUMENT;
   if (a->max_seq_len <= 0 || a->max_seq_len > GS_MLA_MAX_SEQ_LEN || a->device < 0) return GS_ERR_INVALID_ARGUMENT;
   const int64_t tiles = ceil_div(a->max_seq_len, GS_MLA_SM90_TILE_S);
-  if (a->num_splits < 1 || a->num_splits > 256 || a->num_splits > tiles) return GS_ERR_INVALID_ARGUMENT;
-  if (a->page_size != 64 && a->page_size != 128) return GS_ERR_INVALID_ARGUMENT;
+  if (!rules::sm90_splits_ok(a->num_splits) || a->num_splits > tiles) return GS_ERR_INVALID_ARGUMENT;
+  if (!rules::sm90_page_size_ok(a->page_size)) return GS_ERR_INVALID_ARGUMENT;
   if (a->num_pages <= 0 || int64_t(a->num_pages) * a->page_size > INT_MAX) return GS_ERR_INVALID_ARGUMENT;
   if (a->page_table_stride < ceil_div(a->max_seq_len, a->page_size) && a->batch > 1) return GS_ERR_INVALID_ARGUMENT;
   if (a->q_nope == nullptr || a->q_pe == nullptr || a->kv_cache == nullptr || a->seq_lens == nullptr ||

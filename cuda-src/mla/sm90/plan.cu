@@ -7,7 +7,7 @@
 //   T    = ceil(max_seq_len / 64)              KV tiles of GS_MLA_SM90_TILE_S tokens
 //   R    = s_q * num_heads                     query rows of a request (FlashMLA's fold)
 //   C    = batch * ceil(R / 64)                CTAs per split (up to 64 rows: one CTA per request)
-//   cap  = max(1, min(256, T, ceil(2 * sm_count / C)))      at most about two waves
+//   cap  = max(1, min(256, T, ceil(2 * sm_count / C)))      at most about two waves (256: GS_MLA_SM90_MAX_SPLITS)
 //   cost(s) = ceil(C * s / sm_count) * ceil(T / s)          waves x tiles per CTA (one CTA per SM)
 //   default = the smallest s in 1..=cap with the least cost(s)
 //
@@ -18,7 +18,7 @@
 // 128 heads x batch 64 took 179 us with 1 split (this rule) against 238 us with 3 (two waves);
 // 16 heads x batch 64 took 95 us with 2 splits (this rule) against 115 us with 5.
 //
-//   requested > 0 is accepted unchanged when 1 <= requested <= min(256, T).
+//   requested > 0 is accepted unchanged when 1 <= requested <= min(GS_MLA_SM90_MAX_SPLITS, T).
 //
 // The worst case over lengths needs only lengths of at most cap tiles (src/ops/mla/sm90.rs uses
 // this): if the default picks s for T tiles, it picks s for exactly s tiles. For s' < s,
@@ -33,20 +33,18 @@
 #include <climits>
 #include <cstdint>
 #include "common/checked.cuh"
+#include "mla/rules.h"
 #include "mla/sm90/workspace.h"
 #include "graphsafe_kernels/mla.h"
 
 namespace ck = graphsafe::checked;
+using graphsafe::mla_rules::batch_ok;
+using graphsafe::mla_rules::limits_ok;
+using graphsafe::mla_rules::rows_ok;
+using graphsafe::mla_rules::sm90_splits_ok;
 
 namespace {
-constexpr int64_t kMaxSplits = 256;
-
 int64_t div_up(int64_t a, int64_t b) { return static_cast<int64_t>(ck::div_up(uint64_t(a), uint64_t(b))); }
-bool rows_ok(int32_t heads, int32_t s_q) { return heads >= 1 && heads <= GS_MLA_NUM_HEADS && s_q >= 1 && s_q <= GS_MLA_MAX_S_Q; }
-bool limits_ok(int32_t batch, int32_t max_seq_len, int32_t sm_count) {
-  return batch >= 1 && batch <= GS_MLA_MAX_BATCH && max_seq_len >= 1 && max_seq_len <= GS_MLA_MAX_SEQ_LEN &&
-         sm_count >= 1 && sm_count <= GS_MLA_MAX_SM_COUNT;
-}
 }  // namespace
 
 extern "C" int gs_mla_sm90_num_splits(int32_t batch, int32_t num_heads, int32_t s_q, int32_t max_seq_len, int32_t sm_count,
@@ -54,13 +52,14 @@ extern "C" int gs_mla_sm90_num_splits(int32_t batch, int32_t num_heads, int32_t 
   if (out_splits == nullptr || !limits_ok(batch, max_seq_len, sm_count) || !rows_ok(num_heads, s_q) || requested < 0)
     return GS_ERR_INVALID_ARGUMENT;
   const int64_t tiles = div_up(max_seq_len, GS_MLA_SM90_TILE_S);
-  const int64_t limit = std::min(kMaxSplits, tiles);
+  const int64_t limit = std::min(int64_t{GS_MLA_SM90_MAX_SPLITS}, tiles);
   if (requested > 0) {
     if (requested > limit) return GS_ERR_INVALID_ARGUMENT;
     *out_splits = requested;
     return GS_OK;
   }
-  // Within the limits: ctas <= 65535 * 32, s <= 256, tiles <= 2^25; every product fits int64.
+  // Within the limits: ctas <= GS_MLA_MAX_BATCH * 32, s <= GS_MLA_SM90_MAX_SPLITS, tiles <= 2^25;
+  // every product fits int64.
   const int64_t ctas = int64_t{batch} * div_up(int64_t{s_q} * num_heads, 64);
   const int64_t cap = std::max<int64_t>(1, std::min(limit, div_up(2 * int64_t{sm_count}, ctas)));
   int64_t best = 1, best_cost = INT64_MAX;
@@ -76,8 +75,7 @@ extern "C" int gs_mla_sm90_num_splits(int32_t batch, int32_t num_heads, int32_t 
 }
 
 extern "C" int gs_mla_sm90_workspace_bytes(int32_t batch, int32_t num_heads, int32_t s_q, int32_t num_splits, uint64_t* out_bytes) {
-  if (out_bytes == nullptr || batch <= 0 || batch > GS_MLA_MAX_BATCH || !rows_ok(num_heads, s_q) || num_splits <= 0 ||
-      num_splits > kMaxSplits)
+  if (out_bytes == nullptr || !batch_ok(batch) || !rows_ok(num_heads, s_q) || !sm90_splits_ok(num_splits))
     return GS_ERR_INVALID_ARGUMENT;
   graphsafe::mla_sm90_workspace::Layout ws{};
   if (!graphsafe::mla_sm90_workspace::layout(uint64_t(batch), uint64_t(s_q) * uint64_t(num_heads), uint64_t(num_splits), &ws))

@@ -181,9 +181,7 @@ impl<M: DeviceMemory> MlaDecodeArgs<M> {
         };
         let qn = Check { name: "q_nope", t: &self.q_nope };
         qn.dtype(&[DType::Bf16, DType::Fp16, DType::Fp8E4m3])?.shape(&rows_shape(LATENT_DIM))?.inner_contiguous()?;
-        if batch == 0 || batch > 65_535 {
-            return Err(Error::invalid("q_nope.shape[0] (batch)", "1..=65535", batch));
-        }
+        super::plan::check_batch("q_nope.shape[0] (batch)", i64::try_from(batch).unwrap_or(i64::MAX))?;
         let dt = self.q_nope.dtype;
         let qp = Check { name: "q_pe", t: &self.q_pe };
         qp.dtype(&[dt])?.shape(&rows_shape(ROPE_DIM))?.inner_contiguous()?;

@@ -50,7 +50,7 @@ pub(crate) fn in_range(what: &str, v: i64, max: i64) -> crate::Result<i32> {
 /// The limits every MLA planner checks first: `batch` in `1..=`[`MAX_BATCH`], `max_seq_len` in
 /// `1..=`[`MAX_SEQ_LEN`], `sm_count` in `1..=`[`MAX_SM_COUNT`].
 pub(crate) fn check_limits(batch: (&str, i64), max_seq_len: (&str, i64), sm_count: i64) -> crate::Result<(i32, i32, i32)> {
-    Ok((in_range(batch.0, batch.1, MAX_BATCH)?, in_range(max_seq_len.0, max_seq_len.1, MAX_SEQ_LEN)?, in_range("sm_count", sm_count, MAX_SM_COUNT)?))
+    Ok((plan::check_batch(batch.0, batch.1)?, in_range(max_seq_len.0, max_seq_len.1, MAX_SEQ_LEN)?, in_range("sm_count", sm_count, MAX_SM_COUNT)?))
 }
 
 /// The element types a decode takes for the query and a native KV cache: bf16, fp16, and fp8 e4m3

@@ -4,8 +4,9 @@
 //! [`worst_case`], so each shape rule (heads, query tokens, page sizes, cache formats) is written
 //! here once; [`super::sm90`] and [`super::sm100`] hold each back-end's split and workspace rules.
 
-use super::{sm100, sm90, DType, KvFormatKind, MlaArch, MAX_S_Q, NUM_HEADS};
+use super::{in_range, sm100, sm90, DType, KvFormatKind, MlaArch, MAX_BATCH, MAX_S_Q, NUM_HEADS};
 use crate::error::{Error, Result};
+use crate::sys::kernels as k;
 
 /// The shapes a decode (or every decode of a capture) runs: one shape for [`plan`], the bounds of
 /// every shape for [`worst_case`] (batch `1..=batch`, lengths `1..=max_seq_len`, tokens
@@ -100,6 +101,41 @@ pub struct MlaDecodePlan {
     pub workspace_bytes: u64,
 }
 
+/// Query heads a decode takes on either back-end: `1..=`[`NUM_HEADS`] (sm_100 pads fewer up to it
+/// in its workspace). The one definition of the rule: the planners of both back-ends, the op, the
+/// C ABI and the CLI all check heads here; the glue checks the same `GS_MLA_NUM_HEADS`.
+pub fn check_heads(num_heads: i64) -> Result<i32> {
+    in_range("num_heads", num_heads, NUM_HEADS as i64)
+}
+
+/// Query tokens per request (`s_q`): `1..=`[`MAX_S_Q`] on either back-end (`GS_MLA_MAX_S_Q`).
+pub fn check_s_q(s_q: i64) -> Result<i32> {
+    in_range("s_q", s_q, MAX_S_Q as i64)
+}
+
+/// Requests of a decode: `1..=`[`MAX_BATCH`] (`GS_MLA_MAX_BATCH`, a grid dimension of both
+/// kernels), named `what`.
+pub fn check_batch(what: &str, batch: i64) -> Result<i32> {
+    in_range(what, batch, MAX_BATCH)
+}
+
+/// Tokens per cache page `arch`'s kernels read, from the glue header's bounds:
+/// * sm_90: a power of two from `GS_MLA_SM90_MIN_PAGE_SIZE` to `GS_MLA_SM90_MAX_PAGE_SIZE` (64 or
+///   128): the minimum is the kernel's 64-token tile, which then never crosses a page;
+/// * sm_100: a power of two up to `GS_MLA_SM100_MAX_PAGE_SIZE` (128, CUTLASS's KV tile, which
+///   holds whole pages).
+pub fn check_page_size(arch: MlaArch, page_size: i64) -> Result<i32> {
+    let (min, max, on) = match arch {
+        MlaArch::Sm90 => (k::GS_MLA_SM90_MIN_PAGE_SIZE, k::GS_MLA_SM90_MAX_PAGE_SIZE, "on sm_90"),
+        MlaArch::Sm100 => (1, k::GS_MLA_SM100_MAX_PAGE_SIZE, "for the sm100 kernel"),
+    };
+    if !(i64::from(min)..=i64::from(max)).contains(&page_size) || page_size & (page_size - 1) != 0 {
+        let range = if min == 1 { format!("up to {max}") } else { format!("from {min} to {max}") };
+        return Err(Error::invalid("page_size", format!("a power of two {range} {on}"), page_size));
+    }
+    Ok(page_size as i32)
+}
+
 /// Checks `l` against `arch`'s shape rules, naming the field that breaks one.
 pub(crate) fn check(arch: MlaArch, l: &MlaLimits) -> Result<()> {
     super::glue_dtype("dtype", l.dtype)?;
@@ -114,22 +150,14 @@ pub(crate) fn check(arch: MlaArch, l: &MlaLimits) -> Result<()> {
             return Err(Error::invalid("dtype", format!("bf16 with kv_format {}", l.kv_format), l.dtype));
         }
     }
-    if l.num_heads == 0 || l.num_heads as usize > NUM_HEADS {
-        return Err(Error::invalid("num_heads", format!("1..={NUM_HEADS}"), l.num_heads));
-    }
-    if l.s_q == 0 || l.s_q as usize > MAX_S_Q {
-        return Err(Error::invalid("s_q", format!("1..={MAX_S_Q} query tokens per request"), l.s_q));
-    }
+    check_heads(l.num_heads.into())?;
+    check_s_q(l.s_q.into())?;
     if arch == MlaArch::Sm100 {
         // CUTLASS runs each query token as a request of its own (sm100.rs, "Shapes CUTLASS does
         // not take"): the batch it sees is batch x s_q.
         sm100_shape(l).kernel_batch()?;
     }
-    match arch {
-        MlaArch::Sm90 if l.page_size != 64 && l.page_size != 128 => Err(Error::invalid("page_size", "64 or 128 on sm_90", l.page_size)),
-        MlaArch::Sm100 => sm100::check_page_size(l.page_size as i64).map(drop),
-        _ => Ok(()),
-    }
+    check_page_size(arch, l.page_size.into()).map(drop)
 }
 
 /// The plan for one decode shape on `arch`: every shape rule checked (an error names the field),

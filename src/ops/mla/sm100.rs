@@ -59,7 +59,8 @@
 //! page table at most `i32::MAX` (CUTLASS indexes it with int32). Every function here refuses
 //! values beyond them with [`crate::Error::InvalidArgument`] naming the limit.
 
-use super::{check_limits, in_range, DType, MlaArch, MlaDecodeArgs, MAX_BATCH, MAX_S_Q, NUM_HEADS};
+use super::plan::{check_batch, check_heads, check_s_q};
+use super::{check_limits, in_range, DType, MlaArch, MlaDecodeArgs, MAX_BATCH, NUM_HEADS};
 use crate::driver::{DeviceBuffer, Stream};
 use crate::error::{Error, Result};
 use crate::graph::op_target::OpTarget;
@@ -135,9 +136,9 @@ impl Shape {
     /// The requests CUTLASS runs, `batch × s_q`, after checking heads, tokens and batch against
     /// their limits (each refusal names its field; one above [`MAX_BATCH`] names `batch x s_q`).
     pub fn kernel_batch(&self) -> Result<i64> {
-        in_range("batch", self.batch, MAX_BATCH)?;
-        in_range("num_heads", self.num_heads, NUM_HEADS as i64)?;
-        in_range("s_q", self.s_q, MAX_S_Q as i64)?;
+        check_batch("batch", self.batch)?;
+        check_heads(self.num_heads)?;
+        check_s_q(self.s_q)?;
         let kb = self.batch * self.s_q; // both checked above: no overflow
         if kb > MAX_BATCH {
             return Err(Error::invalid(
@@ -263,12 +264,10 @@ impl SanitizeLayout {
     }
 }
 
-/// `page_size` as an `i32` when it is a power of two up to 128 (what the kernel's loaders take).
+/// `page_size` as an `i32` when it is a power of two up to 128 (what the kernel's loaders take):
+/// the sm100 rule of [`super::plan::check_page_size`].
 pub fn check_page_size(page_size: i64) -> Result<i32> {
-    if !(1..=TILE_S as i64).contains(&page_size) || page_size & (page_size - 1) != 0 {
-        return Err(Error::invalid("page_size", "a power of two up to 128 for the sm100 kernel", page_size));
-    }
-    Ok(page_size as i32)
+    super::plan::check_page_size(MlaArch::Sm100, page_size)
 }
 
 /// The largest split count the safety rule allows. `batch` is the requests CUTLASS runs
@@ -482,7 +481,7 @@ pub fn sanitize_finish(
     out: (&DeviceBuffer, usize, usize),
     lse: Option<&DeviceBuffer>,
 ) -> Result<()> {
-    let b = in_range("batch", batch, MAX_BATCH)? as u64;
+    let b = check_batch("batch", batch)? as u64;
     let (out, stride_b, stride_h) = out;
     let heads = super::NUM_HEADS as u64;
     let out_need = (b - 1)

@@ -8,25 +8,19 @@
 //! naming the limit. The kernels fold a request's `s_q × heads` query rows into one set of rows,
 //! so the plan depends on their product only.
 
-use super::{check_limits, in_range, DType, MAX_BATCH, MAX_S_Q, NUM_HEADS};
+use super::{check_limits, in_range, DType};
 use crate::error::{Error, Result};
 use crate::sys::glue::mla as glue;
 use crate::sys::kernels as k;
 
 /// KV tokens per tile of the sm90 kernel.
 pub const TILE_S: u32 = k::GS_MLA_SM90_TILE_S;
-/// The most KV splits the kernel takes.
-pub const MAX_SPLITS: i64 = 256;
+/// The most KV splits the kernel takes (`GS_MLA_SM90_MAX_SPLITS`: the combine kernel's registers
+/// are sized for it).
+pub const MAX_SPLITS: i64 = k::GS_MLA_SM90_MAX_SPLITS as i64;
 
-/// Heads the sm90 kernel accepts: any count up to 128.
-pub fn check_heads(num_heads: i64) -> Result<i32> {
-    in_range("num_heads", num_heads, NUM_HEADS as i64)
-}
-
-/// Query tokens per request the kernel accepts: `1..=`[`MAX_S_Q`].
-pub fn check_s_q(s_q: i64) -> Result<i32> {
-    in_range("s_q", s_q, MAX_S_Q as i64)
-}
+/// The heads and tokens rules are the decode's, shared by both back-ends.
+pub use super::plan::{check_heads, check_s_q};
 
 /// The plan for one decode shape.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
@@ -70,7 +64,7 @@ pub fn num_splits(batch: i64, num_heads: i64, s_q: i64, max_seq_len: i64, sm_cou
 
 /// Workspace bytes for (batch, heads, query tokens, splits).
 pub fn workspace_bytes(batch: i64, num_heads: i64, s_q: i64, num_splits: i64) -> Result<u64> {
-    let b = in_range("batch", batch, MAX_BATCH)?;
+    let b = super::plan::check_batch("batch", batch)?;
     let (h, q) = (check_heads(num_heads)?, check_s_q(s_q)?);
     let n = in_range("num_splits", num_splits, MAX_SPLITS)?;
     glue::sm90_workspace_bytes(b, h, q, n)
