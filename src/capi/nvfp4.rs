@@ -9,7 +9,7 @@ use super::mla::{GRAPHSAFE_DTYPE_BF16, GRAPHSAFE_DTYPE_FP16};
 use super::{guard, null, put, read, CallerMemory, Fail, Raw};
 use crate::driver::DeviceBuffer;
 use crate::graph::op_target::OpTarget;
-use crate::ops::nvfp4::{self, gemm_on, quantize_on, w4a16_on, Nvfp4Arch, Nvfp4Matrix, WeightArg};
+use crate::ops::nvfp4::{self, gemm_on, quantize_on, w4a16_on, Nvfp4Arch, Nvfp4GemmArgs, Nvfp4Matrix, WeightArg};
 use crate::ops::tensor::{DType, Tensor};
 use std::ffi::c_int;
 
@@ -339,7 +339,7 @@ fn gemm(a: &GraphsafeNvfp4GemmArgs, t: OpTarget<'_>) -> Result<(), Fail> {
     let ctx = CallerMemory::on(t.context());
     let (am, bm) = (nvfp4_matrix(&a.a, "a", ctx)?, nvfp4_matrix(&a.b, "b", ctx)?);
     let dt = matrix_2d(a.d, "d", half_dtype(a.out_dtype, "out_dtype")?, (a.a.rows, "a.rows"), (a.b.rows, "b.rows"), a.b.rows as i64, ctx)?;
-    gemm_on(&am, &bm, &ctx.pointer(a.alpha, "alpha")?, &dt, t)?;
+    gemm_on(&Nvfp4GemmArgs::new(am, bm, ctx.pointer(a.alpha, "alpha")?, dt), t)?;
     Ok(())
 }
 

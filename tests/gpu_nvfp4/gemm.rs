@@ -99,7 +99,7 @@ fn blackwell_gemm_runs_there_and_skips_elsewhere() {
         let z = DeviceBuffer::alloc_zeroed(&stream, 1 << 16).unwrap();
         let m = Nvfp4Matrix::new(&z, &z, &z, 32, 64);
         let mut ws = Workspace::new(&stream, 0).unwrap();
-        let r = nvfp4::gemm(&m, &m, &z, &Tensor::contiguous(&z, DType::Bf16, &[32, 32]), &mut ws, &stream);
+        let r = nvfp4::gemm(&Nvfp4GemmArgs::new(m.clone(), m, &z, Tensor::contiguous(&z, DType::Bf16, &[32, 32])), &mut ws, &stream);
         assert!(matches!(r, Err(graphsafe::Error::ArchUnsupported { .. })), "{r:?}");
         return;
     }
@@ -113,15 +113,8 @@ fn blackwell_gemm_runs_there_and_skips_elsewhere() {
     let alpha = DeviceBuffer::from_host(&stream, &[1.0 / (ga * gw)]).unwrap();
     let d = DeviceBuffer::alloc_zeroed(&stream, m * n * 2).unwrap();
     let mut ws = Workspace::new(&stream, 0).unwrap();
-    nvfp4::gemm(
-        &Nvfp4Matrix::new(&bpa, &bsa, &bga, m, k),
-        &Nvfp4Matrix::new(&bpw, &bsw, &bgw, n, k),
-        &alpha,
-        &Tensor::contiguous(&d, DType::Bf16, &[m, n]),
-        &mut ws,
-        &stream,
-    )
-    .unwrap();
+    let args = Nvfp4GemmArgs::new(Nvfp4Matrix::new(&bpa, &bsa, &bga, m, k), Nvfp4Matrix::new(&bpw, &bsw, &bgw, n, k), &alpha, Tensor::contiguous(&d, DType::Bf16, &[m, n]));
+    nvfp4::gemm(&args, &mut ws, &stream).unwrap();
     let (adq, wdq) = (r::dequantize(&pa, &sa, m, k, 1.0).unwrap(), r::dequantize(&pw, &sw, n, k, 1.0).unwrap());
     let want: Vec<f64> = (0..m * n).map(|i| (0..k).map(|t| adq[(i / n) * k + t] as f64 * wdq[(i % n) * k + t] as f64).sum::<f64>()).collect();
     let e = max_rel_err(&d.to_host_vec::<u16>(&stream).unwrap(), &want, 1.0 / (ga as f64 * gw as f64));

@@ -22,7 +22,7 @@ mod plan;
 mod quantize;
 mod w4a16;
 
-pub use gemm::{gemm, gemm_captured};
+pub use gemm::{gemm, gemm_captured, Nvfp4GemmArgs};
 pub(crate) use gemm::gemm_on;
 pub use plan::{gemm_tile, plan, scale_bytes, worst_case, Nvfp4Limits};
 pub use quantize::{dequantize, global_scale, quantize, quantize_captured};
