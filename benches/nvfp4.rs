@@ -26,7 +26,7 @@ mod timing;
 use cublaslt::{Lt, LtGemm};
 use graphsafe::driver::{Context, DeviceBuffer, Event, Stream};
 use graphsafe::graph::{CaptureMode, GraphExec};
-use graphsafe::ops::nvfp4::{self, Nvfp4Matrix, PreparedWeight, W4a16GemmArgs};
+use graphsafe::ops::nvfp4::{self, Nvfp4Matrix, Nvfp4QuantizeArgs, PreparedWeight, W4a16GemmArgs};
 use graphsafe::ops::tensor::{DType, Tensor};
 use graphsafe::workspace::Workspace;
 use std::sync::Arc;
@@ -152,7 +152,7 @@ fn main() {
                 for i in 0..calls {
                     let (cx, cg, cp, cs) = &bound[i % copies];
                     let q = Nvfp4Matrix::new(cp.clone(), cs.clone(), cg.clone(), m, k);
-                    nvfp4::quantize_captured(&Tensor::contiguous(cx.clone(), DType::Bf16, &[m, k]), cg, &q, &cap).unwrap();
+                    nvfp4::quantize_captured(&Nvfp4QuantizeArgs::new(Tensor::contiguous(cx.clone(), DType::Bf16, &[m, k]), cg.clone(), q.clone()), &cap).unwrap();
                 }
                 cap.end().unwrap().instantiate().unwrap()
             };

@@ -15,7 +15,7 @@ use cudarc::driver::{CudaContext, CudaSlice, CudaStream};
 use graphsafe::driver::{Context, DeviceBuffer, Stream};
 use graphsafe::graph::CaptureMode;
 use graphsafe::ops::mla::{decode, decode_captured, MlaDecodeArgs};
-use graphsafe::ops::nvfp4::{self, Nvfp4Matrix, W4a16GemmArgs};
+use graphsafe::ops::nvfp4::{self, Nvfp4Matrix, Nvfp4QuantizeArgs, W4a16GemmArgs};
 use graphsafe::ops::tensor::{DType, Tensor};
 use graphsafe::workspace::Workspace;
 use std::sync::Arc;
@@ -106,7 +106,7 @@ fn main() -> Res<()> {
     let w_t = Tensor::contiguous(&w_bf16, DType::Bf16, &[n, 512]);
     nvfp4::global_scale(&w_t, &w_scale, &stream)?;
     let w_nvfp4 = Nvfp4Matrix::new(&w_packed, &w_scales, &w_scale, n, 512);
-    nvfp4::quantize(&w_t, &w_scale, &w_nvfp4, &stream)?;
+    nvfp4::quantize(&Nvfp4QuantizeArgs::new(w_t.clone(), &w_scale, w_nvfp4.clone()), &stream)?;
     let weight = nvfp4::prepare_weight(&w_nvfp4, &stream)?;
     let args = MlaDecodeArgs::new(
         Tensor::contiguous(&q_nope, DType::Bf16, &[batch, heads, 512]),

@@ -13,7 +13,7 @@ mod dependent_launch;
 use common::{gpu, random_f32};
 use graphsafe::driver::{DeviceBuffer, Stream};
 use graphsafe::graph::CaptureMode;
-use graphsafe::ops::nvfp4::{self, reference as r, Nvfp4GemmArgs, Nvfp4Matrix, W4a16GemmArgs};
+use graphsafe::ops::nvfp4::{self, reference as r, Nvfp4GemmArgs, Nvfp4Matrix, Nvfp4QuantizeArgs, W4a16GemmArgs};
 use graphsafe::ops::tensor::{DType, Tensor};
 use graphsafe::workspace::Workspace;
 use half::{bf16, f16};

@@ -99,7 +99,7 @@ fn quantize_reads_what_the_previous_kernel_just_wrote() {
         s1.memset_u8(0xCD, &stream).unwrap();
         nvfp4::dequantize(&q0, &xt, &stream).unwrap();
         nvfp4::global_scale(&xt, &gs, &stream).unwrap();
-        nvfp4::quantize(&xt, &gs, &q1, &stream).unwrap();
+        nvfp4::quantize(&Nvfp4QuantizeArgs::new(xt.clone(), &gs, q1.clone()), &stream).unwrap();
         assert_eq!(p1.to_host_vec::<u8>(&stream).unwrap(), want_p, "eager round {round}: codes");
         assert_eq!(s1.to_host_vec::<u8>(&stream).unwrap(), want_s, "eager round {round}: scales");
     }
@@ -126,7 +126,7 @@ fn quantize_reads_what_the_previous_kernel_just_wrote() {
         let cw = g.w.bind(&mut cap).unwrap();
         let dt = Tensor::contiguous(cd, DType::Bf16, &[gm, gn]);
         nvfp4::w4a16_gemm_captured(&W4a16GemmArgs::new(Tensor::contiguous(ca, DType::Bf16, &[gm, g.k]), cw.clone(), cal.clone(), dt.clone()), &w, &cap).unwrap();
-        nvfp4::quantize_captured(&dt, &cg, &Nvfp4Matrix::new(cp, cs, cg.clone(), gm, gn), &cap).unwrap();
+        nvfp4::quantize_captured(&Nvfp4QuantizeArgs::new(dt.clone(), cg.clone(), Nvfp4Matrix::new(cp, cs, cg.clone(), gm, gn)), &cap).unwrap();
         cap.end().unwrap().instantiate().unwrap()
     };
     for replay in 0..5 {
@@ -180,7 +180,7 @@ fn quantize_after_a_stream_k_gemm_with_no_shared_tile_sees_the_finished_d() {
         d.memset_u8(0xFF, &stream).unwrap(); // bf16 NaN everywhere
         qp.memset_u8(0xAB, &stream).unwrap();
         nvfp4::w4a16_gemm(&W4a16GemmArgs::new(at.clone(), &g.w, &alpha, dt.clone()), &mut ws, &stream).unwrap();
-        nvfp4::quantize(&d2t, &gdb, &q, &stream).unwrap();
+        nvfp4::quantize(&Nvfp4QuantizeArgs::new(d2t.clone(), &gdb, q.clone()), &stream).unwrap();
         assert_eq!(d.to_host_vec::<u16>(&stream).unwrap(), dh, "eager round {round}: D");
         assert_eq!(qp.to_host_vec::<u8>(&stream).unwrap(), want_p, "eager round {round}: codes of D");
         assert_eq!(qs.to_host_vec::<u8>(&stream).unwrap(), want_s, "eager round {round}: scales of D");
@@ -192,13 +192,13 @@ fn quantize_after_a_stream_k_gemm_with_no_shared_tile_sees_the_finished_d() {
         let (cp, cs) = (cap.bind_buffer(&qp).unwrap(), cap.bind_buffer(&qs).unwrap());
         let cw = g.w.bind(&mut cap).unwrap();
         nvfp4::w4a16_gemm_captured(&W4a16GemmArgs::new(Tensor::contiguous(ca, DType::Bf16, &[m, k]), cw.clone(), cal.clone(), Tensor::contiguous(cd.clone(), DType::Bf16, &[m, n])), &w, &cap).unwrap();
-        nvfp4::quantize_captured(&Tensor::contiguous(cd, DType::Bf16, &[tiles, 128]), &cg, &Nvfp4Matrix::new(
+        nvfp4::quantize_captured(&Nvfp4QuantizeArgs::new(Tensor::contiguous(cd, DType::Bf16, &[tiles, 128]), cg.clone(), Nvfp4Matrix::new(
             cp,
             cs,
             cg.clone(),
             tiles,
             128,
-        ), &cap).unwrap();
+        )), &cap).unwrap();
         cap.end().unwrap().instantiate().unwrap()
     };
     for replay in 0..5 {

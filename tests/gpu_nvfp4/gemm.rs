@@ -242,7 +242,7 @@ fn a_single_row_takes_any_row_stride() {
     let gs = DeviceBuffer::from_host(&stream, &[r::global_scale(&xf)]).unwrap();
     let quantized = |x: &Tensor<&DeviceBuffer>| {
         let (p, s) = (DeviceBuffer::alloc_zeroed(&stream, k / 2).unwrap(), DeviceBuffer::alloc_zeroed(&stream, r::scale_bytes(1, k)).unwrap());
-        nvfp4::quantize(x, &gs, &Nvfp4Matrix::new(&p, &s, &gs, 1, k), &stream).unwrap();
+        nvfp4::quantize(&Nvfp4QuantizeArgs::new(x.clone(), &gs, Nvfp4Matrix::new(&p, &s, &gs, 1, k)), &stream).unwrap();
         (p.to_host_vec::<u8>(&stream).unwrap(), s.to_host_vec::<u8>(&stream).unwrap())
     };
     assert_eq!(quantized(&Tensor::strided(&xb, 0, DType::Bf16, &[1, k], &[3, 1])), quantized(&Tensor::contiguous(&xb, DType::Bf16, &[1, k])));

@@ -393,7 +393,7 @@ mod nvfp4_live {
     //! An NVFP4 linear layer (DeepSeek-V3's q_a projection, 7168 -> 1536) on the GPU found.
     use graphsafe::driver::{Context, DeviceBuffer, Stream};
     use graphsafe::graph::CaptureMode;
-    use graphsafe::ops::nvfp4::{self, Nvfp4Arch, Nvfp4Matrix, W4a16GemmArgs};
+    use graphsafe::ops::nvfp4::{self, Nvfp4Arch, Nvfp4Matrix, Nvfp4QuantizeArgs, W4a16GemmArgs};
     use graphsafe::ops::tensor::{DType, Tensor};
     use graphsafe::workspace::Workspace;
 
@@ -435,7 +435,7 @@ mod nvfp4_live {
         let packed = DeviceBuffer::alloc(&ctx, N * K / 2).map_err(e)?;
         let scales = DeviceBuffer::alloc(&ctx, nvfp4::scale_bytes(N as i64, K as i64).map_err(e)? as usize).map_err(e)?;
         let w = Nvfp4Matrix::new(&packed, &scales, &gs, N, K);
-        nvfp4::quantize(&wt, &gs, &w, &stream).map_err(e)?;
+        nvfp4::quantize(&Nvfp4QuantizeArgs::new(wt.clone(), &gs, w.clone()), &stream).map_err(e)?;
         println!("live NVFP4 layer ({arch:?}): weight [{N}, {K}] quantized on the GPU ({} bytes -> {} + {} scale bytes)", N * K * 2, N * K / 2, scales.len());
         if arch != Nvfp4Arch::Sm90 {
             println!("  (the Blackwell GEMM path is exercised by tests/gpu_nvfp4.rs on Blackwell GPUs)");
