@@ -26,7 +26,7 @@ mod timing;
 use cublaslt::{Lt, LtGemm};
 use graphsafe::driver::{Context, DeviceBuffer, Event, Stream};
 use graphsafe::graph::{CaptureMode, GraphExec};
-use graphsafe::ops::nvfp4::{self, Nvfp4Matrix, PreparedWeight};
+use graphsafe::ops::nvfp4::{self, Nvfp4Matrix, Nvfp4QuantizeArgs, PreparedWeight, W4a16GemmArgs};
 use graphsafe::ops::tensor::{DType, Tensor};
 use graphsafe::workspace::Workspace;
 use std::sync::Arc;
@@ -152,7 +152,7 @@ fn main() {
                 for i in 0..calls {
                     let (cx, cg, cp, cs) = &bound[i % copies];
                     let q = Nvfp4Matrix::new(cp.clone(), cs.clone(), cg.clone(), m, k);
-                    nvfp4::quantize_captured(&Tensor::contiguous(cx.clone(), DType::Bf16, &[m, k]), cg, &q, &cap).unwrap();
+                    nvfp4::quantize_captured(&Nvfp4QuantizeArgs::new(Tensor::contiguous(cx.clone(), DType::Bf16, &[m, k]), cg.clone(), q.clone()), &cap).unwrap();
                 }
                 cap.end().unwrap().instantiate().unwrap()
             };
@@ -260,7 +260,7 @@ fn main() {
             let cws: Vec<_> = weights.iter().map(|x| x.bind(&mut cap).unwrap()).collect();
             for _ in 0..reps {
                 for cw in &cws {
-                    nvfp4::w4a16_gemm_captured(&Tensor::contiguous(ca.clone(), DType::Bf16, &[m, k]), cw, &cal, &Tensor::contiguous(cd.clone(), DType::Bf16, &[m, n]), &w, &cap).unwrap();
+                    nvfp4::w4a16_gemm_captured(&W4a16GemmArgs::new(Tensor::contiguous(ca.clone(), DType::Bf16, &[m, k]), cw.clone(), cal.clone(), Tensor::contiguous(cd.clone(), DType::Bf16, &[m, n])), &w, &cap).unwrap();
                 }
             }
             cap.end().unwrap().instantiate().unwrap()

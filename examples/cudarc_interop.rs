@@ -15,7 +15,7 @@ use cudarc::driver::{CudaContext, CudaSlice, CudaStream};
 use graphsafe::driver::{Context, DeviceBuffer, Stream};
 use graphsafe::graph::CaptureMode;
 use graphsafe::ops::mla::{decode, decode_captured, MlaArch, MlaDecodeArgs};
-use graphsafe::ops::nvfp4::{self, Nvfp4Matrix};
+use graphsafe::ops::nvfp4::{self, Nvfp4Matrix, Nvfp4QuantizeArgs, W4a16GemmArgs};
 use graphsafe::ops::tensor::{DType, Tensor};
 use graphsafe::workspace::Workspace;
 use std::sync::Arc;
@@ -109,7 +109,7 @@ fn main() -> Res<()> {
     let w_t = Tensor::contiguous(&w_bf16, DType::Bf16, &[n, 512]);
     nvfp4::global_scale(&w_t, &w_scale, &stream)?;
     let w_nvfp4 = Nvfp4Matrix::new(&w_packed, &w_scales, &w_scale, n, 512);
-    nvfp4::quantize(&w_t, &w_scale, &w_nvfp4, &stream)?;
+    nvfp4::quantize(&Nvfp4QuantizeArgs::new(w_t.clone(), &w_scale, w_nvfp4.clone()), &stream)?;
     let weight = nvfp4::prepare_weight(&w_nvfp4, &stream)?;
     let args = MlaDecodeArgs::new(
         Tensor::contiguous(&q_nope, DType::Bf16, &[batch, heads, 512]),
@@ -125,7 +125,7 @@ fn main() -> Res<()> {
     let d = Tensor::contiguous(&proj_out, DType::Bf16, &[m, n]);
     let mut ws = Workspace::new(&stream, 0)?;
     let mla_plan = decode(&args, &mut ws, &stream)?;
-    let gemm_plan = nvfp4::w4a16_gemm(&a, &weight, &alpha, &d, &mut ws, &stream)?;
+    let gemm_plan = nvfp4::w4a16_gemm(&W4a16GemmArgs::new(a.clone(), &weight, &alpha, d.clone()), &mut ws, &stream)?;
     // The engine reads graphsafe's result through cudarc (same stream: ordered after it).
     let eager: Vec<u16> = cs.clone_dtoh(&*e.proj_out)?;
     println!("eager step: {mla_plan:?}; W4A16 {m}x{n}x512, workspace {} bytes", ws.capacity());
@@ -141,7 +141,7 @@ fn main() -> Res<()> {
         cap.memset_u8(&proj_c, 0)?;
         decode_captured(&ca, &w, cap)?;
         let cw = weight.bind(cap)?;
-        nvfp4::w4a16_gemm_captured(&Tensor::contiguous(out_c, DType::Bf16, &[m, 512]), &cw, &alpha_c, &Tensor::contiguous(proj_c.clone(), DType::Bf16, &[m, n]), &w, cap)?;
+        nvfp4::w4a16_gemm_captured(&W4a16GemmArgs::new(Tensor::contiguous(out_c, DType::Bf16, &[m, 512]), cw.clone(), alpha_c.clone(), Tensor::contiguous(proj_c.clone(), DType::Bf16, &[m, n])), &w, cap)?;
         cap.copy(&rb_c, &proj_c)
     })?;
     let exec = graph.instantiate()?;

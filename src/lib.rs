@@ -132,7 +132,7 @@ pub mod prelude {
     pub use crate::graph::{Capture, CaptureMode, CapturedWorkspace, CapturedBuffer, Graph, GraphExec};
     pub use crate::ops::cudnn::{self, Cudnn, MatmulArgs, MatmulProblem, Nvfp4MatmulArgs, Nvfp4Problem};
     pub use crate::ops::mla::{self, decode, decode_captured, KvFormat, KvFormatKind, MlaArch, MlaDecodeArgs, MlaDecodePlan, MlaLimits};
-    pub use crate::ops::nvfp4::{self, Nvfp4Arch, Nvfp4Limits, Nvfp4Matrix, Nvfp4Plan, PreparedWeight};
+    pub use crate::ops::nvfp4::{self, Nvfp4Arch, Nvfp4GemmArgs, Nvfp4Limits, Nvfp4Matrix, Nvfp4Plan, Nvfp4QuantizeArgs, PreparedWeight, W4a16GemmArgs};
     pub use crate::ops::tensor::{DType, Tensor};
     pub use crate::workspace::{Workspace, WorkspacePlanner};
 }

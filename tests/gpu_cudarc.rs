@@ -16,7 +16,7 @@ use graphsafe::driver::{cudarc::shares_driver, Context, DeviceBuffer, DevicePtr 
 use graphsafe::graph::CaptureMode;
 use graphsafe::ops::mla::reference::{cpu_decode, HostProblem};
 use graphsafe::ops::mla::{decode, decode_captured, MlaDecodeArgs};
-use graphsafe::ops::nvfp4::{self, reference as r, Nvfp4Matrix};
+use graphsafe::ops::nvfp4::{self, reference as r, Nvfp4Matrix, W4a16GemmArgs};
 use graphsafe::ops::tensor::{DType, Tensor};
 use graphsafe::workspace::Workspace;
 use graphsafe::Error;
@@ -308,7 +308,7 @@ fn a_captured_mla_decode_and_w4a16_over_cudarc_memory_replay_after_the_engine_dr
     let mla_plan = decode(&args, &mut ws, &stream).unwrap();
     let a = Tensor::contiguous(&bufs.out, DType::Bf16, &[m, 512]);
     let d = Tensor::contiguous(&bufs.d, DType::Bf16, &[m, n]);
-    let gemm_plan = nvfp4::w4a16_gemm(&a, &weight, &bufs.alpha, &d, &mut ws, &stream).unwrap();
+    let gemm_plan = nvfp4::w4a16_gemm(&W4a16GemmArgs::new(a.clone(), &weight, &bufs.alpha, d.clone()), &mut ws, &stream).unwrap();
     let eager_out = bufs.out.to_host_vec::<u16>(&stream).unwrap();
     let eager_lse = bufs.lse.to_host_vec::<u32>(&stream).unwrap();
     let eager_d = bufs.d.to_host_vec::<u16>(&stream).unwrap();
@@ -364,7 +364,7 @@ fn a_captured_mla_decode_and_w4a16_over_cudarc_memory_replay_after_the_engine_dr
             let cw = weight.bind(cap)?;
             let a = Tensor::contiguous(out.clone(), DType::Bf16, &[m, 512]);
             let d = Tensor::contiguous(dd.clone(), DType::Bf16, &[m, n]);
-            assert_eq!(nvfp4::w4a16_gemm_captured(&a, &cw, &alpha, &d, &w, cap)?, gemm_plan);
+            assert_eq!(nvfp4::w4a16_gemm_captured(&W4a16GemmArgs::new(a.clone(), cw.clone(), alpha.clone(), d.clone()), &w, cap)?, gemm_plan);
             cap.copy(&rb_out, &out)?;
             cap.copy(&rb_lse, &lse)?;
             cap.copy(&rb_d, &dd)?;

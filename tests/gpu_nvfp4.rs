@@ -14,7 +14,7 @@ use common::{gpu, random_f32};
 use graphsafe::arch::{Backend, Nvfp4Arch};
 use graphsafe::driver::{DeviceBuffer, Stream};
 use graphsafe::graph::CaptureMode;
-use graphsafe::ops::nvfp4::{self, reference as r, Nvfp4Matrix};
+use graphsafe::ops::nvfp4::{self, reference as r, Nvfp4GemmArgs, Nvfp4Matrix, Nvfp4QuantizeArgs, W4a16GemmArgs};
 use graphsafe::ops::tensor::{DType, Tensor};
 use graphsafe::workspace::Workspace;
 use half::{bf16, f16};
@@ -124,7 +124,7 @@ fn check_captured_replay(stream: &mut Stream, p: &W4a16, alpha: &DeviceBuffer, d
         let ca = Tensor::contiguous(&p.a, DType::Bf16, &[m, k]).bind(&mut cap).unwrap();
         let cd = Tensor::contiguous(d, DType::Bf16, &[m, n]).bind(&mut cap).unwrap();
         let (cal, cw) = (cap.bind_buffer(alpha).unwrap(), p.w.bind(&mut cap).unwrap());
-        let cplan = nvfp4::w4a16_gemm_captured(&ca, &cw, &cal, &cd, &w, &cap).unwrap();
+        let cplan = nvfp4::w4a16_gemm_captured(&W4a16GemmArgs::new(ca.clone(), cw.clone(), cal.clone(), cd.clone()), &w, &cap).unwrap();
         assert_eq!(&cplan, plan);
         cap.end().unwrap().instantiate().unwrap()
     };
@@ -146,7 +146,7 @@ fn check_captured_replay(stream: &mut Stream, p: &W4a16, alpha: &DeviceBuffer, d
         let w = cap.bind_workspace(&mut small).unwrap();
         let (ca, cal, cd) = (cap.bind_buffer(&p.a).unwrap(), cap.bind_buffer(alpha).unwrap(), cap.bind_buffer(d).unwrap());
         let cw = p.w.bind(&mut cap).unwrap();
-        let r = nvfp4::w4a16_gemm_captured(&Tensor::contiguous(ca, DType::Bf16, &[m, k]), &cw, &cal, &Tensor::contiguous(cd, DType::Bf16, &[m, n]), &w, &cap);
+        let r = nvfp4::w4a16_gemm_captured(&W4a16GemmArgs::new(Tensor::contiguous(ca, DType::Bf16, &[m, k]), cw.clone(), cal.clone(), Tensor::contiguous(cd, DType::Bf16, &[m, n])), &w, &cap);
         assert!(matches!(r, Err(graphsafe::Error::WorkspaceTooSmall { .. })), "{r:?}");
         assert!(cap.end().unwrap().node_kinds().unwrap().is_empty());
     }

@@ -131,6 +131,19 @@ int gs_nvfp4_w4a16_gemm(const void* a, int64_t ld_a, const void* prepared, const
 
 /* ---- Blackwell: CUTLASS block-scaled GEMM, D[M,N] = alpha[0] * A[M,K] x B[N,K]^T, A and B NVFP4 ---- */
 
+/**
+ * The back-ends of the block-scaled GEMM, the `backend` argument of its host functions. They take
+ * it as int32_t, not as the enum type (as GsMlaDecodeArgs::kv_format does): a value outside the
+ * enum held in a C++ enum parameter would be undefined behaviour, an unknown int32_t is
+ * GS_ERR_INVALID_ARGUMENT. 0 names no back-end, so a zeroed argument is refused too.
+ */
+typedef enum GsNvfp4Backend {
+  /** Data-center Blackwell (sm_100f: B200, B300, GB200, GB300). */
+  GS_NVFP4_BACKEND_SM100 = 1,
+  /** GeForce and workstation Blackwell (sm_120f: RTX 50, RTX PRO Blackwell, DGX Spark). */
+  GS_NVFP4_BACKEND_SM120 = 2,
+} GsNvfp4Backend;
+
 /** A CUTLASS tile configuration. */
 typedef struct GsNvfp4Tile {
   int32_t tile_m;
@@ -141,20 +154,21 @@ typedef struct GsNvfp4Tile {
 } GsNvfp4Tile;
 
 /**
- * The tile the GEMM uses for m on `arch` (100 or 120; host-only). sm100: m <= 16 -> 128x128x256
- * cluster 1x1; m <= 256 -> 256x128x256 cluster 2x1; else 256x256x256 cluster 2x1. sm120 (GeForce):
- * m <= 256 -> 128x128x128; else 256x128x128; cluster 1x1, ping-pong.
+ * The tile the GEMM uses for m on `backend` (a GsNvfp4Backend; host-only). sm100: m <= 16 ->
+ * 128x128x256 cluster 1x1; m <= 256 -> 256x128x256 cluster 2x1; else 256x256x256 cluster 2x1.
+ * sm120 (GeForce): m <= 256 -> 128x128x128; else 256x128x128; cluster 1x1, ping-pong.
+ * GS_ERR_INVALID_ARGUMENT for an unknown backend or m <= 0.
  */
-int gs_nvfp4_gemm_tile(int32_t arch, int32_t m, GsNvfp4Tile* out_tile);
+int gs_nvfp4_gemm_tile(int32_t backend, int32_t m, GsNvfp4Tile* out_tile);
 
 /**
- * Workspace bytes of the GEMM (CUTLASS's get_workspace_size for the chosen tile); host-only.
- * GS_ERR_INVALID_ARGUMENT when k is not a multiple of 16 or the scales of A [m, k] or B [n, k]
- * exceed INT32_MAX bytes (CUTLASS indexes scale factors with int32 strides), so the GEMM refuses
- * such shapes before it launches.
+ * Workspace bytes of the GEMM on `backend` (a GsNvfp4Backend): CUTLASS's get_workspace_size for
+ * the chosen tile; host-only. GS_ERR_INVALID_ARGUMENT for an unknown backend, when k is not a
+ * multiple of 16 or the scales of A [m, k] or B [n, k] exceed INT32_MAX bytes (CUTLASS indexes
+ * scale factors with int32 strides), so the GEMM refuses such shapes before it launches.
  */
-int gs_nvfp4_gemm_workspace_bytes(int32_t arch, int32_t m, int32_t n, int32_t k, int32_t out_dtype, int32_t sm_count,
-                                  uint64_t* out_bytes);
+int gs_nvfp4_gemm_workspace_bytes(int32_t backend, int32_t m, int32_t n, int32_t k, int32_t out_dtype,
+                                  int32_t sm_count, uint64_t* out_bytes);
 
 /**
  * Runs the GEMM on `stream`: a/b packed [m|n, k/2], a_scales/b_scales swizzled, alpha device fp32,

@@ -9,7 +9,7 @@ use super::mla::{GRAPHSAFE_DTYPE_BF16, GRAPHSAFE_DTYPE_FP16};
 use super::{guard, null, put, read, CallerMemory, Fail, Raw};
 use crate::driver::DeviceBuffer;
 use crate::graph::op_target::OpTarget;
-use crate::ops::nvfp4::{self, gemm_on, quantize_on, w4a16_on, Nvfp4Arch, Nvfp4Matrix, WeightArg};
+use crate::ops::nvfp4::{self, gemm_on, quantize_on, w4a16_on, Nvfp4Arch, Nvfp4GemmArgs, Nvfp4Matrix, Nvfp4QuantizeArgs, WeightArg};
 use crate::ops::tensor::{DType, Tensor};
 use std::ffi::c_int;
 
@@ -204,7 +204,7 @@ fn quantize(o: &GraphsafeNvfp4Matrix, x: u64, dtype: c_int, m: c_int, k: c_int, 
     let ctx = CallerMemory::on(t.context());
     let q = nvfp4_matrix(o, "out", ctx)?;
     let xt = matrix_2d(x, "x", half_dtype(dtype, "dtype")?, (m, "m"), (k, "k"), ld_x, ctx)?;
-    Ok(quantize_on(&xt, &q.global_scale, &q, t)?)
+    Ok(quantize_on(&Nvfp4QuantizeArgs::new(xt, q.global_scale.clone(), q), t)?)
 }
 
 /// Captured quantize.
@@ -339,7 +339,7 @@ fn gemm(a: &GraphsafeNvfp4GemmArgs, t: OpTarget<'_>) -> Result<(), Fail> {
     let ctx = CallerMemory::on(t.context());
     let (am, bm) = (nvfp4_matrix(&a.a, "a", ctx)?, nvfp4_matrix(&a.b, "b", ctx)?);
     let dt = matrix_2d(a.d, "d", half_dtype(a.out_dtype, "out_dtype")?, (a.a.rows, "a.rows"), (a.b.rows, "b.rows"), a.b.rows as i64, ctx)?;
-    gemm_on(&am, &bm, &ctx.pointer(a.alpha, "alpha")?, &dt, t)?;
+    gemm_on(&Nvfp4GemmArgs::new(am, bm, ctx.pointer(a.alpha, "alpha")?, dt), t)?;
     Ok(())
 }
 

@@ -377,6 +377,13 @@ unsafe extern "C" {
         stream: *mut ::std::os::raw::c_void,
     ) -> ::std::os::raw::c_int;
 }
+impl GsNvfp4Backend {
+    pub const GS_NVFP4_BACKEND_SM100: GsNvfp4Backend = GsNvfp4Backend(1);
+    pub const GS_NVFP4_BACKEND_SM120: GsNvfp4Backend = GsNvfp4Backend(2);
+}
+#[repr(transparent)]
+#[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
+pub struct GsNvfp4Backend(pub ::std::os::raw::c_uint);
 #[repr(C)]
 #[derive(Debug, Default, Copy, Clone)]
 pub struct GsNvfp4Tile {
@@ -388,14 +395,14 @@ pub struct GsNvfp4Tile {
 }
 unsafe extern "C" {
     pub fn gs_nvfp4_gemm_tile(
-        arch: i32,
+        backend: i32,
         m: i32,
         out_tile: *mut GsNvfp4Tile,
     ) -> ::std::os::raw::c_int;
 }
 unsafe extern "C" {
     pub fn gs_nvfp4_gemm_workspace_bytes(
-        arch: i32,
+        backend: i32,
         m: i32,
         n: i32,
         k: i32,

@@ -40,8 +40,8 @@ fn w4a16_reads_what_the_previous_kernel_just_wrote() {
     for round in 0..3 {
         d1.memset_u8(0, &stream).unwrap();
         nvfp4::dequantize(&qa, &a1t, &stream).unwrap();
-        nvfp4::w4a16_gemm(&a1t, &g1.w, &alpha, &d1t, &mut ws, &stream).unwrap();
-        nvfp4::w4a16_gemm(&d1t, &g2.w, &alpha, &d2t, &mut ws, &stream).unwrap();
+        nvfp4::w4a16_gemm(&W4a16GemmArgs::new(a1t.clone(), &g1.w, &alpha, d1t.clone()), &mut ws, &stream).unwrap();
+        nvfp4::w4a16_gemm(&W4a16GemmArgs::new(d1t.clone(), &g2.w, &alpha, d2t.clone()), &mut ws, &stream).unwrap();
         check(&d1.to_host_vec::<u16>(&stream).unwrap(), &d2.to_host_vec::<u16>(&stream).unwrap(), &format!("eager round {round}"));
     }
     let eager2 = d2.to_host_vec::<u16>(&stream).unwrap();
@@ -53,8 +53,8 @@ fn w4a16_reads_what_the_previous_kernel_just_wrote() {
         let (w1, w2) = (g1.w.bind(&mut cap).unwrap(), g2.w.bind(&mut cap).unwrap());
         let _ = (cpa, csa, cga);
         cap.memset_u8(&cd1, 0).unwrap();
-        nvfp4::w4a16_gemm_captured(&Tensor::contiguous(ca1, DType::Bf16, &[m, k]), &w1, &cal, &Tensor::contiguous(cd1.clone(), DType::Bf16, &[m, n1]), &w, &cap).unwrap();
-        nvfp4::w4a16_gemm_captured(&Tensor::contiguous(cd1, DType::Bf16, &[m, n1]), &w2, &cal, &Tensor::contiguous(cd2, DType::Bf16, &[m, n2]), &w, &cap).unwrap();
+        nvfp4::w4a16_gemm_captured(&W4a16GemmArgs::new(Tensor::contiguous(ca1, DType::Bf16, &[m, k]), w1.clone(), cal.clone(), Tensor::contiguous(cd1.clone(), DType::Bf16, &[m, n1])), &w, &cap).unwrap();
+        nvfp4::w4a16_gemm_captured(&W4a16GemmArgs::new(Tensor::contiguous(cd1, DType::Bf16, &[m, n1]), w2.clone(), cal.clone(), Tensor::contiguous(cd2, DType::Bf16, &[m, n2])), &w, &cap).unwrap();
         cap.end().unwrap().instantiate().unwrap()
     };
     for _ in 0..5 {
@@ -99,7 +99,7 @@ fn quantize_reads_what_the_previous_kernel_just_wrote() {
         s1.memset_u8(0xCD, &stream).unwrap();
         nvfp4::dequantize(&q0, &xt, &stream).unwrap();
         nvfp4::global_scale(&xt, &gs, &stream).unwrap();
-        nvfp4::quantize(&xt, &gs, &q1, &stream).unwrap();
+        nvfp4::quantize(&Nvfp4QuantizeArgs::new(xt.clone(), &gs, q1.clone()), &stream).unwrap();
         assert_eq!(p1.to_host_vec::<u8>(&stream).unwrap(), want_p, "eager round {round}: codes");
         assert_eq!(s1.to_host_vec::<u8>(&stream).unwrap(), want_s, "eager round {round}: scales");
     }
@@ -112,7 +112,7 @@ fn quantize_reads_what_the_previous_kernel_just_wrote() {
     let alpha = DeviceBuffer::from_host(&stream, &[1.0f32]).unwrap();
     let d = DeviceBuffer::alloc_zeroed(&stream, gm * gn * 2).unwrap();
     let mut ws = Workspace::new(&stream, 0).unwrap();
-    nvfp4::w4a16_gemm(&Tensor::contiguous(&g.a, DType::Bf16, &[gm, g.k]), &g.w, &alpha, &Tensor::contiguous(&d, DType::Bf16, &[gm, gn]), &mut ws, &stream).unwrap();
+    nvfp4::w4a16_gemm(&W4a16GemmArgs::new(Tensor::contiguous(&g.a, DType::Bf16, &[gm, g.k]), &g.w, &alpha, Tensor::contiguous(&d, DType::Bf16, &[gm, gn])), &mut ws, &stream).unwrap();
     let df: Vec<f32> = d.to_host_vec::<u16>(&stream).unwrap().iter().map(|&b| bf16::from_bits(b).to_f32()).collect();
     let gd = r::global_scale(&df);
     let (want_p, want_s) = r::quantize(&df, gm, gn, gd).unwrap();
@@ -125,8 +125,8 @@ fn quantize_reads_what_the_previous_kernel_just_wrote() {
         let (cp, cs) = (cap.bind_buffer(&p2).unwrap(), cap.bind_buffer(&s2).unwrap());
         let cw = g.w.bind(&mut cap).unwrap();
         let dt = Tensor::contiguous(cd, DType::Bf16, &[gm, gn]);
-        nvfp4::w4a16_gemm_captured(&Tensor::contiguous(ca, DType::Bf16, &[gm, g.k]), &cw, &cal, &dt, &w, &cap).unwrap();
-        nvfp4::quantize_captured(&dt, &cg, &Nvfp4Matrix::new(cp, cs, cg.clone(), gm, gn), &cap).unwrap();
+        nvfp4::w4a16_gemm_captured(&W4a16GemmArgs::new(Tensor::contiguous(ca, DType::Bf16, &[gm, g.k]), cw.clone(), cal.clone(), dt.clone()), &w, &cap).unwrap();
+        nvfp4::quantize_captured(&Nvfp4QuantizeArgs::new(dt.clone(), cg.clone(), Nvfp4Matrix::new(cp, cs, cg.clone(), gm, gn)), &cap).unwrap();
         cap.end().unwrap().instantiate().unwrap()
     };
     for replay in 0..5 {
@@ -164,7 +164,7 @@ fn quantize_after_a_stream_k_gemm_with_no_shared_tile_sees_the_finished_d() {
     let d = DeviceBuffer::alloc_zeroed(&stream, m * n * 2).unwrap();
     let mut ws = Workspace::new(&stream, 0).unwrap();
     let (at, dt) = (Tensor::contiguous(&g.a, DType::Bf16, &[m, k]), Tensor::contiguous(&d, DType::Bf16, &[m, n]));
-    nvfp4::w4a16_gemm(&at, &g.w, &alpha, &dt, &mut ws, &stream).unwrap();
+    nvfp4::w4a16_gemm(&W4a16GemmArgs::new(at.clone(), &g.w, &alpha, dt.clone()), &mut ws, &stream).unwrap();
     let dh = d.to_host_vec::<u16>(&stream).unwrap();
     let e = max_rel_err(&dh, &g.reference, 1.0);
     assert!(e <= 1e-2, "GEMM normalized error {e:.3e}");
@@ -179,8 +179,8 @@ fn quantize_after_a_stream_k_gemm_with_no_shared_tile_sees_the_finished_d() {
     for round in 0..5 {
         d.memset_u8(0xFF, &stream).unwrap(); // bf16 NaN everywhere
         qp.memset_u8(0xAB, &stream).unwrap();
-        nvfp4::w4a16_gemm(&at, &g.w, &alpha, &dt, &mut ws, &stream).unwrap();
-        nvfp4::quantize(&d2t, &gdb, &q, &stream).unwrap();
+        nvfp4::w4a16_gemm(&W4a16GemmArgs::new(at.clone(), &g.w, &alpha, dt.clone()), &mut ws, &stream).unwrap();
+        nvfp4::quantize(&Nvfp4QuantizeArgs::new(d2t.clone(), &gdb, q.clone()), &stream).unwrap();
         assert_eq!(d.to_host_vec::<u16>(&stream).unwrap(), dh, "eager round {round}: D");
         assert_eq!(qp.to_host_vec::<u8>(&stream).unwrap(), want_p, "eager round {round}: codes of D");
         assert_eq!(qs.to_host_vec::<u8>(&stream).unwrap(), want_s, "eager round {round}: scales of D");
@@ -191,14 +191,14 @@ fn quantize_after_a_stream_k_gemm_with_no_shared_tile_sees_the_finished_d() {
         let (ca, cal, cd, cg) = (cap.bind_buffer(&g.a).unwrap(), cap.bind_buffer(&alpha).unwrap(), cap.bind_buffer(&d).unwrap(), cap.bind_buffer(&gdb).unwrap());
         let (cp, cs) = (cap.bind_buffer(&qp).unwrap(), cap.bind_buffer(&qs).unwrap());
         let cw = g.w.bind(&mut cap).unwrap();
-        nvfp4::w4a16_gemm_captured(&Tensor::contiguous(ca, DType::Bf16, &[m, k]), &cw, &cal, &Tensor::contiguous(cd.clone(), DType::Bf16, &[m, n]), &w, &cap).unwrap();
-        nvfp4::quantize_captured(&Tensor::contiguous(cd, DType::Bf16, &[tiles, 128]), &cg, &Nvfp4Matrix::new(
+        nvfp4::w4a16_gemm_captured(&W4a16GemmArgs::new(Tensor::contiguous(ca, DType::Bf16, &[m, k]), cw.clone(), cal.clone(), Tensor::contiguous(cd.clone(), DType::Bf16, &[m, n])), &w, &cap).unwrap();
+        nvfp4::quantize_captured(&Nvfp4QuantizeArgs::new(Tensor::contiguous(cd, DType::Bf16, &[tiles, 128]), cg.clone(), Nvfp4Matrix::new(
             cp,
             cs,
             cg.clone(),
             tiles,
             128,
-        ), &cap).unwrap();
+        )), &cap).unwrap();
         cap.end().unwrap().instantiate().unwrap()
     };
     for replay in 0..5 {

@@ -18,7 +18,7 @@ fn w4a16_matches_the_dequantized_reference() {
         for &m in &[1usize, 5, 16, 64, 300] {
             let p = w4a16_problem(&stream, m, n, k, (m * n + k) as u64);
             let d = DeviceBuffer::alloc_zeroed(&stream, m * n * 2).unwrap();
-            let plan = nvfp4::w4a16_gemm(&Tensor::contiguous(&p.a, DType::Bf16, &[m, k]), &p.w, &alpha, &Tensor::contiguous(&d, DType::Bf16, &[m, n]), &mut ws, &stream).unwrap();
+            let plan = nvfp4::w4a16_gemm(&W4a16GemmArgs::new(Tensor::contiguous(&p.a, DType::Bf16, &[m, k]), &p.w, &alpha, Tensor::contiguous(&d, DType::Bf16, &[m, n])), &mut ws, &stream).unwrap();
             let got = d.to_host_vec::<u16>(&stream).unwrap();
             let e = max_rel_err(&got, &p.reference, 0.5);
             let worst_at = got.iter().zip(&p.reference).enumerate().max_by(|x, y| {
@@ -55,7 +55,7 @@ fn w4a16_stream_k_matches_the_reference_and_replays() {
     for &(m, bm) in &[(1usize, 8u32), (13, 16), (40, 64)] {
         let p = w4a16_problem(&stream, m, n, k, 91 + m as u64);
         let d = DeviceBuffer::alloc_zeroed(&stream, m * n * 2).unwrap();
-        let plan = nvfp4::w4a16_gemm(&Tensor::contiguous(&p.a, DType::Bf16, &[m, k]), &p.w, &alpha, &Tensor::contiguous(&d, DType::Bf16, &[m, n]), &mut ws, &stream).unwrap();
+        let plan = nvfp4::w4a16_gemm(&W4a16GemmArgs::new(Tensor::contiguous(&p.a, DType::Bf16, &[m, k]), &p.w, &alpha, Tensor::contiguous(&d, DType::Bf16, &[m, n])), &mut ws, &stream).unwrap();
         assert!(plan.workspace_bytes > 0, "m={m}: expected the stream-K schedule with partial tiles, got {plan:?}");
         let s = plan.schedule.expect("a Hopper plan");
         assert!(s.stream_k && s.rows_per_cta == bm, "m={m}: {s:?}");
@@ -64,7 +64,7 @@ fn w4a16_stream_k_matches_the_reference_and_replays() {
         eprintln!("stream-K m={m} n={n} k={k} workspace={}: normalized error {e:.2e}", plan.workspace_bytes);
         assert!(e < 1e-2, "m={m}: normalized error {e:.3e}");
         alpha.copy_from_host(&[1.0f32], &stream).unwrap();
-        nvfp4::w4a16_gemm(&Tensor::contiguous(&p.a, DType::Bf16, &[m, k]), &p.w, &alpha, &Tensor::contiguous(&d, DType::Bf16, &[m, n]), &mut ws, &stream).unwrap();
+        nvfp4::w4a16_gemm(&W4a16GemmArgs::new(Tensor::contiguous(&p.a, DType::Bf16, &[m, k]), &p.w, &alpha, Tensor::contiguous(&d, DType::Bf16, &[m, n])), &mut ws, &stream).unwrap();
         let eager = d.to_host_vec::<u16>(&stream).unwrap();
         check_captured_replay(&mut stream, &p, &alpha, &d, &mut ws, &plan, &eager, Replays { count: 3, fill: 0x5A, grow: true });
         alpha.copy_from_host(&[0.5f32], &stream).unwrap();
@@ -82,7 +82,7 @@ fn w4a16_captured_replay_equals_eager_and_reads_alpha_at_replay() {
     let alpha = DeviceBuffer::from_host(&stream, &[1.0f32]).unwrap();
     let d = DeviceBuffer::alloc_zeroed(&stream, m * n * 2).unwrap();
     let mut ws = Workspace::new(&stream, 0).unwrap();
-    let plan = nvfp4::w4a16_gemm(&Tensor::contiguous(&p.a, DType::Bf16, &[m, k]), &p.w, &alpha, &Tensor::contiguous(&d, DType::Bf16, &[m, n]), &mut ws, &stream).unwrap();
+    let plan = nvfp4::w4a16_gemm(&W4a16GemmArgs::new(Tensor::contiguous(&p.a, DType::Bf16, &[m, k]), &p.w, &alpha, Tensor::contiguous(&d, DType::Bf16, &[m, n])), &mut ws, &stream).unwrap();
     let eager = d.to_host_vec::<u16>(&stream).unwrap();
     // Growing the workspace after capture retires the captured buffer: the graph keeps it.
     check_captured_replay(&mut stream, &p, &alpha, &d, &mut ws, &plan, &eager, Replays { count: 10, fill: 0, grow: true });
@@ -99,7 +99,7 @@ fn blackwell_gemm_runs_there_and_skips_elsewhere() {
         let z = DeviceBuffer::alloc_zeroed(&stream, 1 << 16).unwrap();
         let m = Nvfp4Matrix::new(&z, &z, &z, 32, 64);
         let mut ws = Workspace::new(&stream, 0).unwrap();
-        let r = nvfp4::gemm(&m, &m, &z, &Tensor::contiguous(&z, DType::Bf16, &[32, 32]), &mut ws, &stream);
+        let r = nvfp4::gemm(&Nvfp4GemmArgs::new(m.clone(), m, &z, Tensor::contiguous(&z, DType::Bf16, &[32, 32])), &mut ws, &stream);
         assert!(matches!(r, Err(graphsafe::Error::ArchUnsupported { .. })), "{r:?}");
         return;
     }
@@ -113,15 +113,8 @@ fn blackwell_gemm_runs_there_and_skips_elsewhere() {
     let alpha = DeviceBuffer::from_host(&stream, &[1.0 / (ga * gw)]).unwrap();
     let d = DeviceBuffer::alloc_zeroed(&stream, m * n * 2).unwrap();
     let mut ws = Workspace::new(&stream, 0).unwrap();
-    nvfp4::gemm(
-        &Nvfp4Matrix::new(&bpa, &bsa, &bga, m, k),
-        &Nvfp4Matrix::new(&bpw, &bsw, &bgw, n, k),
-        &alpha,
-        &Tensor::contiguous(&d, DType::Bf16, &[m, n]),
-        &mut ws,
-        &stream,
-    )
-    .unwrap();
+    let args = Nvfp4GemmArgs::new(Nvfp4Matrix::new(&bpa, &bsa, &bga, m, k), Nvfp4Matrix::new(&bpw, &bsw, &bgw, n, k), &alpha, Tensor::contiguous(&d, DType::Bf16, &[m, n]));
+    nvfp4::gemm(&args, &mut ws, &stream).unwrap();
     let (adq, wdq) = (r::dequantize(&pa, &sa, m, k, 1.0).unwrap(), r::dequantize(&pw, &sw, n, k, 1.0).unwrap());
     let want: Vec<f64> = (0..m * n).map(|i| (0..k).map(|t| adq[(i / n) * k + t] as f64 * wdq[(i % n) * k + t] as f64).sum::<f64>()).collect();
     let e = max_rel_err(&d.to_host_vec::<u16>(&stream).unwrap(), &want, 1.0 / (ga as f64 * gw as f64));
@@ -187,7 +180,7 @@ fn w4a16_cluster_splits_and_ragged_shapes_match_the_reference() {
         for _ in 0..2 {
             let d = DeviceBuffer::alloc(&ctx, m * n * 2).unwrap();
             d.memset_u8(0x7F, &stream).unwrap(); // poison: every element must be written
-            nvfp4::w4a16_gemm(&at, &p.w, &alpha, &Tensor::contiguous(&d, DType::Bf16, &[m, n]), &mut ws, &stream).unwrap();
+            nvfp4::w4a16_gemm(&W4a16GemmArgs::new(at.clone(), &p.w, &alpha, Tensor::contiguous(&d, DType::Bf16, &[m, n])), &mut ws, &stream).unwrap();
             outs.push(d.to_host_vec::<u16>(&stream).unwrap());
         }
         assert_eq!(outs[0], outs[1], "{m}x{n}x{k}: two eager runs differ");
@@ -206,7 +199,7 @@ fn w4a16_cluster_splits_and_ragged_shapes_match_the_reference() {
     let (p, want) = first.unwrap();
     let d = DeviceBuffer::alloc(&ctx, p.m * p.n * 2).unwrap();
     d.memset_u8(0x7F, &stream).unwrap();
-    nvfp4::w4a16_gemm(&Tensor::contiguous(&p.a, DType::Bf16, &[p.m, p.k]), &p.w, &alpha, &Tensor::contiguous(&d, DType::Bf16, &[p.m, p.n]), &mut ws, &stream).unwrap();
+    nvfp4::w4a16_gemm(&W4a16GemmArgs::new(Tensor::contiguous(&p.a, DType::Bf16, &[p.m, p.k]), &p.w, &alpha, Tensor::contiguous(&d, DType::Bf16, &[p.m, p.n])), &mut ws, &stream).unwrap();
     assert_eq!(d.to_host_vec::<u16>(&stream).unwrap(), want, "a dirty shared workspace changed the stream-K result");
     eprintln!("{cases} split/ragged shapes within 1e-2; stream-K unchanged on a dirty workspace");
 }
@@ -229,7 +222,7 @@ fn w4a16_stream_k_captured_replay_equals_eager() {
     let alpha = DeviceBuffer::from_host(&stream, &[1.0f32]).unwrap();
     let d = DeviceBuffer::alloc_zeroed(&stream, m * n * 2).unwrap();
     let mut ws = Workspace::new(&stream, 0).unwrap();
-    nvfp4::w4a16_gemm(&Tensor::contiguous(&p.a, DType::Bf16, &[m, k]), &p.w, &alpha, &Tensor::contiguous(&d, DType::Bf16, &[m, n]), &mut ws, &stream).unwrap();
+    nvfp4::w4a16_gemm(&W4a16GemmArgs::new(Tensor::contiguous(&p.a, DType::Bf16, &[m, k]), &p.w, &alpha, Tensor::contiguous(&d, DType::Bf16, &[m, n])), &mut ws, &stream).unwrap();
     let eager = d.to_host_vec::<u16>(&stream).unwrap();
     assert!(max_rel_err(&eager, &p.reference, 1.0) <= 1e-2);
     check_captured_replay(&mut stream, &p, &alpha, &d, &mut ws, &plan, &eager, Replays { count: 5, fill: 0x7F, grow: false });
@@ -249,7 +242,7 @@ fn a_single_row_takes_any_row_stride() {
     let gs = DeviceBuffer::from_host(&stream, &[r::global_scale(&xf)]).unwrap();
     let quantized = |x: &Tensor<&DeviceBuffer>| {
         let (p, s) = (DeviceBuffer::alloc_zeroed(&stream, k / 2).unwrap(), DeviceBuffer::alloc_zeroed(&stream, r::scale_bytes(1, k)).unwrap());
-        nvfp4::quantize(x, &gs, &Nvfp4Matrix::new(&p, &s, &gs, 1, k), &stream).unwrap();
+        nvfp4::quantize(&Nvfp4QuantizeArgs::new(x.clone(), &gs, Nvfp4Matrix::new(&p, &s, &gs, 1, k)), &stream).unwrap();
         (p.to_host_vec::<u8>(&stream).unwrap(), s.to_host_vec::<u8>(&stream).unwrap())
     };
     assert_eq!(quantized(&Tensor::strided(&xb, 0, DType::Bf16, &[1, k], &[3, 1])), quantized(&Tensor::contiguous(&xb, DType::Bf16, &[1, k])));
@@ -262,7 +255,7 @@ fn a_single_row_takes_any_row_stride() {
     let mut ws = Workspace::new(&stream, 0).unwrap();
     let run = |a: Tensor<&DeviceBuffer>, d_strides: [usize; 2], ws: &mut Workspace| {
         let d = DeviceBuffer::alloc_zeroed(&stream, n * 2).unwrap();
-        nvfp4::w4a16_gemm(&a, &p.w, &alpha, &Tensor::strided(&d, 0, DType::Bf16, &[1, n], &d_strides), ws, &stream).unwrap();
+        nvfp4::w4a16_gemm(&W4a16GemmArgs::new(a.clone(), &p.w, &alpha, Tensor::strided(&d, 0, DType::Bf16, &[1, n], &d_strides)), ws, &stream).unwrap();
         d.to_host_vec::<u16>(&stream).unwrap()
     };
     let want = run(Tensor::contiguous(&p.a, DType::Bf16, &[1, k]), [n, 1], &mut ws);

@@ -26,7 +26,7 @@ fn quantize_and_dequantize_are_bit_identical_to_the_host_reference() {
                 let scales = DeviceBuffer::alloc(&ctx, r::scale_bytes(m, k)).unwrap();
                 scales.memset_u8(0xAB, &stream).unwrap(); // dirty: padding must be written as 0
                 let q = Nvfp4Matrix::new(&packed, &scales, &gs_dev, m, k);
-                nvfp4::quantize(&xt, &gs_dev, &q, &stream).unwrap();
+                nvfp4::quantize(&Nvfp4QuantizeArgs::new(xt.clone(), &gs_dev, q.clone()), &stream).unwrap();
                 let (want_p, want_s) = r::quantize(&xf, m, k, gs).unwrap();
                 assert_eq!(q.packed.to_host_vec::<u8>(&stream).unwrap(), want_p, "{dt} {m}x{k} packed");
                 assert_eq!(q.scales.to_host_vec::<u8>(&stream).unwrap(), want_s, "{dt} {m}x{k} scales");
@@ -69,7 +69,7 @@ fn quantize_of_large_and_strided_inputs_is_bit_identical() {
             p.memset_u8(0xAB, &stream).unwrap();
             sc.memset_u8(0xAB, &stream).unwrap(); // dirty: padding must be written as 0
             let q = Nvfp4Matrix::new(&p, &sc, &gs_dev, m, k);
-            nvfp4::quantize(&xt, &gs_dev, &q, &stream).unwrap();
+            nvfp4::quantize(&Nvfp4QuantizeArgs::new(xt.clone(), &gs_dev, q.clone()), &stream).unwrap();
             let (want_p, want_s) = r::quantize(&xf, m, k, gs).unwrap();
             let (got_p, got_s) = (p.to_host_vec::<u8>(&stream).unwrap(), sc.to_host_vec::<u8>(&stream).unwrap());
             let first = |a: &[u8], b: &[u8]| a.iter().zip(b).position(|(x, y)| x != y);

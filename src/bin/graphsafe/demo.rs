@@ -393,7 +393,7 @@ mod nvfp4_live {
     //! An NVFP4 linear layer (DeepSeek-V3's q_a projection, 7168 -> 1536) on the GPU found.
     use graphsafe::driver::{Context, DeviceBuffer, Stream};
     use graphsafe::graph::CaptureMode;
-    use graphsafe::ops::nvfp4::{self, Nvfp4Arch, Nvfp4Matrix};
+    use graphsafe::ops::nvfp4::{self, Nvfp4Arch, Nvfp4Matrix, Nvfp4QuantizeArgs, W4a16GemmArgs};
     use graphsafe::ops::tensor::{DType, Tensor};
     use graphsafe::workspace::Workspace;
 
@@ -435,7 +435,7 @@ mod nvfp4_live {
         let packed = DeviceBuffer::alloc(&ctx, N * K / 2).map_err(e)?;
         let scales = DeviceBuffer::alloc(&ctx, nvfp4::scale_bytes(N as i64, K as i64).map_err(e)? as usize).map_err(e)?;
         let w = Nvfp4Matrix::new(&packed, &scales, &gs, N, K);
-        nvfp4::quantize(&wt, &gs, &w, &stream).map_err(e)?;
+        nvfp4::quantize(&Nvfp4QuantizeArgs::new(wt.clone(), &gs, w.clone()), &stream).map_err(e)?;
         println!("live NVFP4 layer ({arch:?}): weight [{N}, {K}] quantized on the GPU ({} bytes -> {} + {} scale bytes)", N * K * 2, N * K / 2, scales.len());
         if arch != Nvfp4Arch::Sm90 {
             println!("  (the Blackwell GEMM path is exercised by tests/gpu_nvfp4.rs on Blackwell GPUs)");
@@ -454,14 +454,14 @@ mod nvfp4_live {
             let a = DeviceBuffer::from_host(&stream, &a_bits).map_err(e)?;
             let d = DeviceBuffer::alloc_zeroed(&stream, m * N * 2).map_err(e)?;
             let (at, dt) = (Tensor::contiguous(&a, DType::Bf16, &[m, K]), Tensor::contiguous(&d, DType::Bf16, &[m, N]));
-            nvfp4::w4a16_gemm(&at, &prepared, &alpha, &dt, &mut ws, &stream).map_err(e)?;
+            nvfp4::w4a16_gemm(&W4a16GemmArgs::new(at.clone(), &prepared, &alpha, dt.clone()), &mut ws, &stream).map_err(e)?;
             let eager = d.to_host_vec::<u16>(&stream).map_err(e)?;
             let exec = {
                 let mut cap = stream.begin_capture(CaptureMode::ThreadLocal).map_err(e)?;
                 let w = cap.bind_workspace(&mut ws).map_err(e)?;
                 let (ca, cal, cd) = (cap.bind_buffer(&a).map_err(e)?, cap.bind_buffer(&alpha).map_err(e)?, cap.bind_buffer(&d).map_err(e)?);
                 let cw = prepared.bind(&mut cap).map_err(e)?;
-                nvfp4::w4a16_gemm_captured(&Tensor::contiguous(ca, DType::Bf16, &[m, K]), &cw, &cal, &Tensor::contiguous(cd, DType::Bf16, &[m, N]), &w, &cap).map_err(e)?;
+                nvfp4::w4a16_gemm_captured(&W4a16GemmArgs::new(Tensor::contiguous(ca, DType::Bf16, &[m, K]), cw.clone(), cal.clone(), Tensor::contiguous(cd, DType::Bf16, &[m, N])), &w, &cap).map_err(e)?;
                 cap.end().map_err(e)?.instantiate().map_err(e)?
             };
             let mut same = 0;

@@ -11,8 +11,43 @@ use crate::ops::tensor::{mem_range, refuse_overlap, DType, DeviceMemory, Tensor}
 use crate::sys::glue::nvfp4 as glue;
 use crate::workspace::Workspace;
 
+/// Arguments of one Blackwell GEMM, `d = alpha · a · bᵀ`. `M` is `&DeviceBuffer` eagerly,
+/// [`CapturedBuffer`] in a capture.
+///
+/// Build one with [`Nvfp4GemmArgs::new`] (the fields are public to read and to change; the struct
+/// is `#[non_exhaustive]`, so a new argument comes with a default and never breaks a caller).
+/// [`Nvfp4GemmArgs::bind`] turns eager arguments into a capture's.
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct Nvfp4GemmArgs<M> {
+    /// A [m, k], NVFP4.
+    pub a: Nvfp4Matrix<M>,
+    /// B [n, k], NVFP4 (the same k).
+    pub b: Nvfp4Matrix<M>,
+    /// One device f32, read when the GEMM runs (so it may change between graph replays).
+    pub alpha: M,
+    /// D [m, n], bf16 or fp16, contiguous rows; overlapping none of the other operands.
+    pub d: Tensor<M>,
+}
+
+impl<M> Nvfp4GemmArgs<M> {
+    /// `d = alpha · a · bᵀ`. Nothing is checked here: the op checks everything before it launches.
+    pub fn new(a: Nvfp4Matrix<M>, b: Nvfp4Matrix<M>, alpha: M, d: Tensor<M>) -> Self {
+        Nvfp4GemmArgs { a, b, alpha, d }
+    }
+}
+
+impl Nvfp4GemmArgs<&DeviceBuffer> {
+    /// The same arguments inside `cap`: every buffer bound to the capture (so every graph made from
+    /// it keeps them alive), shapes and strides unchanged.
+    pub fn bind<'id>(&self, cap: &mut Capture<'_, 'id>) -> Result<Nvfp4GemmArgs<CapturedBuffer<'id>>> {
+        Ok(Nvfp4GemmArgs { a: self.a.bind(cap)?, b: self.b.bind(cap)?, alpha: cap.bind_buffer(self.alpha)?, d: self.d.bind(cap)? })
+    }
+}
+
 /// Validate, size, launch: the one Blackwell GEMM path (Rust eager, Rust captured, C ABI).
-pub(crate) fn gemm_on<M: DeviceMemory>(a: &Nvfp4Matrix<M>, b: &Nvfp4Matrix<M>, alpha: &M, d: &Tensor<M>, mut target: OpTarget<'_>) -> Result<Nvfp4Plan> {
+pub(crate) fn gemm_on<M: DeviceMemory>(args: &Nvfp4GemmArgs<M>, mut target: OpTarget<'_>) -> Result<Nvfp4Plan> {
+    let Nvfp4GemmArgs { a, b, alpha, d } = args;
     let ctx = target.context().clone();
     let arch = Nvfp4Arch::for_compute_capability(ctx.compute_capability())?;
     if arch == Nvfp4Arch::Sm90 {
@@ -68,12 +103,12 @@ pub(crate) fn gemm_on<M: DeviceMemory>(a: &Nvfp4Matrix<M>, b: &Nvfp4Matrix<M>, a
 /// let d = DeviceBuffer::alloc_zeroed(&stream, m * n * 2)?;
 /// let d = Tensor::contiguous(&d, DType::Bf16, &[m, n]);
 /// let mut ws = Workspace::new(&stream, 0)?;
-/// let plan = nvfp4::gemm(&a, &b, &alpha, &d, &mut ws, &stream)?;
+/// let plan = nvfp4::gemm(&Nvfp4GemmArgs::new(a, b, &alpha, d), &mut ws, &stream)?;
 /// assert_eq!(plan.tile, Some(nvfp4::gemm_tile(plan.arch, m as i64)?));
 /// # Ok(()) }
 /// ```
-pub fn gemm(a: &Nvfp4Matrix<&DeviceBuffer>, b: &Nvfp4Matrix<&DeviceBuffer>, alpha: &DeviceBuffer, d: &Tensor<&DeviceBuffer>, ws: &mut Workspace, stream: &Stream) -> Result<Nvfp4Plan> {
-    gemm_on(a, b, &alpha, d, OpTarget::eager(stream, Some(ws))?)
+pub fn gemm(args: &Nvfp4GemmArgs<&DeviceBuffer>, ws: &mut Workspace, stream: &Stream) -> Result<Nvfp4Plan> {
+    gemm_on(args, OpTarget::eager(stream, Some(ws))?)
 }
 
 /// Blackwell, captured: never grows the workspace; every view must belong to `cap`.
@@ -98,14 +133,14 @@ pub fn gemm(a: &Nvfp4Matrix<&DeviceBuffer>, b: &Nvfp4Matrix<&DeviceBuffer>, alph
 /// let arch = Nvfp4Arch::for_compute_capability(ctx.compute_capability())?;
 /// let limits = Nvfp4Limits::new([1, 4, 16], n as u32, k as u32, ctx.sm_count());
 /// let mut ws = Workspace::new(&stream, nvfp4::worst_case(arch, &limits)?.workspace_bytes)?;
+/// let args = Nvfp4GemmArgs::new(a, b, &alpha, d);
 /// let (graph, _plan) = stream.capture(CaptureMode::ThreadLocal, |cap| {
 ///     let w = cap.bind_workspace(&mut ws)?;
-///     let (a, b, alpha, d) = (a.bind(cap)?, b.bind(cap)?, cap.bind_buffer(&alpha)?, d.bind(cap)?);
-///     nvfp4::gemm_captured(&a, &b, &alpha, &d, &w, cap)
+///     nvfp4::gemm_captured(&args.bind(cap)?, &w, cap)
 /// })?;
 /// graph.instantiate()?.launch(&stream)?;
 /// # Ok(()) }
 /// ```
-pub fn gemm_captured<'id>(a: &Nvfp4Matrix<CapturedBuffer<'id>>, b: &Nvfp4Matrix<CapturedBuffer<'id>>, alpha: &CapturedBuffer<'id>, d: &Tensor<CapturedBuffer<'id>>, ws: &CapturedWorkspace<'id>, cap: &Capture<'_, 'id>) -> Result<Nvfp4Plan> {
-    gemm_on(a, b, alpha, d, OpTarget::captured(cap.site(), Some(ws.view()))?)
+pub fn gemm_captured<'id>(args: &Nvfp4GemmArgs<CapturedBuffer<'id>>, ws: &CapturedWorkspace<'id>, cap: &Capture<'_, 'id>) -> Result<Nvfp4Plan> {
+    gemm_on(args, OpTarget::captured(cap.site(), Some(ws.view()))?)
 }

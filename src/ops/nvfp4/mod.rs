@@ -22,12 +22,12 @@ mod plan;
 mod quantize;
 mod w4a16;
 
-pub use gemm::{gemm, gemm_captured};
+pub use gemm::{gemm, gemm_captured, Nvfp4GemmArgs};
 pub(crate) use gemm::gemm_on;
 pub use plan::{gemm_tile, plan, scale_bytes, worst_case, Nvfp4Limits};
-pub use quantize::{dequantize, global_scale, quantize, quantize_captured};
+pub use quantize::{dequantize, global_scale, quantize, quantize_captured, Nvfp4QuantizeArgs};
 pub(crate) use quantize::quantize_on;
-pub use w4a16::{prepare_weight, w4a16_gemm, w4a16_gemm_captured, CapturedWeight, PreparedWeight};
+pub use w4a16::{prepare_weight, w4a16_gemm, w4a16_gemm_captured, CapturedWeight, PreparedWeight, W4a16GemmArgs};
 pub(crate) use w4a16::{prepare_weight_on, w4a16_on, WeightArg};
 
 use crate::driver::DeviceBuffer;

@@ -9,8 +9,43 @@ use crate::graph::{Capture, CapturedBuffer};
 use crate::ops::tensor::{mem_range, refuse_overlap, Check, DType, DeviceMemory, Tensor};
 use crate::sys::glue::nvfp4 as glue;
 
+/// Arguments of one quantize: `x` into `out` with the device scalar `global_scale`. `M` is
+/// `&DeviceBuffer` eagerly, [`CapturedBuffer`] in a capture.
+///
+/// Build one with [`Nvfp4QuantizeArgs::new`] (the fields are public to read and to change; the
+/// struct is `#[non_exhaustive]`, so a new argument comes with a default and never breaks a
+/// caller). [`Nvfp4QuantizeArgs::bind`] turns eager arguments into a capture's.
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct Nvfp4QuantizeArgs<M> {
+    /// x [m, k], bf16 or fp16, rows 16-byte aligned; k a multiple of 32.
+    pub x: Tensor<M>,
+    /// One device f32 the kernel reads when it runs (usually [`global_scale`]'s result); `out`'s
+    /// own `global_scale` is not read.
+    pub global_scale: M,
+    /// The NVFP4 [m, k] written: its packed values and scales; overlapping neither input.
+    pub out: Nvfp4Matrix<M>,
+}
+
+impl<M> Nvfp4QuantizeArgs<M> {
+    /// Quantize `x` with `global_scale` into `out`. Nothing is checked here: the op checks
+    /// everything before it launches.
+    pub fn new(x: Tensor<M>, global_scale: M, out: Nvfp4Matrix<M>) -> Self {
+        Nvfp4QuantizeArgs { x, global_scale, out }
+    }
+}
+
+impl Nvfp4QuantizeArgs<&DeviceBuffer> {
+    /// The same arguments inside `cap`: every buffer bound to the capture (so every graph made from
+    /// it keeps them alive), shapes and strides unchanged.
+    pub fn bind<'id>(&self, cap: &mut Capture<'_, 'id>) -> Result<Nvfp4QuantizeArgs<CapturedBuffer<'id>>> {
+        Ok(Nvfp4QuantizeArgs { x: self.x.bind(cap)?, global_scale: cap.bind_buffer(self.global_scale)?, out: self.out.bind(cap)? })
+    }
+}
+
 /// Validate, then launch: the one quantize path (Rust eager, Rust captured, C ABI).
-pub(crate) fn quantize_on<M: DeviceMemory>(x: &Tensor<M>, gs: &M, out: &Nvfp4Matrix<M>, mut target: OpTarget<'_>) -> Result<()> {
+pub(crate) fn quantize_on<M: DeviceMemory>(args: &Nvfp4QuantizeArgs<M>, mut target: OpTarget<'_>) -> Result<()> {
+    let Nvfp4QuantizeArgs { x, global_scale: gs, out } = args;
     let ctx = target.context().clone();
     let (m, kk) = check_matrix("x", x, &[DType::Bf16, DType::Fp16], ctx.raw())?;
     if out.rows != m || out.k != kk {
@@ -41,11 +76,11 @@ pub(crate) fn quantize_on<M: DeviceMemory>(x: &Tensor<M>, gs: &M, out: &Nvfp4Mat
 /// let scales = DeviceBuffer::alloc_zeroed(&stream, nvfp4::scale_bytes(m as i64, k as i64)? as usize)?;
 /// let q = Nvfp4Matrix::new(&packed, &scales, &gs, m, k);
 /// nvfp4::global_scale(&x, &gs, &stream)?; // 448·6 / amax(|x|)
-/// nvfp4::quantize(&x, &gs, &q, &stream)?;
+/// nvfp4::quantize(&Nvfp4QuantizeArgs::new(x.clone(), &gs, q.clone()), &stream)?;
 /// # Ok(()) }
 /// ```
-pub fn quantize(x: &Tensor<&DeviceBuffer>, gs: &DeviceBuffer, out: &Nvfp4Matrix<&DeviceBuffer>, stream: &Stream) -> Result<()> {
-    quantize_on(x, &gs, out, OpTarget::eager(stream, None)?)
+pub fn quantize(args: &Nvfp4QuantizeArgs<&DeviceBuffer>, stream: &Stream) -> Result<()> {
+    quantize_on(args, OpTarget::eager(stream, None)?)
 }
 
 /// Captures a quantize (every buffer bound to `cap`).
@@ -62,15 +97,13 @@ pub fn quantize(x: &Tensor<&DeviceBuffer>, gs: &DeviceBuffer, out: &Nvfp4Matrix<
 /// let packed = DeviceBuffer::alloc_zeroed(&stream, m * k / 2)?;
 /// let scales = DeviceBuffer::alloc_zeroed(&stream, nvfp4::scale_bytes(m as i64, k as i64)? as usize)?;
 /// let q = Nvfp4Matrix::new(&packed, &scales, &gs, m, k);
-/// let (graph, ()) = stream.capture(CaptureMode::ThreadLocal, |cap| {
-///     let (x, gs, q) = (x.bind(cap)?, cap.bind_buffer(&gs)?, q.bind(cap)?);
-///     nvfp4::quantize_captured(&x, &gs, &q, cap)
-/// })?;
+/// let args = Nvfp4QuantizeArgs::new(x, &gs, q);
+/// let (graph, ()) = stream.capture(CaptureMode::ThreadLocal, |cap| nvfp4::quantize_captured(&args.bind(cap)?, cap))?;
 /// graph.instantiate()?.launch(&stream)?;
 /// # Ok(()) }
 /// ```
-pub fn quantize_captured<'id>(x: &Tensor<CapturedBuffer<'id>>, gs: &CapturedBuffer<'id>, out: &Nvfp4Matrix<CapturedBuffer<'id>>, cap: &Capture<'_, 'id>) -> Result<()> {
-    quantize_on(x, gs, out, OpTarget::captured(cap.site(), None)?)
+pub fn quantize_captured<'id>(args: &Nvfp4QuantizeArgs<CapturedBuffer<'id>>, cap: &Capture<'_, 'id>) -> Result<()> {
+    quantize_on(args, OpTarget::captured(cap.site(), None)?)
 }
 
 /// The inverse: `out` [m, k] (bf16/fp16) from an NVFP4 matrix, on `stream`.
@@ -88,7 +121,7 @@ pub fn quantize_captured<'id>(x: &Tensor<CapturedBuffer<'id>>, gs: &CapturedBuff
 /// let scales = DeviceBuffer::alloc_zeroed(&stream, nvfp4::scale_bytes(m as i64, k as i64)? as usize)?;
 /// let q = Nvfp4Matrix::new(&packed, &scales, &gs, m, k);
 /// nvfp4::global_scale(&x, &gs, &stream)?;
-/// nvfp4::quantize(&x, &gs, &q, &stream)?;
+/// nvfp4::quantize(&Nvfp4QuantizeArgs::new(x.clone(), &gs, q.clone()), &stream)?;
 /// let back = DeviceBuffer::alloc_zeroed(&stream, m * k * 2)?;
 /// nvfp4::dequantize(&q, &Tensor::contiguous(&back, DType::Bf16, &[m, k]), &stream)?;
 /// # Ok(()) }

@@ -58,7 +58,7 @@ pub struct CapturedWeight<'id> {
 /// let (a, d) = (Tensor::contiguous(&a, DType::Bf16, &[m, k]), Tensor::contiguous(&d, DType::Bf16, &[m, n]));
 /// assert_eq!(prepared.shape(), (n, k));
 /// let mut ws = Workspace::new(&stream, 0)?;
-/// nvfp4::w4a16_gemm(&a, &prepared, &alpha, &d, &mut ws, &stream)?;
+/// nvfp4::w4a16_gemm(&W4a16GemmArgs::new(a, &prepared, &alpha, d), &mut ws, &stream)?;
 /// # Ok(()) }
 /// ```
 pub fn prepare_weight(w: &Nvfp4Matrix<&DeviceBuffer>, stream: &Stream) -> Result<PreparedWeight> {
@@ -92,6 +92,41 @@ pub(crate) struct WeightArg<'w, W> {
     pub mem: &'w W,
     pub n: usize,
     pub k: usize,
+}
+
+/// Arguments of one W4A16 GEMM, `d = alpha · a · weightᵀ`. `M` is `&DeviceBuffer` and `W`
+/// `&PreparedWeight` eagerly, [`CapturedBuffer`] and [`CapturedWeight`] in a capture.
+///
+/// Build one with [`W4a16GemmArgs::new`] (the fields are public to read and to change; the struct
+/// is `#[non_exhaustive]`, so a new argument comes with a default and never breaks a caller).
+/// [`W4a16GemmArgs::bind`] turns eager arguments into a capture's.
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct W4a16GemmArgs<M, W> {
+    /// A [m, k], bf16, rows 16-byte aligned with a row stride a multiple of 8 elements.
+    pub a: Tensor<M>,
+    /// The [n, k] weight, prepared by [`prepare_weight`].
+    pub weight: W,
+    /// One device f32, read when the GEMM runs (so it may change between graph replays).
+    pub alpha: M,
+    /// D [m, n], bf16, any row stride; overlapping none of the other operands.
+    pub d: Tensor<M>,
+}
+
+impl<M, W> W4a16GemmArgs<M, W> {
+    /// `d = alpha · a · weightᵀ`. Nothing is checked here: the op checks everything before it
+    /// launches.
+    pub fn new(a: Tensor<M>, weight: W, alpha: M, d: Tensor<M>) -> Self {
+        W4a16GemmArgs { a, weight, alpha, d }
+    }
+}
+
+impl W4a16GemmArgs<&DeviceBuffer, &PreparedWeight> {
+    /// The same arguments inside `cap`: every buffer and the weight bound to the capture (so every
+    /// graph made from it keeps them alive), shapes and strides unchanged.
+    pub fn bind<'id>(&self, cap: &mut Capture<'_, 'id>) -> Result<W4a16GemmArgs<CapturedBuffer<'id>, CapturedWeight<'id>>> {
+        Ok(W4a16GemmArgs { a: self.a.bind(cap)?, weight: self.weight.bind(cap)?, alpha: cap.bind_buffer(self.alpha)?, d: self.d.bind(cap)? })
+    }
 }
 
 /// Validate, size, launch: the one W4A16 path (Rust eager, Rust captured, C ABI).
@@ -158,13 +193,14 @@ pub(crate) fn w4a16_on<M: DeviceMemory, W: DeviceMemory>(a: &Tensor<M>, w: Weigh
 /// let alpha = DeviceBuffer::from_host(&stream, &[1.0f32])?; // read at run time: may change between replays
 /// let (a, d) = (Tensor::contiguous(&a, DType::Bf16, &[m, k]), Tensor::contiguous(&d, DType::Bf16, &[m, n]));
 /// let mut ws = Workspace::new(&stream, 0)?; // grown as the plan needs
-/// let plan = nvfp4::w4a16_gemm(&a, &prepared, &alpha, &d, &mut ws, &stream)?;
+/// let plan = nvfp4::w4a16_gemm(&W4a16GemmArgs::new(a, &prepared, &alpha, d), &mut ws, &stream)?;
 /// assert!(plan.schedule.is_some() && ws.capacity() >= plan.workspace_bytes);
 /// # Ok(()) }
 /// ```
-pub fn w4a16_gemm(a: &Tensor<&DeviceBuffer>, w: &PreparedWeight, alpha: &DeviceBuffer, d: &Tensor<&DeviceBuffer>, ws: &mut Workspace, stream: &Stream) -> Result<Nvfp4Plan> {
+pub fn w4a16_gemm(args: &W4a16GemmArgs<&DeviceBuffer, &PreparedWeight>, ws: &mut Workspace, stream: &Stream) -> Result<Nvfp4Plan> {
+    let w = args.weight;
     let wa = WeightArg { mem: &&w.buf, n: w.n, k: w.k };
-    w4a16_on(a, wa, &alpha, d, OpTarget::eager(stream, Some(ws))?)
+    w4a16_on(&args.a, wa, &args.alpha, &args.d, OpTarget::eager(stream, Some(ws))?)
 }
 
 /// Hopper, captured: never grows the workspace; every view must belong to `cap`.
@@ -187,15 +223,16 @@ pub fn w4a16_gemm(a: &Tensor<&DeviceBuffer>, w: &PreparedWeight, alpha: &DeviceB
 /// // Size before capture: the most any captured M needs.
 /// let limits = Nvfp4Limits::new([1, 2, 4, 8, 16], n as u32, k as u32, ctx.sm_count());
 /// let mut ws = Workspace::new(&stream, nvfp4::worst_case(Nvfp4Arch::Sm90, &limits)?.workspace_bytes)?;
+/// let args = W4a16GemmArgs::new(a, &prepared, &alpha, d);
 /// let (graph, _plan) = stream.capture(CaptureMode::ThreadLocal, |cap| {
 ///     let w = cap.bind_workspace(&mut ws)?;
-///     let (a, d, alpha) = (a.bind(cap)?, d.bind(cap)?, cap.bind_buffer(&alpha)?);
-///     nvfp4::w4a16_gemm_captured(&a, &prepared.bind(cap)?, &alpha, &d, &w, cap)
+///     nvfp4::w4a16_gemm_captured(&args.bind(cap)?, &w, cap)
 /// })?;
 /// graph.instantiate()?.launch(&stream)?;
 /// # Ok(()) }
 /// ```
-pub fn w4a16_gemm_captured<'id>(a: &Tensor<CapturedBuffer<'id>>, w: &CapturedWeight<'id>, alpha: &CapturedBuffer<'id>, d: &Tensor<CapturedBuffer<'id>>, ws: &CapturedWorkspace<'id>, cap: &Capture<'_, 'id>) -> Result<Nvfp4Plan> {
+pub fn w4a16_gemm_captured<'id>(args: &W4a16GemmArgs<CapturedBuffer<'id>, CapturedWeight<'id>>, ws: &CapturedWorkspace<'id>, cap: &Capture<'_, 'id>) -> Result<Nvfp4Plan> {
+    let w = &args.weight;
     let wa = WeightArg { mem: &w.buf, n: w.n, k: w.k };
-    w4a16_on(a, wa, alpha, d, OpTarget::captured(cap.site(), Some(ws.view()))?)
+    w4a16_on(&args.a, wa, &args.alpha, &args.d, OpTarget::captured(cap.site(), Some(ws.view()))?)
 }

@@ -60,6 +60,40 @@ fn a_stream_k_w4a16_names_the_planners_workspace_and_the_capacity() {
     assert!(matches!(&e, Error::InvalidArgument { what, .. } if what == "weight"), "{e}");
 }
 
+/// The block-scaled GEMM's host functions take a `GsNvfp4Backend` as int32_t: each enumerator is
+/// planned, and anything else (the old arch numbers 100 and 120 included) is an invalid argument,
+/// not a value the C++ side converts to its enum.
+#[test]
+fn the_block_scaled_planners_refuse_an_unknown_backend() {
+    use crate::arch::Nvfp4Arch;
+    use crate::sys::kernels as k;
+    let invalid = k::GsStatus::GS_ERR_INVALID_ARGUMENT.0 as i32;
+    let tile = |backend: i32| {
+        let mut t = k::GsNvfp4Tile::default();
+        // SAFETY: host function; the out-pointer is a live local.
+        (unsafe { k::gs_nvfp4_gemm_tile(backend, 16, &mut t) }, t)
+    };
+    let ws = |backend: i32| {
+        let mut b = 0u64;
+        // SAFETY: host function; the out-pointer is a live local.
+        unsafe { k::gs_nvfp4_gemm_workspace_bytes(backend, 16, 4096, 4096, GlueDtype::Bf16.code(), 148, &mut b) }
+    };
+    for known in [k::GsNvfp4Backend::GS_NVFP4_BACKEND_SM100, k::GsNvfp4Backend::GS_NVFP4_BACKEND_SM120] {
+        let code = known.0 as i32;
+        assert_eq!(tile(code).0, 0, "{known:?}");
+        assert_eq!(ws(code), 0, "{known:?}");
+    }
+    for unknown in [0, 3, 100, 120, -1, i32::MIN, i32::MAX] {
+        assert_eq!(tile(unknown).0, invalid, "{unknown}");
+        assert_eq!(ws(unknown), invalid, "{unknown}");
+    }
+    // The Rust side passes each back-end's own enumerator: sm100's tile for m = 16 has a K of
+    // 256, sm120's 128.
+    assert_eq!(nvfp4::gemm_tile(Nvfp4Arch::Sm100, 16).unwrap().tile_k, 256);
+    assert_eq!(nvfp4::gemm_tile(Nvfp4Arch::Sm120, 16).unwrap().tile_k, 128);
+    assert!(matches!(nvfp4::gemm_tile(Nvfp4Arch::Sm90, 16), Err(Error::InvalidArgument { .. })));
+}
+
 fn decode(batch: i32, max_seq_len: i32, page_size: i32) -> Decode {
     let rows = |ptr| Rows { span: span(ptr, BIG), stride_batch: 128 * 512, stride_token: 128 * 512, stride_head: 512 };
     Decode {

@@ -14,29 +14,32 @@ pub(crate) fn scale_bytes(rows: i32, kk: i32) -> Result<u64> {
     out("gs_nvfp4_scale_bytes", |o| unsafe { k::gs_nvfp4_scale_bytes(rows, kk, o) })
 }
 
-/// The `arch` number the block-scaled GEMM's host functions take for a back-end (100 or 120:
-/// `include/graphsafe_kernels/nvfp4.h`), the one place that number is written on the Rust side.
-/// Hopper has no block-scaled GEMM: it runs the W4A16 kernel.
-fn block_scaled_arch(arch: Nvfp4Arch) -> Result<i32> {
-    match arch {
-        Nvfp4Arch::Sm100 => Ok(100),
-        Nvfp4Arch::Sm120 => Ok(120),
-        Nvfp4Arch::Sm90 => Err(Error::invalid("arch", "a back-end with the block-scaled GEMM (sm100 or sm120; sm90 runs the W4A16 kernel)", arch.name())),
-    }
+/// The `GsNvfp4Backend` the block-scaled GEMM's host functions take for a back-end
+/// (`include/graphsafe_kernels/nvfp4.h`), as the `int32_t` they are declared with. Exhaustive, so a
+/// back-end added to [`Nvfp4Arch`] must be mapped here. Hopper has no block-scaled GEMM: it runs
+/// the W4A16 kernel.
+fn block_scaled_backend(arch: Nvfp4Arch) -> Result<i32> {
+    let b = match arch {
+        Nvfp4Arch::Sm100 => k::GsNvfp4Backend::GS_NVFP4_BACKEND_SM100,
+        Nvfp4Arch::Sm120 => k::GsNvfp4Backend::GS_NVFP4_BACKEND_SM120,
+        Nvfp4Arch::Sm90 => return Err(Error::invalid("arch", "a back-end with the block-scaled GEMM (sm100 or sm120; sm90 runs the W4A16 kernel)", arch.name())),
+    };
+    // The enumerators are small positive constants (1, 2): the cast is exact.
+    Ok(b.0 as i32)
 }
 
 /// The Blackwell GEMM's CUTLASS tile for `m` on `arch`.
 pub(crate) fn gemm_tile(arch: Nvfp4Arch, m: i32) -> Result<k::GsNvfp4Tile> {
-    let arch = block_scaled_arch(arch)?;
+    let backend = block_scaled_backend(arch)?;
     // SAFETY: host function; the out-pointer is a live local.
-    out("gs_nvfp4_gemm_tile", |o| unsafe { k::gs_nvfp4_gemm_tile(arch, m, o) })
+    out("gs_nvfp4_gemm_tile", |o| unsafe { k::gs_nvfp4_gemm_tile(backend, m, o) })
 }
 
 /// Workspace bytes of the Blackwell GEMM for these arguments (CUTLASS's own number).
 pub(crate) fn gemm_workspace_bytes(arch: Nvfp4Arch, m: i32, n: i32, kk: i32, out_dtype: GlueDtype, sm_count: i32) -> Result<u64> {
-    let arch = block_scaled_arch(arch)?;
+    let backend = block_scaled_backend(arch)?;
     // SAFETY: host function; the out-pointer is a live local.
-    out("gs_nvfp4_gemm_workspace_bytes", |o| unsafe { k::gs_nvfp4_gemm_workspace_bytes(arch, m, n, kk, out_dtype.code(), sm_count, o) })
+    out("gs_nvfp4_gemm_workspace_bytes", |o| unsafe { k::gs_nvfp4_gemm_workspace_bytes(backend, m, n, kk, out_dtype.code(), sm_count, o) })
 }
 
 /// Whether the Hopper W4A16 GEMM supports (m, n, k).
