@@ -99,6 +99,16 @@ impl CapiNvfp4 {
         (b, ptr)
     }
 
+    /// W4A16 arguments over fresh buffers of the plan's sizes with dense rows (`lda` k, `ldd`
+    /// n): a prepared weight, `a`, `d` and `alpha`, each its own buffer.
+    fn dense_w4a16(&self, m: i32, n: i32, k: i32) -> graphsafe::capi::GraphsafeW4a16Args {
+        let (weight, _) = self.buffer(self.plan.prepared_weight_bytes);
+        let (_, a) = self.buffer((m * k * 2) as u64);
+        let (_, d) = self.buffer((m * n * 2) as u64);
+        let (_, alpha) = self.buffer(4);
+        graphsafe::capi::GraphsafeW4a16Args { a, lda: k as i64, weight, n, k, alpha, d, ldd: n as i64, m }
+    }
+
     /// The workspace's capacity (a refused call must not have grown it).
     fn workspace_capacity(&self) -> u64 {
         let mut capacity = 1u64;
@@ -136,11 +146,7 @@ fn overlapping_rows_are_refused_before_anything_is_enqueued() {
     let (_g, s) = exclusive();
     let (m, n, k) = (4i32, 256i32, 256i32);
     let f = CapiNvfp4::new(m, n, k);
-    let (weight, _) = f.buffer(f.plan.prepared_weight_bytes);
-    let (_, a) = f.buffer((m * k * 2) as u64);
-    let (_, d) = f.buffer((m * n * 2) as u64);
-    let (_, alpha) = f.buffer(4);
-    let args = GraphsafeW4a16Args { a, lda: (k / 2) as i64, weight, n, k, alpha, d, ldd: n as i64, m };
+    let args = GraphsafeW4a16Args { lda: (k / 2) as i64, ..f.dense_w4a16(m, n, k) };
     // SAFETY: every address is a live buffer of the sizes above; handles made here.
     let r = unsafe { graphsafe_nvfp4_w4a16_gemm(&args, f.ws, f.st) };
     let text = last_error_text();
@@ -467,11 +473,8 @@ fn refusals_name_what_differs() {
 
     let (m, n, k) = (4i32, 256i32, 256i32);
     let f = CapiNvfp4::new(m, n, k);
-    let (weight, _) = f.buffer(f.plan.prepared_weight_bytes);
-    let (_, a) = f.buffer((m * k * 2) as u64);
-    let (_, d) = f.buffer((m * n * 2) as u64);
-    let (_, alpha) = f.buffer(4);
-    let args = GraphsafeW4a16Args { a, lda: k as i64, weight, n, k, alpha, d, ldd: n as i64, m };
+    let args = f.dense_w4a16(m, n, k);
+    let a = args.a;
     let names = |r: i32, dim: &str| {
         let text = last_error_text();
         assert_eq!(r, GRAPHSAFE_ERROR_INVALID_ARGUMENT, "{text}");
