@@ -16,7 +16,7 @@ use common::mla::{hopper_gpu, lcg};
 use common::random_f32;
 use graphsafe::driver::{DeviceBuffer, Stream};
 use graphsafe::graph::{CaptureMode, CapturedBuffer};
-use graphsafe::ops::mla::reference::{cpu_decode, dequantize_ds_mla, dequantize_fp8_per_tensor, e4m3_value, HostProblem};
+use graphsafe::ops::mla::reference::{cpu_decode, dequantize_ds_mla, dequantize_ds_mla_fp16_rounded, dequantize_fp8_per_tensor, e4m3_value, HostProblem};
 use graphsafe::ops::mla::{decode, decode_captured, KvFormat, KvFormatKind, MlaDecodeArgs, DS_MLA_TOKEN_BYTES};
 use graphsafe::ops::tensor::{DType, Tensor};
 use graphsafe::workspace::Workspace;
@@ -92,7 +92,8 @@ fn build(stream: &Stream, s: &Shape) -> Problem {
                     bytes.extend_from_slice(&bf16::from_f32(rope[t * 64 + r]).to_bits().to_le_bytes());
                 }
             }
-            let kv = dequantize_ds_mla(&bytes).unwrap();
+            // Up to 32 rows the kernel computes with fp16-rounded keys (the reference's documentation).
+            let kv = if s.heads <= 32 { dequantize_ds_mla_fp16_rounded(&bytes) } else { dequantize_ds_mla(&bytes) }.unwrap();
             (bytes, kv)
         }
         KvFormatKind::Native => unreachable!("fp8 tests"),

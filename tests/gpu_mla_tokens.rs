@@ -16,7 +16,7 @@ use common::mla::{hopper_gpu, lcg};
 use common::{churn, random_f32};
 use graphsafe::driver::{DeviceBuffer, Stream};
 use graphsafe::graph::CaptureMode;
-use graphsafe::ops::mla::reference::{cpu_decode, dequantize_ds_mla, dequantize_fp8_per_tensor, GpuProblem, GpuReference, HostProblem};
+use graphsafe::ops::mla::reference::{cpu_decode, dequantize_ds_mla, dequantize_ds_mla_fp16_rounded, dequantize_fp8_per_tensor, GpuProblem, GpuReference, HostProblem};
 use graphsafe::ops::mla::{decode, decode_captured, KvFormat, KvFormatKind, MlaDecodeArgs, DS_MLA_TOKEN_BYTES};
 use graphsafe::ops::tensor::{DType, Tensor};
 use graphsafe::workspace::Workspace;
@@ -140,7 +140,8 @@ fn build(stream: &Stream, s: &Shape) -> Problem {
                     bytes.extend_from_slice(&v.to_bits().to_le_bytes());
                 }
             }
-            let kv = dequantize_ds_mla(&bytes).unwrap();
+            // Up to 32 rows the kernel computes with fp16-rounded keys (the reference's documentation).
+            let kv = if s.s_q * s.heads <= 32 { dequantize_ds_mla_fp16_rounded(&bytes) } else { dequantize_ds_mla(&bytes) }.unwrap();
             (bytes, kv)
         }
     };

@@ -133,7 +133,7 @@ fn sm90_fp8_nan_codes_read_as_finite_values() {
     }
 }
 
-/// At 16 and 32 heads the per-tensor cache runs the N8 kernel, which converts without a NaN check
+/// At 16 and 32 heads both fp8 caches run the N8 kernel, which converts without a NaN check
 /// and reruns a split with NaN codes read as +448 when its output came out NaN. Pinned exactly: a
 /// request whose tokens hold NaN codes (0x7F and 0xFF) must equal, bit for bit, the same request
 /// with those codes replaced by 0x7E (+448), and the other requests of the batch must equal a
@@ -143,20 +143,22 @@ fn sm90_fp8_nan_codes_read_as_finite_values() {
 fn sm90_fp8_nan_codes_rerun_as_448_and_stay_in_their_request() {
     let Some(stream) = hopper_gpu(SM90) else { return };
     let mut ws = Workspace::new(&stream, 0).unwrap();
-    for heads in [16, 32] {
-        let s = Shape { kind: KvFormatKind::Fp8PerTensor, heads, page: 64, seq_lens: vec![300, 200, 129], splits: Some(2), scale: 1.0 / 64.0, seed: 4242 };
+    for (kind, heads) in [(KvFormatKind::Fp8PerTensor, 16), (KvFormatKind::Fp8PerTensor, 32), (KvFormatKind::Fp8DsMla, 16), (KvFormatKind::Fp8DsMla, 32)] {
+        // The codes: all 576 of a per-tensor token, the 512 latent ones of a 656-byte token.
+        let codes = if kind == KvFormatKind::Fp8DsMla { 512 } else { 576 };
+        let s = Shape { kind, heads, page: 64, seq_lens: vec![300, 200, 129], splits: Some(2), scale: 1.0 / 64.0, seed: 4242 };
         let mut clean = build(&stream, &s);
         decode(&args(&clean), &mut ws, &stream).unwrap();
         let base = bf16_out(&clean, &stream);
         let poison = |t: &mut [u8]| {
-            for (d, code) in t[..576].iter_mut().enumerate() {
+            for (d, code) in t[..codes].iter_mut().enumerate() {
                 if d % 5 == 0 {
                     *code = if d % 2 == 0 { 0x7F } else { 0xFF };
                 }
             }
         };
         let as_448 = |t: &mut [u8]| {
-            for (d, code) in t[..576].iter_mut().enumerate() {
+            for (d, code) in t[..codes].iter_mut().enumerate() {
                 if d % 5 == 0 {
                     *code = 0x7E;
                 }
@@ -173,8 +175,8 @@ fn sm90_fp8_nan_codes_rerun_as_448_and_stay_in_their_request() {
         for b in 0..3 {
             let (g, w) = (&got[b * row..(b + 1) * row], if b == 1 { &want[b * row..(b + 1) * row] } else { &base[b * row..(b + 1) * row] });
             let diff = g.iter().zip(w).position(|(x, y)| x.to_bits() != y.to_bits());
-            assert!(diff.is_none(), "{heads} heads, request {b}: element {diff:?} differs ({:?} vs {:?})", diff.map(|i| g[i]), diff.map(|i| w[i]));
+            assert!(diff.is_none(), "{kind} {heads} heads, request {b}: element {diff:?} differs ({:?} vs {:?})", diff.map(|i| g[i]), diff.map(|i| w[i]));
         }
-        assert!(got[row..2 * row].iter().all(|v| v.is_finite()), "{heads} heads: the NaN-coded request came out non-finite");
+        assert!(got[row..2 * row].iter().all(|v| v.is_finite()), "{kind} {heads} heads: the NaN-coded request came out non-finite");
     }
 }

@@ -1,6 +1,6 @@
 //! Numerics: against the f64 CPU reference of the dequantised cache, every e4m3 code exactly, the
-//! 656-byte format equal to a native decode of its values; captured replay equal to eager (the
-//! per-tensor scale read at replay), and too small a captured workspace refused.
+//! 656-byte format within bf16 rounding of a native decode of its values; captured replay equal to
+//! eager (the per-tensor scale read at replay), and too small a captured workspace refused.
 
 use super::*;
 
@@ -45,8 +45,20 @@ fn sm90_fp8_matches_the_dequantized_reference_over_40_shapes() {
     eprintln!("{} shapes, worst output error {:.3e}, worst lse error {:.3e}", all.len(), worst.0, worst.1);
 }
 
+/// The value the N8 kernel's 656-byte path gives a lone token's code `e` of a group with scale `s`
+/// (kernel_n_fp8.cuh): the scale times 2^-E rounded to fp16 (E puts |s| in [64, 128)), the
+/// product rounded to fp16, times 2^E, rounded to bf16.
+fn n8_ds_mla_value(e: f32, s: f32) -> f32 {
+    let ex = ((s.abs().to_bits() >> 23) & 0xFF) as i32 - 127 - 6;
+    let ex = ex.clamp(-100, 100);
+    let down = half::f16::from_f32(s * 2f32.powi(-ex)).to_f32();
+    bf16::from_f32(half::f16::from_f32(down * e).to_f32() * 2f32.powi(ex)).to_f32()
+}
+
 /// One token per request makes the output that token's dequantised V row (softmax weight 1), so
-/// every e4m3 code, times every scale, must come out exactly as the host's bf16(scale · e4m3).
+/// every e4m3 code, times every scale, must come out exactly as the host's bf16(scale · e4m3);
+/// the 656-byte format at 16 heads (the N8 kernel: scale and product rounded to fp16 first)
+/// exactly as `n8_ds_mla_value`, and within one bf16 step of bf16(scale · e4m3).
 #[test]
 fn sm90_fp8_dequantises_every_code_exactly() {
     let Some(stream) = hopper_gpu(SM90) else { return };
@@ -71,9 +83,13 @@ fn sm90_fp8_dequantises_every_code_exactly() {
                 for h in 0..heads {
                     for d in 0..512 {
                         // As values: a -0 code comes out as +0 (the accumulator starts at +0).
-                        let want = bf16::from_f32(e4m3_value(latent[d]) * groups[d / 128]).to_f32();
+                        let (e, sg) = (e4m3_value(latent[d]), groups[d / 128]);
+                        let exact = bf16::from_f32(e * sg).to_f32();
+                        let want = if kind == KvFormatKind::Fp8DsMla && heads <= 32 { n8_ds_mla_value(e, sg) } else { exact };
                         let got = bf16::from_bits(out[(b * heads + h) * 512 + d]).to_f32();
                         assert_eq!(got, want, "{kind} {heads} heads, scale {scale}: request {b} head {h} dim {d} (code {:#04x})", latent[d]);
+                        let step = (bf16::from_f32(exact.abs()).to_bits() as i32 - bf16::from_f32(got.abs()).to_bits() as i32).abs();
+                        assert!(step <= 1 && (got == 0.0 || got.signum() == exact.signum()), "{kind} {heads} heads, scale {scale}: dim {d}: {got} is not within a bf16 step of {exact}");
                     }
                 }
             }
@@ -142,13 +158,13 @@ fn sm90_fp8_capture_with_too_small_a_workspace_is_refused() {
     });
 }
 
-/// The 656-byte format's stages hold exactly bf16(scale · e4m3) and the rope as stored. At 16 and
-/// 32 heads both formats run the N kernel with the same math, so a decode over the 656-byte cache
-/// must equal, bit for bit, the native decode over a bf16 cache holding those values: a value the
-/// dequantisation got wrong or raced (the N kernel's raw ring) shows here even where it would hide
-/// inside the reference test's tolerance. At 48..128 heads the native cache runs the seesaw kernel
-/// and the fp8 one the M64 kernel (in-place conversion): two summation orders, so there the two
-/// must agree to within bf16 rounding of P (1e-2 of the largest output, 1e-4 in the LSE).
+/// A decode over the 656-byte cache against the native decode over a bf16 cache holding its
+/// dequantised values bf16(scale · e4m3) and the rope as stored. Different kernels (16/32 heads:
+/// the N8 kernel, fp16 math, against the N kernel; 48..128: the M64 kernel, in-place conversion,
+/// against the seesaw kernel): two summation orders, so the two must agree to within bf16 rounding
+/// of P (1e-2 of the largest output, 1e-4 in the LSE); at 16/32 heads the keys themselves differ
+/// by up to a bf16 step (fp16-rounded, `dequantize_ds_mla_fp16_rounded`), so there the LSE to
+/// 1e-3. A value the dequantisation got wrong or raced would miss that by far.
 #[test]
 fn sm90_ds_mla_equals_native_over_its_dequantised_values() {
     let Some(stream) = hopper_gpu(SM90) else { return };
@@ -166,8 +182,9 @@ fn sm90_ds_mla_equals_native_over_its_dequantised_values() {
         let p = build(&stream, &s);
         decode(&args(&p), &mut ws, &stream).unwrap();
         let fp8 = (p.out.to_host_vec::<u16>(&stream).unwrap(), p.lse.to_host_vec::<u32>(&stream).unwrap());
-        let bits: Vec<u16> = p.host.2.iter().map(|&v| bf16::from_f32(v).to_bits()).collect();
-        assert!(p.host.2.iter().all(|&v| bf16::from_f32(v).to_f32() == v), "the dequantised values are bf16 values");
+        let values = dequantize_ds_mla(&p.kv.to_host_vec::<u8>(&stream).unwrap()).unwrap();
+        let bits: Vec<u16> = values.iter().map(|&v| bf16::from_f32(v).to_bits()).collect();
+        assert!(values.iter().all(|&v| bf16::from_f32(v).to_f32() == v), "the dequantised values are bf16 values");
         let native_kv = DeviceBuffer::from_host(&stream, &bits).unwrap();
         let mut a = args(&p);
         a.kv_cache = Tensor::contiguous(&native_kv, DType::Bf16, &[p.pages, s.page, 576]);
@@ -176,18 +193,56 @@ fn sm90_ds_mla_equals_native_over_its_dequantised_values() {
         p.lse.memset_u8(0xFF, &stream).unwrap();
         decode(&a, &mut ws, &stream).unwrap();
         let native = (p.out.to_host_vec::<u16>(&stream).unwrap(), p.lse.to_host_vec::<u32>(&stream).unwrap());
-        if heads <= 32 {
-            assert!(fp8.0 == native.0, "{heads} heads {:?}: output differs from the native decode of the same values", s.seq_lens);
-            assert!(fp8.1 == native.1, "{heads} heads {:?}: lse differs", s.seq_lens);
-            eprintln!("{heads} heads, page {page}, lengths {:?}: the 656-byte decode equals the bf16 one bit for bit", s.seq_lens);
-        } else {
+        {
             let f = |b: &u16| bf16::from_bits(*b).to_f32() as f64;
             let top = native.0.iter().map(f).fold(0f64, |m, v| m.max(v.abs())).max(1e-30);
             let eo = fp8.0.iter().zip(&native.0).map(|(a, b)| (f(a) - f(b)).abs()).fold(0f64, f64::max) / top;
             let el = fp8.1.iter().zip(&native.1).map(|(&a, &b)| (f32::from_bits(a) as f64 - f32::from_bits(b) as f64).abs()).fold(0f64, f64::max);
             assert!(eo <= 1e-2, "{heads} heads {:?}: output differs from the native decode of the same values by {eo}", s.seq_lens);
-            assert!(el <= 1e-4, "{heads} heads {:?}: lse differs by {el}", s.seq_lens);
-            eprintln!("{heads} heads, page {page}, lengths {:?}: the 656-byte decode (M64) is within {eo:.1e} / lse {el:.1e} of the bf16 one (seesaw)", s.seq_lens);
+            let lse_tol = if heads <= 32 { 1e-3 } else { 1e-4 };
+            assert!(el <= lse_tol, "{heads} heads {:?}: lse differs by {el}", s.seq_lens);
+            eprintln!("{heads} heads, page {page}, lengths {:?}: the 656-byte decode is within {eo:.1e} / lse {el:.1e} of the bf16 one", s.seq_lens);
         }
+    }
+}
+
+/// The 656-byte format's group scales spread over 2^-14..2^1, by page (so by tile, in a random
+/// order along each request): at 16 and 32 heads the N8 kernel keeps O in units of a power of two
+/// per 128-dim group that grows with the largest scale seen and rescales O when a tile needs a
+/// larger one, and scores in units of a per-token power of two. Against the f64 reference of the
+/// fp16-rounded keys, with the reference test's tolerances; a rescale missed or applied twice
+/// would be off by powers of two.
+#[test]
+fn sm90_ds_mla_scales_over_a_wide_range_match_the_reference() {
+    let Some(stream) = hopper_gpu(SM90) else { return };
+    let mut ws = Workspace::new(&stream, 0).unwrap();
+    for (heads, seq_lens, splits) in [(16, vec![3000, 700, 64], None), (32, vec![2500, 1300], Some(3)), (16, vec![4096], Some(2))] {
+        let s = Shape { kind: KvFormatKind::Fp8DsMla, heads, page: 64, seq_lens, splits, scale: 1.0, seed: 7100 + heads as u64 };
+        let mut p = build(&stream, &s);
+        let mut bytes = p.kv.to_host_vec::<u8>(&stream).unwrap();
+        let mut st = 77u64;
+        for (row, t) in bytes.chunks_mut(DS_MLA_TOKEN_BYTES).enumerate() {
+            let page = row / s.page;
+            let mut groups = [0f32; 4];
+            for (g, v) in groups.iter_mut().enumerate() {
+                let u = (lcg(&mut st) % 1024) as f32 / 1024.0;
+                *v = 2f32.powi(((page * 7 + g * 3) % 16) as i32 - 14) * (0.5 + u / 2.0);
+            }
+            set_group_scales(t, groups);
+        }
+        p.kv = DeviceBuffer::from_host(&stream, &bytes).unwrap();
+        p.host.2 = dequantize_ds_mla_fp16_rounded(&bytes).unwrap();
+        decode(&args(&p), &mut ws, &stream).unwrap();
+        let out = bf16_out(&p, &stream);
+        let lse = p.lse.to_host_vec::<f32>(&stream).unwrap();
+        let (qn, qp, kv, pt) = &p.host;
+        let hp = HostProblem { q_nope: qn, q_pe: qp, kv, seq_lens: &s.seq_lens, page_table: pt, page_table_stride: p.max_pages, page_size: s.page, num_heads: s.heads, s_q: 1, causal: false, sm_scale: p.sm_scale };
+        let (r_out, r_lse) = cpu_decode(&hp).unwrap();
+        let top = r_out.iter().fold(0f64, |m, &v| m.max(v.abs() as f64)).max(1e-30);
+        let eo = out.iter().zip(&r_out).fold(0f64, |m, (&a, &r)| m.max((a as f64 - r as f64).abs())) / top;
+        let el = lse.iter().zip(&r_lse).fold(0f64, |m, (&a, &r)| m.max((a as f64 - r as f64).abs() / (r.abs() as f64 / 100.0).max(1.0)));
+        eprintln!("{heads} heads {:?} splits {splits:?}: out {eo:.2e} lse {el:.2e}", s.seq_lens);
+        assert!(eo <= 2e-2, "{heads} heads {:?}: output error {eo}", s.seq_lens);
+        assert!(el <= 1e-3, "{heads} heads {:?}: lse error {el}", s.seq_lens);
     }
 }

@@ -103,21 +103,21 @@ int launch_n(const GsMlaDecodeArgs& a, const Maps& m, const Params& p, cudaStrea
   return e == cudaSuccess ? GS_OK : graphsafe::cuda_failed(e);
 }
 
-// The per-tensor fp8 cache at 16/32 heads: the N8 kernel (kernel_n_fp8.cuh), launched like the N kernel.
-template <int N>
+// The fp8 caches at 16/32 heads: the N8 kernel (kernel_n_fp8.cuh), launched like the N kernel.
+template <int N, int KV>
 int launch_n8(const GsMlaDecodeArgs& a, const Maps& m, const Params& p, cudaStream_t stream) {
-  constexpr auto k = mla_sm90_n8_kernel<N>;
-  constexpr int smem = N8Layout<N>::kSmem;
+  constexpr auto k = mla_sm90_n8_kernel<N, KV>;
+  constexpr int smem = N8Layout<N, KV>::kSmem;
   if (int st = ensure_smem<k>(a.device, smem); st != GS_OK) return st;
-  const cudaError_t e = graphsafe::launch_pdl(k, dim3(1, a.num_splits, a.batch), dim3(kThreads), smem, stream, m.kv, p);
+  const cudaError_t e = graphsafe::launch_pdl(k, dim3(1, a.num_splits, a.batch), dim3(kThreads), smem, stream, m.kv, m.scale, p);
   return e == cudaSuccess ? GS_OK : graphsafe::cuda_failed(e);
 }
 
 template <int N, bool F16>
 int launch_n_format(const GsMlaDecodeArgs& a, const Maps& m, const Params& p, cudaStream_t stream) {
   if constexpr (!F16) {
-    if (a.kv_format == GS_MLA_KV_FP8_PER_TENSOR) return launch_n8<N>(a, m, p, stream);
-    if (a.kv_format == GS_MLA_KV_FP8_DS_MLA) return launch_n<N, false, kKvFp8DsMla>(a, m, p, stream);
+    if (a.kv_format == GS_MLA_KV_FP8_PER_TENSOR) return launch_n8<N, kKvFp8PerTensor>(a, m, p, stream);
+    if (a.kv_format == GS_MLA_KV_FP8_DS_MLA) return launch_n8<N, kKvFp8DsMla>(a, m, p, stream);
   }
   return launch_n<N, F16, kKvNative>(a, m, p, stream);
 }
@@ -262,17 +262,24 @@ extern "C" int gs_mla_sm90_decode(const GsMlaDecodeArgs* args, void* workspace, 
     maps.scale = maps.rope = maps.kv;
   } else {
     const cuuint64_t row = a.kv_format == GS_MLA_KV_FP8_DS_MLA ? GS_MLA_DS_MLA_TOKEN_BYTES : kDim;
-    if (a.kv_format == GS_MLA_KV_FP8_PER_TENSOR && runs_n_kernel(int64_t(a.s_q) * a.num_heads)) {
-      // The N8 kernel: whole 64-row tiles of 64-byte column blocks, 64-byte swizzled.
+    if (runs_n_kernel(int64_t(a.s_q) * a.num_heads)) {
+      // The N8 kernel: whole 64-row tiles of 64-byte column blocks, 64-byte swizzled; the 656-byte
+      // format's scale records as 16-byte x 64-row boxes.
       ok = encode_map(&maps.kv, true, row, 64, kTileS, CU_TENSOR_MAP_SWIZZLE_64B);
-    } else {
+      if (a.kv_format == GS_MLA_KV_FP8_DS_MLA) {
+        ok = ok && encode_map(&maps.scale, true, row, 16, kTileS, CU_TENSOR_MAP_SWIZZLE_NONE);
+      } else {
+        maps.scale = maps.kv;
+      }
+      maps.rope = maps.kv;
+    } else {  // the M64 kernel: 64-byte x 32-row boxes, unswizzled
       ok = encode_map(&maps.kv, true, row, 64, kTileS / 2, CU_TENSOR_MAP_SWIZZLE_NONE);
-    }
-    if (a.kv_format == GS_MLA_KV_FP8_DS_MLA) {
-      ok = ok && encode_map(&maps.scale, true, row, 16, kTileS / 2, CU_TENSOR_MAP_SWIZZLE_NONE) &&
-           encode_map(&maps.rope, true, row, 128, kTileS / 2, CU_TENSOR_MAP_SWIZZLE_128B);
-    } else {
-      maps.scale = maps.rope = maps.kv;
+      if (a.kv_format == GS_MLA_KV_FP8_DS_MLA) {
+        ok = ok && encode_map(&maps.scale, true, row, 16, kTileS / 2, CU_TENSOR_MAP_SWIZZLE_NONE) &&
+             encode_map(&maps.rope, true, row, 128, kTileS / 2, CU_TENSOR_MAP_SWIZZLE_128B);
+      } else {
+        maps.scale = maps.rope = maps.kv;
+      }
     }
   }
   if (!ok) return GS_ERR_INVALID_ARGUMENT;

@@ -1,5 +1,6 @@
-// The sm90 MLA split kernel "N8": 16 or 32 heads over an fp8 e4m3 cache with one per-tensor scale
-// (GS_MLA_KV_FP8_PER_TENSOR). See kernels.cuh and decode.cu.
+// The sm90 MLA split kernel "N8": 16 or 32 heads over an fp8 e4m3 cache, either format: one
+// per-tensor scale (GS_MLA_KV_FP8_PER_TENSOR) or DeepSeek's 656-byte token with four in-line group
+// scales and a bf16 rope (GS_MLA_KV_FP8_DS_MLA). See kernels.cuh and decode.cu.
 #pragma once
 
 #include <type_traits>
@@ -34,17 +35,41 @@ namespace graphsafe::mla_sm90 {
 // of the thread's dim group u (the epilogue stores them back in order).
 // The raw tile: nine 4 KiB column blocks (dims 64c..64c+63) of 64 rows x 64 B, 64-byte swizzled by
 // the TMA (16-byte chunk k of row r at chunk k ^ ((r >> 1) & 3)), so both loads are conflict-free.
+//
+// The 656-byte format (KV = kKvFp8DsMla) in the same skeleton: its K = V = s_g . e (four scales a
+// token, one per 128 dims) cannot factor its scales out of the sums, so the math warps multiply them
+// in, one mul.f16x2 per two values beside the conversion, in fp16 with a power-of-two offset that
+// keeps every product in range:
+//   K (S^T rows = tokens): a token's four scales times 2^-E_t, E_t putting the largest in [64, 128),
+//     rounded to fp16; the token's scores are scaled back by 2^E_t in f32. The rope (bf16 as
+//     stored, raw blocks 8 and 9) goes through bf16 register-sourced wgmmas, times 2^-E_t (exact),
+//     against Q's rope staged as bf16 times 2^k_h.
+//   V (O^T rows = dims): a thread's sixteen dims lie in one 128-dim group (its warp's), so its O rows
+//     share one exponent E_w (a running maximum over the tiles, like the softmax's: when a tile's
+//     largest scale of the group needs a larger one, O is rescaled by a power of two, exactly) and V
+//     is s_g(t) . 2^-E_w (fp16) times e; O is scaled back by 2^E_w at the end.
+// So the values enter the math rounded to 11 significant bits (scale, then product) instead of
+// once to bf16's 8: within a bf16 rounding of bf16(s . e) (docs/design/mla-sm90-compute-bound.md
+// 7.4). A scale below 2^-20 of its group's largest in the split goes subnormal in fp16 (an absolute
+// error below 2^-31 of that largest value's magnitude).
+// Its raw tile: the eight latent blocks, the rope as two 64-byte blocks (dims 0..31, 32..63), both
+// 64-byte swizzled, then the 64 tokens' 16-byte scale records unswizzled: 41 KiB, four slots.
 // =================================================================================================
-template <int N>
+template <int N, int KV>
 struct N8Layout {
-  static constexpr int kRawBlock = kTileS * 64;         // one 64-dim column block of a raw tile
-  static constexpr int kRawTile = kBlocks * kRawBlock;  // 36 KiB
-  static constexpr int kQBytes = N * 128 * kBlocks;     // fp16 Q, K-major swizzled blocks (1 KiB multiple)
+  static_assert(KV == kKvFp8PerTensor || KV == kKvFp8DsMla, "fp8 formats only");
+  static constexpr bool kDs = KV == kKvFp8DsMla;
+  static constexpr int kRawBlock = kTileS * 64;                  // one 64-byte column block of a raw tile
+  static constexpr int kRawBlocks = kDs ? 10 : kBlocks;          // 656 B: 8 latent + 2 rope blocks
+  static constexpr int kScaleOff = kRawBlocks * kRawBlock;       // 656 B: [64 tokens][4] f32 scales
+  static constexpr int kRawTile = kScaleOff + (kDs ? kTileS * 16 : 0);  // 36 KiB, 656 B: 41 KiB
+  static constexpr int kQBytes = N * 128 * kBlocks;     // Q, K-major swizzled blocks (1 KiB multiple)
   static constexpr int kPBytes = N * 128;               // one warpgroup's P^T: [N heads x 64 tokens] fp16
   static constexpr int kOStride = 516;                  // floats per head row of the O staging
   static constexpr int kFloats = 8 * N + N + 2 * N + 2 * N + N;  // s_red, s_qf, s_m, s_l, s_lse
   static constexpr int kFixed = 1024 + kQBytes + 2 * kPBytes + kFloats * 4;
-  static constexpr int kSlots = 5;
+  static constexpr int kSlots = kDs ? 4 : 5;
+  static_assert(kRawTile % 1024 == 0, "slots stay 1 KiB aligned (Q's swizzled blocks follow the ring)");
   static constexpr int kBarBytes = (2 * kSlots + 2) * 8;  // full, empty, math, verdict
   static constexpr int kSmem = kFixed + kSlots * kRawTile + kBarBytes;
   static_assert(kSmem + 32 <= 232448, "N8 kernel: shared memory (the static ints included)");
@@ -92,10 +117,11 @@ __device__ __forceinline__ int n8_q_pos(int off, int& j) {
 }
 
 // Q rows of request b as fp16 times 2^k_h into `sq` (K-major, 128-byte swizzled blocks of N x 128 B,
-// in the permuted k order) and 2^-k_h into s_qf[h]. Warp wq (of 8) takes heads wq, wq + 8, ...; a
+// in the permuted k order) and 2^-k_h into s_qf[h]; kRopeBf16: the rope block (8) as bf16 times
+// 2^k_h (exact), for the 656-byte format's bf16 rope. Warp wq (of 8) takes heads wq, wq + 8, ...; a
 // lane takes 16-byte pieces lane, lane + 32, lane + 64 (< 72) of each: all loads first, then the
 // per-head maximum by shuffles, then the converted stores.
-template <int N>
+template <int N, bool kRopeBf16>
 __device__ __forceinline__ void load_q_f16_scaled(uint8_t* sq, float* s_qf, const Params& p, int b, int t) {
   constexpr int kHeads = N / 8;
   const int wq = t >> 5, lane = t & 31;
@@ -146,9 +172,15 @@ __device__ __forceinline__ void load_q_f16_scaled(uint8_t* sq, float* s_qf, cons
       if (c >= 72) continue;
       const float4 a = unpack4<false>(make_uint2(v[hh][k].x, v[hh][k].y));
       const float4 d = unpack4<false>(make_uint2(v[hh][k].z, v[hh][k].w));
-      const uint32_t w[4] = {pack2<true>(a.x * f, a.y * f), pack2<true>(a.z * f, a.w * f), pack2<true>(d.x * f, d.y * f),
-                             pack2<true>(d.z * f, d.w * f)};
       const int blk = c >> 3, off = (c & 7) * 8;  // dims 64 blk + off .. + 7
+      uint32_t w[4];
+      if (kRopeBf16 && blk == kBlocks - 1) {
+        w[0] = pack2<false>(a.x * f, a.y * f), w[1] = pack2<false>(a.z * f, a.w * f);
+        w[2] = pack2<false>(d.x * f, d.y * f), w[3] = pack2<false>(d.z * f, d.w * f);
+      } else {
+        w[0] = pack2<true>(a.x * f, a.y * f), w[1] = pack2<true>(a.z * f, a.w * f);
+        w[2] = pack2<true>(d.x * f, d.y * f), w[3] = pack2<true>(d.z * f, d.w * f);
+      }
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
         int j;
@@ -163,11 +195,14 @@ __device__ __forceinline__ void load_q_f16_scaled(uint8_t* sq, float* s_qf, cons
 // The producer of the N8 kernel (one thread): the split's tiles into the ring of raw slots, as ring
 // sequence numbers seq0 + i (a rerun continues the sequence). full[s]: the tile landed
 // (expect_tx); empty[s]: the 128 threads of the warpgroup that used it are done reading it. The
-// page table through the read-only path, as fp8.cuh's cache_row explains.
-template <int kSlots>
-__device__ __forceinline__ void produce_raw_ring(const CUtensorMap* map, const Params& p, int b, const SplitRange& sr,
-                                                 int seq0, uint32_t ring, uint32_t full0, uint32_t empty0) {
-  using L = N8Layout<16>;  // the slot geometry does not depend on N
+// page table through the read-only path, as fp8.cuh's cache_row explains. The 656-byte format: the
+// latent blocks at byte columns 0..448, the rope's at 528 and 592, the scales (their own map, 16 x
+// 64 unswizzled) at 512.
+template <int KV>
+__device__ __forceinline__ void produce_raw_ring(const CUtensorMap* map, const CUtensorMap* scale_map, const Params& p, int b,
+                                                 const SplitRange& sr, int seq0, uint32_t ring, uint32_t full0, uint32_t empty0) {
+  using L = N8Layout<16, KV>;  // the slot geometry does not depend on N
+  constexpr int kSlots = L::kSlots;
   const int64_t pt_row = int64_t(b) * p.page_table_stride;
   for (int i = 0; i < sr.n; ++i) {
     const int seq = seq0 + i, s = seq % kSlots;
@@ -178,18 +213,46 @@ __device__ __forceinline__ void produce_raw_ring(const CUtensorMap* map, const P
     mbar_arrive_expect_tx(full0 + 8 * s, L::kRawTile);
     const uint32_t dst = ring + s * L::kRawTile;
 #pragma unroll
-    for (int c = 0; c < kBlocks; ++c) tma_load_2d_evict_first(dst + c * L::kRawBlock, map, c * 64, row, full0 + 8 * s);
+    for (int c = 0; c < L::kRawBlocks; ++c) {
+      const int x = !L::kDs || c < 8 ? c * 64 : Fp8Raw<kKvFp8DsMla>::kRopeOff + (c - 8) * 64;
+      tma_load_2d_evict_first(dst + c * L::kRawBlock, map, x, row, full0 + 8 * s);
+    }
+    if constexpr (L::kDs) tma_load_2d_evict_first(dst + L::kScaleOff, scale_map, kNope, row, full0 + 8 * s);
   }
 }
 
-template <int N>
+// 656-byte format: the exponent offset of a set of scales whose largest magnitude is m: E with
+// m . 2^-E in [64, 128) (so 448 . m . 2^-E < 65504, fp16's largest), clamped so 2^E and 2^-E are
+// normal floats (a zero, subnormal, infinite or NaN m lands on a bound: the products stay 0, inf
+// or NaN as they are).
+__device__ __forceinline__ int ds_exponent(float m) {
+  return min(max(int((__float_as_uint(m) >> 23) & 0xFFu) - 127 - 6, -100), 100);
+}
+__device__ __forceinline__ float pow2f(int e) { return __uint_as_float(uint32_t(127 + e) << 23); }  // |e| <= 126
+// 1 / x for x = pow2f(e), |e| <= 126: the exponent field reflected about 127.
+__device__ __forceinline__ float pow2f_inverse(float x) { return __uint_as_float((254u << 23) - __float_as_uint(x)); }
+__device__ __forceinline__ uint32_t f16x2_mul(uint32_t a, uint32_t b) {
+  uint32_t d;
+  asm("mul.rn.f16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+  return d;
+}
+__device__ __forceinline__ uint32_t bf16x2_mul_rn(uint32_t a, uint32_t b) {
+  uint32_t d;
+  asm("mul.rn.bf16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+  return d;
+}
+// The e_run of a warpgroup that has seen no tile (its O is zero).
+constexpr int kNoExponent = -1000;
+
+template <int N, int KV>
 __global__ void __launch_bounds__(kThreads, 1)
-    mla_sm90_n8_kernel(const __grid_constant__ CUtensorMap kv_map, const Params p) {
+    mla_sm90_n8_kernel(const __grid_constant__ CUtensorMap kv_map, const __grid_constant__ CUtensorMap scale_map, const Params p) {
   static_assert(N == 16 || N == 32, "N8 kernel: 16 or 32 heads");
   constexpr int R = N / 2;  // accumulator registers per m64nN tile
   constexpr int J = N / 8;  // 8-column groups
   constexpr int kVBuf = N == 16 ? 2 : 1;  // V fragment buffers (32 registers each; 32 heads have no room for two)
-  using L = N8Layout<N>;
+  using L = N8Layout<N, KV>;
+  constexpr bool kDs = L::kDs;
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = smem_base_1k(smem_raw);
   const int tid = threadIdx.x;
@@ -204,8 +267,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     return;
   }
 
-  uint8_t* ring = smem;                                   // kSlots raw tiles (4 KiB aligned)
-  uint8_t* sq = ring + L::kSlots * L::kRawTile;           // fp16 Q
+  uint8_t* ring = smem;                                   // kSlots raw tiles (1 KiB aligned)
+  uint8_t* sq = ring + L::kSlots * L::kRawTile;           // fp16 Q (656 B: its rope bf16)
   uint8_t* sp = sq + L::kQBytes;                          // [2 warpgroups] P^T
   float* s_red = reinterpret_cast<float*>(sp + 2 * L::kPBytes);  // [2 wg][4 warps][N]
   float* s_qf = s_red + 8 * N;                            // [N] 2^-k_h
@@ -230,14 +293,14 @@ __global__ void __launch_bounds__(kThreads, 1)
           },
           [&](int pt) {
             if (pt != 0) return;
-            produce_raw_ring<L::kSlots>(&kv_map, p, b, sr, 0, ring_a, full0, empty0);
+            produce_raw_ring<KV>(&kv_map, &scale_map, p, b, sr, 0, ring_a, full0, empty0);
             mbar_wait(verdict_bar, 0);
-            if (s_rerun) produce_raw_ring<L::kSlots>(&kv_map, p, b, sr, sr.n, ring_a, full0, empty0);
+            if (s_rerun) produce_raw_ring<KV>(&kv_map, &scale_map, p, b, sr, sr.n, ring_a, full0, empty0);
           }))
     return;
 
   uint32_t math_phase = 0;
-  load_q_f16_scaled<N>(sq, s_qf, p, b, tid);
+  load_q_f16_scaled<N, kDs>(sq, s_qf, p, b, tid);
   fence_proxy_async();
   mbar_sync(math_bar, math_phase);
 
@@ -247,8 +310,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   // The per-tensor scale multiplies every K and V: applied to the scores here (after 2^-k_h, each
   // product in f32 on its own) and to the output's normalisation at the end. It is device data of
   // any sign (or zero, or NaN), so the scores are scaled before they are masked and their maximum
-  // taken.
-  const float kv_scale = __ldcg(p.kv_scale);
+  // taken. The 656-byte format has none (its scales are in the tiles).
+  const float kv_scale = kDs ? 1.f : __ldcg(p.kv_scale);
   const float sl2 = p.scale_log2 * kv_scale;
   float qf[2 * J];  // per owned head 8j + 2q + e, index 2j + e
 #pragma unroll
@@ -256,7 +319,9 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
     for (int e = 0; e < 2; ++e) qf[2 * j + e] = s_qf[8 * j + 2 * q + e];
   float o[8][R], mrun[2 * J], lp[2 * J];  // lp, mrun: per owned head 8j + 2q + e, index 2j + e
+  int e_run = kNoExponent;                 // 656 B: O is in units of 2^e_run (this warp's group)
   auto reset = [&] {
+    e_run = kNoExponent;
 #pragma unroll
     for (int mb = 0; mb < 8; ++mb)
 #pragma unroll
@@ -309,33 +374,85 @@ __global__ void __launch_bounds__(kThreads, 1)
       mbar_wait(full0 + 8 * slot, (seq / L::kSlots) & 1);
 
       // ---- S^T = K.Q^T: block c's two 16-byte pieces -> four k16 steps of A registers -------------
+      // 656 B: 2^-E_t of rows ta and tb (few registers: 32 heads have none to spare; a group's
+      // scales are read again where they are used).
+      [[maybe_unused]] float row_down[2];
+      auto k_scales = [&](int r) { return reinterpret_cast<const float*>(raw + L::kScaleOff + (r == 0 ? ta : tb) * 16); };
+      if constexpr (kDs) {
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          const float4 s4 = *reinterpret_cast<const float4*>(k_scales(r));
+          row_down[r] = pow2f(-ds_exponent(fmaxf(fmaxf(fabsf(s4.x), fabsf(s4.y)), fmaxf(fabsf(s4.z), fabsf(s4.w)))));
+        }
+      }
       float sc[R];
       uint32_t ka[2][4][4];
 #pragma unroll
       for (int c = 0; c < kBlocks; ++c) {
-        const uint4 x0 = *reinterpret_cast<const uint4*>(raw + c * L::kRawBlock + k_off0);
-        const uint4 x1 = *reinterpret_cast<const uint4*>(raw + c * L::kRawBlock + k_off1);
+        const bool rope_bf16 = kDs && c == kBlocks - 1;
+        uint4 x0, x1, y0, y1;
+        if (rope_bf16) {
+          // The thread's 16 rope dims 16q..16q+15 of each row: chunks 2(q & 1), +1 of rope block q >> 1.
+          const uint8_t* rb = raw + (8 + (q >> 1)) * L::kRawBlock;
+          const int c0 = 2 * (q & 1);
+          x0 = *reinterpret_cast<const uint4*>(rb + ta * 64 + ((c0 ^ ((ta >> 1) & 3)) << 4));
+          y0 = *reinterpret_cast<const uint4*>(rb + ta * 64 + (((c0 + 1) ^ ((ta >> 1) & 3)) << 4));
+          x1 = *reinterpret_cast<const uint4*>(rb + tb * 64 + ((c0 ^ ((tb >> 1) & 3)) << 4));
+          y1 = *reinterpret_cast<const uint4*>(rb + tb * 64 + (((c0 + 1) ^ ((tb >> 1) & 3)) << 4));
+        } else {
+          x0 = *reinterpret_cast<const uint4*>(raw + c * L::kRawBlock + k_off0);
+          x1 = *reinterpret_cast<const uint4*>(raw + c * L::kRawBlock + k_off1);
+        }
         if (c >= 2) wg_wait<1>();  // block c - 2's wgmmas (the last readers of ka[c & 1]) are done
         uint32_t(&a)[4][4] = ka[c & 1];
+        if (rope_bf16) {
+          // Step j's positions 2q, 2q + 1 hold dims 16q + 4j, + 1 (bf16 word 2j of the 16), 2q + 8,
+          // 2q + 9 dims 16q + 4j + 2, + 3 (word 2j + 1); times 2^-E_t, exactly.
+          [[maybe_unused]] uint32_t rope_down[2] = {0u, 0u};
+          if constexpr (kDs) rope_down[0] = pack2<false>(row_down[0], row_down[0]), rope_down[1] = pack2<false>(row_down[1], row_down[1]);
 #pragma unroll
-        for (int j = 0; j < 4; ++j) {
-          e4m3x4_to_f16x2x2<kClamp>(u4_word(x0, j), a[j][0], a[j][2]);
-          e4m3x4_to_f16x2x2<kClamp>(u4_word(x1, j), a[j][1], a[j][3]);
+          for (int j = 0; j < 4; ++j) {
+            a[j][0] = bf16x2_mul_rn(u4_word(j < 2 ? x0 : y0, (2 * j) & 3), rope_down[0]);
+            a[j][2] = bf16x2_mul_rn(u4_word(j < 2 ? x0 : y0, (2 * j + 1) & 3), rope_down[0]);
+            a[j][1] = bf16x2_mul_rn(u4_word(j < 2 ? x1 : y1, (2 * j) & 3), rope_down[1]);
+            a[j][3] = bf16x2_mul_rn(u4_word(j < 2 ? x1 : y1, (2 * j + 1) & 3), rope_down[1]);
+          }
+        } else {
+#pragma unroll
+          for (int j = 0; j < 4; ++j) {
+            e4m3x4_to_f16x2x2<kClamp>(u4_word(x0, j), a[j][0], a[j][2]);
+            e4m3x4_to_f16x2x2<kClamp>(u4_word(x1, j), a[j][1], a[j][3]);
+            if constexpr (kDs) {  // group c / 2's scale of each row, times 2^-E_t, in fp16
+              const float sa = k_scales(0)[c >> 1] * row_down[0], sb = k_scales(1)[c >> 1] * row_down[1];
+              const uint32_t ha = pack2<true>(sa, sa), hb = pack2<true>(sb, sb);
+              a[j][0] = f16x2_mul(a[j][0], ha), a[j][2] = f16x2_mul(a[j][2], ha);
+              a[j][1] = f16x2_mul(a[j][1], hb), a[j][3] = f16x2_mul(a[j][3], hb);
+            }
+          }
         }
         wg_fence();
 #pragma unroll
-        for (int j = 0; j < 4; ++j)
-          WgmmaRSF16<N>::rs(sc, a[j], dq + (uint32_t(c * (N * 128) + j * 32) >> 4), (c | j) != 0 ? 1u : 0u);
+        for (int j = 0; j < 4; ++j) {
+          const uint64_t db = dq + (uint32_t(c * (N * 128) + j * 32) >> 4);
+          const uint32_t acc = (c | j) != 0 ? 1u : 0u;
+          if (rope_bf16) {
+            WgmmaRSN<N, false>::rs(sc, a[j], db, acc);
+          } else {
+            WgmmaRSN<N, true>::rs(sc, a[j], db, acc);
+          }
+        }
         wg_commit();
       }
       wg_wait<0>();
       reg_fence(sc);
+      float up0 = 1.f, up1 = 1.f;  // 656 B: the rows' 2^E_t (exact reciprocals of powers of two)
+      if constexpr (kDs) up0 = pow2f_inverse(row_down[0]), up1 = pow2f_inverse(row_down[1]);
 #pragma unroll
       for (int j = 0; j < J; ++j)
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
-          sc[4 * j + e] = (sc[4 * j + e] * qf[2 * j + e]) * sl2;
-          sc[4 * j + 2 + e] = (sc[4 * j + 2 + e] * qf[2 * j + e]) * sl2;
+          sc[4 * j + e] = ((sc[4 * j + e] * up0) * qf[2 * j + e]) * sl2;
+          sc[4 * j + 2 + e] = ((sc[4 * j + 2 + e] * up1) * qf[2 * j + e]) * sl2;
         }
 
       // ---- online softmax (n_softmax.cuh; sl2 = 1: the scores are scaled above), P^T in the PV step's token order
@@ -387,6 +504,34 @@ __global__ void __launch_bounds__(kThreads, 1)
         NSoftmax<N>::rescale(o, alpha);
       }
 
+      // ---- 656 B: O's exponent for this warp's group over the tile's tokens ------------------------
+      // The scale of token t of this warp's group; tokens past seq_len count as scale 0 (their
+      // cache bytes may be anything). The maximum over the four q lanes covers all 64 tokens, the
+      // same on every lane of the warp.
+      auto v_scale = [&](int t) {
+        return t < valid ? *reinterpret_cast<const float*>(raw + L::kScaleOff + t * 16 + 4 * warp) : 0.f;
+      };
+      [[maybe_unused]] float v_down = 1.f;  // 2^-e_run
+      if constexpr (kDs) {
+        float m = 0.f;
+#pragma unroll
+        for (int k = 0; k < 16; ++k) m = fmaxf(m, fabsf(v_scale(4 * k + q)));  // token 16 ks + 4 jt + q, k = 4 ks + jt
+        m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
+        m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
+        const int et = ds_exponent(m);
+        if (et > e_run) {  // warp-uniform; O holds no wgmma result in flight (the last tile's waited)
+          if (e_run != kNoExponent) {
+            const float r = et - e_run > 126 ? 0.f : pow2f(e_run - et);
+#pragma unroll
+            for (int mb = 0; mb < 8; ++mb)
+#pragma unroll
+              for (int k = 0; k < R; ++k) o[mb][k] *= r;
+          }
+          e_run = et;
+        }
+        v_down = pow2f(-e_run);
+      }
+
       // ---- O^T += V^T.P^T: per k16 step, four tokens' 16 dims -> eight m64 blocks' A registers ----
       uint32_t va[kVBuf][8][4];
 #pragma unroll
@@ -402,6 +547,15 @@ __global__ void __launch_bounds__(kThreads, 1)
           for (int jt = 0; jt < 4; ++jt)
             if (16 * ks + 4 * jt + q >= valid) tv[jt] = make_uint4(0u, 0u, 0u, 0u);
         }
+        // 656 B: vs[pr] = fp16 s(t) . 2^-e_run of tokens 16ks + 8pr + q (low half) and + 4 (high half).
+        [[maybe_unused]] uint32_t vs[2];
+        if constexpr (kDs) {
+#pragma unroll
+          for (int pr = 0; pr < 2; ++pr) {
+            const int t = 16 * ks + 8 * pr + q;
+            vs[pr] = pack2<true>(v_scale(t) * v_down, v_scale(t + 4) * v_down);
+          }
+        }
         if (ks >= kVBuf) wg_wait<kVBuf - 1>();  // the last readers of va[ks % kVBuf] are done
         uint32_t(&a)[8][4] = va[ks % kVBuf];
 #pragma unroll
@@ -412,10 +566,17 @@ __global__ void __launch_bounds__(kThreads, 1)
             // [x.b0, y.b0, x.b1, y.b1]: dims 4v and 4v + 1 of the pair of tokens; then dims 4v + 2, + 3.
             e4m3x4_to_f16x2x2<kClamp>(__byte_perm(x, y, 0x5140u), a[2 * v][2 * pr], a[2 * v][2 * pr + 1]);
             e4m3x4_to_f16x2x2<kClamp>(__byte_perm(x, y, 0x7362u), a[2 * v + 1][2 * pr], a[2 * v + 1][2 * pr + 1]);
+            if constexpr (kDs) {  // each half is one token's value: times that token's scale
+#pragma unroll
+              for (int hv = 0; hv < 2; ++hv) {
+                a[2 * v + hv][2 * pr] = f16x2_mul(a[2 * v + hv][2 * pr], vs[pr]);
+                a[2 * v + hv][2 * pr + 1] = f16x2_mul(a[2 * v + hv][2 * pr + 1], vs[pr]);
+              }
+            }
           }
         wg_fence();
 #pragma unroll
-        for (int mb = 0; mb < 8; ++mb) WgmmaRSF16<N>::rs(o[mb], a[mb], dp + (uint32_t(ks * 32) >> 4), 1u);
+        for (int mb = 0; mb < 8; ++mb) WgmmaRSN<N, true>::rs(o[mb], a[mb], dp + (uint32_t(ks * 32) >> 4), 1u);
         wg_commit();
       }
       wg_wait<0>();
@@ -446,6 +607,11 @@ __global__ void __launch_bounds__(kThreads, 1)
   mbar_sync(math_bar, math_phase);  // both warpgroups are past their last tile: the ring is free
   float coef[2 * J];
   NSoftmax<N>::coefficients(coef, s_m, s_l, s_lse, kv_scale, g, q, w, warp);
+  if constexpr (kDs) {  // O back from units of 2^e_run (exact: a power of two)
+    if (e_run != kNoExponent)
+#pragma unroll
+      for (int k = 0; k < 2 * J; ++k) coef[k] *= pow2f(e_run);
+  }
   float* so = reinterpret_cast<float*>(ring);  // [N heads][kOStride]
   for (int pass = 0; pass < 2; ++pass) {
     if (pass == w) {

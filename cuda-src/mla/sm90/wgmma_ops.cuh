@@ -152,35 +152,50 @@ struct WgmmaRS256<true> {
   }
 };
 
-// m64nNk16, fp16 inputs, with A (m64 x k16) from registers in the same fragment layout as
-// WgmmaRS256 (a[0] = (row r, k 2q..2q+1), a[1] = (row r + 8, same k), a[2] = (row r, k 2q+8..),
-// a[3] = (row r + 8, k 2q+8..)) and B through a K-major descriptor. The fp8 N kernel
-// (kernel_n_fp8.cuh) converts its e4m3 tiles straight into these registers.
-template <int N>
-struct WgmmaRSF16;
+// m64nNk16 with A (m64 x k16) from registers in the same fragment layout as WgmmaRS256 (a[0] =
+// (row r, k 2q..2q+1), a[1] = (row r + 8, same k), a[2] = (row r, k 2q+8..), a[3] = (row r + 8,
+// k 2q+8..)) and B through a K-major descriptor; fp16 (F16) or bf16 inputs. The fp8 N kernel
+// (kernel_n_fp8.cuh) converts its e4m3 tiles straight into these registers (fp16), and the
+// 656-byte format's bf16 rope too (bf16).
+template <int N, bool F16>
+struct WgmmaRSN;
 
-template <>
-struct WgmmaRSF16<16> {
-  static __device__ __forceinline__ void rs(float (&d)[8], const uint32_t (&a)[4], uint64_t db, uint32_t scale_d) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %13, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n16k16.f32.f16.f16 "
-        "{%0, %1, %2, %3, %4, %5, %6, %7}, {%8, %9, %10, %11}, %12, p, 1, 1, 0;\n}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(scale_d));
+#define GS_WGMMA_RS_N16(TY)                                                                                   \
+  static __device__ __forceinline__ void rs(float (&d)[8], const uint32_t (&a)[4], uint64_t db, uint32_t scale_d) { \
+    asm volatile(                                                                                             \
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %13, 0;\n"                                                           \
+        "wgmma.mma_async.sync.aligned.m64n16k16.f32." TY "." TY " "                                            \
+        "{%0, %1, %2, %3, %4, %5, %6, %7}, {%8, %9, %10, %11}, %12, p, 1, 1, 0;\n}\n"                         \
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])       \
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(scale_d));                                 \
   }
-};
-
-template <>
-struct WgmmaRSF16<32> {
-  static __device__ __forceinline__ void rs(float (&d)[16], const uint32_t (&a)[4], uint64_t db, uint32_t scale_d) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %21, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16 "
-        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, {%16, %17, %18, %19}, %20, p, 1, 1, 0;\n}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(scale_d));
+#define GS_WGMMA_RS_N32(TY)                                                                                    \
+  static __device__ __forceinline__ void rs(float (&d)[16], const uint32_t (&a)[4], uint64_t db, uint32_t scale_d) { \
+    asm volatile(                                                                                              \
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %21, 0;\n"                                                            \
+        "wgmma.mma_async.sync.aligned.m64n32k16.f32." TY "." TY " "                                             \
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, {%16, %17, %18, %19}, %20, p, 1, 1, 0;\n}\n" \
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), \
+          "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])              \
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(scale_d));                                  \
   }
+template <>
+struct WgmmaRSN<16, true> {
+  GS_WGMMA_RS_N16("f16")
 };
+template <>
+struct WgmmaRSN<16, false> {
+  GS_WGMMA_RS_N16("bf16")
+};
+template <>
+struct WgmmaRSN<32, true> {
+  GS_WGMMA_RS_N32("f16")
+};
+template <>
+struct WgmmaRSN<32, false> {
+  GS_WGMMA_RS_N32("bf16")
+};
+#undef GS_WGMMA_RS_N16
+#undef GS_WGMMA_RS_N32
 
 }  // namespace graphsafe::mla_sm90

@@ -154,6 +154,33 @@ pub fn dequantize_ds_mla(bytes: &[u8]) -> Result<Vec<f32>> {
     Ok(out)
 }
 
+/// The keys of a DeepSeek V3.2 cache ([tokens, 656] bytes) as the sm90 kernel computes with them
+/// at up to 32 query rows (`s_q × heads`), where it multiplies the scales in while converting, in
+/// fp16: per token, E puts the largest |group scale| in [64, 128) times 2^-E (E in [-100, 100]);
+/// latent value d is `fp16(fp16(scale[d / 128] · 2^-E) · e4m3) · 2^E`, the scale and the product
+/// each rounded to fp16's 11 significant bits (within one bf16 step of
+/// [`dequantize_ds_mla`]'s `bf16(scale · e4m3)`, and closer to the exact product); the rope the
+/// stored bf16 values. Its values (V) round the same way with the exponent of the largest scale of
+/// their 128-dim group over a split's tiles instead of the token's, so V agrees with these to
+/// fp16 rounding (2^-11 relative). More query rows (and the sm100 kernel) compute with
+/// [`dequantize_ds_mla`]'s values.
+/// `InvalidArgument` when `bytes` is not a whole number of tokens.
+pub fn dequantize_ds_mla_fp16_rounded(bytes: &[u8]) -> Result<Vec<f32>> {
+    let mut out = dequantize_ds_mla(bytes)?;
+    for (t, row) in bytes.chunks_exact(super::DS_MLA_TOKEN_BYTES).zip(out.chunks_exact_mut(ROW)) {
+        let scale = |g: usize| f32::from_le_bytes(t[LATENT_DIM + 4 * g..LATENT_DIM + 4 * g + 4].try_into().expect("4 bytes"));
+        let s = [scale(0), scale(1), scale(2), scale(3)];
+        // f32::max drops NaNs, as the kernel's fmaxf does.
+        let m = s.iter().fold(0f32, |m, v| m.max(v.abs()));
+        let e = (((m.to_bits() >> 23) & 0xFF) as i32 - 127 - 6).clamp(-100, 100);
+        let down = s.map(|v| half::f16::from_f32(v * 2f32.powi(-e)).to_f32());
+        for (d, v) in row[..LATENT_DIM].iter_mut().enumerate() {
+            *v = half::f16::from_f32(down[d / 128] * e4m3_value(t[d])).to_f32() * 2f32.powi(e);
+        }
+    }
+    Ok(out)
+}
+
 /// The GPU reference kernel (`gs_mla_reference`), loaded into one context.
 pub struct GpuReference {
     k: Function,
@@ -275,5 +302,33 @@ mod tests {
         assert_eq!(dequantize_ds_mla(&t).unwrap()[0], half::bf16::from_f32(0.1).to_f32());
         assert!(dequantize_ds_mla(&t[1..]).is_err(), "a partial token is refused");
         assert_eq!((v[512], v[575]), (-3.5, 59.5));
+    }
+
+    #[test]
+    fn the_fp16_rounded_ds_mla_keys_are_within_a_bf16_step_of_the_bf16_ones() {
+        let mut t = vec![0u8; super::super::DS_MLA_TOKEN_BYTES];
+        for (d, c) in t[..LATENT_DIM].iter_mut().enumerate() {
+            *c = if (d as u8) & 0x7F == 0x7F { 0 } else { d as u8 };
+        }
+        // 1/3 and 0.1 are not fp16 values: the scale's own rounding shows.
+        for (g, s) in [1.0f32 / 3.0, 0.1, -7.5, 2f32.powi(-12)].iter().enumerate() {
+            t[LATENT_DIM + 4 * g..LATENT_DIM + 4 * g + 4].copy_from_slice(&s.to_le_bytes());
+        }
+        let (b, f) = (dequantize_ds_mla(&t).unwrap(), dequantize_ds_mla_fp16_rounded(&t).unwrap());
+        assert_eq!(b[LATENT_DIM..], f[LATENT_DIM..], "the rope as stored");
+        let mut differ = 0;
+        for d in 0..LATENT_DIM {
+            let exact = e4m3_value(t[d]) as f64 * [1.0f64 / 3.0, 0.1f32 as f64, -7.5, 2f64.powi(-12)][d / 128];
+            let ulp = |v: f32| half::bf16::from_f32(v.abs()).to_bits() as i32;
+            assert!((ulp(b[d]) - ulp(f[d])).abs() <= 1, "dim {d}: {} against bf16 {}", f[d], b[d]);
+            // Closer to the exact product than bf16's rounding allows: 2^-10 relative (fp16's
+            // scale and product roundings) where bf16 has 2^-9.
+            assert!((f[d] as f64 - exact).abs() <= exact.abs() * 2f64.powi(-10), "dim {d}: {} against {exact}", f[d]);
+            differ += usize::from(b[d] != f[d]);
+        }
+        assert!(differ > 0, "the two roundings must be told apart by this data");
+        // The largest scale lands in [64, 128): 7.5 . 2^-E = 120 (E = -4), exact.
+        assert_eq!(f[256 + 0x38], -7.5, "code 0x38 (1.0) of the -7.5 group");
+        assert!(dequantize_ds_mla_fp16_rounded(&t[1..]).is_err(), "a partial token is refused");
     }
 }
