@@ -17,10 +17,10 @@
 //   * Up to 32 rows ("N"): tokens as M, rows as N (wgmma m64n16/m64n32, rows padded to 16 or 32
 //     with zero queries); the two warpgroups take alternate tiles and merge at the end.
 //   * splits > 1: partial O (in the output dtype) and fp32 LSE to the workspace, then the combine kernel.
-//   * fp8 caches (bf16 queries): up to 32 rows with a per-tensor scale ("N8", kernel_n_fp8.cuh):
-//     no bf16 stages; a ring of raw tiles that the math warps convert straight into the A registers
-//     of fp16 wgmmas. The 656-byte format at up to 32 rows: the N kernel with a dequantising
-//     producer (fp8.cuh, a raw ring beside the stages); more rows: M64, the raw tile in its own stage.
+//   * fp8 caches (bf16 queries), either format, up to 32 rows ("N8", kernel_n_fp8.cuh): no bf16
+//     stages; a ring of raw tiles that the math warps convert straight into the A registers of
+//     fp16 wgmmas (the 656-byte format's group scales multiplied in as they convert); more rows:
+//     M64, the raw tile dequantised in its own stage (fp8.cuh).
 // No allocation, no legacy stream, no atomics: deterministic and capturable.
 #include <atomic>
 #include <climits>
@@ -94,12 +94,12 @@ struct Maps {
 // through L2 (ld.global.cg: q, the bf16 producer's page table, kv_scale, the partials; TMA reads L2
 // too), except the fp8 producer's page table, where that measured slower (fp8.cuh, cache_row).
 
-template <int N, bool F16, int KV>
+template <int N, bool F16>
 int launch_n(const GsMlaDecodeArgs& a, const Maps& m, const Params& p, cudaStream_t stream) {
-  constexpr auto k = mla_sm90_n_kernel<N, F16, KV>;
-  constexpr int smem = NLayout<N, KV>::kSmem;
+  constexpr auto k = mla_sm90_n_kernel<N, F16>;
+  constexpr int smem = NLayout<N>::kSmem;
   if (int st = ensure_smem<k>(a.device, smem); st != GS_OK) return st;
-  const cudaError_t e = graphsafe::launch_pdl(k, dim3(1, a.num_splits, a.batch), dim3(kThreads), smem, stream, m.kv, m.scale, m.rope, p);
+  const cudaError_t e = graphsafe::launch_pdl(k, dim3(1, a.num_splits, a.batch), dim3(kThreads), smem, stream, m.kv, p);
   return e == cudaSuccess ? GS_OK : graphsafe::cuda_failed(e);
 }
 
@@ -119,7 +119,7 @@ int launch_n_format(const GsMlaDecodeArgs& a, const Maps& m, const Params& p, cu
     if (a.kv_format == GS_MLA_KV_FP8_PER_TENSOR) return launch_n8<N, kKvFp8PerTensor>(a, m, p, stream);
     if (a.kv_format == GS_MLA_KV_FP8_DS_MLA) return launch_n8<N, kKvFp8DsMla>(a, m, p, stream);
   }
-  return launch_n<N, F16, kKvNative>(a, m, p, stream);
+  return launch_n<N, F16>(a, m, p, stream);
 }
 
 template <bool F16, int KV>

@@ -1,7 +1,6 @@
 // The sm90 MLA split kernel "N" (16 or 32 heads); see kernels.cuh and decode.cu.
 #pragma once
 
-#include "mla/sm90/fp8.cuh"
 #include "mla/sm90/n_softmax.cuh"
 #include "mla/sm90/split.cuh"
 #include "mla/sm90/wgmma_ops.cuh"
@@ -14,36 +13,22 @@ namespace graphsafe::mla_sm90 {
 // Tokens are the M dimension: S^T = K.Q^T (m64nNk16 x 36), O^T = V^T.P^T (m64nNk16 x 8 x 4, V read
 // MN-major from the same tile bytes). The two warpgroups take alternate tiles, each with its own
 // stage, running max/sum and full O^T; the CTA merges the two at the end. Warpgroup 2 produces:
-// TMA of a bf16/fp16 cache straight into the stages, or for the 656-byte fp8 cache (KV ==
-// kKvFp8DsMla) TMA into a ring of raw slots and a dequantisation into the stages (fp8.cuh). The
-// per-tensor fp8 cache runs the N8 kernel instead (kernel_n_fp8.cuh).
+// TMA of the bf16/fp16 cache straight into the stages. Both fp8 caches run the N8 kernel instead
+// (kernel_n_fp8.cuh).
 // =================================================================================================
-template <int N, int KV = kKvNative>
+template <int N>
 struct NLayout {
   static constexpr int kQBytes = N * 128 * kBlocks;  // a multiple of 1 KiB
   static constexpr int kOStride = 516;                // floats per head row of the O staging
-  // Raw fp8 half-tile slots: as many as fit beside Q and the two stages (3 for 16 heads, 2 for 32).
-  static constexpr int kSlots = KV == kKvNative ? 0 : N == 16 ? 3 : 2;
-  static constexpr int kSlotBytes = KV == kKvNative ? 0 : Fp8Raw<kKvFp8DsMla>::kBytes;
-  static constexpr int kRawBytes = kSlots * kSlotBytes;
-  static constexpr int kSmem = kQBytes + 2 * kStageBytes + kRawBytes + (8 * N + 2 * N + 2 * N + N) * 4 + (5 + kSlots) * 8 + 1024;
-  // The fp8 producer dequantises on all 128 threads and needs more than the TMA producer's 40
-  // (16 heads need far fewer math registers than 32). The split must fit the CTA's own launch
-  // allocation (enter_roles_with checks it): a setmaxnreg.inc the decs cannot pay for waits forever.
-  static constexpr int kMathR = KV == kKvNative ? kMathRegs : N == 16 ? 176 : 200;
-  static constexpr int kProdR = KV == kKvNative ? kProducerRegs : N == 16 ? 152 : 104;
+  static constexpr int kSmem = kQBytes + 2 * kStageBytes + (8 * N + 2 * N + 2 * N + N) * 4 + 5 * 8 + 1024;
 };
 
-template <int N, bool F16, int KV = kKvNative>
-__global__ void __launch_bounds__(kThreads, 1)
-    mla_sm90_n_kernel(const __grid_constant__ CUtensorMap kv_map, const __grid_constant__ CUtensorMap scale_map,
-                      const __grid_constant__ CUtensorMap rope_map, const Params p) {
+template <int N, bool F16>
+__global__ void __launch_bounds__(kThreads, 1) mla_sm90_n_kernel(const __grid_constant__ CUtensorMap kv_map, const Params p) {
   static_assert(N == 16 || N == 32, "N kernel: 16 or 32 heads");
-  static_assert(KV == kKvNative || !F16, "fp8 caches take bf16 queries");
-  static_assert(KV != kKvFp8PerTensor, "the per-tensor fp8 cache at 16/32 heads runs the N8 kernel (kernel_n_fp8.cuh)");
   constexpr int R = N / 2;  // accumulator registers per m64nN tile
   constexpr int J = N / 8;  // 8-column groups
-  using L = NLayout<N, KV>;
+  using L = NLayout<N>;
   static_assert(L::kSmem <= 232448, "N kernel: shared memory");
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = smem_base_1k(smem_raw);
@@ -61,8 +46,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   uint8_t* sq = smem;
   uint8_t* skv = smem + L::kQBytes;
-  uint8_t* sraw = skv + 2 * kStageBytes;                            // fp8: kSlots raw half-tiles
-  float* s_red = reinterpret_cast<float*>(sraw + L::kRawBytes);     // [2 wg][4 warps][N]
+  float* s_red = reinterpret_cast<float*>(skv + 2 * kStageBytes);  // [2 wg][4 warps][N]
   float* s_m = s_red + 8 * N;                                      // [2][N]
   float* s_l = s_m + 2 * N;                                        // [2][N]
   float* s_lse = s_l + 2 * N;                                      // [N]
@@ -70,16 +54,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   const uint32_t full0 = bars, empty0 = bars + 16, math_bar = bars + 32;
   const uint32_t sq_a = smem_u32(sq), skv_a = smem_u32(skv);
 
-  if constexpr (KV == kKvNative) {
-    if (!enter_roles(&kv_map, p, b, sr, tid, bars, {1u, 128u}, skv_a)) return;
-  } else {
-    // Full barriers: one arrival per producer thread. Raw slots: the TMA's expect_tx.
-    const uint32_t rawfull0 = math_bar + 8;
-    if (!enter_roles_with<2, L::kMathR, L::kProdR, L::kSlots>(tid, bars, {128u, 128u}, 1u, [&](int pt) {
-          produce_fp8_tiles<KV, L::kSlots>(&kv_map, &scale_map, &rope_map, p, b, sr, skv, sraw, full0, empty0, rawfull0, pt);
-        }))
-      return;
-  }
+  if (!enter_roles(&kv_map, p, b, sr, tid, bars, {1u, 128u}, skv_a)) return;
 
   uint32_t math_phase = 0;
   load_q<N, kMathThreads>(sq, p, b, 0, p.rows, tid);  // rows past p.rows: zeros, never stored

@@ -195,7 +195,11 @@ __device__ __forceinline__ void load_q_f16_scaled(uint8_t* sq, float* s_qf, cons
 // The producer of the N8 kernel (one thread): the split's tiles into the ring of raw slots, as ring
 // sequence numbers seq0 + i (a rerun continues the sequence). full[s]: the tile landed
 // (expect_tx); empty[s]: the 128 threads of the warpgroup that used it are done reading it. The
-// page table through the read-only path, as fp8.cuh's cache_row explains. The 656-byte format: the
+// page table through the read-only path, unlike the kernel's other reads of caller data (load_q):
+// the kernel is launched programmatically dependent, but this runs after its griddepcontrol.wait,
+// when the grid before it has completed and flushed, and no CTA of this grid read the table
+// before; an L2-only load measured 3-9 % slower for every fp8 shape of the producer-dequantising
+// kernel this replaced (H200, 16 heads 64 x 4096 per-tensor 96.4 against 104.3 us). The 656-byte format: the
 // latent blocks at byte columns 0..448, the rope's at 528 and 592, the scales (their own map, 16 x
 // 64 unswizzled) at 512.
 template <int KV>
@@ -250,7 +254,11 @@ __global__ void __launch_bounds__(kThreads, 1)
   static_assert(N == 16 || N == 32, "N8 kernel: 16 or 32 heads");
   constexpr int R = N / 2;  // accumulator registers per m64nN tile
   constexpr int J = N / 8;  // 8-column groups
-  constexpr int kVBuf = N == 16 ? 2 : 1;  // V fragment buffers (32 registers each; 32 heads have no room for two)
+  // The PV step's A registers: two buffers, each a k16 step's eight m64 blocks (32 registers) at 16
+  // heads, half of them at 32 (which have no room for 64): a part's conversion then runs while the
+  // other part's wgmmas do (measured in docs/notes/2026-12-performance-log.md).
+  constexpr int kVParts = N == 16 ? 1 : 2;  // parts of a k16 step
+  constexpr int kVBlocks = 8 / kVParts;     // m64 blocks a part
   using L = N8Layout<N, KV>;
   constexpr bool kDs = L::kDs;
   extern __shared__ uint8_t smem_raw[];
@@ -363,8 +371,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     for (int i = w; i < sr.n; i += 2) {
       const int seq = seq0 + i, slot = seq % L::kSlots;
       const uint8_t* raw = ring + slot * L::kRawTile;
-      // The slot's previous tile (seq - kSlots) went to the other warpgroup (kSlots is odd; in
-      // the rerun's first tiles it may have been this one's), so this warpgroup may never have
+      // The slot's previous tile (seq - kSlots) may have gone to the other warpgroup (always for
+      // an odd kSlots; for an even one after a rerun's odd start), so this warpgroup may never have
       // waited on that phase of full[slot]: if its copy were still in flight (bulk copies may
       // complete out of order), the parity wait below would see the phase before it as ours and
       // pass at once. So first wait for that tile's release (empty[slot], as the producer
@@ -372,6 +380,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       // this tile cannot land before that release anyway. (No GPU run has shown this race.)
       if (seq >= L::kSlots) mbar_wait(empty0 + 8 * slot, ((seq / L::kSlots) - 1) & 1);
       mbar_wait(full0 + 8 * slot, (seq / L::kSlots) & 1);
+      const int valid = sr.seq - (sr.tile0 + i) * kTileS;  // V rows past the length are zeroed below
 
       // ---- S^T = K.Q^T: block c's two 16-byte pieces -> four k16 steps of A registers -------------
       // 656 B: 2^-E_t of rows ta and tb (few registers: 32 heads have none to spare; a group's
@@ -456,7 +465,6 @@ __global__ void __launch_bounds__(kThreads, 1)
         }
 
       // ---- online softmax (n_softmax.cuh; sl2 = 1: the scores are scaled above), P^T in the PV step's token order
-      const int valid = sr.seq - (sr.tile0 + i) * kTileS;  // V rows past the length are zeroed below
       auto store_p = [&](int h, float pa, float pv) {
         *reinterpret_cast<uint16_t*>(pb + h * 128 + (((kla >> 3) ^ (h & 7)) << 4) + (kla & 7) * 2) = to_bits<true>(pa);
         *reinterpret_cast<uint16_t*>(pb + h * 128 + (((klb >> 3) ^ (h & 7)) << 4) + (klb & 7) * 2) = to_bits<true>(pv);
@@ -505,6 +513,8 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
 
       // ---- 656 B: O's exponent for this warp's group over the tile's tokens ------------------------
+      // (Here rather than before the QK^T step: there it measured slower at 32 heads, 88.6 against
+      // 85.7 us at 64 x 4096 on an H100, its registers live across that step, and no faster at 16.)
       // The scale of token t of this warp's group; tokens past seq_len count as scale 0 (their
       // cache bytes may be anything). The maximum over the four q lanes covers all 64 tokens, the
       // same on every lane of the warp.
@@ -533,21 +543,14 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
 
       // ---- O^T += V^T.P^T: per k16 step, four tokens' 16 dims -> eight m64 blocks' A registers ----
-      uint32_t va[kVBuf][8][4];
+      uint32_t va[2][kVBlocks][4];
 #pragma unroll
       for (int ks = 0; ks < 4; ++ks) {
         uint4 tv[4];
 #pragma unroll
         for (int jt = 0; jt < 4; ++jt) tv[jt] = *reinterpret_cast<const uint4*>(raw + v_off[jt] + ks * 1024);
-        // The last reads of this slot: hand it back (every thread arrives after its own loads).
-        if (ks == 3) mbar_arrive(empty0 + 8 * slot);
-        // Tokens past seq_len hold whatever the cache holds (maybe NaN codes): P = 0 would not clear them.
-        if (valid < kTileS) {
-#pragma unroll
-          for (int jt = 0; jt < 4; ++jt)
-            if (16 * ks + 4 * jt + q >= valid) tv[jt] = make_uint4(0u, 0u, 0u, 0u);
-        }
-        // 656 B: vs[pr] = fp16 s(t) . 2^-e_run of tokens 16ks + 8pr + q (low half) and + 4 (high half).
+        // 656 B: vs[pr] = fp16 s(t) . 2^-e_run of tokens 16ks + 8pr + q (low half) and + 4 (high half),
+        // read before the slot is handed back below.
         [[maybe_unused]] uint32_t vs[2];
         if constexpr (kDs) {
 #pragma unroll
@@ -556,28 +559,43 @@ __global__ void __launch_bounds__(kThreads, 1)
             vs[pr] = pack2<true>(v_scale(t) * v_down, v_scale(t + 4) * v_down);
           }
         }
-        if (ks >= kVBuf) wg_wait<kVBuf - 1>();  // the last readers of va[ks % kVBuf] are done
-        uint32_t(&a)[8][4] = va[ks % kVBuf];
+        // The last reads of this slot: hand it back (every thread arrives after its own loads,
+        // the scales' included: the arrive releases them).
+        if (ks == 3) mbar_arrive(empty0 + 8 * slot);
+        // Tokens past seq_len hold whatever the cache holds (maybe NaN codes): P = 0 would not clear them.
+        if (valid < kTileS) {
 #pragma unroll
-        for (int v = 0; v < 4; ++v)
+          for (int jt = 0; jt < 4; ++jt)
+            if (16 * ks + 4 * jt + q >= valid) tv[jt] = make_uint4(0u, 0u, 0u, 0u);
+        }
 #pragma unroll
-          for (int pr = 0; pr < 2; ++pr) {
-            const uint32_t x = u4_word(tv[2 * pr], v), y = u4_word(tv[2 * pr + 1], v);
-            // [x.b0, y.b0, x.b1, y.b1]: dims 4v and 4v + 1 of the pair of tokens; then dims 4v + 2, + 3.
-            e4m3x4_to_f16x2x2<kClamp>(__byte_perm(x, y, 0x5140u), a[2 * v][2 * pr], a[2 * v][2 * pr + 1]);
-            e4m3x4_to_f16x2x2<kClamp>(__byte_perm(x, y, 0x7362u), a[2 * v + 1][2 * pr], a[2 * v + 1][2 * pr + 1]);
-            if constexpr (kDs) {  // each half is one token's value: times that token's scale
+        for (int part = 0; part < kVParts; ++part) {
+          const int step = ks * kVParts + part;
+          if (step >= 2) wg_wait<1>();  // the last readers of va[step & 1] are done
+          uint32_t(&a)[kVBlocks][4] = va[step & 1];
 #pragma unroll
-              for (int hv = 0; hv < 2; ++hv) {
-                a[2 * v + hv][2 * pr] = f16x2_mul(a[2 * v + hv][2 * pr], vs[pr]);
-                a[2 * v + hv][2 * pr + 1] = f16x2_mul(a[2 * v + hv][2 * pr + 1], vs[pr]);
+          for (int vv = 0; vv < 4 / kVParts; ++vv)
+#pragma unroll
+            for (int pr = 0; pr < 2; ++pr) {
+              const int v = part * (4 / kVParts) + vv;  // dims 4v..4v+3 of the thread's 16: blocks 2v, 2v + 1
+              const uint32_t x = u4_word(tv[2 * pr], v), y = u4_word(tv[2 * pr + 1], v);
+              // [x.b0, y.b0, x.b1, y.b1]: dims 4v and 4v + 1 of the pair of tokens; then dims 4v + 2, + 3.
+              e4m3x4_to_f16x2x2<kClamp>(__byte_perm(x, y, 0x5140u), a[2 * vv][2 * pr], a[2 * vv][2 * pr + 1]);
+              e4m3x4_to_f16x2x2<kClamp>(__byte_perm(x, y, 0x7362u), a[2 * vv + 1][2 * pr], a[2 * vv + 1][2 * pr + 1]);
+              if constexpr (kDs) {  // each half is one token's value: times that token's scale
+#pragma unroll
+                for (int hv = 0; hv < 2; ++hv) {
+                  a[2 * vv + hv][2 * pr] = f16x2_mul(a[2 * vv + hv][2 * pr], vs[pr]);
+                  a[2 * vv + hv][2 * pr + 1] = f16x2_mul(a[2 * vv + hv][2 * pr + 1], vs[pr]);
+                }
               }
             }
-          }
-        wg_fence();
+          wg_fence();
 #pragma unroll
-        for (int mb = 0; mb < 8; ++mb) WgmmaRSN<N, true>::rs(o[mb], a[mb], dp + (uint32_t(ks * 32) >> 4), 1u);
-        wg_commit();
+          for (int lb = 0; lb < kVBlocks; ++lb)
+            WgmmaRSN<N, true>::rs(o[part * kVBlocks + lb], a[lb], dp + (uint32_t(ks * 32) >> 4), 1u);
+          wg_commit();
+        }
       }
       wg_wait<0>();
 #pragma unroll

@@ -13,7 +13,7 @@
 //   kernel_m64.cuh  "M64": heads as the MMA's M, 48..128 heads over an fp8 cache (in-place dequantisation)
 //   kernel_seesaw.cuh  "seesaw": the same heads, two warpgroups over pairs of tiles (bf16/fp16)
 //   kernel_n.cuh    "N": heads as the MMA's N, 16 or 32 heads
-//   kernel_n_fp8.cuh  "N8": the same shape over a per-tensor fp8 cache, converted in the math warps
+//   kernel_n_fp8.cuh  "N8": the same shape over either fp8 cache, converted in the math warps
 //   combine.cuh     the combine kernel of splits > 1
 #pragma once
 

@@ -26,7 +26,10 @@ pub enum KvFormat<M> {
     /// e4m3 latent values, 4 f32 scales (one per 128 latent values), 64 bf16 rope values.
     /// K = V = bf16(scale_g · e4m3) for the latent (the product in f32, rounded once to bf16, as
     /// FlashMLA's fp8 kernels dequantise), the rope as stored. Queries bf16, output bf16. sm_90, every
-    /// head count it takes.
+    /// head count it takes. Up to 32 query rows (`s_q × heads`) the kernel multiplies the scales in
+    /// as it converts, in fp16: the scale (times a power of two) and the product each rounded to
+    /// fp16's 11 bits instead of once to bf16's 8, within one bf16 step of those values and closer
+    /// to the exact product ([`reference::dequantize_ds_mla_fp16_rounded`](super::reference::dequantize_ds_mla_fp16_rounded)).
     Fp8DsMla,
 }
 
