@@ -1,6 +1,5 @@
-//! MLA decode over fp8 KV caches on the sm90 kernels (16 and 32 heads: the N8 kernel for the
-//! per-tensor cache, the N kernel's raw ring for the 656-byte one; 48..128 heads: the M64 kernel's
-//! in-place dequantisation): numerics against the f64
+//! MLA decode over fp8 KV caches on the sm90 kernels (16 and 32 heads: the N8 kernel for both
+//! formats; 48..128 heads: the M64 kernel's in-place dequantisation): numerics against the f64
 //! CPU reference of the dequantised cache over 40 shapes, every e4m3 code dequantised exactly,
 //! captured replay bit-identical to eager (and reading the per-tensor scale at replay), and a
 //! capture with too small a workspace refused with nothing captured. Skips without a Hopper GPU

@@ -198,7 +198,9 @@ typedef enum GsMlaKvFormat {
    * 4 f32 scales (one per 128 latent values), 64 bf16 rope values. K = V = bf16(scale_g * e4m3)
    * for the latent (the product in f32, rounded once to bf16), the rope as stored. Up to 32 query
    * rows (s_q * num_heads) the sm90 kernel rounds the scale (times a power of two) and the product
-   * to fp16 instead: within one bf16 step of those values, closer to the exact product.
+   * to fp16 instead: within one bf16 step of those values and closer to the exact product, except
+   * values whose group scale is below 2^-20 of their token's (or group's) largest, whose absolute
+   * error stays below 2^-22 of that largest scale (graphsafe's reference module states the bounds).
    */
   GS_MLA_KV_FP8_DS_MLA = 2,
 } GsMlaKvFormat;

@@ -49,10 +49,11 @@ fn sm90_fp8_matches_the_dequantized_reference_over_40_shapes() {
 /// (kernel_n_fp8.cuh): the scale times 2^-E rounded to fp16 (E puts |s| in [64, 128)), the
 /// product rounded to fp16, times 2^E, rounded to bf16.
 fn n8_ds_mla_value(e: f32, s: f32) -> f32 {
+    let pow2 = |x: i32| f32::from_bits(((127 + x) as u32) << 23); // exact, |x| <= 126
     let ex = ((s.abs().to_bits() >> 23) & 0xFF) as i32 - 127 - 6;
     let ex = ex.clamp(-100, 100);
-    let down = half::f16::from_f32(s * 2f32.powi(-ex)).to_f32();
-    bf16::from_f32(half::f16::from_f32(down * e).to_f32() * 2f32.powi(ex)).to_f32()
+    let down = half::f16::from_f32(s * pow2(-ex)).to_f32();
+    bf16::from_f32(half::f16::from_f32(down * e).to_f32() * pow2(ex)).to_f32()
 }
 
 /// One token per request makes the output that token's dequantised V row (softmax weight 1), so
@@ -63,8 +64,10 @@ fn n8_ds_mla_value(e: f32, s: f32) -> f32 {
 fn sm90_fp8_dequantises_every_code_exactly() {
     let Some(stream) = hopper_gpu(SM90) else { return };
     let mut ws = Workspace::new(&stream, 0).unwrap();
-    // 16 heads: the N kernel; 128: the M64 kernel's in-place dequantisation.
-    for (kind, heads) in [(KvFormatKind::Fp8PerTensor, 16), (KvFormatKind::Fp8DsMla, 16), (KvFormatKind::Fp8PerTensor, 128), (KvFormatKind::Fp8DsMla, 128)] {
+    // 16 and 32 heads: the N8 kernel (32: the PV step in two half-step buffers); 128: the M64
+    // kernel's in-place dequantisation.
+    use KvFormatKind::{Fp8DsMla as Ds, Fp8PerTensor as Pt};
+    for (kind, heads) in [(Pt, 16), (Ds, 16), (Pt, 32), (Ds, 32), (Pt, 128), (Ds, 128)] {
         for scale in [1.0f32, 0.375, 1.0 / 3.0, 2f32.powi(-12), 7.5, -0.5] {
             let s = Shape { kind, heads, page: 64, seq_lens: vec![1; 2], splits: None, scale, seed: 900 };
             let mut p = build(&stream, &s);
@@ -238,11 +241,58 @@ fn sm90_ds_mla_scales_over_a_wide_range_match_the_reference() {
         let (qn, qp, kv, pt) = &p.host;
         let hp = HostProblem { q_nope: qn, q_pe: qp, kv, seq_lens: &s.seq_lens, page_table: pt, page_table_stride: p.max_pages, page_size: s.page, num_heads: s.heads, s_q: 1, causal: false, sm_scale: p.sm_scale };
         let (r_out, r_lse) = cpu_decode(&hp).unwrap();
+        // Each request against its own largest output: their scales differ by powers of two.
+        let row = heads * 512;
+        let eo = out.chunks(row).zip(r_out.chunks(row)).fold(0f64, |worst, (o, r)| {
+            let top = r.iter().fold(0f64, |m, &v| m.max(v.abs() as f64)).max(1e-30);
+            worst.max(o.iter().zip(r).fold(0f64, |m, (&a, &b)| m.max((a as f64 - b as f64).abs())) / top)
+        });
+        let el = lse.iter().zip(&r_lse).fold(0f64, |m, (&a, &r)| m.max((a as f64 - r as f64).abs() / (r.abs() as f64 / 100.0).max(1.0)));
+        eprintln!("{heads} heads {:?} splits {splits:?}: out {eo:.2e} (per request) lse {el:.2e}", s.seq_lens);
+        assert!(eo <= 2e-2, "{heads} heads {:?}: output error {eo}", s.seq_lens);
+        assert!(el <= 1e-3, "{heads} heads {:?}: lse error {el}", s.seq_lens);
+    }
+}
+
+/// A 656-byte token whose four group scales are all zero (or tiny) still carries its bf16 rope:
+/// at 16 and 32 heads the N8 kernel's per-token offset 2^-E, which also multiplies the rope, is
+/// floored (2^30), so a rope of 1,000 keeps the scores finite and the decode equals the
+/// reference (an unfloored offset of 2^100 overflowed f32 in the rope's products). Tokens with
+/// scales 0, 2^-130 (subnormal) and 2^-40 in the middle of requests, two splits.
+#[test]
+fn sm90_ds_mla_zero_scale_tokens_keep_their_rope() {
+    let Some(stream) = hopper_gpu(SM90) else { return };
+    let mut ws = Workspace::new(&stream, 0).unwrap();
+    for heads in [16, 32] {
+        let s = Shape { kind: KvFormatKind::Fp8DsMla, heads, page: 64, seq_lens: vec![300, 129], splits: Some(2), scale: 1.0 / 64.0, seed: 7300 + heads as u64 };
+        let mut p = build(&stream, &s);
+        let mut bytes = p.kv.to_host_vec::<u8>(&stream).unwrap();
+        for (b, &len) in s.seq_lens.iter().enumerate() {
+            for (k, tiny) in [0f32, f32::from_bits(1 << 20), 2f32.powi(-40)].into_iter().enumerate() {
+                let pos = (len as usize) * (k + 1) / 4;
+                let row = p.host.3[b * p.max_pages + pos / s.page] as usize * s.page + pos % s.page;
+                let t = &mut bytes[row * DS_MLA_TOKEN_BYTES..(row + 1) * DS_MLA_TOKEN_BYTES];
+                set_group_scales(t, [tiny; 4]);
+                for r in 0..64 {
+                    let v = bf16::from_f32(if r % 2 == 0 { 1000.0 } else { -750.0 });
+                    t[528 + 2 * r..530 + 2 * r].copy_from_slice(&v.to_bits().to_le_bytes());
+                }
+            }
+        }
+        p.kv = DeviceBuffer::from_host(&stream, &bytes).unwrap();
+        p.host.2 = dequantize_ds_mla_fp16_rounded(&bytes).unwrap();
+        decode(&args(&p), &mut ws, &stream).unwrap();
+        let out = bf16_out(&p, &stream);
+        let lse = p.lse.to_host_vec::<f32>(&stream).unwrap();
+        assert!(out.iter().chain(&lse).all(|v| v.is_finite()), "{heads} heads: a zero-scale token made the decode non-finite");
+        let (qn, qp, kv, pt) = &p.host;
+        let hp = HostProblem { q_nope: qn, q_pe: qp, kv, seq_lens: &s.seq_lens, page_table: pt, page_table_stride: p.max_pages, page_size: s.page, num_heads: s.heads, s_q: 1, causal: false, sm_scale: p.sm_scale };
+        let (r_out, r_lse) = cpu_decode(&hp).unwrap();
         let top = r_out.iter().fold(0f64, |m, &v| m.max(v.abs() as f64)).max(1e-30);
         let eo = out.iter().zip(&r_out).fold(0f64, |m, (&a, &r)| m.max((a as f64 - r as f64).abs())) / top;
         let el = lse.iter().zip(&r_lse).fold(0f64, |m, (&a, &r)| m.max((a as f64 - r as f64).abs() / (r.abs() as f64 / 100.0).max(1.0)));
-        eprintln!("{heads} heads {:?} splits {splits:?}: out {eo:.2e} lse {el:.2e}", s.seq_lens);
-        assert!(eo <= 2e-2, "{heads} heads {:?}: output error {eo}", s.seq_lens);
-        assert!(el <= 1e-3, "{heads} heads {:?}: lse error {el}", s.seq_lens);
+        eprintln!("{heads} heads: out {eo:.2e} lse {el:.2e}");
+        assert!(eo <= 2e-2, "{heads} heads: output error {eo}");
+        assert!(el <= 1e-3, "{heads} heads: lse error {el}");
     }
 }

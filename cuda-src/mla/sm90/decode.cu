@@ -73,10 +73,11 @@ int validate(const GsMlaDecodeArgs* a) {
   return GS_OK;
 }
 
-// The tensor maps of a launch: the cache's (bf16: 64 x 64 boxes, 128-byte swizzle; fp8: 64-byte x
-// 32-row boxes, unswizzled, over the cache as [tokens, token bytes]; the N8 kernel's per-tensor fp8:
-// 64-byte x 64-row boxes, 64-byte swizzle), and for the 656-byte format its scales (16 bytes x 32
-// rows) and rope (128 bytes x 32 rows, swizzled as a bf16 block).
+// The tensor maps of a launch: the cache's (bf16: 64 x 64 boxes, 128-byte swizzle; fp8 over the
+// cache as [tokens, token bytes]: for the N8 kernel 64-byte x 64-row boxes, 64-byte swizzle, for
+// the M64 kernel 64-byte x 32-row boxes, unswizzled), and for the 656-byte format its scales (16
+// bytes x 64 rows for N8, x 32 for M64) and for M64 its rope (128 bytes x 32 rows, swizzled as a
+// bf16 block; N8 reads the rope through the cache's map).
 struct Maps {
   CUtensorMap kv, scale, rope;
 };
@@ -92,7 +93,8 @@ struct Maps {
 // Both wait (griddepcontrol.wait) before their first access to memory, so the grid before them has
 // completed and flushed whenever they read; their loads of data an earlier grid may write still go
 // through L2 (ld.global.cg: q, the bf16 producer's page table, kv_scale, the partials; TMA reads L2
-// too), except the fp8 producer's page table, where that measured slower (fp8.cuh, cache_row).
+// too), except the fp8 producers' page tables, where that measured slower (kernel_n_fp8.cuh,
+// produce_raw_ring).
 
 template <int N, bool F16>
 int launch_n(const GsMlaDecodeArgs& a, const Maps& m, const Params& p, cudaStream_t stream) {

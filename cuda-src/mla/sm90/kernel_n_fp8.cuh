@@ -4,6 +4,8 @@
 #pragma once
 
 #include <type_traits>
+#include "graphsafe_kernels/mla.h"
+#include "mla/sm90/fp8.cuh"
 #include "mla/sm90/n_softmax.cuh"
 #include "mla/sm90/split.cuh"
 #include "mla/sm90/wgmma_ops.cuh"
@@ -13,16 +15,18 @@ namespace graphsafe::mla_sm90 {
 // =================================================================================================
 // Kernel "N8": the N kernel's shape (tokens as the MMA's M, heads as its N; one CTA per split and
 // request; two math warpgroups on alternate tiles, merged at the end) with no bf16 copy of a tile.
-// The producer (one thread) streams raw 36 KiB tiles by TMA into a ring of five; each math thread
+// The producer (one thread) streams raw tiles by TMA into a ring (per-tensor: 36 KiB tiles, five
+// slots; 656-byte format: below); each math thread
 // loads its operand bytes from the raw tile and converts them (cvt.rn.f16x2.e4m3x2: exact, one
 // instruction per two values) straight into the A registers of register-sourced wgmmas:
 //   S^T = K.Q^T   A = K, the thread's two token rows, 16 bytes per 64-dim block and row;
 //   O^T = V^T.P^T A = V^T, the thread's 16 dims of four tokens a k16 step, paired by byte_perm.
-// Why: the producer-dequantising design (fp8.cuh: into the bf16 stages the math reads) was
-// slower than bf16 (0.87x at 16 heads 64 x 4096): a stage could be refilled only after its
-// warpgroup released it, so conversion and math added, and the bf16 stages left room for 1.5 raw
-// tiles in flight. Here the conversion runs on the math warps beside their own wgmmas, and the
-// ring holds five raw tiles (184 KiB).
+// Why: the producer-dequantising design it replaced (a producer warpgroup converting into the
+// bf16 stages the math read; removed, docs/design/mla-sm90-compute-bound.md 7.4) was slower than
+// bf16 (0.87x at 16 heads 64 x 4096): a stage could be refilled only after its warpgroup released
+// it, so conversion and math added, and the bf16 stages left room for 1.5 raw tiles in flight.
+// Here the conversion runs on the math warps beside their own wgmmas, and the ring holds four or
+// five raw tiles (164-184 KiB).
 // The math is fp16 x fp16 -> f32: every e4m3 value is an exact fp16, and Q (bf16) is staged as fp16
 // times 2^k_h per head (k_h puts the head's largest |q| in [2^14, 2^15), so bf16's 8 significant
 // bits fit; only values below 2^-28 of the head's largest lose bits), and the scores are scaled
@@ -49,9 +53,11 @@ namespace graphsafe::mla_sm90 {
 //     largest scale of the group needs a larger one, O is rescaled by a power of two, exactly) and V
 //     is s_g(t) . 2^-E_w (fp16) times e; O is scaled back by 2^E_w at the end.
 // So the values enter the math rounded to 11 significant bits (scale, then product) instead of
-// once to bf16's 8: within a bf16 rounding of bf16(s . e) (docs/design/mla-sm90-compute-bound.md
-// 7.4). A scale below 2^-20 of its group's largest in the split goes subnormal in fp16 (an absolute
-// error below 2^-31 of that largest value's magnitude).
+// once to bf16's 8: within a bf16 step of bf16(s . e) (docs/design/mla-sm90-compute-bound.md 7.4),
+// except where the scaled scale or product is an fp16 subnormal (a group scale below 2^-20 of the
+// token's, or for V the group's, largest): an absolute error below 2^-22 of that largest scale
+// (reference.rs, dequantize_ds_mla_fp16_rounded, states the rule the tests hold K to). E_t has a
+// floor of -30 (ds_exponent, below), which keeps a zero-scale token's rope in f32's range.
 // Its raw tile: the eight latent blocks, the rope as two 64-byte blocks (dims 0..31, 32..63), both
 // 64-byte swizzled, then the 64 tokens' 16-byte scale records unswizzled: 41 KiB, four slots.
 // =================================================================================================
@@ -70,6 +76,8 @@ struct N8Layout {
   static constexpr int kFixed = 1024 + kQBytes + 2 * kPBytes + kFloats * 4;
   static constexpr int kSlots = kDs ? 4 : 5;
   static_assert(kRawTile % 1024 == 0, "slots stay 1 KiB aligned (Q's swizzled blocks follow the ring)");
+  static_assert(Fp8Raw<kKvFp8DsMla>::kRopeOff == kNope + 16 && Fp8Raw<kKvFp8DsMla>::kRopeOff + 128 == GS_MLA_DS_MLA_TOKEN_BYTES,
+                "656-byte token: latent, four f32 scales, then the 64 bf16 rope values to its end");
   static constexpr int kBarBytes = (2 * kSlots + 2) * 8;  // full, empty, math, verdict
   static constexpr int kSmem = kFixed + kSlots * kRawTile + kBarBytes;
   static_assert(kSmem + 32 <= 232448, "N8 kernel: shared memory (the static ints included)");
@@ -226,11 +234,17 @@ __device__ __forceinline__ void produce_raw_ring(const CUtensorMap* map, const C
 }
 
 // 656-byte format: the exponent offset of a set of scales whose largest magnitude is m: E with
-// m . 2^-E in [64, 128) (so 448 . m . 2^-E < 65504, fp16's largest), clamped so 2^E and 2^-E are
-// normal floats (a zero, subnormal, infinite or NaN m lands on a bound: the products stay 0, inf
-// or NaN as they are).
+// m . 2^-E in [64, 128) (so 448 . m . 2^-E < 65504, fp16's largest), clamped to [lo, 100] so 2^E
+// and 2^-E are normal floats (a zero, subnormal, infinite or NaN m lands on a bound: the products
+// stay 0, inf or NaN as they are). K's lower bound is higher (kDsKMinExponent): its 2^-E also
+// multiplies the token's bf16 rope, and a token whose scales are all zero or tiny must not push
+// its rope's products (Q's rope is below 2^15) out of f32's range; with 2^30 they stay finite for
+// any rope below 2^70, and such a token's latent (scales below 2^-24) keeps an absolute error
+// below 2^-46 (fp16 subnormals).
+constexpr int kDsKMinExponent = -30, kDsVMinExponent = -100, kDsMaxExponent = 100;
+template <int kLo>
 __device__ __forceinline__ int ds_exponent(float m) {
-  return min(max(int((__float_as_uint(m) >> 23) & 0xFFu) - 127 - 6, -100), 100);
+  return min(max(int((__float_as_uint(m) >> 23) & 0xFFu) - 127 - 6, kLo), kDsMaxExponent);
 }
 __device__ __forceinline__ float pow2f(int e) { return __uint_as_float(uint32_t(127 + e) << 23); }  // |e| <= 126
 // 1 / x for x = pow2f(e), |e| <= 126: the exponent field reflected about 127.
@@ -391,7 +405,9 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
           const float4 s4 = *reinterpret_cast<const float4*>(k_scales(r));
-          row_down[r] = pow2f(-ds_exponent(fmaxf(fmaxf(fabsf(s4.x), fabsf(s4.y)), fmaxf(fabsf(s4.z), fabsf(s4.w)))));
+          // From 0, as the reference folds (fmaxf drops NaNs: all-NaN scales land on the lower bound).
+          const float m = fmaxf(fmaxf(fmaxf(fmaxf(0.f, fabsf(s4.x)), fabsf(s4.y)), fabsf(s4.z)), fabsf(s4.w));
+          row_down[r] = pow2f(-ds_exponent<kDsKMinExponent>(m));
         }
       }
       float sc[R];
@@ -528,7 +544,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         for (int k = 0; k < 16; ++k) m = fmaxf(m, fabsf(v_scale(4 * k + q)));  // token 16 ks + 4 jt + q, k = 4 ks + jt
         m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
         m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
-        const int et = ds_exponent(m);
+        const int et = ds_exponent<kDsVMinExponent>(m);
         if (et > e_run) {  // warp-uniform; O holds no wgmma result in flight (the last tile's waited)
           if (e_run != kNoExponent) {
             const float r = et - e_run > 126 ? 0.f : pow2f(e_run - et);

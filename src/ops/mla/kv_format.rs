@@ -29,7 +29,9 @@ pub enum KvFormat<M> {
     /// head count it takes. Up to 32 query rows (`s_q × heads`) the kernel multiplies the scales in
     /// as it converts, in fp16: the scale (times a power of two) and the product each rounded to
     /// fp16's 11 bits instead of once to bf16's 8, within one bf16 step of those values and closer
-    /// to the exact product ([`reference::dequantize_ds_mla_fp16_rounded`](super::reference::dequantize_ds_mla_fp16_rounded)).
+    /// to the exact product, except values far below their token's largest scale (fp16
+    /// subnormals, a tiny absolute error); the exact rule and bounds:
+    /// [`reference::dequantize_ds_mla_fp16_rounded`](super::reference::dequantize_ds_mla_fp16_rounded).
     Fp8DsMla,
 }
 

@@ -133,10 +133,11 @@ pub fn dequantize_fp8_per_tensor(codes: &[u8], scale: f32) -> Vec<f32> {
 }
 
 /// A DeepSeek V3.2 cache ([tokens, 656] bytes, [`super::KvFormat::Fp8DsMla`]) dequantised to
-/// [tokens, 576] as the kernel defines it: latent value d is `bf16(scale[d / 128] · e4m3)` (the
-/// product in f32, rounded once to bf16: the per-token scales cannot be factored out of Q·K, so K
-/// is dequantised to the tensor cores' bf16, as FlashMLA's fp8 kernels do), the rope the stored
-/// bf16 values.
+/// [tokens, 576] as the kernel defines it from 33 query rows up: latent value d is
+/// `bf16(scale[d / 128] · e4m3)` (the product in f32, rounded once to bf16: the per-token scales
+/// cannot be factored out of Q·K, so K is dequantised to the tensor cores' bf16, as FlashMLA's
+/// fp8 kernels do), the rope the stored bf16 values. Up to 32 rows the sm90 kernel rounds to fp16
+/// instead: [`dequantize_ds_mla_fp16_rounded`].
 /// `InvalidArgument` when `bytes` is not a whole number of tokens.
 pub fn dequantize_ds_mla(bytes: &[u8]) -> Result<Vec<f32>> {
     const TOKEN: usize = super::DS_MLA_TOKEN_BYTES;
@@ -156,14 +157,17 @@ pub fn dequantize_ds_mla(bytes: &[u8]) -> Result<Vec<f32>> {
 
 /// The keys of a DeepSeek V3.2 cache ([tokens, 656] bytes) as the sm90 kernel computes with them
 /// at up to 32 query rows (`s_q × heads`), where it multiplies the scales in while converting, in
-/// fp16: per token, E puts the largest |group scale| in [64, 128) times 2^-E (E in [-100, 100]);
-/// latent value d is `fp16(fp16(scale[d / 128] · 2^-E) · e4m3) · 2^E`, the scale and the product
-/// each rounded to fp16's 11 significant bits (within one bf16 step of
-/// [`dequantize_ds_mla`]'s `bf16(scale · e4m3)`, and closer to the exact product); the rope the
-/// stored bf16 values. Its values (V) round the same way with the exponent of the largest scale of
-/// their 128-dim group over a split's tiles instead of the token's, so V agrees with these to
-/// fp16 rounding (2^-11 relative). More query rows (and the sm100 kernel) compute with
-/// [`dequantize_ds_mla`]'s values.
+/// fp16: per token, E is the power of two that puts its largest |group scale| · 2^-E in [64, 128)
+/// (clamped to [-30, 100]); latent value d is `fp16(fp16(scale[d / 128] · 2^-E) · e4m3) · 2^E`,
+/// the scale and the product each rounded to fp16's 11 significant bits; the rope the stored bf16
+/// values. Where the scaled scale and product are fp16 normals (at least 2^-14) that is within
+/// one bf16 step of [`dequantize_ds_mla`]'s `bf16(scale · e4m3)` and closer to the exact product;
+/// otherwise (a group scale below 2^-20 of its token's largest, or a tiny product) fp16
+/// subnormals round with an absolute error below 2^-25 · 449 · 2^E, i.e. below 2^-22 of the
+/// token's largest scale (2^-46 for a token whose scales are all below 2^-24). Its values (V) round the same way with the
+/// exponent of the largest scale of their 128-dim group over a split's tiles (clamped to
+/// [-100, 100]) instead of the token's, so V agrees with these to fp16 rounding and the same
+/// bounds. More query rows compute with [`dequantize_ds_mla`]'s values.
 /// `InvalidArgument` when `bytes` is not a whole number of tokens.
 pub fn dequantize_ds_mla_fp16_rounded(bytes: &[u8]) -> Result<Vec<f32>> {
     let mut out = dequantize_ds_mla(bytes)?;
@@ -172,13 +176,18 @@ pub fn dequantize_ds_mla_fp16_rounded(bytes: &[u8]) -> Result<Vec<f32>> {
         let s = [scale(0), scale(1), scale(2), scale(3)];
         // f32::max drops NaNs, as the kernel's fmaxf does.
         let m = s.iter().fold(0f32, |m, v| m.max(v.abs()));
-        let e = (((m.to_bits() >> 23) & 0xFF) as i32 - 127 - 6).clamp(-100, 100);
-        let down = s.map(|v| half::f16::from_f32(v * 2f32.powi(-e)).to_f32());
+        let e = (((m.to_bits() >> 23) & 0xFF) as i32 - 127 - 6).clamp(-30, 100);
+        let down = s.map(|v| half::f16::from_f32(v * pow2(-e)).to_f32());
         for (d, v) in row[..LATENT_DIM].iter_mut().enumerate() {
-            *v = half::f16::from_f32(down[d / 128] * e4m3_value(t[d])).to_f32() * 2f32.powi(e);
+            *v = half::f16::from_f32(down[d / 128] * e4m3_value(t[d])).to_f32() * pow2(e);
         }
     }
     Ok(out)
+}
+
+/// 2^e as an f32, exactly (|e| <= 126).
+fn pow2(e: i32) -> f32 {
+    f32::from_bits(((127 + e) as u32) << 23)
 }
 
 /// The GPU reference kernel (`gs_mla_reference`), loaded into one context.
@@ -330,5 +339,12 @@ mod tests {
         // The largest scale lands in [64, 128): 7.5 . 2^-E = 120 (E = -4), exact.
         assert_eq!(f[256 + 0x38], -7.5, "code 0x38 (1.0) of the -7.5 group");
         assert!(dequantize_ds_mla_fp16_rounded(&t[1..]).is_err(), "a partial token is refused");
+        // The offset's floor (2^30): scales of 2^-40 keep 2^-40 . 1.0 exactly, zero scales give 0.
+        for (g, s) in [2f32.powi(-40), 0.0, 2f32.powi(-40), 0.0].iter().enumerate() {
+            t[LATENT_DIM + 4 * g..LATENT_DIM + 4 * g + 4].copy_from_slice(&s.to_le_bytes());
+        }
+        let f = dequantize_ds_mla_fp16_rounded(&t).unwrap();
+        // Codes 0x38 (1.0) at dims 0x38 and 256 + 0x38; dim 128 + 0x38 holds 0xB8 (-1.0).
+        assert_eq!((f[0x38], f[128 + 0x38], f[256 + 0x38]), (2f32.powi(-40), 0.0, 2f32.powi(-40)));
     }
 }
