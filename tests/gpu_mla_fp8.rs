@@ -91,8 +91,7 @@ fn build(stream: &Stream, s: &Shape) -> Problem {
                     bytes.extend_from_slice(&bf16::from_f32(rope[t * 64 + r]).to_bits().to_le_bytes());
                 }
             }
-            // Up to 32 rows the kernel computes with fp16-rounded keys (the reference's documentation).
-            let kv = if s.heads <= 32 { dequantize_ds_mla_fp16_rounded(&bytes) } else { dequantize_ds_mla(&bytes) }.unwrap();
+            let kv = ds_mla_reference_keys(s.heads, &bytes);
             (bytes, kv)
         }
         KvFormatKind::Native => unreachable!("fp8 tests"),
@@ -146,6 +145,44 @@ fn captured_args<'c>(cap: &mut graphsafe::graph::Capture<'_, 'c>, a: &MlaDecodeA
 
 fn bf16_out(p: &Problem, stream: &Stream) -> Vec<f32> {
     p.out.to_host_vec::<u16>(stream).unwrap().into_iter().map(|b| bf16::from_bits(b).to_f32()).collect()
+}
+
+/// The keys the kernel computes with for a 656-byte cache: up to 32 rows fp16-rounded (the
+/// reference's documentation), else bf16(scale · e4m3).
+fn ds_mla_reference_keys(heads: usize, bytes: &[u8]) -> Vec<f32> {
+    if heads <= 32 { dequantize_ds_mla_fp16_rounded(bytes) } else { dequantize_ds_mla(bytes) }.unwrap()
+}
+
+/// Replaces a 656-byte problem's cache with `bytes` (whole tokens, edited on the host) on the
+/// device and in the host reference.
+fn replace_ds_mla_cache(p: &mut Problem, stream: &Stream, bytes: &[u8]) {
+    p.kv = DeviceBuffer::from_host(stream, bytes).unwrap();
+    p.host.2 = ds_mla_reference_keys(p.shape.heads, bytes);
+}
+
+/// Errors of a one-token decode's `out` and `lse` against the f64 CPU reference over `p.host`:
+/// the output's largest error relative to the largest reference value of the whole batch, or of
+/// each request (`per_request`); the LSE's absolute error, relative beyond |lse| = 100 (f32 sums of
+/// 576 products of that size). A request the reference finds empty must have LSE +inf.
+fn reference_errors(p: &Problem, out: &[f32], lse: &[f32], per_request: bool) -> (f64, f64) {
+    let s = &p.shape;
+    let (qn, qp, kv, pt) = &p.host;
+    let hp = HostProblem { q_nope: qn, q_pe: qp, kv, seq_lens: &s.seq_lens, page_table: pt, page_table_stride: p.max_pages, page_size: s.page, num_heads: s.heads, s_q: 1, causal: false, sm_scale: p.sm_scale };
+    let (r_out, r_lse) = cpu_decode(&hp).unwrap();
+    let chunk = if per_request { s.heads * 512 } else { r_out.len() };
+    let eo = out.chunks(chunk).zip(r_out.chunks(chunk)).fold(0f64, |worst, (o, r)| {
+        let top = r.iter().fold(0f64, |m, &v| m.max(v.abs() as f64)).max(1e-30);
+        worst.max(o.iter().zip(r).fold(0f64, |m, (&a, &b)| m.max((a as f64 - b as f64).abs())) / top)
+    });
+    let mut el = 0f64;
+    for (&a, &r) in lse.iter().zip(&r_lse) {
+        if r == f32::INFINITY {
+            assert_eq!(a, f32::INFINITY, "{s:?}: an empty request's lse");
+        } else {
+            el = el.max((a as f64 - r as f64).abs() / (r.abs() as f64 / 100.0).max(1.0));
+        }
+    }
+    (eo, el)
 }
 
 /// Rewrites, on the device, token 0 of the first page of each request in `requests`: `edit` gets

@@ -199,8 +199,9 @@ typedef enum GsMlaKvFormat {
    * for the latent (the product in f32, rounded once to bf16), the rope as stored. Up to 32 query
    * rows (s_q * num_heads) the sm90 kernel rounds the scale (times a power of two) and the product
    * to fp16 instead: within one bf16 step of those values and closer to the exact product, except
-   * values whose group scale is below 2^-20 of their token's (or group's) largest, whose absolute
-   * error stays below 2^-22 of that largest scale (graphsafe's reference module states the bounds).
+   * where those fall below fp16's normals (a group scale below 2^-20 of its token's or group's
+   * largest, or a tiny product): there the absolute error stays below 2^-22 of that largest scale
+   * (graphsafe's reference module states the bounds).
    */
   GS_MLA_KV_FP8_DS_MLA = 2,
 } GsMlaKvFormat;

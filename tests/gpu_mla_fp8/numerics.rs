@@ -17,20 +17,7 @@ fn sm90_fp8_matches_the_dequantized_reference_over_40_shapes() {
         assert_eq!(plan.kv_format, s.kind);
         let out = bf16_out(&p, &stream);
         let lse = p.lse.to_host_vec::<f32>(&stream).unwrap();
-        let (qn, qp, kv, pt) = &p.host;
-        let hp = HostProblem { q_nope: qn, q_pe: qp, kv, seq_lens: &s.seq_lens, page_table: pt, page_table_stride: p.max_pages, page_size: s.page, num_heads: s.heads, s_q: 1, causal: false, sm_scale: p.sm_scale };
-        let (r_out, r_lse) = cpu_decode(&hp).unwrap();
-        let scale = r_out.iter().fold(0f64, |m, &v| m.max(v.abs() as f64)).max(1e-30);
-        let eo = out.iter().zip(&r_out).fold(0f64, |m, (&a, &r)| m.max((a as f64 - r as f64).abs())) / scale;
-        let mut el = 0f64;
-        for (&a, &r) in lse.iter().zip(&r_lse) {
-            if r == f32::INFINITY {
-                assert_eq!(a, f32::INFINITY, "{s:?}: an empty request's lse");
-            } else {
-                // Absolute, relative beyond |lse| = 100 (f32 sums of 576 products of that size).
-                el = el.max((a as f64 - r as f64).abs() / (r.abs() as f64 / 100.0).max(1.0));
-            }
-        }
+        let (eo, el) = reference_errors(&p, &out, &lse, false);
         eprintln!("{} h={} page={} B={} max_seq={} splits={} scale={}: out {eo:.2e} lse {el:.2e}", s.kind, s.heads, s.page, p.batch, p.max_seq, plan.num_splits, s.scale);
         assert!(eo <= 2e-2, "{s:?}: output error {eo}");
         assert!(el <= 1e-3, "{s:?}: lse error {el}");
@@ -233,21 +220,12 @@ fn sm90_ds_mla_scales_over_a_wide_range_match_the_reference() {
             }
             set_group_scales(t, groups);
         }
-        p.kv = DeviceBuffer::from_host(&stream, &bytes).unwrap();
-        p.host.2 = dequantize_ds_mla_fp16_rounded(&bytes).unwrap();
+        replace_ds_mla_cache(&mut p, &stream, &bytes);
         decode(&args(&p), &mut ws, &stream).unwrap();
         let out = bf16_out(&p, &stream);
         let lse = p.lse.to_host_vec::<f32>(&stream).unwrap();
-        let (qn, qp, kv, pt) = &p.host;
-        let hp = HostProblem { q_nope: qn, q_pe: qp, kv, seq_lens: &s.seq_lens, page_table: pt, page_table_stride: p.max_pages, page_size: s.page, num_heads: s.heads, s_q: 1, causal: false, sm_scale: p.sm_scale };
-        let (r_out, r_lse) = cpu_decode(&hp).unwrap();
         // Each request against its own largest output: their scales differ by powers of two.
-        let row = heads * 512;
-        let eo = out.chunks(row).zip(r_out.chunks(row)).fold(0f64, |worst, (o, r)| {
-            let top = r.iter().fold(0f64, |m, &v| m.max(v.abs() as f64)).max(1e-30);
-            worst.max(o.iter().zip(r).fold(0f64, |m, (&a, &b)| m.max((a as f64 - b as f64).abs())) / top)
-        });
-        let el = lse.iter().zip(&r_lse).fold(0f64, |m, (&a, &r)| m.max((a as f64 - r as f64).abs() / (r.abs() as f64 / 100.0).max(1.0)));
+        let (eo, el) = reference_errors(&p, &out, &lse, true);
         eprintln!("{heads} heads {:?} splits {splits:?}: out {eo:.2e} (per request) lse {el:.2e}", s.seq_lens);
         assert!(eo <= 2e-2, "{heads} heads {:?}: output error {eo}", s.seq_lens);
         assert!(el <= 1e-3, "{heads} heads {:?}: lse error {el}", s.seq_lens);
@@ -279,18 +257,12 @@ fn sm90_ds_mla_zero_scale_tokens_keep_their_rope() {
                 }
             }
         }
-        p.kv = DeviceBuffer::from_host(&stream, &bytes).unwrap();
-        p.host.2 = dequantize_ds_mla_fp16_rounded(&bytes).unwrap();
+        replace_ds_mla_cache(&mut p, &stream, &bytes);
         decode(&args(&p), &mut ws, &stream).unwrap();
         let out = bf16_out(&p, &stream);
         let lse = p.lse.to_host_vec::<f32>(&stream).unwrap();
         assert!(out.iter().chain(&lse).all(|v| v.is_finite()), "{heads} heads: a zero-scale token made the decode non-finite");
-        let (qn, qp, kv, pt) = &p.host;
-        let hp = HostProblem { q_nope: qn, q_pe: qp, kv, seq_lens: &s.seq_lens, page_table: pt, page_table_stride: p.max_pages, page_size: s.page, num_heads: s.heads, s_q: 1, causal: false, sm_scale: p.sm_scale };
-        let (r_out, r_lse) = cpu_decode(&hp).unwrap();
-        let top = r_out.iter().fold(0f64, |m, &v| m.max(v.abs() as f64)).max(1e-30);
-        let eo = out.iter().zip(&r_out).fold(0f64, |m, (&a, &r)| m.max((a as f64 - r as f64).abs())) / top;
-        let el = lse.iter().zip(&r_lse).fold(0f64, |m, (&a, &r)| m.max((a as f64 - r as f64).abs() / (r.abs() as f64 / 100.0).max(1.0)));
+        let (eo, el) = reference_errors(&p, &out, &lse, false);
         eprintln!("{heads} heads: out {eo:.2e} lse {el:.2e}");
         assert!(eo <= 2e-2, "{heads} heads: output error {eo}");
         assert!(el <= 1e-3, "{heads} heads: lse error {el}");

@@ -12,18 +12,14 @@ namespace graphsafe::mla_sm90 {
 
 enum KvFormat : int { kKvNative = 0, kKvFp8PerTensor = 1, kKvFp8DsMla = 2 };
 
-// Raw half-tile (32 tokens) of each fp8 format, as the M64 producer's TMA boxes write it: the latent
-// (and for the per-tensor format the rope) as 64-byte column blocks of 32 rows (block c = dims
-// 64c..64c+63, row-major, unswizzled), then for the 656-byte format the 32 rows' 16-byte scales.
+// The raw tile of each fp8 format as the M64 producer's TMA boxes write it, in halves of 32 rows:
+// the latent (and for the per-tensor format the rope) as 64-byte column blocks (block c = dims
+// 64c..64c+63, row-major, unswizzled), then for the 656-byte format the rows' 16-byte scales.
 template <int KV>
 struct Fp8Raw {
   static_assert(KV == kKvFp8PerTensor || KV == kKvFp8DsMla, "fp8 formats only");
-  static constexpr int kHalf = kTileS / 2;                       // tokens per raw slot
-  static constexpr int kBoxBytes = kHalf * 64;                   // one 64-column block of a half: 2 KiB
+  static constexpr int kHalf = kTileS / 2;                          // rows per TMA box
   static constexpr int kLatBlocks = KV == kKvFp8PerTensor ? 9 : 8;  // blocks converted by the producer
-  static constexpr int kScaleOff = kLatBlocks * kBoxBytes;
-  static constexpr int kBytes = kScaleOff + (KV == kKvFp8DsMla ? kHalf * 16 : 0);  // a multiple of 128
-  static constexpr int kTokenBytes = KV == kKvFp8PerTensor ? kDim : 656;
   static constexpr int kRopeOff = 528;  // 656-byte format: 64 bf16 rope values after latent + scales
 };
 

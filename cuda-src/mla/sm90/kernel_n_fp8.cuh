@@ -55,9 +55,10 @@ namespace graphsafe::mla_sm90 {
 // So the values enter the math rounded to 11 significant bits (scale, then product) instead of
 // once to bf16's 8: within a bf16 step of bf16(s . e) (docs/design/mla-sm90-compute-bound.md 7.4),
 // except where the scaled scale or product is an fp16 subnormal (a group scale below 2^-20 of the
-// token's, or for V the group's, largest): an absolute error below 2^-22 of that largest scale
-// (reference.rs, dequantize_ds_mla_fp16_rounded, states the rule the tests hold K to). E_t has a
-// floor of -30 (ds_exponent, below), which keeps a zero-scale token's rope in f32's range.
+// token's, or for V the group's, largest, or a tiny product): an absolute error below 2^-22 of that
+// largest scale (reference.rs, dequantize_ds_mla_fp16_rounded, states the rule the tests hold K
+// to). E_t has a floor of -30 (ds_exponent, below), which keeps a zero-scale token's rope in f32's
+// range.
 // Its raw tile: the eight latent blocks, the rope as two 64-byte blocks (dims 0..31, 32..63), both
 // 64-byte swizzled, then the 64 tokens' 16-byte scale records unswizzled: 41 KiB, four slots.
 // =================================================================================================
@@ -254,11 +255,6 @@ __device__ __forceinline__ uint32_t f16x2_mul(uint32_t a, uint32_t b) {
   asm("mul.rn.f16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
   return d;
 }
-__device__ __forceinline__ uint32_t bf16x2_mul_rn(uint32_t a, uint32_t b) {
-  uint32_t d;
-  asm("mul.rn.bf16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
-  return d;
-}
 // The e_run of a warpgroup that has seen no tile (its O is zero).
 constexpr int kNoExponent = -1000;
 
@@ -437,10 +433,10 @@ __global__ void __launch_bounds__(kThreads, 1)
           if constexpr (kDs) rope_down[0] = pack2<false>(row_down[0], row_down[0]), rope_down[1] = pack2<false>(row_down[1], row_down[1]);
 #pragma unroll
           for (int j = 0; j < 4; ++j) {
-            a[j][0] = bf16x2_mul_rn(u4_word(j < 2 ? x0 : y0, (2 * j) & 3), rope_down[0]);
-            a[j][2] = bf16x2_mul_rn(u4_word(j < 2 ? x0 : y0, (2 * j + 1) & 3), rope_down[0]);
-            a[j][1] = bf16x2_mul_rn(u4_word(j < 2 ? x1 : y1, (2 * j) & 3), rope_down[1]);
-            a[j][3] = bf16x2_mul_rn(u4_word(j < 2 ? x1 : y1, (2 * j + 1) & 3), rope_down[1]);
+            a[j][0] = bf16x2_mul(u4_word(j < 2 ? x0 : y0, (2 * j) & 3), rope_down[0]);
+            a[j][2] = bf16x2_mul(u4_word(j < 2 ? x0 : y0, (2 * j + 1) & 3), rope_down[0]);
+            a[j][1] = bf16x2_mul(u4_word(j < 2 ? x1 : y1, (2 * j) & 3), rope_down[1]);
+            a[j][3] = bf16x2_mul(u4_word(j < 2 ? x1 : y1, (2 * j + 1) & 3), rope_down[1]);
           }
         } else {
 #pragma unroll

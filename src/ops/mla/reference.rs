@@ -339,6 +339,29 @@ mod tests {
         // The largest scale lands in [64, 128): 7.5 . 2^-E = 120 (E = -4), exact.
         assert_eq!(f[256 + 0x38], -7.5, "code 0x38 (1.0) of the -7.5 group");
         assert!(dequantize_ds_mla_fp16_rounded(&t[1..]).is_err(), "a partial token is refused");
+        // The stated bounds, group scales from the token's largest down to 2^-30 of it, every
+        // code: where the scaled scale or product is an fp16 subnormal, an absolute error below
+        // 2^-22 of that largest scale; within a bf16 step wherever both are normals.
+        for k in 0..=30 {
+            let big = 3.0f32;
+            let small = big * 2f32.powi(-k) * 0.7;
+            for (g, s) in [big, small, -small, small * 0.55].iter().enumerate() {
+                t[LATENT_DIM + 4 * g..LATENT_DIM + 4 * g + 4].copy_from_slice(&s.to_le_bytes());
+            }
+            let (b, f) = (dequantize_ds_mla(&t).unwrap(), dequantize_ds_mla_fp16_rounded(&t).unwrap());
+            for d in 128..LATENT_DIM {
+                let s = f32::from_le_bytes(t[LATENT_DIM + 4 * (d / 128)..LATENT_DIM + 4 * (d / 128) + 4].try_into().unwrap());
+                let exact = e4m3_value(t[d]) as f64 * s as f64;
+                // 2^-10 relative (two fp16 roundings) or 2^-22 of the largest scale absolute.
+                let bound = (exact.abs() * 2f64.powi(-10)).max(big as f64 * 2f64.powi(-22));
+                assert!((f[d] as f64 - exact).abs() <= bound, "scale ratio 2^-{k}, dim {d}: {} against {exact}", f[d]);
+                // 2^-E = 32 here (3 . 32 in [64, 128)): both scaled values fp16 normals.
+                if s.abs() * 32.0 >= 2f32.powi(-14) && exact.abs() * 32.0 >= 2f64.powi(-14) {
+                    let ulp = |v: f32| half::bf16::from_f32(v.abs()).to_bits() as i32;
+                    assert!((ulp(b[d]) - ulp(f[d])).abs() <= 1, "scale ratio 2^-{k}, dim {d}: {} against bf16 {}", f[d], b[d]);
+                }
+            }
+        }
         // The offset's floor (2^30): scales of 2^-40 keep 2^-40 . 1.0 exactly, zero scales give 0.
         for (g, s) in [2f32.powi(-40), 0.0, 2f32.powi(-40), 0.0].iter().enumerate() {
             t[LATENT_DIM + 4 * g..LATENT_DIM + 4 * g + 4].copy_from_slice(&s.to_le_bytes());
