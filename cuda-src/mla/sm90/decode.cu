@@ -11,16 +11,14 @@
 //     split, request); the tiles in pairs, each warpgroup computes S = Q.K^T (wgmma m64n64k16, Q
 //     resident in shared memory) and the softmax of one tile of the pair and owns half of O's
 //     columns, so one's softmax runs under the other's wgmma.
-//   * More than 32 rows, fp8 cache ("M64", kernel_m64.cuh): the same CTA; warpgroup 0 computes S and
-//     the online softmax and writes P into the tile's dead rope block; both warpgroups accumulate
-//     half of O = P.V each (wgmma m64n256k16, V read MN-major from the same tile).
+//   * More than 32 rows, fp8 cache: the same seesaw kernel over bf16 stages that its producer
+//     warpgroup fills by converting the raw codes (16-byte loads into registers, fp8.cuh).
 //   * Up to 32 rows ("N"): tokens as M, rows as N (wgmma m64n16/m64n32, rows padded to 16 or 32
 //     with zero queries); the two warpgroups take alternate tiles and merge at the end.
 //   * splits > 1: partial O (in the output dtype) and fp32 LSE to the workspace, then the combine kernel.
 //   * fp8 caches (bf16 queries), either format, up to 32 rows ("N8", kernel_n_fp8.cuh): no bf16
 //     stages; a ring of raw tiles that the math warps convert straight into the A registers of
-//     fp16 wgmmas (the 656-byte format's group scales multiplied in as they convert); more rows:
-//     M64, the raw tile dequantised in its own stage (fp8.cuh).
+//     fp16 wgmmas (the 656-byte format's group scales multiplied in as they convert).
 // No allocation, no legacy stream, no atomics: deterministic and capturable.
 #include <atomic>
 #include <climits>
@@ -74,19 +72,19 @@ int validate(const GsMlaDecodeArgs* a) {
 }
 
 // The tensor maps of a launch: the cache's (bf16: 64 x 64 boxes, 128-byte swizzle; fp8 over the
-// cache as [tokens, token bytes]: for the N8 kernel 64-byte x 64-row boxes, 64-byte swizzle, for
-// the M64 kernel 64-byte x 32-row boxes, unswizzled), and for the 656-byte format its scales (16
-// bytes x 64 rows for N8, x 32 for M64) and for M64 its rope (128 bytes x 32 rows, swizzled as a
-// bf16 block; N8 reads the rope through the cache's map).
+// cache as [tokens, token bytes]: for the N8 kernel 64-byte x 64-row boxes, 64-byte swizzle), for
+// the N8 kernel's 656-byte format its scales (16 bytes x 64 rows), and for the seesaw kernel's
+// 656-byte format its bf16 rope (128 bytes x 64 rows, swizzled as a bf16 block; the seesaw
+// kernel's fp8 feed loads the codes without a map).
 struct Maps {
-  CUtensorMap kv, scale, rope;
+  CUtensorMap kv, scale;
 };
 
 // Launches with programmatic stream serialization (launch_pdl, common/launch.cuh) for the N kernel
 // (16/32 heads) and the combine after it, the memory-bound path: each grid's CTAs are then launched
 // onto SMs as the previous grid's CTAs exit, instead of after that whole grid has completed (H200,
 // graphs of 10 decodes: 16 heads 64 x 4096 86.7 -> 84.6 us, 32 heads 95.1 -> 91.5, 16 heads
-// 16 x 16384 87.6 -> 85.3, 1 x 65536 unchanged). The seesaw and M64 kernels are launched plainly:
+// 16 x 16384 87.6 -> 85.3, 1 x 65536 unchanged). The seesaw kernel is launched plainly:
 // with PDL they measured slower at 128 heads (1 x 65536: 62.2 against 57.3 us with an L2 prefetch
 // before the wait; 16 x 16384 125.0 against 120.1 us waiting at entry with no prefetch;
 // docs/notes/2026-12-performance-log.md).
@@ -125,25 +123,21 @@ int launch_n_format(const GsMlaDecodeArgs& a, const Maps& m, const Params& p, cu
 }
 
 template <bool F16, int KV>
-int launch_m64(const GsMlaDecodeArgs& a, const Maps& m, const Params& p, cudaStream_t stream) {
-  constexpr auto k = mla_sm90_m64_kernel<F16, KV>;
-  if (int st = ensure_smem<k>(a.device, kM64Smem); st != GS_OK) return st;
-  k<<<dim3((p.rows + 63) / 64, a.num_splits, a.batch), dim3(kThreads), kM64Smem, stream>>>(m.kv, m.scale, m.rope, p);
-  return GS_OK;
-}
-
-// More than 32 query rows: the seesaw kernel for a bf16/fp16 cache, the M64 kernel (in-place
-// dequantisation) for an fp8 one; a CTA a 64-row group.
-template <bool F16>
-int launch_head_groups(const GsMlaDecodeArgs& a, const Maps& m, const Params& p, cudaStream_t stream) {
-  if constexpr (!F16) {
-    if (a.kv_format == GS_MLA_KV_FP8_PER_TENSOR) return launch_m64<false, kKvFp8PerTensor>(a, m, p, stream);
-    if (a.kv_format == GS_MLA_KV_FP8_DS_MLA) return launch_m64<false, kKvFp8DsMla>(a, m, p, stream);
-  }
-  constexpr auto k = mla_sm90_seesaw_kernel<F16>;
+int launch_seesaw(const GsMlaDecodeArgs& a, const Maps& m, const Params& p, cudaStream_t stream) {
+  constexpr auto k = mla_sm90_seesaw_kernel<F16, KV>;
   if (int st = ensure_smem<k>(a.device, kSeesawSmem); st != GS_OK) return st;
   k<<<dim3((p.rows + 63) / 64, a.num_splits, a.batch), dim3(kThreads), kSeesawSmem, stream>>>(m.kv, p);
   return GS_OK;
+}
+
+// More than 32 query rows: the seesaw kernel, a CTA a 64-row group, over any cache format.
+template <bool F16>
+int launch_head_groups(const GsMlaDecodeArgs& a, const Maps& m, const Params& p, cudaStream_t stream) {
+  if constexpr (!F16) {
+    if (a.kv_format == GS_MLA_KV_FP8_PER_TENSOR) return launch_seesaw<false, kKvFp8PerTensor>(a, m, p, stream);
+    if (a.kv_format == GS_MLA_KV_FP8_DS_MLA) return launch_seesaw<false, kKvFp8DsMla>(a, m, p, stream);
+  }
+  return launch_seesaw<F16, kKvNative>(a, m, p, stream);
 }
 
 // Up to 32 query rows (s_q x heads) run the N kernel (rows as the MMA's N, padded to 16 or 32, one
@@ -242,6 +236,7 @@ extern "C" int gs_mla_sm90_decode(const GsMlaDecodeArgs* args, void* workspace, 
   }
   p.scale_log2 = a.sm_scale * kLog2e;
   p.kv_scale = a.kv_scale;
+  p.kv_cache = static_cast<const uint8_t*>(a.kv_cache);
 
   EncodeTiled encode = nullptr;
   if (int st = encode_fn(&encode); st != GS_OK) return st;
@@ -257,31 +252,28 @@ extern "C" int gs_mla_sm90_decode(const GsMlaDecodeArgs* args, void* workspace, 
                   const_cast<void*>(a.kv_cache), dims, strides, box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
                   swizzle, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
   };
-  Maps maps;
+  Maps maps{};
   bool ok = true;
   if (a.kv_format == GS_MLA_KV_NATIVE) {
     ok = encode_map(&maps.kv, false, kDim, 64, kTileS, CU_TENSOR_MAP_SWIZZLE_128B);
-    maps.scale = maps.rope = maps.kv;
+    maps.scale = maps.kv;
   } else {
     const cuuint64_t row = a.kv_format == GS_MLA_KV_FP8_DS_MLA ? GS_MLA_DS_MLA_TOKEN_BYTES : kDim;
+    const bool ds = a.kv_format == GS_MLA_KV_FP8_DS_MLA;
     if (runs_n_kernel(int64_t(a.s_q) * a.num_heads)) {
       // The N8 kernel: whole 64-row tiles of 64-byte column blocks, 64-byte swizzled; the 656-byte
       // format's scale records as 16-byte x 64-row boxes.
       ok = encode_map(&maps.kv, true, row, 64, kTileS, CU_TENSOR_MAP_SWIZZLE_64B);
-      if (a.kv_format == GS_MLA_KV_FP8_DS_MLA) {
+      if (ds) {
         ok = ok && encode_map(&maps.scale, true, row, 16, kTileS, CU_TENSOR_MAP_SWIZZLE_NONE);
       } else {
         maps.scale = maps.kv;
       }
-      maps.rope = maps.kv;
-    } else {  // the M64 kernel: 64-byte x 32-row boxes, unswizzled
-      ok = encode_map(&maps.kv, true, row, 64, kTileS / 2, CU_TENSOR_MAP_SWIZZLE_NONE);
-      if (a.kv_format == GS_MLA_KV_FP8_DS_MLA) {
-        ok = ok && encode_map(&maps.scale, true, row, 16, kTileS / 2, CU_TENSOR_MAP_SWIZZLE_NONE) &&
-             encode_map(&maps.rope, true, row, 128, kTileS / 2, CU_TENSOR_MAP_SWIZZLE_128B);
-      } else {
-        maps.scale = maps.rope = maps.kv;
-      }
+    } else if (ds) {
+      // The seesaw kernel: the 656-byte format's rope, 128 bytes x 64 rows into a bf16 block (the
+      // per-tensor format needs no map: the kernel never reads its parameter then).
+      ok = encode_map(&maps.kv, true, row, 128, kTileS, CU_TENSOR_MAP_SWIZZLE_128B);
+      maps.scale = maps.kv;
     }
   }
   if (!ok) return GS_ERR_INVALID_ARGUMENT;

@@ -77,7 +77,7 @@ struct N8Layout {
   static constexpr int kFixed = 1024 + kQBytes + 2 * kPBytes + kFloats * 4;
   static constexpr int kSlots = kDs ? 4 : 5;
   static_assert(kRawTile % 1024 == 0, "slots stay 1 KiB aligned (Q's swizzled blocks follow the ring)");
-  static_assert(Fp8Raw<kKvFp8DsMla>::kRopeOff == kNope + 16 && Fp8Raw<kKvFp8DsMla>::kRopeOff + 128 == GS_MLA_DS_MLA_TOKEN_BYTES,
+  static_assert(kDsRopeOff == kNope + 16 && kDsRopeOff + 128 == GS_MLA_DS_MLA_TOKEN_BYTES,
                 "656-byte token: latent, four f32 scales, then the 64 bf16 rope values to its end");
   static constexpr int kBarBytes = (2 * kSlots + 2) * 8;  // full, empty, math, verdict
   static constexpr int kSmem = kFixed + kSlots * kRawTile + kBarBytes;
@@ -227,7 +227,7 @@ __device__ __forceinline__ void produce_raw_ring(const CUtensorMap* map, const C
     const uint32_t dst = ring + s * L::kRawTile;
 #pragma unroll
     for (int c = 0; c < L::kRawBlocks; ++c) {
-      const int x = !L::kDs || c < 8 ? c * 64 : Fp8Raw<kKvFp8DsMla>::kRopeOff + (c - 8) * 64;
+      const int x = !L::kDs || c < 8 ? c * 64 : kDsRopeOff + (c - 8) * 64;
       tma_load_2d_evict_first(dst + c * L::kRawBlock, map, x, row, full0 + 8 * s);
     }
     if constexpr (L::kDs) tma_load_2d_evict_first(dst + L::kScaleOff, scale_map, kNope, row, full0 + 8 * s);

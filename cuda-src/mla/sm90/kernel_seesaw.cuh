@@ -1,7 +1,8 @@
-// The sm90 MLA split kernel "seesaw" (more than 32 query rows, bf16/fp16 KV), docs/design/mla-sm90-compute-bound.md
-// §5.
+// The sm90 MLA split kernel "seesaw" (more than 32 query rows, every cache format),
+// docs/design/mla-sm90-compute-bound.md §5 (bf16/fp16) and §7.3.2 (fp8).
 #pragma once
 
+#include "mla/sm90/fp8.cuh"
 #include "mla/sm90/split.cuh"
 #include "mla/sm90/wgmma_ops.cuh"
 
@@ -20,6 +21,8 @@ namespace graphsafe::mla_sm90 {
 //        alpha_B + P_B.V_B,R (RS).
 //   WG2: one thread streams the tiles by 64-column box, each box with its own full barrier; each
 //        box group is refilled once its last reader released it (the four release groups below).
+//        Over an fp8 cache all 128 threads convert the boxes into the same stages instead, in the
+//        same order under the same releases (produce_fp8_seesaw, fp8.cuh).
 //
 // Lazy maximum: the running max moves only when a row max exceeds it by more than kLazyTau (log2
 // units), so alpha is exactly 1 in the common case and the O rescales are skipped per warp.
@@ -89,8 +92,13 @@ __device__ __forceinline__ void produce_tiles_seesaw(const CUtensorMap* map, con
   }
 }
 
-template <bool F16>
+// KV: the cache's format. An fp8 cache (bf16 queries) is fed by produce_fp8_seesaw (fp8.cuh) into
+// the same bf16 stages; the per-tensor format's scale multiplies the scores and the output.
+// kv_map: the bf16 cache's boxes, or the 656-byte format's rope boxes (unread for per-tensor fp8).
+template <bool F16, int KV>
 __global__ void __launch_bounds__(kThreads, 1) mla_sm90_seesaw_kernel(const __grid_constant__ CUtensorMap kv_map, const Params p) {
+  static_assert(KV == kKvNative || !F16, "fp8 caches take bf16 queries");
+  constexpr bool kFp8 = KV != kKvNative;
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = smem_base_1k(smem_raw);
   const int tid = threadIdx.x;
@@ -118,11 +126,22 @@ __global__ void __launch_bounds__(kThreads, 1) mla_sm90_seesaw_kernel(const __gr
   const uint32_t e0l = rel0, e0r = rel0 + 8, e1r = rel0 + 16, e1l = rel0 + 24, a_ready = ready0, b_ready = ready0 + 8;
   const uint32_t sq_a = smem_u32(sq), skv_a = smem_u32(skv);
 
-  if (!enter_roles_with<kSeesawPairs, kMathRegs, kProducerRegs>(
-          tid, bars, {1u, 1u, 1u, 1u, 1u, 1u, 1u, 1u, 1u, 128u, 128u, 128u}, 0u, [&](int pt) {
-            if (pt == 0) produce_tiles_seesaw(&kv_map, p, b, sr, skv_a, full0, rel0, math_bar);  // math_bar phase 0: Q staged
-          }))
-    return;
+  if constexpr (kFp8) {
+    constexpr int kFmt = kFp8 ? KV : kKvFp8PerTensor;
+    using F = SeesawFp8<kFmt>;
+    // A full barrier: every feed thread's arrival; the 656-byte format's rope box: its TMA's.
+    constexpr uint32_t f = 128u, f8 = F::kDs ? 1u : 128u;
+    if (!enter_roles_with<kSeesawPairs, F::kMathRegs, F::kProducerRegs>(
+            tid, bars, {f, f, f, f, f, f, f, f, f8, 128u, 128u, 128u}, 0u,
+            [&](int pt) { produce_fp8_seesaw<kFmt>(&kv_map, p, b, sr, skv, full0, rel0, math_bar, pt); }))
+      return;
+  } else {
+    if (!enter_roles_with<kSeesawPairs, kMathRegs, kProducerRegs>(
+            tid, bars, {1u, 1u, 1u, 1u, 1u, 1u, 1u, 1u, 1u, 128u, 128u, 128u}, 0u, [&](int pt) {
+              if (pt == 0) produce_tiles_seesaw(&kv_map, p, b, sr, skv_a, full0, rel0, math_bar);  // math_bar phase 0: Q staged
+            }))
+      return;
+  }
 
   uint32_t math_phase = 0;
   load_q<64, kMathThreads>(sq, p, b, row0, rows, tid);
@@ -133,7 +152,12 @@ __global__ void __launch_bounds__(kThreads, 1) mla_sm90_seesaw_kernel(const __gr
   const int lane = tid & 31, q = lane & 3;
   const int r0 = (wt >> 5) * 16 + (lane >> 2), r1 = r0 + 8;  // accumulator rows (query rows row0 + r)
   const int keys0 = row_keys(p, sr.seq, row0 + r0), keys1 = row_keys(p, sr.seq, row0 + r1);  // causal limits
-  const float sl2 = p.scale_log2;
+  // The per-tensor fp8 scale multiplies every K and V (the stages hold the codes' exact values):
+  // applied to the scores before they are masked and their maximum taken (the scale is device data,
+  // maybe negative), and to the output's normalisation.
+  const float kv_scale = KV == kKvFp8PerTensor ? __ldg(p.kv_scale) : 1.f;
+  const float score_scale = p.scale_log2 * kv_scale;        // per-tensor fp8: the scores' factor
+  const float sl2 = KV == kKvFp8PerTensor ? 1.f : p.scale_log2;  // what the softmax multiplies by
   const uint64_t dq = sw128_desc(sq_a, 16, 1024);
   float o[128];
 #pragma unroll
@@ -150,6 +174,9 @@ __global__ void __launch_bounds__(kThreads, 1) mla_sm90_seesaw_kernel(const __gr
     for (int n = 0; n < kBlocks; ++n) {
       const int c = order[n];
       mbar_wait(full0 + 16 * c + 8 * bf, (t >> 1) & 1);
+      // The fp8 feed stores through the generic proxy and fences nothing (a fence there waits for
+      // its loads in flight); the reader fences after acquiring the box, before its wgmmas.
+      if constexpr (kFp8) fence_proxy_async();
       wg_fence();
 #pragma unroll
       for (int k = 0; k < 4; ++k) {
@@ -169,6 +196,10 @@ __global__ void __launch_bounds__(kThreads, 1) mla_sm90_seesaw_kernel(const __gr
     const int base = (sr.tile0 + t) * kTileS;
     const int v0 = keys0 - base, v1 = keys1 - base;
     float mx0 = -INFINITY, mx1 = -INFINITY;
+    if constexpr (KV == kKvFp8PerTensor) {
+#pragma unroll
+      for (int k = 0; k < 32; ++k) sc[k] *= score_scale;
+    }
     if (min(v0, v1) < kTileS) {
 #pragma unroll
       for (int j = 0; j < 8; ++j) {
@@ -379,7 +410,8 @@ __global__ void __launch_bounds__(kThreads, 1) mla_sm90_seesaw_kernel(const __gr
   }
   mbar_sync(math_bar, math_phase);
   const float lt0 = s_l[r0] + s_l[64 + r0], lt1 = s_l[r1] + s_l[64 + r1];
-  const float i0 = softmax_inv(lt0), i1 = softmax_inv(lt1);
+  // A row that saw no key is zeros, whatever the scale (as an empty request's).
+  const float i0 = softmax_inv(lt0) * (lt0 == 0.f ? 1.f : kv_scale), i1 = softmax_inv(lt1) * (lt1 == 0.f ? 1.f : kv_scale);
   if (wg == 0 && q == 0) {
     s_lse[r0] = (m0 + __log2f(lt0)) * kLn2;
     s_lse[r1] = (m1 + __log2f(lt1)) * kLn2;

@@ -10,8 +10,9 @@
 // The kernels, one file each, in the order they are defined in decode.cu's translation unit:
 //   schedule.cuh    a batch's work items and their order (the schedule kernel, before the split kernels)
 //   split.cuh       what both split kernels share (tile range, Q staging, producer, prologue, stores)
-//   kernel_m64.cuh  "M64": heads as the MMA's M, 48..128 heads over an fp8 cache (in-place dequantisation)
-//   kernel_seesaw.cuh  "seesaw": the same heads, two warpgroups over pairs of tiles (bf16/fp16)
+//   fp8.cuh         the fp8 conversions and the seesaw kernel's fp8 feed
+//   kernel_seesaw.cuh  "seesaw": more than 32 query rows, heads as the MMA's M, two warpgroups over
+//                   pairs of tiles (bf16/fp16, or fp8 converted into bf16 stages)
 //   kernel_n.cuh    "N": heads as the MMA's N, 16 or 32 heads
 //   kernel_n_fp8.cuh  "N8": the same shape over either fp8 cache, converted in the math warps
 //   combine.cuh     the combine kernel of splits > 1
@@ -19,7 +20,6 @@
 
 #include "mla/sm90/schedule.cuh"
 #include "mla/sm90/split.cuh"
-#include "mla/sm90/kernel_m64.cuh"
 #include "mla/sm90/kernel_seesaw.cuh"
 #include "mla/sm90/kernel_n.cuh"
 #include "mla/sm90/kernel_n_fp8.cuh"

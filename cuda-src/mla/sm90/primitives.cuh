@@ -63,6 +63,7 @@ struct Params {
   float* ws_lse;  // splits > 1: fp32 [batch, splits, rows]
   float scale_log2;  // sm_scale * log2(e)
   const float* kv_scale;  // GS_MLA_KV_FP8_PER_TENSOR: the cache's f32 scale (device data)
+  const uint8_t* kv_cache;  // the cache's bytes, for the loads that bypass the tensor map (fp8, > 32 rows)
 };
 
 // Query row r of a request as its (token, head).

@@ -1,4 +1,4 @@
-// The parts of the sm90 MLA split kernels that both kernels (kernel_m64.cuh, kernel_n.cuh) use: a
+// The parts of the sm90 MLA split kernels that they share (kernel_seesaw.cuh, kernel_n.cuh, kernel_n_fp8.cuh): a
 // split's tile range, staging Q, the TMA producer, the warp-specialised prologue, and writing a
 // split's rows (or an empty split). The shared-memory layout is described in kernels.cuh.
 #pragma once
@@ -265,7 +265,7 @@ __device__ __forceinline__ void store_rows(const float* so, int stride, int rows
   }
 }
 
-// The 64-row kernels' (M64, seesaw) output: a math warpgroup's 64 x 256 accumulator (the MMA's
+// The 64-row (seesaw) kernel's output: a math warpgroup's 64 x 256 accumulator (the MMA's
 // m64n256 layout, columns col0 + 8 j + 2 q, rows r0 and r1 = r0 + 8) times the rows' 1/l, staged
 // as fp32 rows in shared memory, then, after the math barrier, stored coalesced by store_rows.
 constexpr int kOStageStride = 520;  // floats per staged row (conflict-free float2 stores)

@@ -75,7 +75,7 @@ void planning() {
 // The fp8 KV-cache formats (sm_90 only, bf16 q, every head count sm_90 takes): the same splits and
 // workspace as a bf16 cache, and everything else refused naming the argument.
 void kv_format_planning() {
-  for (int heads : {16, 32, 48, 64, 128}) {  // 48..128: the M64 kernel
+  for (int heads : {16, 32, 48, 64, 128}) {  // 48..128: the seesaw kernel
     for (int format : {GRAPHSAFE_MLA_KV_FP8_PER_TENSOR, GRAPHSAFE_MLA_KV_FP8_DS_MLA}) {
       for (int batch : {1, 8, 64}) {
         GraphsafeMlaPlan bf16{}, fp8{};
@@ -147,7 +147,7 @@ void kv_format_decode_refusals() {
   CHECK_STATUS(graphsafe_mla_decode_kv(&a, &stray_scale, forged_ws, forged_stream, nullptr), GRAPHSAFE_ERROR_INVALID_ARGUMENT);
   CHECK(last_error_mentions("kv_scale"));
   for (const GraphsafeMlaKvCache* kv : {&per_tensor, &ds_mla}) {
-    // 64 heads take an fp8 cache too (the M64 kernel): the call gets as far as the handles.
+    // 64 heads take an fp8 cache too (the seesaw kernel): the call gets as far as the handles.
     GraphsafeMlaDecodeArgs h = a;
     h.num_heads = 64;
     CHECK_STATUS(graphsafe_mla_decode_kv(&h, kv, forged_ws, forged_stream, nullptr), GRAPHSAFE_ERROR_INVALID_HANDLE);
