@@ -1,6 +1,6 @@
 //! MLA decode over fp8 KV caches on the sm90 kernels (16 and 32 heads: the N8 kernel for both
 //! formats; 48..128 heads: the seesaw kernel, its producer converting into bf16 stages): numerics against the f64
-//! CPU reference of the dequantised cache over 40 shapes, every e4m3 code dequantised exactly,
+//! CPU reference of the dequantised cache over 42 shapes, every e4m3 code dequantised exactly,
 //! captured replay bit-identical to eager (and reading the per-tensor scale at replay), and a
 //! capture with too small a workspace refused with nothing captured. Skips without a Hopper GPU
 //! (fails instead under GRAPHSAFE_REQUIRE_GPU=1 when there is no GPU at all).
@@ -234,6 +234,8 @@ fn shapes() -> Vec<Shape> {
             s(kind, 96, 128, vec![300, 5000], Some(7), 1.0 / 4096.0, k + 25),
             s(kind, 128, 64, vec![640; 2], None, 0.25, k + 26),
             s(kind, 64, 64, vec![500, 77], None, -1.0 / 32.0, k + 27),
+            // One request in many splits (no work schedule): 4 tiles a split.
+            s(kind, 128, 64, vec![16_384], Some(64), 1.0 / 64.0, k + 28),
         ]);
     }
     v

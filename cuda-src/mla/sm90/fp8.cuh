@@ -65,9 +65,10 @@ __device__ __forceinline__ void convert4_scaled(uint32_t v, float s, uint32_t& l
 //    the thread's loads in flight; so the feed fences nothing and the math warpgroups fence after
 //    acquiring each box (the proxy fence may sit anywhere on the release-acquire path between the
 //    generic stores and the async-proxy reads): 128 heads 64 x 4096 per-tensor 234 -> 214 us;
-//  * loads behind a branch were all given one scoreboard, so converting any box waited for every
-//    load in flight; the loads are unconditional (past the split's last tile they read page 0 and
-//    are never stored): 286 -> 234 us.
+//  * ptxas tracks the feed's loads on one scoreboard, so converting a box waits for every load in
+//    flight (design 7.3.2: what bounds this feed); with the loads behind a branch it also issued
+//    them one box at a time. The loads are unconditional (past the split's last tile they read
+//    page 0 and are never stored), which lets ptxas issue them in batches: 286 -> 234 us.
 template <int KV>
 struct SeesawFp8 {
   static_assert(KV == kKvFp8PerTensor || KV == kKvFp8DsMla, "fp8 formats only");
@@ -172,7 +173,11 @@ __device__ __forceinline__ void produce_fp8_seesaw(const CUtensorMap* rope_map, 
   auto page_of = [&](int t) {
     return t < sr.n ? min(max(__ldg(pages + (((sr.tile0 + t) * kTileS) >> ps_shift)), 0), p.num_pages - 1) : 0;
   };
-  auto cache_row = [&](int t, int page) { return page * p.page_size + (((sr.tile0 + t) * kTileS) & (p.page_size - 1)); };
+  // Unsigned: past the split's last tile (t up to sr.n + 3) the token index may pass INT_MAX; it
+  // wraps, and only its offset within a page is used.
+  auto cache_row = [&](int t, int page) {
+    return page * p.page_size + int((uint32_t(sr.tile0 + t) * uint32_t(kTileS)) & uint32_t(p.page_size - 1));
+  };
   int page[8];  // tiles 4m .. 4m + 7: this loop iteration's and the next one's
 #pragma unroll
   for (int i = 0; i < 8; ++i) page[i] = page_of(i);
