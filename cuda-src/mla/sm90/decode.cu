@@ -75,7 +75,8 @@ int validate(const GsMlaDecodeArgs* a) {
 // cache as [tokens, token bytes]: for the N8 kernel 64-byte x 64-row boxes, 64-byte swizzle), for
 // the N8 kernel's 656-byte format its scales (16 bytes x 64 rows), and for the seesaw kernel's
 // 656-byte format its bf16 rope (128 bytes x 64 rows, swizzled as a bf16 block; the seesaw
-// kernel's fp8 feed loads the codes without a map).
+// kernel's fp8 feed loads the codes without a map). A map a launch's kernel never reads stays
+// zero.
 struct Maps {
   CUtensorMap kv, scale;
 };
@@ -256,7 +257,6 @@ extern "C" int gs_mla_sm90_decode(const GsMlaDecodeArgs* args, void* workspace, 
   bool ok = true;
   if (a.kv_format == GS_MLA_KV_NATIVE) {
     ok = encode_map(&maps.kv, false, kDim, 64, kTileS, CU_TENSOR_MAP_SWIZZLE_128B);
-    maps.scale = maps.kv;
   } else {
     const cuuint64_t row = a.kv_format == GS_MLA_KV_FP8_DS_MLA ? GS_MLA_DS_MLA_TOKEN_BYTES : kDim;
     const bool ds = a.kv_format == GS_MLA_KV_FP8_DS_MLA;
@@ -264,16 +264,11 @@ extern "C" int gs_mla_sm90_decode(const GsMlaDecodeArgs* args, void* workspace, 
       // The N8 kernel: whole 64-row tiles of 64-byte column blocks, 64-byte swizzled; the 656-byte
       // format's scale records as 16-byte x 64-row boxes.
       ok = encode_map(&maps.kv, true, row, 64, kTileS, CU_TENSOR_MAP_SWIZZLE_64B);
-      if (ds) {
-        ok = ok && encode_map(&maps.scale, true, row, 16, kTileS, CU_TENSOR_MAP_SWIZZLE_NONE);
-      } else {
-        maps.scale = maps.kv;
-      }
+      if (ds) ok = ok && encode_map(&maps.scale, true, row, 16, kTileS, CU_TENSOR_MAP_SWIZZLE_NONE);
     } else if (ds) {
       // The seesaw kernel: the 656-byte format's rope, 128 bytes x 64 rows into a bf16 block (the
       // per-tensor format needs no map: the kernel never reads its parameter then).
       ok = encode_map(&maps.kv, true, row, 128, kTileS, CU_TENSOR_MAP_SWIZZLE_128B);
-      maps.scale = maps.kv;
     }
   }
   if (!ok) return GS_ERR_INVALID_ARGUMENT;

@@ -80,7 +80,7 @@ struct SeesawFp8 {
   static constexpr int kUnits = kDs ? 8 : kBlocks;
   // Boxes whose loads are in flight ahead of the one converted: the ring of kAhead + 1 register
   // sets must divide the loop body's boxes (36 or 32). Per-tensor 3 -> 5: 128 heads 128 x 8192
-  // 778 -> 754 us; the 656-byte format's next divisor (7) does not fit its registers.
+  // 778 -> 754 us; the 656-byte format's next divisor (7) spills (ptxas: 284 bytes).
   static constexpr int kAhead = kDs ? 3 : 5;
   // Registers: the math warpgroups run without spills at 200 (ptxas; the bf16 path keeps 232), the
   // feed takes the rest for its loads in flight.
@@ -182,7 +182,7 @@ __device__ __forceinline__ void produce_fp8_seesaw(const CUtensorMap* rope_map, 
 #pragma unroll
   for (int i = 0; i < 8; ++i) page[i] = page_of(i);
   // Byte 16 q of row r of tile t (past the split's last tile, of page 0: loaded, never stored,
-  // and no branch around the loads, which keeps ptxas counting them on separate scoreboards).
+  // and no branch around the loads, which lets ptxas issue them in batches; see above).
   auto tile_row = [&](int t, int pg) -> const uint8_t* {
     return p.kv_cache + (int64_t(cache_row(t, pg)) + r) * F::kRowBytes + 16 * q;
   };
@@ -234,6 +234,5 @@ __device__ __forceinline__ void produce_fp8_seesaw(const CUtensorMap* rope_map, 
     }
   }
 }
-
 
 }  // namespace graphsafe::mla_sm90

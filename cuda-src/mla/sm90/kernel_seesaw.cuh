@@ -127,13 +127,12 @@ __global__ void __launch_bounds__(kThreads, 1) mla_sm90_seesaw_kernel(const __gr
   const uint32_t sq_a = smem_u32(sq), skv_a = smem_u32(skv);
 
   if constexpr (kFp8) {
-    constexpr int kFmt = kFp8 ? KV : kKvFp8PerTensor;
-    using F = SeesawFp8<kFmt>;
+    using F = SeesawFp8<KV>;
     // A full barrier: every feed thread's arrival; the 656-byte format's rope box: its TMA's.
     constexpr uint32_t f = 128u, f8 = F::kDs ? 1u : 128u;
     if (!enter_roles_with<kSeesawPairs, F::kMathRegs, F::kProducerRegs>(
             tid, bars, {f, f, f, f, f, f, f, f, f8, 128u, 128u, 128u}, 0u,
-            [&](int pt) { produce_fp8_seesaw<kFmt>(&kv_map, p, b, sr, skv, full0, rel0, math_bar, pt); }))
+            [&](int pt) { produce_fp8_seesaw<KV>(&kv_map, p, b, sr, skv, full0, rel0, math_bar, pt); }))
       return;
   } else {
     if (!enter_roles_with<kSeesawPairs, kMathRegs, kProducerRegs>(
