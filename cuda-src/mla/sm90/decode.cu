@@ -126,8 +126,9 @@ int launch_n_format(const GsMlaDecodeArgs& a, const Maps& m, const Params& p, cu
 template <bool F16, int KV>
 int launch_seesaw(const GsMlaDecodeArgs& a, const Maps& m, const Params& p, cudaStream_t stream) {
   constexpr auto k = mla_sm90_seesaw_kernel<F16, KV>;
-  if (int st = ensure_smem<k>(a.device, kSeesawSmem); st != GS_OK) return st;
-  k<<<dim3((p.rows + 63) / 64, a.num_splits, a.batch), dim3(kThreads), kSeesawSmem, stream>>>(m.kv, p);
+  constexpr int smem = seesaw_smem<KV>();
+  if (int st = ensure_smem<k>(a.device, smem); st != GS_OK) return st;
+  k<<<dim3((p.rows + 63) / 64, a.num_splits, a.batch), dim3(kThreads), smem, stream>>>(m.kv, p);
   return GS_OK;
 }
 

@@ -47,7 +47,15 @@ __device__ __forceinline__ void reg_fence_u32(uint32_t (&r)[R]) {
 }
 // Barriers: full(b, c) = 9 pairs; the release groups E0L/E0R, E1R/E1L as two pairs; A/B_READY; math.
 constexpr int kSeesawPairs = kBlocks + 3;
-constexpr int kSeesawSmem = 3 * kStageBytes + 7 * 64 * 4 + (2 * kSeesawPairs + 1) * 8 + 1024;
+constexpr int kSeesawUsed = 3 * kStageBytes + 7 * 64 * 4 + (2 * kSeesawPairs + 1) * 8;
+constexpr int kSeesawSmem = kSeesawUsed + 1024;  // + the alignment of the base to 1 KiB
+// Over an fp8 cache: the feed's ring of raw codes after the barriers (fp8.cuh). It takes all but
+// a few bytes of what sm90 lets a block have: 227 KiB with the static split_range's 16 bytes.
+constexpr int kSeesawRawOff = (kSeesawUsed + 15) / 16 * 16;
+constexpr int kSeesawFp8Smem = kSeesawRawOff + kRawSlots * kRawSlotBytes + 1024;
+static_assert(kSeesawFp8Smem + 16 <= 227 * 1024, "the sm90 opt-in shared memory per block");
+template <int KV>
+constexpr int seesaw_smem() { return KV == kKvNative ? kSeesawSmem : kSeesawFp8Smem; }
 
 // The producer for the seesaw: tile t's boxes in the order their groups are released.
 // After tile 0 it waits until the math warpgroups have staged Q (the math barrier's first phase):
@@ -132,7 +140,7 @@ __global__ void __launch_bounds__(kThreads, 1) mla_sm90_seesaw_kernel(const __gr
     constexpr uint32_t f = 128u, f8 = F::kDs ? 1u : 128u;
     if (!enter_roles_with<kSeesawPairs, F::kMathRegs, F::kProducerRegs>(
             tid, bars, {f, f, f, f, f, f, f, f, f8, 128u, 128u, 128u}, 0u,
-            [&](int pt) { produce_fp8_seesaw<KV>(&kv_map, p, b, sr, skv, full0, rel0, math_bar, pt); }))
+            [&](int pt) { produce_fp8_seesaw<KV>(&kv_map, p, b, sr, skv, smem + kSeesawRawOff, full0, rel0, math_bar, pt); }))
       return;
   } else {
     if (!enter_roles_with<kSeesawPairs, kMathRegs, kProducerRegs>(
