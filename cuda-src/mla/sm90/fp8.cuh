@@ -50,6 +50,48 @@ __device__ __forceinline__ void convert4_scaled(uint32_t v, float s, uint32_t& l
   hi = scale_pair(uint16_t(v >> 16), s);
 }
 
+// Two e4m3 codes (the low 16 bits of `pair`) -> their exact fp16 values; the NaN codes come out as
+// 448 (min.f16x2 returns its non-NaN operand; every finite code is at most 448).
+__device__ __forceinline__ uint32_t e4m3x2_to_f16x2(uint32_t pair) {
+  const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(__nv_fp8x2_storage_t(pair & 0xFFFFu), __NV_E4M3);
+  const __half2 c = __hmin2(*reinterpret_cast<const __half2*>(&h), __half2(__half_raw{0x5F00}, __half_raw{0x5F00}));
+  return *reinterpret_cast<const uint32_t*>(&c);
+}
+
+// The per-tensor format's Q for fp16 math: the 64 staged bf16 rows (load_q's swizzled blocks) in
+// place as fp16 times 2^k_r, k_r putting the row's largest |q| in [2^14, 2^15) (bf16's 8
+// significant bits fit fp16's 11; only values below 2^-28 of the row's largest lose bits), and
+// 2^-k_r into s_qf[r]. Four threads a row (t of the 256 math threads: row t / 4, 16-byte pieces
+// t % 4, + 4, ..); the caller has synchronised the math threads after load_q.
+__device__ __forceinline__ void q_rows_to_f16(uint8_t* sq, float* s_qf, int t) {
+  const int r = t >> 2, part = t & 3;
+  auto piece = [&](int c) { return reinterpret_cast<uint4*>(sq + (c >> 3) * (64 * 128) + r * 128 + (((c & 7) ^ (r & 7)) << 4)); };
+  float m = 0.f;  // fmaxf drops NaNs: a NaN stays NaN through the conversion anyway
+#pragma unroll
+  for (int i = 0; i < 18; ++i) {
+    const uint4 v = *piece(part + 4 * i);
+    const float4 a = unpack4<false>(make_uint2(v.x, v.y)), d = unpack4<false>(make_uint2(v.z, v.w));
+    m = fmaxf(m, fmaxf(fmaxf(fabsf(a.x), fabsf(a.y)), fmaxf(fabsf(a.z), fabsf(a.w))));
+    m = fmaxf(m, fmaxf(fmaxf(fabsf(d.x), fabsf(d.y)), fmaxf(fabsf(d.z), fabsf(d.w))));
+  }
+  m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
+  m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
+  // k_r = 14 - floor(log2 m), clamped so 2^k_r and 2^-k_r are normal floats; 0 for a row of zeros
+  // (padding rows included) or with an infinity (its scores are infinite or NaN whatever the scale).
+  const int ex = int((__float_as_uint(m) >> 23) & 0xFFu) - 127;
+  const int kr = (m == 0.f || ex == 128) ? 0 : min(max(14 - ex, -113), 120);
+  const float f = __uint_as_float(uint32_t(127 + kr) << 23);
+  if (part == 0) s_qf[r] = __uint_as_float(uint32_t(127 - kr) << 23);
+#pragma unroll
+  for (int i = 0; i < 18; ++i) {
+    uint4* dst = piece(part + 4 * i);
+    const uint4 v = *dst;
+    const float4 a = unpack4<false>(make_uint2(v.x, v.y)), d = unpack4<false>(make_uint2(v.z, v.w));
+    *dst = make_uint4(pack2<true>(a.x * f, a.y * f), pack2<true>(a.z * f, a.w * f), pack2<true>(d.x * f, d.y * f),
+                      pack2<true>(d.z * f, d.w * f));
+  }
+}
+
 // ---- the seesaw kernel's fp8 feed -----------------------------------------------------------------
 // Over an fp8 cache the seesaw kernel (kernel_seesaw.cuh) keeps its bf16 stages, its box order and
 // its four release groups; only the producer changes: instead of one thread issuing TMA boxes, all
@@ -98,10 +140,8 @@ __device__ __forceinline__ float4 ldg_f32x4(const uint8_t* src) {
 template <int KV>
 __device__ __forceinline__ void convert16(uint4 v, float s, uint4& lo, uint4& hi) {
   if constexpr (KV == kKvFp8PerTensor) {
-    convert4_exact(v.x, lo.x, lo.y);
-    convert4_exact(v.y, lo.z, lo.w);
-    convert4_exact(v.z, hi.x, hi.y);
-    convert4_exact(v.w, hi.z, hi.w);
+    lo = make_uint4(e4m3x2_to_f16x2(v.x), e4m3x2_to_f16x2(v.x >> 16), e4m3x2_to_f16x2(v.y), e4m3x2_to_f16x2(v.y >> 16));
+    hi = make_uint4(e4m3x2_to_f16x2(v.z), e4m3x2_to_f16x2(v.z >> 16), e4m3x2_to_f16x2(v.w), e4m3x2_to_f16x2(v.w >> 16));
   } else {
     convert4_scaled(v.x, s, lo.x, lo.y);
     convert4_scaled(v.y, s, lo.z, lo.w);

@@ -107,6 +107,9 @@ template <bool F16, int KV>
 __global__ void __launch_bounds__(kThreads, 1) mla_sm90_seesaw_kernel(const __grid_constant__ CUtensorMap kv_map, const Params p) {
   static_assert(KV == kKvNative || !F16, "fp8 caches take bf16 queries");
   constexpr bool kFp8 = KV != kKvNative;
+  // The per-tensor fp8 format runs its math in fp16 (every e4m3 value is an exact fp16; Q is
+  // staged as fp16 times 2^k_r a row, q_rows_to_f16): its feed converts with one cvt a pair.
+  constexpr bool kF16Math = F16 || KV == kKvFp8PerTensor;
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = smem_base_1k(smem_raw);
   const int tid = threadIdx.x;
@@ -152,6 +155,11 @@ __global__ void __launch_bounds__(kThreads, 1) mla_sm90_seesaw_kernel(const __gr
 
   uint32_t math_phase = 0;
   load_q<64, kMathThreads>(sq, p, b, row0, rows, tid);
+  if constexpr (KV == kKvFp8PerTensor) {
+    // A named barrier, not the math barrier: its phase 0 tells the feed that Q is staged.
+    named_bar_sync(1, kMathThreads);
+    q_rows_to_f16(sq, s_lse, tid);  // 2^-k_r into s_lse, free until the epilogue
+  }
   fence_proxy_async();
   mbar_sync(math_bar, math_phase);
 
@@ -163,7 +171,9 @@ __global__ void __launch_bounds__(kThreads, 1) mla_sm90_seesaw_kernel(const __gr
   // applied to the scores before they are masked and their maximum taken (the scale is device data,
   // maybe negative), and to the output's normalisation.
   const float kv_scale = KV == kKvFp8PerTensor ? __ldg(p.kv_scale) : 1.f;
-  const float score_scale = p.scale_log2 * kv_scale;        // per-tensor fp8: the scores' factor
+  // Per-tensor fp8: the scores' factor of rows r0, r1, 2^-k_r (Q's staging factor, exact) included.
+  const float score_scale0 = KV == kKvFp8PerTensor ? p.scale_log2 * kv_scale * s_lse[r0] : 1.f;
+  const float score_scale1 = KV == kKvFp8PerTensor ? p.scale_log2 * kv_scale * s_lse[r1] : 1.f;
   const float sl2 = KV == kKvFp8PerTensor ? 1.f : p.scale_log2;  // what the softmax multiplies by
   const uint64_t dq = sw128_desc(sq_a, 16, 1024);
   float o[128];
@@ -188,7 +198,7 @@ __global__ void __launch_bounds__(kThreads, 1) mla_sm90_seesaw_kernel(const __gr
 #pragma unroll
       for (int k = 0; k < 4; ++k) {
         const uint32_t off = uint32_t(c * kBlockBytes + k * 32) >> 4;
-        Wgmma<64, F16>::template ss<0, 0>(sc, dq + off, dk + off, (n > 0 || k > 0) ? 1u : 0u);
+        Wgmma<64, kF16Math>::template ss<0, 0>(sc, dq + off, dk + off, (n > 0 || k > 0) ? 1u : 0u);
       }
       wg_commit();
     }
@@ -205,7 +215,12 @@ __global__ void __launch_bounds__(kThreads, 1) mla_sm90_seesaw_kernel(const __gr
     float mx0 = -INFINITY, mx1 = -INFINITY;
     if constexpr (KV == kKvFp8PerTensor) {
 #pragma unroll
-      for (int k = 0; k < 32; ++k) sc[k] *= score_scale;
+      for (int j = 0; j < 8; ++j) {
+        sc[4 * j] *= score_scale0;
+        sc[4 * j + 1] *= score_scale0;
+        sc[4 * j + 2] *= score_scale1;
+        sc[4 * j + 3] *= score_scale1;
+      }
     }
     if (min(v0, v1) < kTileS) {
 #pragma unroll
@@ -240,8 +255,8 @@ __global__ void __launch_bounds__(kThreads, 1) mla_sm90_seesaw_kernel(const __gr
       const float p2 = ex2(fmaf(sc[4 * j + 2], sl2, -e1)), p3 = ex2(fmaf(sc[4 * j + 3], sl2, -e1));
       sum0 += p0 + p1;
       sum1 += p2 + p3;
-      pk[2 * j] = pack2<F16>(p0, p1);
-      pk[2 * j + 1] = pack2<F16>(p2, p3);
+      pk[2 * j] = pack2<kF16Math>(p0, p1);
+      pk[2 * j + 1] = pack2<kF16Math>(p2, p3);
     }
   };
   // P of tile t into its buffer's block 8 (K-major [64 rows x 64 tokens], the A operand of the
@@ -294,7 +309,7 @@ __global__ void __launch_bounds__(kThreads, 1) mla_sm90_seesaw_kernel(const __gr
 #pragma unroll
     for (int s = 0; s < 4; ++s) {
       const uint32_t a[4] = {pk[4 * s], pk[4 * s + 1], pk[4 * s + 2], pk[4 * s + 3]};
-      WgmmaRS256<F16>::template rs<1>(o, a, dv + ((s * 2048) >> 4), 1u);
+      WgmmaRS256<kF16Math>::template rs<1>(o, a, dv + ((s * 2048) >> 4), 1u);
     }
     wg_commit();
   };
@@ -304,7 +319,7 @@ __global__ void __launch_bounds__(kThreads, 1) mla_sm90_seesaw_kernel(const __gr
     const uint64_t dv = sw128_desc(st + col_block * kBlockBytes, kBlockBytes, 1024);
     wg_fence();
 #pragma unroll
-    for (int s = 0; s < 4; ++s) Wgmma<256, F16>::template ss<0, 1>(o, dp + ((s * 32) >> 4), dv + ((s * 2048) >> 4), 1u);
+    for (int s = 0; s < 4; ++s) Wgmma<256, kF16Math>::template ss<0, 1>(o, dp + ((s * 32) >> 4), dv + ((s * 2048) >> 4), 1u);
     wg_commit();
   };
 
