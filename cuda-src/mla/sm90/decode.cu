@@ -12,7 +12,8 @@
 //     resident in shared memory) and the softmax of one tile of the pair and owns half of O's
 //     columns, so one's softmax runs under the other's wgmma.
 //   * More than 32 rows, fp8 cache: the same seesaw kernel over bf16 stages that its producer
-//     warpgroup fills by converting the raw codes (16-byte loads into registers, fp8.cuh).
+//     warpgroup fills by converting the raw codes (cp.async into a ring of half-boxes, fp8.cuh);
+//     the per-tensor format's math in fp16.
 //   * Up to 32 rows ("N"): tokens as M, rows as N (wgmma m64n16/m64n32, rows padded to 16 or 32
 //     with zero queries); the two warpgroups take alternate tiles and merge at the end.
 //   * splits > 1: partial O (in the output dtype) and fp32 LSE to the workspace, then the combine kernel.

@@ -1,6 +1,6 @@
 // The fp8 KV caches of the sm90 64-row kernel (more than 32 query rows): the conversions, and the
 // seesaw kernel's fp8 feed (produce_fp8_seesaw, below), which converts each box of a tile into the
-// bf16 stage the math warpgroups read. Up to 32 rows both fp8 formats run the N8 kernel
+// stage the math warpgroups read (fp16 for the per-tensor format, bf16 for the 656-byte one). Up to 32 rows both fp8 formats run the N8 kernel
 // (kernel_n_fp8.cuh), which converts in its math warps instead.
 #pragma once
 
@@ -15,26 +15,12 @@ constexpr int kDsTokenBytes = 656, kDsScaleOff = 512, kDsRopeOff = 528;
 // The seesaw fp8 feed's ring of raw codes (below): half-boxes of 128 threads x 16 bytes.
 constexpr int kRawSlots = 4, kRawSlotBytes = 128 * 16;
 
-// bf16 bits of x * 2^-112 for each e4m3 code of `pair` (low byte -> low half). Exact: every e4m3
-// value is a normal f16 (or zero), and moving the f16 exponent and mantissa down into the bf16
-// fields divides by 2^(127 - 15) without rounding. The e4m3 NaN codes give a finite value.
-__device__ __forceinline__ uint32_t e4m3x2_to_bf16x2_scaled(uint16_t pair) {
-  const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(__nv_fp8x2_storage_t(pair), __NV_E4M3);
-  const uint32_t w = uint32_t(h.x) | (uint32_t(h.y) << 16);
-  return ((w >> 3) & 0x0FFF0FFFu) | (w & 0x80008000u);
-}
 __device__ __forceinline__ uint32_t bf16x2_mul(uint32_t a, uint32_t b) {
   uint32_t d;
   asm("mul.rn.bf16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
   return d;
 }
-constexpr uint32_t kBf16x2Pow112 = 0x77807780u;  // bf16(2^112) in both halves
 
-// Four e4m3 codes -> two bf16x2 words, exact (the per-tensor format's scale is applied elsewhere).
-__device__ __forceinline__ void convert4_exact(uint32_t v, uint32_t& lo, uint32_t& hi) {
-  lo = bf16x2_mul(e4m3x2_to_bf16x2_scaled(uint16_t(v & 0xFFFFu)), kBf16x2Pow112);
-  hi = bf16x2_mul(e4m3x2_to_bf16x2_scaled(uint16_t(v >> 16)), kBf16x2Pow112);
-}
 // Four e4m3 codes times `s` -> two bf16x2 words: each code exactly to f16 and f32, the product
 // in f32 (one rounding), rounded once to bf16. The NaN codes come out as 448 (min.f16x2 returns
 // its non-NaN operand; every finite code is at most 448).
@@ -60,7 +46,7 @@ __device__ __forceinline__ uint32_t e4m3x2_to_f16x2(uint32_t pair) {
 
 // The per-tensor format's Q for fp16 math: the 64 staged bf16 rows (load_q's swizzled blocks) in
 // place as fp16 times 2^k_r, k_r putting the row's largest |q| in [2^14, 2^15) (bf16's 8
-// significant bits fit fp16's 11; only values below 2^-28 of the row's largest lose bits), and
+// significant bits fit fp16's 11; only values below about 2^-31 of the row's largest lose bits), and
 // 2^-k_r into s_qf[r]. Four threads a row (t of the 256 math threads: row t / 4, 16-byte pieces
 // t % 4, + 4, ..); the caller has synchronised the math threads after load_q.
 __device__ __forceinline__ void q_rows_to_f16(uint8_t* sq, float* s_qf, int t) {
@@ -93,11 +79,11 @@ __device__ __forceinline__ void q_rows_to_f16(uint8_t* sq, float* s_qf, int t) {
 }
 
 // ---- the seesaw kernel's fp8 feed -----------------------------------------------------------------
-// Over an fp8 cache the seesaw kernel (kernel_seesaw.cuh) keeps its bf16 stages, its box order and
+// Over an fp8 cache the seesaw kernel (kernel_seesaw.cuh) keeps its stages, its box order and
 // its four release groups; only the producer changes: instead of one thread issuing TMA boxes, all
 // 128 threads of the producer warpgroup copy the raw codes into a small ring in shared memory
 // (cp.async, 16 bytes a thread and row half) and store them converted into the stage's swizzled
-// bf16 layout, box by box, each box's full barrier completed by the 128 arrivals.
+// layout (fp16 codes per-tensor, bf16(code x scale) 656-byte), box by box, each box's full barrier completed by the 128 arrivals.
 //
 // The ring: kRawSlots half-boxes (32 rows x 64 codes, a thread's 16 bytes at 16 pt), the 8 KiB the
 // stages and Q leave. Each thread reads back only what it copied, so the ring needs no barrier:
@@ -126,17 +112,13 @@ struct SeesawFp8 {
   static constexpr int kMathRegs = 208, kProducerRegs = 88;
 };
 
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
-template <int N>
-__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }
 __device__ __forceinline__ float4 ldg_f32x4(const uint8_t* src) {
   float4 v;
   asm volatile("ld.global.nc.v4.f32 {%0, %1, %2, %3}, [%4];" : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "l"(src));
   return v;
 }
 
-// 16 codes (times s for the 656-byte format) -> the two swizzled bf16 chunks 2q, 2q + 1 of `dst`
-// (a 128-byte row of a block).
+// 16 codes -> two 16-byte chunks of a stage row: fp16 codes (per-tensor), bf16(code x s) (656-byte).
 template <int KV>
 __device__ __forceinline__ void convert16(uint4 v, float s, uint4& lo, uint4& hi) {
   if constexpr (KV == kKvFp8PerTensor) {
@@ -180,7 +162,10 @@ __device__ __forceinline__ void produce_fp8_seesaw(const CUtensorMap* rope_map, 
   auto page_of = [&](int t) {
     return t < sr.n ? min(max(__ldg(pages + (((sr.tile0 + t) * kTileS) >> ps_shift)), 0), p.num_pages - 1) : 0;
   };
-  auto cache_row = [&](int t, int page) { return page * p.page_size + (((sr.tile0 + t) * kTileS) & (p.page_size - 1)); };
+  // Unsigned: a tile index past the split's last (issue() reaches n + 1) must not overflow either.
+  auto cache_row = [&](int t, int page) {
+    return page * p.page_size + int((uint32_t(sr.tile0 + t) * uint32_t(kTileS)) & uint32_t(p.page_size - 1));
+  };
   // Byte 16 q of row r of tile t (row half h adds 32 rows).
   auto tile_row = [&](int t, int pg) -> const uint8_t* {
     return p.kv_cache + (int64_t(cache_row(t, pg)) + r) * F::kRowBytes + 16 * q;

@@ -50,7 +50,8 @@ constexpr int kSeesawPairs = kBlocks + 3;
 constexpr int kSeesawUsed = 3 * kStageBytes + 7 * 64 * 4 + (2 * kSeesawPairs + 1) * 8;
 constexpr int kSeesawSmem = kSeesawUsed + 1024;  // + the alignment of the base to 1 KiB
 // Over an fp8 cache: the feed's ring of raw codes after the barriers (fp8.cuh). It takes all but
-// a few bytes of what sm90 lets a block have: 227 KiB with the static split_range's 16 bytes.
+// 32 bytes of what sm90 lets a block have (227 KiB, static shared memory included: split_range's
+// 16 bytes; a new __shared__ variable must be counted here or the launch fails).
 constexpr int kSeesawRawOff = (kSeesawUsed + 15) / 16 * 16;
 constexpr int kSeesawFp8Smem = kSeesawRawOff + kRawSlots * kRawSlotBytes + 1024;
 static_assert(kSeesawFp8Smem + 16 <= 227 * 1024, "the sm90 opt-in shared memory per block");
@@ -101,7 +102,8 @@ __device__ __forceinline__ void produce_tiles_seesaw(const CUtensorMap* map, con
 }
 
 // KV: the cache's format. An fp8 cache (bf16 queries) is fed by produce_fp8_seesaw (fp8.cuh) into
-// the same bf16 stages; the per-tensor format's scale multiplies the scores and the output.
+// the same stages (per-tensor: fp16 codes, fp16 math; 656-byte: bf16 values); the per-tensor
+// format's scale multiplies the scores and the output.
 // kv_map: the bf16 cache's boxes, or the 656-byte format's rope boxes (unread for per-tensor fp8).
 template <bool F16, int KV>
 __global__ void __launch_bounds__(kThreads, 1) mla_sm90_seesaw_kernel(const __grid_constant__ CUtensorMap kv_map, const Params p) {
@@ -171,9 +173,10 @@ __global__ void __launch_bounds__(kThreads, 1) mla_sm90_seesaw_kernel(const __gr
   // applied to the scores before they are masked and their maximum taken (the scale is device data,
   // maybe negative), and to the output's normalisation.
   const float kv_scale = KV == kKvFp8PerTensor ? __ldg(p.kv_scale) : 1.f;
-  // Per-tensor fp8: the scores' factor of rows r0, r1, 2^-k_r (Q's staging factor, exact) included.
-  const float score_scale0 = KV == kKvFp8PerTensor ? p.scale_log2 * kv_scale * s_lse[r0] : 1.f;
-  const float score_scale1 = KV == kKvFp8PerTensor ? p.scale_log2 * kv_scale * s_lse[r1] : 1.f;
+  // Per-tensor fp8: the scores are first scaled back by 2^-k_r of rows r0, r1 (Q's staging factor:
+  // exact), then multiplied by the factor the bf16 path uses, so garbage scales act as there.
+  const float score_scale = p.scale_log2 * kv_scale;
+  const float q_down0 = KV == kKvFp8PerTensor ? s_lse[r0] : 1.f, q_down1 = KV == kKvFp8PerTensor ? s_lse[r1] : 1.f;
   const float sl2 = KV == kKvFp8PerTensor ? 1.f : p.scale_log2;  // what the softmax multiplies by
   const uint64_t dq = sw128_desc(sq_a, 16, 1024);
   float o[128];
@@ -216,10 +219,10 @@ __global__ void __launch_bounds__(kThreads, 1) mla_sm90_seesaw_kernel(const __gr
     if constexpr (KV == kKvFp8PerTensor) {
 #pragma unroll
       for (int j = 0; j < 8; ++j) {
-        sc[4 * j] *= score_scale0;
-        sc[4 * j + 1] *= score_scale0;
-        sc[4 * j + 2] *= score_scale1;
-        sc[4 * j + 3] *= score_scale1;
+        sc[4 * j] = sc[4 * j] * q_down0 * score_scale;
+        sc[4 * j + 1] = sc[4 * j + 1] * q_down0 * score_scale;
+        sc[4 * j + 2] = sc[4 * j + 2] * q_down1 * score_scale;
+        sc[4 * j + 3] = sc[4 * j + 3] * q_down1 * score_scale;
       }
     }
     if (min(v0, v1) < kTileS) {
