@@ -21,27 +21,32 @@ __device__ __forceinline__ uint32_t bf16x2_mul(uint32_t a, uint32_t b) {
   return d;
 }
 
-// Four e4m3 codes times `s` -> two bf16x2 words: each code exactly to f16 and f32, the product
-// in f32 (one rounding), rounded once to bf16. The NaN codes come out as 448 (min.f16x2 returns
-// its non-NaN operand; every finite code is at most 448).
-__device__ __forceinline__ uint32_t scale_pair(uint16_t pair, float s) {
-  const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(__nv_fp8x2_storage_t(pair), __NV_E4M3);
-  const __half2 c = __hmin2(*reinterpret_cast<const __half2*>(&h), __half2(__half_raw{0x5F00}, __half_raw{0x5F00}));
-  const float2 f = __half22float2(c);
-  const __nv_bfloat162 r = __floats2bfloat162_rn(f.x * s, f.y * s);
-  return *reinterpret_cast<const uint32_t*>(&r);
-}
-__device__ __forceinline__ void convert4_scaled(uint32_t v, float s, uint32_t& lo, uint32_t& hi) {
-  lo = scale_pair(uint16_t(v & 0xFFFFu), s);
-  hi = scale_pair(uint16_t(v >> 16), s);
+// Four e4m3 codes (one 32-bit word) -> two f16x2 words: bytes 0-1 -> lo, bytes 2-3 -> hi. Exact for
+// every finite code. kClamp: the NaN codes (0x7F, 0xFF) come out as 448 (min.f16x2 returns the
+// non-NaN operand), else as fp16 NaNs. The clamp costs one instruction per register, 16 % of the
+// N8 kernel's time at 16 heads (H200, 64 x 4096: 56.0 against 48.2 us), so it runs without it and
+// reruns a split with it only if its output came out NaN (kernel_n_fp8.cuh); the seesaw kernel's
+// feed always clamps.
+template <bool kClamp>
+__device__ __forceinline__ void e4m3x4_to_f16x2x2(uint32_t w, uint32_t& lo, uint32_t& hi) {
+  if constexpr (kClamp) {
+    asm("{\n.reg .b16 l, h;\n.reg .b32 a, b;\nmov.b32 {l, h}, %2;\ncvt.rn.f16x2.e4m3x2 a, l;\ncvt.rn.f16x2.e4m3x2 b, h;\n"
+        "min.f16x2 %0, a, %3;\nmin.f16x2 %1, b, %3;\n}"
+        : "=r"(lo), "=r"(hi)
+        : "r"(w), "r"(0x5F005F00u));  // 448 in both halves
+  } else {
+    asm("{\n.reg .b16 l, h;\nmov.b32 {l, h}, %2;\ncvt.rn.f16x2.e4m3x2 %0, l;\ncvt.rn.f16x2.e4m3x2 %1, h;\n}"
+        : "=r"(lo), "=r"(hi)
+        : "r"(w));
+  }
 }
 
-// Two e4m3 codes (the low 16 bits of `pair`) -> their exact fp16 values; the NaN codes come out as
-// 448 (min.f16x2 returns its non-NaN operand; every finite code is at most 448).
-__device__ __forceinline__ uint32_t e4m3x2_to_f16x2(uint32_t pair) {
-  const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(__nv_fp8x2_storage_t(pair & 0xFFFFu), __NV_E4M3);
-  const __half2 c = __hmin2(*reinterpret_cast<const __half2*>(&h), __half2(__half_raw{0x5F00}, __half_raw{0x5F00}));
-  return *reinterpret_cast<const uint32_t*>(&c);
+// An f16x2 word times `s` -> a bf16x2 word: each value exactly to f32, the product in f32 (one
+// rounding), rounded once to bf16.
+__device__ __forceinline__ uint32_t scale_f16x2(uint32_t h, float s) {
+  const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&h));
+  const __nv_bfloat162 r = __floats2bfloat162_rn(f.x * s, f.y * s);
+  return *reinterpret_cast<const uint32_t*>(&r);
 }
 
 // The per-tensor format's Q for fp16 math: the 64 staged bf16 rows (load_q's swizzled blocks) in
@@ -109,7 +114,8 @@ struct SeesawFp8 {
   static constexpr int kUnits = kDs ? 8 : kBlocks;
   // Half-boxes in flight while one is converted (the ring holds one more).
   static constexpr int kAhead = kRawSlots - 1;
-  static constexpr int kMathRegs = 208, kProducerRegs = 88;
+  // Registers (ptxas, no spills): the 656-byte feed needs more than 88 (8 bytes spilled there).
+  static constexpr int kMathRegs = kDs ? 200 : 208, kProducerRegs = kDs ? 104 : 88;
 };
 
 __device__ __forceinline__ float4 ldg_f32x4(const uint8_t* src) {
@@ -121,15 +127,17 @@ __device__ __forceinline__ float4 ldg_f32x4(const uint8_t* src) {
 // 16 codes -> two 16-byte chunks of a stage row: fp16 codes (per-tensor), bf16(code x s) (656-byte).
 template <int KV>
 __device__ __forceinline__ void convert16(uint4 v, float s, uint4& lo, uint4& hi) {
-  if constexpr (KV == kKvFp8PerTensor) {
-    lo = make_uint4(e4m3x2_to_f16x2(v.x), e4m3x2_to_f16x2(v.x >> 16), e4m3x2_to_f16x2(v.y), e4m3x2_to_f16x2(v.y >> 16));
-    hi = make_uint4(e4m3x2_to_f16x2(v.z), e4m3x2_to_f16x2(v.z >> 16), e4m3x2_to_f16x2(v.w), e4m3x2_to_f16x2(v.w >> 16));
-  } else {
-    convert4_scaled(v.x, s, lo.x, lo.y);
-    convert4_scaled(v.y, s, lo.z, lo.w);
-    convert4_scaled(v.z, s, hi.x, hi.y);
-    convert4_scaled(v.w, s, hi.z, hi.w);
-  }
+  auto four = [&](uint32_t w, uint32_t& a, uint32_t& b) {
+    e4m3x4_to_f16x2x2<true>(w, a, b);
+    if constexpr (KV == kKvFp8DsMla) {
+      a = scale_f16x2(a, s);
+      b = scale_f16x2(b, s);
+    }
+  };
+  four(v.x, lo.x, lo.y);
+  four(v.y, lo.z, lo.w);
+  four(v.z, hi.x, hi.y);
+  four(v.w, hi.z, hi.w);
 }
 
 // The box order of the seesaw's two buffers (the order their release groups free them; the math

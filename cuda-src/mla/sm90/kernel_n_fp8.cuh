@@ -85,24 +85,6 @@ struct N8Layout {
   static_assert(N * kOStride * 4 <= kSlots * kRawTile, "the O staging reuses the ring");
 };
 
-// Four e4m3 codes (one 32-bit word) -> two f16x2 words: bytes 0-1 -> lo, bytes 2-3 -> hi. Exact for
-// every finite code. kClamp: the NaN codes (0x7F, 0xFF) come out as 448 (min.f16x2 returns the
-// non-NaN operand), else as fp16 NaNs. The clamp costs one instruction per register, 16 % of the
-// kernel's time at 16 heads (H200, 64 x 4096: 56.0 against 48.2 us), so the kernel runs without it
-// and reruns a split with it only if its output came out NaN (see the kernel).
-template <bool kClamp>
-__device__ __forceinline__ void e4m3x4_to_f16x2x2(uint32_t w, uint32_t& lo, uint32_t& hi) {
-  if constexpr (kClamp) {
-    asm("{\n.reg .b16 l, h;\n.reg .b32 a, b;\nmov.b32 {l, h}, %2;\ncvt.rn.f16x2.e4m3x2 a, l;\ncvt.rn.f16x2.e4m3x2 b, h;\n"
-        "min.f16x2 %0, a, %3;\nmin.f16x2 %1, b, %3;\n}"
-        : "=r"(lo), "=r"(hi)
-        : "r"(w), "r"(0x5F005F00u));  // 448 in both halves
-  } else {
-    asm("{\n.reg .b16 l, h;\nmov.b32 {l, h}, %2;\ncvt.rn.f16x2.e4m3x2 %0, l;\ncvt.rn.f16x2.e4m3x2 %1, h;\n}"
-        : "=r"(lo), "=r"(hi)
-        : "r"(w));
-  }
-}
 // The lazy maximum's threshold (log2 units): P = 2^(s - mrun) up to 2^8 before the running maximum moves.
 constexpr float kLazyMax = 8.f;
 
