@@ -13,27 +13,40 @@
 
 namespace graphsafe {
 
-// Launch `kernel` programmatically dependent on the previous work in `stream`. cluster_z > 1 also
-// makes the grid's z dimension thread-block clusters of (1, 1, cluster_z). Returns the runtime's
+// Launch `kernel`, programmatically dependent on the previous work in `stream` when `pdl`, and in
+// thread-block clusters of `cluster` when that is more than one block. Returns the runtime's
 // launch error (cudaSuccess also when a fault shows only later, as for any launch).
 template <typename... KArgs, typename... Args>
-cudaError_t launch_pdl_cluster(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
-                               unsigned cluster_z, Args... args) {
+cudaError_t launch_ex(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream, bool pdl,
+                      dim3 cluster, Args... args) {
   cudaLaunchAttribute attr[2] = {};
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  attr[1].id = cudaLaunchAttributeClusterDimension;
-  attr[1].val.clusterDim.x = 1;
-  attr[1].val.clusterDim.y = 1;
-  attr[1].val.clusterDim.z = cluster_z;
+  unsigned n = 0;
+  if (pdl) {
+    attr[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[n++].val.programmaticStreamSerializationAllowed = 1;
+  }
+  if (cluster.x * cluster.y * cluster.z > 1) {
+    attr[n].id = cudaLaunchAttributeClusterDimension;
+    attr[n].val.clusterDim.x = cluster.x;
+    attr[n].val.clusterDim.y = cluster.y;
+    attr[n++].val.clusterDim.z = cluster.z;
+  }
   cudaLaunchConfig_t lc = {};
   lc.gridDim = grid;
   lc.blockDim = block;
   lc.dynamicSmemBytes = smem;
   lc.stream = stream;
   lc.attrs = attr;
-  lc.numAttrs = cluster_z > 1 ? 2 : 1;
+  lc.numAttrs = n;
   return cudaLaunchKernelEx(&lc, kernel, static_cast<KArgs>(args)...);
+}
+
+// Launch `kernel` programmatically dependent on the previous work in `stream`. cluster_z > 1 also
+// makes the grid's z dimension thread-block clusters of (1, 1, cluster_z).
+template <typename... KArgs, typename... Args>
+cudaError_t launch_pdl_cluster(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+                               unsigned cluster_z, Args... args) {
+  return launch_ex(kernel, grid, block, smem, stream, true, dim3(1, 1, cluster_z), args...);
 }
 
 // The same without clusters.

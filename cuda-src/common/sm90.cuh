@@ -167,10 +167,36 @@ __device__ __forceinline__ uint32_t cluster_rank() {
 __device__ __forceinline__ void cluster_sync() {  // release our smem writes, acquire the peers'
   asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;" ::: "memory");
 }
-// 16 bytes at shared address `addr` of the cluster's CTA `rank` (distributed shared memory).
-__device__ __forceinline__ float4 ld_peer(uint32_t addr, uint32_t rank) {
+// The address in the cluster's CTA `rank` of this CTA's shared address `addr` (same offset).
+__device__ __forceinline__ uint32_t peer_addr(uint32_t addr, uint32_t rank) {
   uint32_t remote;
   asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(addr), "r"(rank));
+  return remote;
+}
+// 4 bytes at shared address `addr` of the cluster's CTA `rank`.
+__device__ __forceinline__ int ld_peer_s32(uint32_t addr, uint32_t rank) {
+  int v;
+  asm volatile("ld.shared::cluster.s32 %0, [%1];" : "=r"(v) : "r"(peer_addr(addr, rank)) : "memory");
+  return v;
+}
+// 16 bytes into a peer CTA's shared memory (`remote`, `remote_bar`: peer_addr results), counted as
+// 16 transaction bytes on the peer's mbarrier `remote_bar` once written.
+__device__ __forceinline__ void st_async_16(uint32_t remote, uint4 v, uint32_t remote_bar) {
+  asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.b32 [%0], {%1, %2, %3, %4}, [%5];" ::"r"(remote),
+               "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w), "r"(remote_bar)
+               : "memory");
+}
+// One arrival on a peer CTA's mbarrier (`remote_bar`: a peer_addr result), releasing this thread's
+// earlier accesses at cluster scope. The waiter uses the plain mbar_wait, as CUTLASS's cluster
+// pipelines do: an acquire at cluster scope compiles to an L1 invalidation (CCTL.IVALL) at every
+// wait, and what the barriers order here is shared memory (st.async bytes, which the phase counts,
+// and reads of the waiter's stages), not data cached in L1.
+__device__ __forceinline__ void mbar_arrive_peer(uint32_t remote_bar) {
+  asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];" ::"r"(remote_bar) : "memory");
+}
+// 16 bytes at shared address `addr` of the cluster's CTA `rank` (distributed shared memory).
+__device__ __forceinline__ float4 ld_peer(uint32_t addr, uint32_t rank) {
+  const uint32_t remote = peer_addr(addr, rank);
   float4 v;
   asm volatile("ld.shared::cluster.v4.f32 {%0, %1, %2, %3}, [%4];" : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "r"(remote) : "memory");
   return v;

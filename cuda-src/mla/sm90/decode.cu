@@ -124,23 +124,37 @@ int launch_n_format(const GsMlaDecodeArgs& a, const Maps& m, const Params& p, cu
   return launch_n<N, F16>(a, m, p, stream);
 }
 
-template <bool F16, int KV>
+template <bool F16, int KV, bool kPair>
 int launch_seesaw(const GsMlaDecodeArgs& a, const Maps& m, const Params& p, cudaStream_t stream) {
-  constexpr auto k = mla_sm90_seesaw_kernel<F16, KV>;
+  constexpr auto k = mla_sm90_seesaw_kernel<F16, KV, kPair>;
   constexpr int smem = seesaw_smem<KV>();
   if (int st = ensure_smem<k>(a.device, smem); st != GS_OK) return st;
-  k<<<dim3((p.rows + 63) / 64, a.num_splits, a.batch), dim3(kThreads), smem, stream>>>(m.kv, p);
+  const dim3 grid((p.rows + 63) / 64, a.num_splits, a.batch);
+  if constexpr (kPair) {
+    const cudaError_t e = graphsafe::launch_ex(k, grid, dim3(kThreads), smem, stream, false, dim3(2, 1, 1), m.kv, p);
+    return e == cudaSuccess ? GS_OK : graphsafe::cuda_failed(e);
+  }
+  k<<<grid, dim3(kThreads), smem, stream>>>(m.kv, p);
   return GS_OK;
+}
+
+// An fp8 cache's seesaw: row groups in pairs (clusters of two that share the conversion of each
+// tile, fp8.cuh) when they come in pairs (128 heads, or 64 with two query tokens), else one CTA a
+// group converting all of it.
+template <int KV>
+int launch_seesaw_fp8(const GsMlaDecodeArgs& a, const Maps& m, const Params& p, cudaStream_t stream) {
+  if (((p.rows + 63) / 64) % 2 == 0) return launch_seesaw<false, KV, true>(a, m, p, stream);
+  return launch_seesaw<false, KV, false>(a, m, p, stream);
 }
 
 // More than 32 query rows: the seesaw kernel, a CTA a 64-row group, over any cache format.
 template <bool F16>
 int launch_head_groups(const GsMlaDecodeArgs& a, const Maps& m, const Params& p, cudaStream_t stream) {
   if constexpr (!F16) {
-    if (a.kv_format == GS_MLA_KV_FP8_PER_TENSOR) return launch_seesaw<false, kKvFp8PerTensor>(a, m, p, stream);
-    if (a.kv_format == GS_MLA_KV_FP8_DS_MLA) return launch_seesaw<false, kKvFp8DsMla>(a, m, p, stream);
+    if (a.kv_format == GS_MLA_KV_FP8_PER_TENSOR) return launch_seesaw_fp8<kKvFp8PerTensor>(a, m, p, stream);
+    if (a.kv_format == GS_MLA_KV_FP8_DS_MLA) return launch_seesaw_fp8<kKvFp8DsMla>(a, m, p, stream);
   }
-  return launch_seesaw<F16, kKvNative>(a, m, p, stream);
+  return launch_seesaw<F16, kKvNative, false>(a, m, p, stream);
 }
 
 // Up to 32 query rows (s_q x heads) run the N kernel (rows as the MMA's N, padded to 16 or 32, one

@@ -149,19 +149,29 @@ __device__ __forceinline__ float4 opaque_copy(float4 v, uint32_t zero) {
 }
 __device__ __forceinline__ constexpr float pick(const float4& v, int i) { return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w; }
 
-// The feed, on each of the 128 producer threads (pt): thread pt converts rows r = pt / 4 and
-// r + 32, 16 codes (dims 16 (pt % 4) ..) of each box. A loop iteration is a pair of tiles, unrolled
-// half-box by half-box (4 kUnits of them, a multiple of the ring's 4 slots, so every slot index is
-// a constant). The releases are waited for as produce_tiles_seesaw waits for them. `rope_map`: the
-// 656-byte format's rope boxes (thread 0 issues them).
-template <int KV>
+// The feed, on each of the 128 producer threads (pt): thread pt converts 16 codes (dims 16 (pt % 4)
+// ..) of row r = pt / 4 and r + 32 of each box, or in a CTA pair (kPair) of row r + 32 rank only:
+// the pair's two CTAs (two row groups of one split, the same tiles) convert a half of each box
+// each and store it into both CTAs' stages, their own by st.shared and the peer's by st.async,
+// whose bytes complete the peer's full barrier as transactions (thread 0's arrival expects them).
+// A box of either CTA is refilled only once both released it: each feed forwards its own CTA's
+// releases to the peer's feed (wait_release). Halving each CTA's conversions and loads is the
+// point: the feed, not the tensor cores, set the pace at 128 heads (design 7.3.2).
+// A loop iteration is a pair of tiles, unrolled load by load (one half-box a load, 2 H kUnits of
+// them). The releases are waited for as produce_tiles_seesaw waits for them. `rope_map`: the
+// 656-byte format's rope boxes (thread 0 issues them into its own CTA's stage).
+template <int KV, bool kPair>
 __device__ __forceinline__ void produce_fp8_seesaw(const CUtensorMap* rope_map, const Params& p, int b,
                                                    const SplitRange& sr, uint8_t* stages, uint8_t* raw, uint32_t full0,
-                                                   uint32_t rel0, uint32_t q_ready, int pt) {
+                                                   uint32_t rel0, uint32_t fwd0, uint32_t q_ready, int pt, uint32_t rank) {
   using F = SeesawFp8<KV>;
-  constexpr int U = F::kUnits, A = F::kAhead, kHalves = 4 * U;
-  static_assert(kHalves % kRawSlots == 0, "the ring's slots repeat with the loop body");
+  constexpr int U = F::kUnits, A = F::kAhead;
+  constexpr int H = kPair ? 1 : 2;  // the row halves of a box this CTA converts
+  constexpr int kLoads = 2 * U * H;  // a loop body's loads
+  // Bytes of a box a peer stores into this CTA's stage (its row half, 32 rows x 128 bytes).
+  constexpr uint32_t kPeerBoxBytes = 32 * 128;
   const uint32_t e0l = rel0, e0r = rel0 + 8, e1r = rel0 + 16, e1l = rel0 + 24;
+  const int h0 = kPair ? int(rank) : 0;  // this CTA's first row half
   const int r = pt >> 2, q = pt & 3;
   const int32_t* pages = p.page_table + int64_t(b) * p.page_table_stride;
   const int ps_shift = __ffs(p.page_size) - 1;  // page sizes are powers of two
@@ -174,21 +184,45 @@ __device__ __forceinline__ void produce_fp8_seesaw(const CUtensorMap* rope_map, 
   auto cache_row = [&](int t, int page) {
     return page * p.page_size + int((uint32_t(sr.tile0 + t) * uint32_t(kTileS)) & uint32_t(p.page_size - 1));
   };
-  // Byte 16 q of row r of tile t (row half h adds 32 rows).
+  // Byte 16 q of row r + 32 h0 of tile t (the unpaired feed's second half adds 32 rows).
   auto tile_row = [&](int t, int pg) -> const uint8_t* {
-    return p.kv_cache + (int64_t(cache_row(t, pg)) + r) * F::kRowBytes + 16 * q;
+    return p.kv_cache + (int64_t(cache_row(t, pg)) + r + 32 * h0) * F::kRowBytes + 16 * q;
   };
+  // This CTA's row halves of tile t, asked of L2.
   auto prefetch = [&](int t, int pg) {
-    if (pt == 0 && t < sr.n) prefetch_l2(p.kv_cache + int64_t(cache_row(t, pg)) * F::kRowBytes, kTileS * F::kRowBytes);
+    if (pt == 0 && t < sr.n)
+      prefetch_l2(p.kv_cache + (int64_t(cache_row(t, pg)) + 32 * h0) * F::kRowBytes, 32 * H * F::kRowBytes);
   };
   uint8_t* const mine = raw + 16 * pt;
-  auto slot = [&](int k) { return mine + (k % kRawSlots) * kRawSlotBytes; };
-  // Half-box k of a pair body (k may reach into the next pair: tile index k / (2 U) of `tiles`);
-  // past the split's last tile only the (empty) group is committed, which keeps the count.
+  // The ring slot of load k of a body: a constant when the body's loads fill the ring a whole
+  // number of times, else taken from the four addresses rotated to the body's first slot.
+  uint8_t* sa[kRawSlots];
+  auto rotate = [&](int first) {
+#pragma unroll
+    for (int j = 0; j < kRawSlots; ++j) sa[j] = mine + ((first + j) % kRawSlots) * kRawSlotBytes;
+  };
+  rotate(0);
+  auto slot = [&](int k) { return sa[k % kRawSlots]; };
+  // Load k of a body (k may reach into the next body: tile index k / (H U) of `tiles`); past the
+  // split's last tile only the (empty) group is committed, which keeps the count.
   auto issue = [&](const uint8_t* const (&tiles)[3], int t0, int k) {
-    const int i = k / (2 * U), n = (k / 2) % U, h = k & 1;
+    const int kb = k / H, i = kb / U, n = kb % U, h = k % H;
     if (t0 + i < sr.n) cp_async_16_cg(slot(k), tiles[i] + h * 32 * F::kRowBytes + 64 * seesaw_box(i & 1, n));
     cp_async_commit();
+  };
+  // The peer's stages, full barriers and forwarded releases (kPair).
+  const uint32_t peer_stages = kPair ? peer_addr(smem_u32(stages), rank ^ 1u) : 0u;
+  const uint32_t peer_full0 = kPair ? peer_addr(full0, rank ^ 1u) : 0u;
+  const uint32_t peer_fwd0 = kPair ? peer_addr(fwd0, rank ^ 1u) : 0u;
+  // Release group `bar` (of pair m - 1) of this CTA's readers; in a pair also of the peer's: thread
+  // 0 forwards this CTA's release to the peer's feed (one remote arrival on its forward barrier of
+  // the group), and the feed waits for the peer's forward (its phases follow the releases').
+  auto wait_release = [&](uint32_t bar, uint32_t parity) {
+    mbar_wait(bar, parity);
+    if constexpr (kPair) {
+      if (pt == 0) mbar_arrive_peer(peer_fwd0 + (bar - rel0));
+      mbar_wait(fwd0 + (bar - rel0), parity);
+    }
   };
   int page[6];  // tiles 2m .. 2m + 5
 #pragma unroll
@@ -196,25 +230,25 @@ __device__ __forceinline__ void produce_fp8_seesaw(const CUtensorMap* rope_map, 
   prefetch(2, page[2]);
   prefetch(3, page[3]);
   const uint32_t zero = uint32_t(p.num_pages) >> 31;  // validated positive
-  float4 scale_next[2];  // the 656-byte format's group scales of rows r, r + 32 of the next tile
+  float4 scale_next[H];  // the 656-byte format's group scales of this thread's rows of the next tile
   {
     const uint8_t* const tiles[3] = {tile_row(0, page[0]), tile_row(1, page[1]), tile_row(2, page[2])};
 #pragma unroll
     for (int k = 0; k < A; ++k) issue(tiles, 0, k);
     if constexpr (F::kDs) {
-      scale_next[0] = ldg_f32x4(tiles[0] - 16 * q + kDsScaleOff);
-      scale_next[1] = ldg_f32x4(tiles[0] - 16 * q + 32 * F::kRowBytes + kDsScaleOff);
+#pragma unroll
+      for (int a = 0; a < H; ++a) scale_next[a] = ldg_f32x4(tiles[0] - 16 * q + a * 32 * F::kRowBytes + kDsScaleOff);
     }
   }
   for (int m = 0; 2 * m < sr.n; ++m) {
     const int t0 = 2 * m;
     const uint8_t* const tiles[3] = {tile_row(t0, page[0]), tile_row(t0 + 1, page[1]), tile_row(t0 + 2, page[2])};
     int ahead[2];  // the pages of tiles 2m + 6, 2m + 7, for the next iteration
-    float4 sc[2];
-    uint4 half_codes[2];
+    float4 sc[H];
+    uint4 codes[H];
 #pragma unroll
-    for (int k = 0; k < kHalves; ++k) {
-      const int i = k / (2 * U), n = (k / 2) % U, h = k & 1, bf = i, c = seesaw_box(bf, n), t = t0 + i;
+    for (int k = 0; k < kLoads; ++k) {
+      const int kb = k / H, i = kb / U, n = kb % U, h = k % H, bf = i, c = seesaw_box(bf, n), t = t0 + i;
       const uint32_t parity = (m & 1) ^ 1;  // the releases of the pair before: (m - 1) & 1
       // The feed's register loads (pages, scales) share one scoreboard, and a register's first use
       // waits for every load on it: so they are issued after a tile's uses of what came before
@@ -223,49 +257,63 @@ __device__ __forceinline__ void produce_fp8_seesaw(const CUtensorMap* rope_map, 
       // cannot know), so their loads are waited for here and not at a use after the next loads.
       if (F::kDs && n == 0 && h == 0) {
 #pragma unroll
-        for (int a = 0; a < 2; ++a) sc[a] = opaque_copy(scale_next[a], zero);
+        for (int a = 0; a < H; ++a) sc[a] = opaque_copy(scale_next[a], zero);
       }
-      if (n == 5 && h == 1) {
+      if (n == 5 && h == H - 1) {
         if (i == 0) {
 #pragma unroll
           for (int a = 0; a < 2; ++a) ahead[a] = page_of(t0 + 6 + a);
         }
         if constexpr (F::kDs) {
-          scale_next[0] = ldg_f32x4(tiles[i + 1] - 16 * q + kDsScaleOff);
-          scale_next[1] = ldg_f32x4(tiles[i + 1] - 16 * q + 32 * F::kRowBytes + kDsScaleOff);
+#pragma unroll
+          for (int a = 0; a < H; ++a) scale_next[a] = ldg_f32x4(tiles[i + 1] - 16 * q + a * 32 * F::kRowBytes + kDsScaleOff);
         }
       }
       if (n == 0 && h == 0) prefetch(t + 4, page[i + 4]);
-      cp_async_wait<A - 1>();  // half-box k has landed (this thread's copies)
-      half_codes[h] = *reinterpret_cast<const uint4*>(slot(k));
-      issue(tiles, t0, k + A);  // into the slot of half-box k - 1, read back before
-      if (h == 1 && t < sr.n) {
-        uint4 lo[2], hi[2];
+      cp_async_wait<A - 1>();  // load k has landed (this thread's copies)
+      codes[h] = *reinterpret_cast<const uint4*>(slot(k));
+      issue(tiles, t0, k + A);  // into the slot of load k - 1, read back before
+      if (h == H - 1 && t < sr.n) {
+        uint4 lo[H], hi[H];
 #pragma unroll
-        for (int rh = 0; rh < 2; ++rh) convert16<KV>(half_codes[rh], F::kDs ? pick(sc[rh], c >> 1) : 1.f, lo[rh], hi[rh]);
-        if (t >= 2 && n == 0) mbar_wait(bf == 0 ? e0l : e1r, parity);
-        if (t >= 2 && n == 4) mbar_wait(bf == 0 ? e0r : e1l, parity);
+        for (int rh = 0; rh < H; ++rh) convert16<KV>(codes[rh], F::kDs ? pick(sc[rh], c >> 1) : 1.f, lo[rh], hi[rh]);
+        if (t >= 2 && n == 0) wait_release(bf == 0 ? e0l : e1r, parity);
+        if (t >= 2 && n == 4) wait_release(bf == 0 ? e0r : e1l, parity);
         if (F::kDs && n == 4 && pt == 0) {  // block 8 is free with the group just waited for
           const uint32_t bar = full0 + 16 * 8 + 8 * bf;
           mbar_arrive_expect_tx(bar, kBlockBytes);
           tma_load_2d(smem_u32(stages + bf * kStageBytes + 8 * kBlockBytes), rope_map, kDsRopeOff, cache_row(t, page[i]), bar);
         }
+        const uint32_t full = full0 + 16 * c + 8 * bf;
 #pragma unroll
-        for (int rh = 0; rh < 2; ++rh) {
-          const int rr = r + 32 * rh, sw = rr & 7;
-          uint8_t* dst = stages + bf * kStageBytes + c * kBlockBytes + rr * 128;
-          *reinterpret_cast<uint4*>(dst + (((2 * q) ^ sw) << 4)) = lo[rh];
-          *reinterpret_cast<uint4*>(dst + (((2 * q + 1) ^ sw) << 4)) = hi[rh];
+        for (int rh = 0; rh < H; ++rh) {
+          const int rr = r + 32 * (h0 + rh), sw = rr & 7;
+          const int off = bf * kStageBytes + c * kBlockBytes + rr * 128;
+          const int o0 = off + (((2 * q) ^ sw) << 4), o1 = off + (((2 * q + 1) ^ sw) << 4);
+          *reinterpret_cast<uint4*>(stages + o0) = lo[rh];
+          *reinterpret_cast<uint4*>(stages + o1) = hi[rh];
+          if constexpr (kPair) {
+            const uint32_t peer_full = peer_full0 + (full - full0);
+            st_async_16(peer_stages + o0, lo[rh], peer_full);
+            st_async_16(peer_stages + o1, hi[rh], peer_full);
+          }
         }
-        mbar_arrive(full0 + 16 * c + 8 * bf);
+        // The peer's half of this box comes as transactions: thread 0 expects them (in the phase
+        // they complete: the peer writes only after this CTA released the box's last use).
+        if (kPair && pt == 0) {
+          mbar_arrive_expect_tx(full, kPeerBoxBytes);
+        } else {
+          mbar_arrive(full);
+        }
       }
       // As produce_tiles_seesaw: Q's loads first, once tile 0 is on its way.
-      if (m == 0 && k == 2 * U - 1 && sr.n > 1) mbar_wait(q_ready, 0);
+      if (m == 0 && k == U * H - 1 && sr.n > 1) mbar_wait(q_ready, 0);
     }
 #pragma unroll
     for (int i = 0; i < 4; ++i) page[i] = page[i + 2];
     page[4] = ahead[0];
     page[5] = ahead[1];
+    if constexpr (kLoads % kRawSlots != 0) rotate((m + 1) * kLoads % kRawSlots);
   }
   cp_async_wait<0>();
 }

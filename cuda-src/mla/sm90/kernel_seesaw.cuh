@@ -45,9 +45,10 @@ __device__ __forceinline__ void reg_fence_u32(uint32_t (&r)[R]) {
 #pragma unroll
   for (int i = 0; i < R; ++i) asm volatile("" : "+r"(r[i])::"memory");
 }
-// Barriers: full(b, c) = 9 pairs; the release groups E0L/E0R, E1R/E1L as two pairs; A/B_READY; math.
-constexpr int kSeesawPairs = kBlocks + 3;
-constexpr int kSeesawUsed = 3 * kStageBytes + 7 * 64 * 4 + (2 * kSeesawPairs + 1) * 8;
+// Barriers: full(b, c) = 9 pairs; the release groups E0L/E0R, E1R/E1L as two pairs; A/B_READY; math;
+// a CTA pair's forwarded releases (the peer's E0L, E0R, E1R, E1L: fp8.cuh).
+constexpr int kSeesawPairs = kBlocks + 3, kSeesawForwards = 4;
+constexpr int kSeesawUsed = 3 * kStageBytes + 7 * 64 * 4 + (2 * kSeesawPairs + 1 + kSeesawForwards) * 8;
 constexpr int kSeesawSmem = kSeesawUsed + 1024;  // + the alignment of the base to 1 KiB
 // Over an fp8 cache: the feed's ring of raw codes after the barriers (fp8.cuh). It takes all but
 // 32 bytes of what sm90 lets a block have (227 KiB, static shared memory included: split_range's
@@ -104,11 +105,14 @@ __device__ __forceinline__ void produce_tiles_seesaw(const CUtensorMap* map, con
 // KV: the cache's format. An fp8 cache (bf16 queries) is fed by produce_fp8_seesaw (fp8.cuh) into
 // the same stages (per-tensor: fp16 codes, fp16 math; 656-byte: bf16 values); the per-tensor
 // format's scale multiplies the scores and the output.
+// kPair (fp8 only): launched in clusters of two along x, the two row groups of a split share the
+// conversion of its tiles (fp8.cuh): each CTA's math warps release a box to both CTAs' feeds.
 // kv_map: the bf16 cache's boxes, or the 656-byte format's rope boxes (unread for per-tensor fp8).
-template <bool F16, int KV>
+template <bool F16, int KV, bool kPair>
 __global__ void __launch_bounds__(kThreads, 1) mla_sm90_seesaw_kernel(const __grid_constant__ CUtensorMap kv_map, const Params p) {
   static_assert(KV == kKvNative || !F16, "fp8 caches take bf16 queries");
   constexpr bool kFp8 = KV != kKvNative;
+  static_assert(kFp8 || !kPair, "only the fp8 feed is shared by a pair");
   // The per-tensor fp8 format runs its math in fp16 (every e4m3 value is an exact fp16; Q is
   // staged as fp16 times 2^k_r a row, q_rows_to_f16): its feed converts with one cvt a pair.
   constexpr bool kF16Math = F16 || KV == kKvFp8PerTensor;
@@ -117,14 +121,6 @@ __global__ void __launch_bounds__(kThreads, 1) mla_sm90_seesaw_kernel(const __gr
   const int tid = threadIdx.x;
   const int row0 = blockIdx.x * 64;
   const int rows = min(64, p.rows - row0);
-  const SplitRange sr = split_range(p);  // every thread, before the roles split
-  if (!sr.active) return;
-  const int b = sr.b;
-  if (sr.n == 0) {
-    write_empty<F16>(p, sr, row0, rows, tid, kThreads);
-    return;
-  }
-
   uint8_t* sq = smem;
   uint8_t* skv = smem + kStageBytes;
   float* s_ma = reinterpret_cast<float*>(smem + 3 * kStageBytes);  // [64] m_A
@@ -138,18 +134,42 @@ __global__ void __launch_bounds__(kThreads, 1) mla_sm90_seesaw_kernel(const __gr
   const uint32_t full0 = bars, rel0 = bars + 16 * kBlocks, ready0 = rel0 + 32, math_bar = ready0 + 16;
   const uint32_t e0l = rel0, e0r = rel0 + 8, e1r = rel0 + 16, e1l = rel0 + 24, a_ready = ready0, b_ready = ready0 + 8;
   const uint32_t sq_a = smem_u32(sq), skv_a = smem_u32(skv);
+  // A full barrier: every feed thread's arrival (in a pair also the peer's half, as transactions);
+  // the 656-byte format's rope box: its TMA's. A release group: the releasing warpgroup's 128
+  // threads. A forwarded release (a pair): one arrival, from the peer's feed.
+  constexpr uint32_t f = kFp8 ? 128u : 1u, f8 = KV == kKvFp8DsMla ? 1u : f;
+  constexpr uint32_t kCounts[kSeesawPairs] = {f, f, f, f, f, f, f, f, f8, 128u, 128u, 128u};
+  const uint32_t rank = kPair ? cluster_rank() : 0u;
+  // Every thread, before the roles split. A pair initialises its barriers first (the peer arrives
+  // on them) and from then on leaves only through the cluster barrier at the end.
+  const SplitRange sr =
+      kPair ? split_range_pair(p, [&] { init_barriers<kSeesawPairs, kSeesawForwards>(bars, kCounts, 1u); }) : split_range(p);
+  if (!sr.active) {
+    if constexpr (kPair) cluster_sync();
+    return;
+  }
+  const int b = sr.b;
+  if (sr.n == 0) {
+    write_empty<F16>(p, sr, row0, rows, tid, kThreads);
+    if constexpr (kPair) cluster_sync();
+    return;
+  }
 
-  if constexpr (kFp8) {
+  if constexpr (kPair) {
     using F = SeesawFp8<KV>;
-    // A full barrier: every feed thread's arrival; the 656-byte format's rope box: its TMA's.
-    constexpr uint32_t f = 128u, f8 = F::kDs ? 1u : 128u;
-    if (!enter_roles_with<kSeesawPairs, F::kMathRegs, F::kProducerRegs>(
-            tid, bars, {f, f, f, f, f, f, f, f, f8, 128u, 128u, 128u}, 0u,
-            [&](int pt) { produce_fp8_seesaw<KV>(&kv_map, p, b, sr, skv, smem + kSeesawRawOff, full0, rel0, math_bar, pt); }))
+    if (!enter_roles_init<F::kMathRegs, F::kProducerRegs>(tid, [] {}, [&](int pt) {
+          produce_fp8_seesaw<KV, true>(&kv_map, p, b, sr, skv, smem + kSeesawRawOff, full0, rel0, math_bar + 8, math_bar, pt, rank);
+        }))
+      return;
+  } else if constexpr (kFp8) {
+    using F = SeesawFp8<KV>;
+    if (!enter_roles_with<kSeesawPairs, F::kMathRegs, F::kProducerRegs>(tid, bars, kCounts, 0u, [&](int pt) {
+          produce_fp8_seesaw<KV, false>(&kv_map, p, b, sr, skv, smem + kSeesawRawOff, full0, rel0, 0u, math_bar, pt, 0u);
+        }))
       return;
   } else {
     if (!enter_roles_with<kSeesawPairs, kMathRegs, kProducerRegs>(
-            tid, bars, {1u, 1u, 1u, 1u, 1u, 1u, 1u, 1u, 1u, 128u, 128u, 128u}, 0u, [&](int pt) {
+            tid, bars, kCounts, 0u, [&](int pt) {
               if (pt == 0) produce_tiles_seesaw(&kv_map, p, b, sr, skv_a, full0, rel0, math_bar);  // math_bar phase 0: Q staged
             }))
       return;
@@ -186,6 +206,10 @@ __global__ void __launch_bounds__(kThreads, 1) mla_sm90_seesaw_kernel(const __gr
   float l0 = 0.f, l1 = 0.f;              // this warpgroup's partial row sums, relative to m0, m1
   const int pairs = (sr.n + 1) >> 1;
 
+  // A release group's arrival (after the wgmma wait that proved this thread's reads done). In a
+  // pair the feed forwards it to the peer's feed (fp8.cuh): a remote operation here would be waited
+  // for by this thread's next proxy fence (a MEMBAR), on the math's critical path.
+  auto release = [&](uint32_t bar) { mbar_arrive(bar); };
   // S of tile t into sc, box by box in `order`: wait, fence, 4 k-steps, commit (9 groups).
   auto issue_s = [&](float (&sc)[32], int t, const int (&order)[kBlocks]) {
     const int bf = t & 1;
@@ -352,21 +376,21 @@ __global__ void __launch_bounds__(kThreads, 1) mla_sm90_seesaw_kernel(const __gr
         wg_wait<0>();  // P_A.V_A,L done: buffer 0 blocks 0..3 are free, O_L may be rescaled
         reg_fence(o);
         reg_fence_u32(pk);
-        mbar_arrive(e0l);
+        release(e0l);
         rescale(ba0, ba1);
         l0 *= ba0;
         l1 *= ba1;
         pv_ss(tb, 0);  // O_L += P_B.V_B,L (P_B from buffer 1's block 8, V blocks 0..3)
         wg_wait<0>();
         reg_fence(o);
-        mbar_arrive(e1l);
+        release(e1l);
         m0 = bm0;
         m1 = bm1;
       } else {
         wg_wait<0>();
         reg_fence(o);
         reg_fence_u32(pk);
-        mbar_arrive(e0l);
+        release(e0l);
       }
     }
   } else {
@@ -398,13 +422,13 @@ __global__ void __launch_bounds__(kThreads, 1) mla_sm90_seesaw_kernel(const __gr
       l1 = l1 * al1 + sum1;
       wg_wait<0>();  // P_A.V_A,R done: buffer 0 blocks 4..8 are free, O_R may be rescaled
       reg_fence(o);
-      mbar_arrive(e0r);
+      release(e0r);
       rescale(al0, al1);
       pv_rs(pk, tb, 4);  // O_R += P_B.V_B,R
       wg_wait<0>();
       reg_fence(o);
       reg_fence_u32(pk);
-      mbar_arrive(e1r);
+      release(e1r);
       m0 = mn0;
       m1 = mn1;
     }
@@ -418,7 +442,7 @@ __global__ void __launch_bounds__(kThreads, 1) mla_sm90_seesaw_kernel(const __gr
       pv_ss(ta, 4);
       wg_wait<0>();
       reg_fence(o);
-      mbar_arrive(e0r);
+      release(e0r);
       m0 = am0;
       m1 = am1;
     }
@@ -442,6 +466,8 @@ __global__ void __launch_bounds__(kThreads, 1) mla_sm90_seesaw_kernel(const __gr
     s_lse[r1] = (m1 + __log2f(lt1)) * kLn2;
   }
   stage_and_store_o64<F16>(reinterpret_cast<float*>(skv), o, wg * 256, q, r0, r1, i0, i1, math_bar, math_phase, rows, row0, s_lse, p, sr, tid);
+  // The peer's last arrivals on this CTA's release barriers may still be on their way.
+  if constexpr (kPair) cluster_sync();
 }
 
 }  // namespace graphsafe::mla_sm90

@@ -35,10 +35,12 @@ __device__ __forceinline__ int cta_seq_len(const Params& p, int b) {
 // answer). One request (no schedule): split blockIdx.y of an even division of its tiles into
 // num_splits, every split writing its partial (or, empty, LSE -inf) for the combine. A batch: the
 // work item schedule.cuh ordered into slot (blockIdx.z, blockIdx.y), over the lengths it read once.
-__device__ __forceinline__ SplitRange split_range(const Params& p) {
+// `seq_of(b)`: request b's length as the whole CTA sees it (cta_seq_len), read only without a schedule.
+template <class SeqOf>
+__device__ __forceinline__ SplitRange split_range_of(const Params& p, SeqOf&& seq_of) {
   if (p.sched_lens == nullptr) {
     const int b = blockIdx.z, split = blockIdx.y;
-    const int seq = max(0, min(cta_seq_len(p, b), p.max_seq_len));
+    const int seq = max(0, min(seq_of(b), p.max_seq_len));
     const int tiles = (seq + kTileS - 1) / kTileS;
     const int per = (tiles + p.num_splits - 1) / p.num_splits;
     const int t0 = split * per;
@@ -57,6 +59,27 @@ __device__ __forceinline__ SplitRange split_range(const Params& p) {
   const int t0 = c * p.chunk;
   const int n = max(0, min(tiles - t0, p.chunk));
   return SplitRange{b, c, seq, t0, n, chunks <= 1, n > 0 || (c == 0 && chunks == 0)};
+}
+__device__ __forceinline__ SplitRange split_range(const Params& p) {
+  return split_range_of(p, [&](int b) { return cta_seq_len(p, b); });
+}
+// The split range of a CTA pair (a cluster of two along x: two row groups of one split, which
+// share their tiles' conversion, fp8.cuh). Both CTAs must count the same tiles, or one would wait
+// forever for the other's half of a box: rank 0 reads the request's length once and its peer takes
+// that copy. `init` (thread 0 of each CTA: its barriers) runs before the one cluster barrier that
+// publishes both to the peer. From here on neither CTA may exit before a last cluster_sync: the
+// peer may still read its length, arrive on its barriers or write its stages.
+template <class Init>
+__device__ __forceinline__ SplitRange split_range_pair(const Params& p, Init&& init) {
+  __shared__ int s_seq;
+  const uint32_t rank = cluster_rank();
+  if (threadIdx.x == 0) {
+    init();
+    fence_barrier_init();
+    if (rank == 0 && p.sched_lens == nullptr) s_seq = *reinterpret_cast<const volatile int32_t*>(p.seq_lens + blockIdx.z);
+  }
+  cluster_sync();
+  return split_range_of(p, [&](int) { return rank == 0 ? s_seq : ld_peer_s32(smem_u32(&s_seq), 0); });
 }
 
 // Query rows [row0, row0 + valid) of request b into `sq` (ROWS rows, swizzled K-major blocks of
@@ -184,23 +207,23 @@ __device__ __forceinline__ bool enter_roles_init(int tid, Init&& init, Produce&&
 // The prologue with the barrier layout the stage-pair kernels use, 8 bytes each from `bars`:
 // kPairs two-stage pairs with the given arrival counts (full[2] first; empty[2] next), then the
 // math barrier (kMathThreads), then kExtra barriers of `extra_count` arrivals.
+template <int kPairs, int kExtra = 0>
+__device__ __forceinline__ void init_barriers(uint32_t bars, const uint32_t (&pair_counts)[kPairs], uint32_t extra_count) {
+  const uint32_t math_bar = bars + 16 * kPairs;
+#pragma unroll
+  for (int i = 0; i < kPairs; ++i) {
+    mbar_init(bars + 16 * i, pair_counts[i]);
+    mbar_init(bars + 16 * i + 8, pair_counts[i]);
+  }
+  mbar_init(math_bar, kMathThreads);
+#pragma unroll
+  for (int i = 0; i < kExtra; ++i) mbar_init(math_bar + 8 + 8 * i, extra_count);
+}
 template <int kPairs, int kMathR, int kProdR, int kExtra = 0, class Produce>
 __device__ __forceinline__ bool enter_roles_with(int tid, uint32_t bars, const uint32_t (&pair_counts)[kPairs],
                                                  uint32_t extra_count, Produce&& produce) {
-  const uint32_t math_bar = bars + 16 * kPairs;
   return enter_roles_init<kMathR, kProdR>(
-      tid,
-      [&] {
-#pragma unroll
-        for (int i = 0; i < kPairs; ++i) {
-          mbar_init(bars + 16 * i, pair_counts[i]);
-          mbar_init(bars + 16 * i + 8, pair_counts[i]);
-        }
-        mbar_init(math_bar, kMathThreads);
-#pragma unroll
-        for (int i = 0; i < kExtra; ++i) mbar_init(math_bar + 8 + 8 * i, extra_count);
-      },
-      produce);
+      tid, [&] { init_barriers<kPairs, kExtra>(bars, pair_counts, extra_count); }, produce);
 }
 
 // The prologue with the TMA producer (full barriers: one arrival, the producer's expect_tx).
