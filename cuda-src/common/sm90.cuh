@@ -186,13 +186,15 @@ __device__ __forceinline__ void st_async_16(uint32_t remote, uint4 v, uint32_t r
                "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w), "r"(remote_bar)
                : "memory");
 }
-// One arrival on a peer CTA's mbarrier (`remote_bar`: a peer_addr result), releasing this thread's
-// earlier accesses at cluster scope. The waiter uses the plain mbar_wait, as CUTLASS's cluster
-// pipelines do: an acquire at cluster scope compiles to an L1 invalidation (CCTL.IVALL) at every
-// wait, and what the barriers order here is shared memory (st.async bytes, which the phase counts,
-// and reads of the waiter's stages), not data cached in L1.
+// One arrival on a peer CTA's mbarrier (`remote_bar`: a peer_addr result), with the default
+// semantics (release at CTA scope), as CUTLASS's ClusterBarrier::arrive(cta_id). A release at
+// cluster scope compiles to MEMBAR.ALL.CTA + MEMBAR.ALL.GPU before the arrive, which waits for this
+// thread's loads and remote stores in flight. The waiter uses the plain mbar_wait, as CUTLASS's
+// cluster pipelines do: an acquire at cluster scope compiles to an L1 invalidation (CCTL.IVALL) at
+// every wait. What these barriers order is shared memory (st.async bytes, which the phase counts,
+// and the reads of the stages a release frees), not data cached in L1.
 __device__ __forceinline__ void mbar_arrive_peer(uint32_t remote_bar) {
-  asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];" ::"r"(remote_bar) : "memory");
+  asm volatile("mbarrier.arrive.shared::cluster.b64 _, [%0];" ::"r"(remote_bar) : "memory");
 }
 // 16 bytes at shared address `addr` of the cluster's CTA `rank` (distributed shared memory).
 __device__ __forceinline__ float4 ld_peer(uint32_t addr, uint32_t rank) {
