@@ -49,6 +49,17 @@ __device__ __forceinline__ uint32_t scale_f16x2(uint32_t h, float s) {
   return *reinterpret_cast<const uint32_t*>(&r);
 }
 
+// The exponent k that stages values of largest magnitude m as fp16 times 2^k: k = 14 - floor(log2 m)
+// puts m in [2^14, 2^15) (bf16's 8 significant bits fit fp16's 11), clamped so 2^k and 2^-k are
+// normal floats; 0 for m = 0 or an infinity (its scores are infinite or NaN whatever the scale).
+// Q's rows here and the N8 kernel's heads (kernel_n_fp8.cuh).
+__device__ __forceinline__ int f16_stage_exponent(float m) {
+  const int ex = int((__float_as_uint(m) >> 23) & 0xFFu) - 127;
+  return (m == 0.f || ex == 128) ? 0 : min(max(14 - ex, -113), 120);
+}
+// 2^e, |e| <= 126 (a normal float).
+__device__ __forceinline__ float pow2f(int e) { return __uint_as_float(uint32_t(127 + e) << 23); }
+
 // The per-tensor format's Q for fp16 math: the 64 staged bf16 rows (load_q's swizzled blocks) in
 // place as fp16 times 2^k_r, k_r putting the row's largest |q| in [2^14, 2^15) (bf16's 8
 // significant bits fit fp16's 11; only values below about 2^-31 of the row's largest lose bits), and
@@ -67,12 +78,9 @@ __device__ __forceinline__ void q_rows_to_f16(uint8_t* sq, float* s_qf, int t) {
   }
   m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
   m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
-  // k_r = 14 - floor(log2 m), clamped so 2^k_r and 2^-k_r are normal floats; 0 for a row of zeros
-  // (padding rows included) or with an infinity (its scores are infinite or NaN whatever the scale).
-  const int ex = int((__float_as_uint(m) >> 23) & 0xFFu) - 127;
-  const int kr = (m == 0.f || ex == 128) ? 0 : min(max(14 - ex, -113), 120);
-  const float f = __uint_as_float(uint32_t(127 + kr) << 23);
-  if (part == 0) s_qf[r] = __uint_as_float(uint32_t(127 - kr) << 23);
+  const int kr = f16_stage_exponent(m);  // 0 for a row of zeros (padding rows included)
+  const float f = pow2f(kr);
+  if (part == 0) s_qf[r] = pow2f(-kr);
 #pragma unroll
   for (int i = 0; i < 18; ++i) {
     uint4* dst = piece(part + 4 * i);

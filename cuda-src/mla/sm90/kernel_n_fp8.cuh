@@ -151,12 +151,9 @@ __device__ __forceinline__ void load_q_f16_scaled(uint8_t* sq, float* s_qf, cons
     }
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
-    // k_h = 14 - floor(log2 m), clamped so 2^k_h and 2^-k_h are normal floats; 0 for a head of
-    // zeros or with an infinity (its scores are infinite or NaN whatever the scale).
-    const int ex = int((__float_as_uint(m) >> 23) & 0xFFu) - 127;
-    const int kh = (m == 0.f || ex == 128) ? 0 : min(max(14 - ex, -113), 120);
-    const float f = __uint_as_float(uint32_t(127 + kh) << 23);
-    if (lane == 0) s_qf[h] = __uint_as_float(uint32_t(127 - kh) << 23);
+    const int kh = f16_stage_exponent(m);  // 0 for a head of zeros
+    const float f = pow2f(kh);
+    if (lane == 0) s_qf[h] = pow2f(-kh);
 #pragma unroll
     for (int k = 0; k < 3; ++k) {
       const int c = lane + 32 * k;
@@ -229,7 +226,6 @@ template <int kLo>
 __device__ __forceinline__ int ds_exponent(float m) {
   return min(max(int((__float_as_uint(m) >> 23) & 0xFFu) - 127 - 6, kLo), kDsMaxExponent);
 }
-__device__ __forceinline__ float pow2f(int e) { return __uint_as_float(uint32_t(127 + e) << 23); }  // |e| <= 126
 // 1 / x for x = pow2f(e), |e| <= 126: the exponent field reflected about 127.
 __device__ __forceinline__ float pow2f_inverse(float x) { return __uint_as_float((254u << 23) - __float_as_uint(x)); }
 __device__ __forceinline__ uint32_t f16x2_mul(uint32_t a, uint32_t b) {
