@@ -98,6 +98,15 @@ __device__ __forceinline__ void bulk_g2s(uint32_t dst, const void* src, uint32_t
                "l"(src), "r"(bytes), "r"(bar)
                : "memory");
 }
+// 1-D bulk copy of `bytes` (a multiple of 16, both addresses 16-byte aligned) from this CTA's shared
+// memory (`src`) into a peer CTA's (`remote`, `remote_bar`: peer_addr results), completing as
+// transactions on the peer's mbarrier. The source is read by the async proxy: the generic stores
+// that wrote it must be ordered before by a proxy fence (fence_proxy_async) on their path here.
+__device__ __forceinline__ void bulk_s2peer(uint32_t remote, uint32_t src, uint32_t bytes, uint32_t remote_bar) {
+  asm volatile("cp.async.bulk.shared::cluster.shared::cta.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(remote),
+               "r"(src), "r"(bytes), "r"(remote_bar)
+               : "memory");
+}
 // Asks L2 to fetch `bytes` from `src` (a hint: nothing reaches this CTA's hands).
 __device__ __forceinline__ void prefetch_l2(const void* src, uint32_t bytes) {
   asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(src), "r"(bytes) : "memory");
@@ -179,19 +188,12 @@ __device__ __forceinline__ int ld_peer_s32(uint32_t addr, uint32_t rank) {
   asm volatile("ld.shared::cluster.s32 %0, [%1];" : "=r"(v) : "r"(peer_addr(addr, rank)) : "memory");
   return v;
 }
-// 16 bytes into a peer CTA's shared memory (`remote`, `remote_bar`: peer_addr results), counted as
-// 16 transaction bytes on the peer's mbarrier `remote_bar` once written.
-__device__ __forceinline__ void st_async_16(uint32_t remote, uint4 v, uint32_t remote_bar) {
-  asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.b32 [%0], {%1, %2, %3, %4}, [%5];" ::"r"(remote),
-               "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w), "r"(remote_bar)
-               : "memory");
-}
 // One arrival on a peer CTA's mbarrier (`remote_bar`: a peer_addr result), with the default
 // semantics (release at CTA scope), as CUTLASS's ClusterBarrier::arrive(cta_id). A release at
 // cluster scope compiles to MEMBAR.ALL.CTA + MEMBAR.ALL.GPU before the arrive, which waits for this
 // thread's loads and remote stores in flight. The waiter uses the plain mbar_wait, as CUTLASS's
 // cluster pipelines do: an acquire at cluster scope compiles to an L1 invalidation (CCTL.IVALL) at
-// every wait. What these barriers order is shared memory (st.async bytes, which the phase counts,
+// every wait. What these barriers order is shared memory (bulk-copied bytes, which the phase counts,
 // and the reads of the stages a release frees), not data cached in L1.
 __device__ __forceinline__ void mbar_arrive_peer(uint32_t remote_bar) {
   asm volatile("mbarrier.arrive.shared::cluster.b64 _, [%0];" ::"r"(remote_bar) : "memory");

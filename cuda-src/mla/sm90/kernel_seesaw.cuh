@@ -467,7 +467,7 @@ __global__ void __launch_bounds__(kThreads, 1) mla_sm90_seesaw_kernel(const __gr
   }
   stage_and_store_o64<F16>(reinterpret_cast<float*>(skv), o, wg * 256, q, r0, r1, i0, i1, math_bar, math_phase, rows, row0, s_lse, p, sr, tid);
   // A pair leaves together: the peer may still read this CTA's copy of the request length
-  // (split_range_pair); every other access of the peer to this CTA's shared memory (its st.async
+  // (split_range_pair); every other access of the peer to this CTA's shared memory (its bulk-copied
   // bytes, its forwarded releases) was waited for before here.
   if constexpr (kPair) cluster_sync();
 }
