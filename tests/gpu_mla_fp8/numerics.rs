@@ -97,6 +97,8 @@ fn sm90_fp8_captured_replay_equals_eager_and_reads_the_scale_at_replay() {
         Shape { kind: KvFormatKind::Fp8DsMla, heads: 32, page: 128, seq_lens: vec![9000], splits: Some(40), scale: 1.0 / 64.0, seed: 951 },
         Shape { kind: KvFormatKind::Fp8PerTensor, heads: 128, page: 64, seq_lens: vec![3000, 1, 700], splits: None, scale: 1.0 / 64.0, seed: 952 },
         Shape { kind: KvFormatKind::Fp8DsMla, heads: 64, page: 128, seq_lens: vec![9000, 64], splits: Some(12), scale: 1.0 / 64.0, seed: 953 },
+        // Two row groups: the 656-byte format's CTA pairs (bulk copies into the peer's stages).
+        Shape { kind: KvFormatKind::Fp8DsMla, heads: 128, page: 64, seq_lens: vec![3000, 1, 700], splits: Some(3), scale: 1.0 / 64.0, seed: 954 },
     ] {
         let p = build(&stream, &s);
         let a = args(&p);
