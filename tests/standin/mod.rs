@@ -228,6 +228,13 @@ pub fn standin() -> &'static Standin {
         // Set before graphsafe's first driver call (the OnceLock makes every test wait for this).
         std::env::set_var(graphsafe::sys::driver::DRIVER_LIBRARY_VAR, &path);
         std::env::set_var("STANDIN_DEVICES", DEVICES.to_string());
+        // The CUDA units' runtime (cudart, linked into the glue) opens the system's driver, not
+        // graphsafe's: on a machine with a GPU it finds the real device and is handed the
+        // stand-in's streams and pointers (seen there: standin_context's well-formed decode
+        // refused as an invalid argument instead of GRAPHSAFE_ERROR_CUDA_RUNTIME, standin_soundness
+        // ending in a segmentation fault). With the devices hidden it answers as on CI's machine,
+        // which has none.
+        std::env::set_var("CUDA_VISIBLE_DEVICES", "");
         match graphsafe::sys::driver::api() {
             Ok(api) => assert_eq!(api.library, "$GRAPHSAFE_CUDA_DRIVER", "graphsafe opened another driver first"),
             Err(e) => panic!("graphsafe could not open the stand-in driver: {e}"),
