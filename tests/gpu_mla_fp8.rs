@@ -1,5 +1,6 @@
 //! MLA decode over fp8 KV caches on the sm90 kernels (16 and 32 heads: the N8 kernel for both
-//! formats; 48..128 heads: the seesaw kernel, its producer converting into bf16 stages): numerics against the f64
+//! formats; 48..128 heads: the seesaw kernel, its producer converting into the stages, the 656-byte
+//! format's paired row groups as 2-CTA clusters): numerics against the f64
 //! CPU reference of the dequantised cache over 46 shapes, every e4m3 code dequantised exactly,
 //! captured replay bit-identical to eager (and reading the per-tensor scale at replay), and a
 //! capture with too small a workspace refused with nothing captured. Skips without a Hopper GPU
@@ -236,9 +237,9 @@ fn shapes() -> Vec<Shape> {
             s(kind, 64, 64, vec![500, 77], None, -1.0 / 32.0, k + 27),
             // One request in many splits (no work schedule): 4 tiles a split.
             s(kind, 128, 64, vec![16_384], Some(64), 1.0 / 64.0, k + 28),
-            // 128 heads run as CTA pairs sharing each tile's conversion: empty and one-token
-            // requests (both CTAs of a pair must agree on them and leave together), and an odd
-            // tile count in a split of a batch.
+            // 128 heads (the 656-byte format as CTA pairs sharing each tile's conversion): empty
+            // and one-token requests (both CTAs of a pair must agree on them and leave together),
+            // and an odd tile count in a split of a batch.
             s(kind, 128, 64, vec![0, 700, 1, -5], None, 1.0 / 64.0, k + 29),
             s(kind, 128, 128, vec![1, 0, 1300], Some(2), 1.0 / 64.0, k + 30),
         ]);

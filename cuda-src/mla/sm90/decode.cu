@@ -141,8 +141,8 @@ int launch_seesaw(const GsMlaDecodeArgs& a, const Maps& m, const Params& p, cuda
 // An fp8 cache's seesaw: one CTA a row group converting all of each tile, except the 656-byte
 // format's row groups when they come in pairs (128 heads, or 64 with two query tokens): clusters of
 // two that share the conversion (fp8.cuh). The pair pays the peer copy's latency on the math's
-// path; it gains where the conversion costs most. Measured (docs/benchmarks.md, 128 heads 64 x
-// 4096): the 656-byte format 211 -> 197 us paired, the per-tensor one 187 -> 192, so it stays
+// path; it gains where the conversion costs most. Measured (H100, 128 heads 64 x 4096, design
+// 7.3.2): the 656-byte format 211 -> 197 us paired, the per-tensor one 187 -> 192, so it stays
 // unpaired.
 template <int KV>
 int launch_seesaw_fp8(const GsMlaDecodeArgs& a, const Maps& m, const Params& p, cudaStream_t stream) {

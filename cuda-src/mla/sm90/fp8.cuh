@@ -15,11 +15,6 @@ constexpr int kDsTokenBytes = 656, kDsScaleOff = 512, kDsRopeOff = 528;
 // The seesaw fp8 feed's ring of raw codes (below): half-boxes of 128 threads x 16 bytes.
 constexpr int kRawSlots = 4, kRawSlotBytes = 128 * 16;
 
-__device__ __forceinline__ uint32_t bf16x2_mul(uint32_t a, uint32_t b) {
-  uint32_t d;
-  asm("mul.rn.bf16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
-  return d;
-}
 
 // Four e4m3 codes (one 32-bit word) -> two f16x2 words: bytes 0-1 -> lo, bytes 2-3 -> hi. Exact for
 // every finite code. kClamp: the NaN codes (0x7F, 0xFF) come out as 448 (min.f16x2 returns the

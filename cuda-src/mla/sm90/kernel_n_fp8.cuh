@@ -228,6 +228,11 @@ __device__ __forceinline__ int ds_exponent(float m) {
 }
 // 1 / x for x = pow2f(e), |e| <= 126: the exponent field reflected about 127.
 __device__ __forceinline__ float pow2f_inverse(float x) { return __uint_as_float((254u << 23) - __float_as_uint(x)); }
+__device__ __forceinline__ uint32_t bf16x2_mul(uint32_t a, uint32_t b) {
+  uint32_t d;
+  asm("mul.rn.bf16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+  return d;
+}
 __device__ __forceinline__ uint32_t f16x2_mul(uint32_t a, uint32_t b) {
   uint32_t d;
   asm("mul.rn.f16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));

@@ -50,9 +50,10 @@ __device__ __forceinline__ void reg_fence_u32(uint32_t (&r)[R]) {
 constexpr int kSeesawPairs = kBlocks + 3, kSeesawForwards = 4;
 constexpr int kSeesawUsed = 3 * kStageBytes + 7 * 64 * 4 + (2 * kSeesawPairs + 1 + kSeesawForwards) * 8;
 constexpr int kSeesawSmem = kSeesawUsed + 1024;  // + the alignment of the base to 1 KiB
-// Over an fp8 cache: the feed's ring of raw codes after the barriers (fp8.cuh). It takes all but
-// 32 bytes of what sm90 lets a block have (227 KiB, static shared memory included: split_range's
-// 16 bytes; a new __shared__ variable must be counted here or the launch fails).
+// Over an fp8 cache: the feed's ring of raw codes after the barriers (fp8.cuh). With the pair's
+// forward barriers it takes all of what sm90 lets a block have (227 KiB, static shared memory
+// included: split_range_pair's 16 bytes; a new barrier or __shared__ variable must come out of
+// this budget or the launch fails).
 constexpr int kSeesawRawOff = (kSeesawUsed + 15) / 16 * 16;
 constexpr int kSeesawFp8Smem = kSeesawRawOff + kRawSlots * kRawSlotBytes + 1024;
 static_assert(kSeesawFp8Smem + 16 <= 227 * 1024, "the sm90 opt-in shared memory per block");
@@ -105,8 +106,9 @@ __device__ __forceinline__ void produce_tiles_seesaw(const CUtensorMap* map, con
 // KV: the cache's format. An fp8 cache (bf16 queries) is fed by produce_fp8_seesaw (fp8.cuh) into
 // the same stages (per-tensor: fp16 codes, fp16 math; 656-byte: bf16 values); the per-tensor
 // format's scale multiplies the scores and the output.
-// kPair (fp8 only): launched in clusters of two along x, the two row groups of a split share the
-// conversion of its tiles (fp8.cuh): each CTA's math warps release a box to both CTAs' feeds.
+// kPair (fp8 only; decode.cu launches it for the 656-byte format): clusters of two along x, the two
+// row groups of a split share the conversion of its tiles (fp8.cuh). The math warps release their
+// own CTA's boxes; the feeds forward the releases, so a box is refilled once both CTAs read it.
 // kv_map: the bf16 cache's boxes, or the 656-byte format's rope boxes (unread for per-tensor fp8).
 template <bool F16, int KV, bool kPair>
 __global__ void __launch_bounds__(kThreads, 1) mla_sm90_seesaw_kernel(const __grid_constant__ CUtensorMap kv_map, const Params p) {
