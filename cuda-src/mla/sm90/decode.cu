@@ -11,9 +11,12 @@
 //     split, request); the tiles in pairs, each warpgroup computes S = Q.K^T (wgmma m64n64k16, Q
 //     resident in shared memory) and the softmax of one tile of the pair and owns half of O's
 //     columns, so one's softmax runs under the other's wgmma.
-//   * More than 32 rows, fp8 cache: the same seesaw kernel over bf16 stages that its producer
-//     warpgroup fills by converting the raw codes (cp.async into a ring of half-boxes, fp8.cuh);
-//     the per-tensor format's math in fp16.
+//   * More than 32 rows, 656-byte fp8 cache: the same seesaw kernel over bf16 stages that its
+//     producer warpgroup fills by converting the raw codes (cp.async into a ring of half-boxes,
+//     fp8.cuh); row groups that come in pairs share the conversion (2-CTA clusters).
+//   * More than 32 rows, per-tensor fp8 cache ("seesaw RS", kernel_seesaw_rs.cuh): the seesaw
+//     kernel's schedule with the N8 kernel's operands (below): S^T = K.Q^T and O^T = V^T.P^T, the
+//     math warps converting the raw tiles of a TMA ring into the A registers of fp16 wgmmas.
 //   * Up to 32 rows ("N"): tokens as M, rows as N (wgmma m64n16/m64n32, rows padded to 16 or 32
 //     with zero queries); the two warpgroups take alternate tiles and merge at the end.
 //   * splits > 1: partial O (in the output dtype) and fp32 LSE to the workspace, then the combine kernel.
@@ -138,26 +141,32 @@ int launch_seesaw(const GsMlaDecodeArgs& a, const Maps& m, const Params& p, cuda
   return GS_OK;
 }
 
-// An fp8 cache's seesaw: one CTA a row group converting all of each tile, except the 656-byte
-// format's row groups when they come in pairs (128 heads, or 64 with two query tokens): clusters of
-// two that share the conversion (fp8.cuh). The pair pays the peer copy's latency on the math's
-// path; it gains where the conversion costs most. Measured (H100, 128 heads 64 x 4096, design
-// 7.3.2): the 656-byte format 211 -> 197 us paired, the per-tensor one 187 -> 192, so it stays
-// unpaired.
-template <int KV>
-int launch_seesaw_fp8(const GsMlaDecodeArgs& a, const Maps& m, const Params& p, cudaStream_t stream) {
-  if constexpr (KV == kKvFp8DsMla) {
-    if (((p.rows + 63) / 64) % 2 == 0) return launch_seesaw<false, KV, true>(a, m, p, stream);
-  }
-  return launch_seesaw<false, KV, false>(a, m, p, stream);
+// The 656-byte cache's seesaw: one CTA a row group converting all of each tile, except when the
+// row groups come in pairs (128 heads, or 64 with two query tokens): clusters of two that share
+// the conversion (fp8.cuh). The pair pays the peer copy's latency on the math's path; it gains
+// where the conversion costs most. Measured (H100, 128 heads 64 x 4096, design 7.3.2): 211 -> 197
+// us paired.
+int launch_seesaw_ds(const GsMlaDecodeArgs& a, const Maps& m, const Params& p, cudaStream_t stream) {
+  if (((p.rows + 63) / 64) % 2 == 0) return launch_seesaw<false, kKvFp8DsMla, true>(a, m, p, stream);
+  return launch_seesaw<false, kKvFp8DsMla, false>(a, m, p, stream);
 }
 
-// More than 32 query rows: the seesaw kernel, a CTA a 64-row group, over any cache format.
+// The per-tensor fp8 cache over more than 32 rows: the seesaw RS kernel (kernel_seesaw_rs.cuh).
+int launch_seesaw_rs(const GsMlaDecodeArgs& a, const Maps& m, const Params& p, cudaStream_t stream) {
+  constexpr auto k = mla_sm90_seesaw_rs_kernel<kKvFp8PerTensor>;
+  constexpr int smem = SeesawRsLayout::kSmem;
+  if (int st = ensure_smem<k>(a.device, smem); st != GS_OK) return st;
+  k<<<dim3((p.rows + 63) / 64, a.num_splits, a.batch), dim3(kThreads), smem, stream>>>(m.kv, p);
+  return GS_OK;
+}
+
+// More than 32 query rows: a CTA a 64-row group; the seesaw kernel, or its RS variant over the
+// per-tensor fp8 cache.
 template <bool F16>
 int launch_head_groups(const GsMlaDecodeArgs& a, const Maps& m, const Params& p, cudaStream_t stream) {
   if constexpr (!F16) {
-    if (a.kv_format == GS_MLA_KV_FP8_PER_TENSOR) return launch_seesaw_fp8<kKvFp8PerTensor>(a, m, p, stream);
-    if (a.kv_format == GS_MLA_KV_FP8_DS_MLA) return launch_seesaw_fp8<kKvFp8DsMla>(a, m, p, stream);
+    if (a.kv_format == GS_MLA_KV_FP8_PER_TENSOR) return launch_seesaw_rs(a, m, p, stream);
+    if (a.kv_format == GS_MLA_KV_FP8_DS_MLA) return launch_seesaw_ds(a, m, p, stream);
   }
   return launch_seesaw<F16, kKvNative, false>(a, m, p, stream);
 }
@@ -281,14 +290,14 @@ extern "C" int gs_mla_sm90_decode(const GsMlaDecodeArgs* args, void* workspace, 
   } else {
     const cuuint64_t row = a.kv_format == GS_MLA_KV_FP8_DS_MLA ? GS_MLA_DS_MLA_TOKEN_BYTES : kDim;
     const bool ds = a.kv_format == GS_MLA_KV_FP8_DS_MLA;
-    if (runs_n_kernel(int64_t(a.s_q) * a.num_heads)) {
-      // The N8 kernel: whole 64-row tiles of 64-byte column blocks, 64-byte swizzled; the 656-byte
-      // format's scale records as 16-byte x 64-row boxes.
+    if (runs_n_kernel(int64_t(a.s_q) * a.num_heads) || !ds) {
+      // The N8 kernel (and the seesaw RS kernel, the per-tensor format over more rows): whole
+      // 64-row tiles of 64-byte column blocks, 64-byte swizzled; the 656-byte format's scale
+      // records as 16-byte x 64-row boxes.
       ok = encode_map(&maps.kv, true, row, 64, kTileS, CU_TENSOR_MAP_SWIZZLE_64B);
       if (ds) ok = ok && encode_map(&maps.scale, true, row, 16, kTileS, CU_TENSOR_MAP_SWIZZLE_NONE);
-    } else if (ds) {
-      // The seesaw kernel: the 656-byte format's rope, 128 bytes x 64 rows into a bf16 block (the
-      // per-tensor format needs no map: the kernel never reads its parameter then).
+    } else {
+      // The seesaw kernel over the 656-byte format: its rope, 128 bytes x 64 rows into a bf16 block.
       ok = encode_map(&maps.kv, true, row, 128, kTileS, CU_TENSOR_MAP_SWIZZLE_128B);
     }
   }

@@ -1,7 +1,8 @@
-// The fp8 KV caches of the sm90 64-row kernel (more than 32 query rows): the conversions, and the
-// seesaw kernel's fp8 feed (produce_fp8_seesaw, below), which converts each box of a tile into the
-// stage the math warpgroups read (fp16 for the per-tensor format, bf16 for the 656-byte one). Up to 32 rows both fp8 formats run the N8 kernel
-// (kernel_n_fp8.cuh), which converts in its math warps instead.
+// The fp8 KV caches on sm90: the conversions, and the seesaw kernel's feed of the 656-byte format
+// over more than 32 query rows (produce_fp8_seesaw, below), which converts each box of a tile into
+// the bf16 stage the math warpgroups read. Up to 32 rows both fp8 formats run the N8 kernel
+// (kernel_n_fp8.cuh), and the per-tensor format over more rows the seesaw RS kernel
+// (kernel_seesaw_rs.cuh): both convert in their math warps instead.
 #pragma once
 
 #include <cuda_fp8.h>
@@ -19,9 +20,12 @@ constexpr int kRawSlots = 4, kRawSlotBytes = 128 * 16;
 // Four e4m3 codes (one 32-bit word) -> two f16x2 words: bytes 0-1 -> lo, bytes 2-3 -> hi. Exact for
 // every finite code. kClamp: the NaN codes (0x7F, 0xFF) come out as 448 (min.f16x2 returns the
 // non-NaN operand), else as fp16 NaNs. The clamp costs one instruction per register, 16 % of the
-// N8 kernel's time at 16 heads (H200, 64 x 4096: 56.0 against 48.2 us), so it runs without it and
-// reruns a split with it only if its output came out NaN (kernel_n_fp8.cuh); the seesaw kernel's
-// feed always clamps.
+// N8 kernel's time at 16 heads (H200, 64 x 4096: 56.0 against 48.2 us), so the kernels that convert
+// in their math warps run without it and rerun a split with it only if its output came out NaN
+// (kernel_n_fp8.cuh, kernel_seesaw_rs.cuh); the seesaw kernel's feed always clamps.
+// The cvt is not the slow conversion pipe: about 50 f16x2 results a clock per SM on an H100, where
+// an integer sequence (a sign-replicating prmt, a shift, a mask: exact, NaN codes finite) reaches
+// 32 and made the N8 kernel up to 11 % slower (design 7.3.3).
 template <bool kClamp>
 __device__ __forceinline__ void e4m3x4_to_f16x2x2(uint32_t w, uint32_t& lo, uint32_t& hi) {
   if constexpr (kClamp) {
@@ -47,7 +51,7 @@ __device__ __forceinline__ uint32_t scale_f16x2(uint32_t h, float s) {
 // The exponent k that stages values of largest magnitude m as fp16 times 2^k: k = 14 - floor(log2 m)
 // puts m in [2^14, 2^15) (bf16's 8 significant bits fit fp16's 11), clamped so 2^k and 2^-k are
 // normal floats; 0 for m = 0 or an infinity (its scores are infinite or NaN whatever the scale).
-// Q's rows here and the N8 kernel's heads (kernel_n_fp8.cuh).
+// The N8 and seesaw RS kernels' Q rows (load_q_f16_scaled, kernel_n_fp8.cuh).
 __device__ __forceinline__ int f16_stage_exponent(float m) {
   const int ex = int((__float_as_uint(m) >> 23) & 0xFFu) - 127;
   return (m == 0.f || ex == 128) ? 0 : min(max(14 - ex, -113), 120);
@@ -55,43 +59,13 @@ __device__ __forceinline__ int f16_stage_exponent(float m) {
 // 2^e, |e| <= 126 (a normal float).
 __device__ __forceinline__ float pow2f(int e) { return __uint_as_float(uint32_t(127 + e) << 23); }
 
-// The per-tensor format's Q for fp16 math: the 64 staged bf16 rows (load_q's swizzled blocks) in
-// place as fp16 times 2^k_r, k_r putting the row's largest |q| in [2^14, 2^15) (bf16's 8
-// significant bits fit fp16's 11; only values below about 2^-31 of the row's largest lose bits), and
-// 2^-k_r into s_qf[r]. Four threads a row (t of the 256 math threads: row t / 4, 16-byte pieces
-// t % 4, + 4, ..); the caller has synchronised the math threads after load_q.
-__device__ __forceinline__ void q_rows_to_f16(uint8_t* sq, float* s_qf, int t) {
-  const int r = t >> 2, part = t & 3;
-  auto piece = [&](int c) { return reinterpret_cast<uint4*>(sq + (c >> 3) * (64 * 128) + r * 128 + (((c & 7) ^ (r & 7)) << 4)); };
-  float m = 0.f;  // fmaxf drops NaNs: a NaN stays NaN through the conversion anyway
-#pragma unroll
-  for (int i = 0; i < 18; ++i) {
-    const uint4 v = *piece(part + 4 * i);
-    const float4 a = unpack4<false>(make_uint2(v.x, v.y)), d = unpack4<false>(make_uint2(v.z, v.w));
-    m = fmaxf(m, fmaxf(fmaxf(fabsf(a.x), fabsf(a.y)), fmaxf(fabsf(a.z), fabsf(a.w))));
-    m = fmaxf(m, fmaxf(fmaxf(fabsf(d.x), fabsf(d.y)), fmaxf(fabsf(d.z), fabsf(d.w))));
-  }
-  m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
-  m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
-  const int kr = f16_stage_exponent(m);  // 0 for a row of zeros (padding rows included)
-  const float f = pow2f(kr);
-  if (part == 0) s_qf[r] = pow2f(-kr);
-#pragma unroll
-  for (int i = 0; i < 18; ++i) {
-    uint4* dst = piece(part + 4 * i);
-    const uint4 v = *dst;
-    const float4 a = unpack4<false>(make_uint2(v.x, v.y)), d = unpack4<false>(make_uint2(v.z, v.w));
-    *dst = make_uint4(pack2<true>(a.x * f, a.y * f), pack2<true>(a.z * f, a.w * f), pack2<true>(d.x * f, d.y * f),
-                      pack2<true>(d.z * f, d.w * f));
-  }
-}
-
 // ---- the seesaw kernel's fp8 feed -----------------------------------------------------------------
 // Over an fp8 cache the seesaw kernel (kernel_seesaw.cuh) keeps its stages, its box order and
 // its four release groups; only the producer changes: instead of one thread issuing TMA boxes, all
 // 128 threads of the producer warpgroup copy the raw codes into a small ring in shared memory
 // (cp.async, 16 bytes a thread and row half) and store them converted into the stage's swizzled
-// layout (fp16 codes per-tensor, bf16(code x scale) 656-byte), box by box, each box's full barrier completed by the 128 arrivals.
+// layout (bf16(code x scale)), box by box, each box's full barrier completed by the 128 arrivals.
+// The 656-byte format only: the per-tensor one runs the seesaw RS kernel (kernel_seesaw_rs.cuh).
 //
 // The ring: kRawSlots half-boxes (32 rows x 64 codes, a thread's 16 bytes at 16 pt), the 8 KiB the
 // stages and Q leave. Each thread reads back only what it copied, so the ring needs no barrier:
@@ -108,17 +82,16 @@ __device__ __forceinline__ void q_rows_to_f16(uint8_t* sq, float* s_qf, int t) {
 // the generic stores and the async-proxy reads).
 template <int KV>
 struct SeesawFp8 {
-  static_assert(KV == kKvFp8PerTensor || KV == kKvFp8DsMla, "fp8 formats only");
-  static constexpr bool kDs = KV == kKvFp8DsMla;
-  static constexpr int kRowBytes = kDs ? kDsTokenBytes : kDim;  // bytes per token in the cache
-  // Boxes a tile the feed threads convert: the 656-byte format's bf16 rope (box 8, last in both
-  // buffers' orders) needs no conversion and goes by TMA (the kernel's tensor map: 128-byte x
-  // 64-row boxes of the [tokens, 656] bytes, swizzled as a bf16 block).
-  static constexpr int kUnits = kDs ? 8 : kBlocks;
+  static_assert(KV == kKvFp8DsMla, "the 656-byte format (the per-tensor one runs the seesaw RS kernel)");
+  static constexpr int kRowBytes = kDsTokenBytes;  // bytes per token in the cache
+  // Boxes a tile the feed threads convert: the bf16 rope (box 8, last in both buffers' orders)
+  // needs no conversion and goes by TMA (the kernel's tensor map: 128-byte x 64-row boxes of the
+  // [tokens, 656] bytes, swizzled as a bf16 block).
+  static constexpr int kUnits = 8;
   // Half-boxes in flight while one is converted (the ring holds one more).
   static constexpr int kAhead = kRawSlots - 1;
-  // Registers (ptxas, no spills): the 656-byte feed needs more than 88 (8 bytes spilled there).
-  static constexpr int kMathRegs = kDs ? 200 : 208, kProducerRegs = kDs ? 104 : 88;
+  // Registers (ptxas, no spills): the feed needs more than 88 (8 bytes spilled there).
+  static constexpr int kMathRegs = 200, kProducerRegs = 104;
 };
 
 __device__ __forceinline__ float4 ldg_f32x4(const uint8_t* src) {
@@ -127,15 +100,12 @@ __device__ __forceinline__ float4 ldg_f32x4(const uint8_t* src) {
   return v;
 }
 
-// 16 codes -> two 16-byte chunks of a stage row: fp16 codes (per-tensor), bf16(code x s) (656-byte).
-template <int KV>
+// 16 codes -> two 16-byte chunks of a stage row: bf16(code x s).
 __device__ __forceinline__ void convert16(uint4 v, float s, uint4& lo, uint4& hi) {
   auto four = [&](uint32_t w, uint32_t& a, uint32_t& b) {
     e4m3x4_to_f16x2x2<true>(w, a, b);
-    if constexpr (KV == kKvFp8DsMla) {
-      a = scale_f16x2(a, s);
-      b = scale_f16x2(b, s);
-    }
+    a = scale_f16x2(a, s);
+    b = scale_f16x2(b, s);
   };
   four(v.x, lo.x, lo.y);
   four(v.y, lo.z, lo.w);
@@ -238,15 +208,13 @@ __device__ __forceinline__ void produce_fp8_seesaw(const CUtensorMap* rope_map, 
   prefetch(2, page[2]);
   prefetch(3, page[3]);
   const uint32_t zero = uint32_t(p.num_pages) >> 31;  // validated positive
-  float4 scale_next[H];  // the 656-byte format's group scales of this thread's rows of the next tile
+  float4 scale_next[H];  // the group scales of this thread's rows of the next tile
   {
     const uint8_t* const tiles[3] = {tile_row(0, page[0]), tile_row(1, page[1]), tile_row(2, page[2])};
 #pragma unroll
     for (int k = 0; k < A; ++k) issue(tiles, 0, k);
-    if constexpr (F::kDs) {
 #pragma unroll
-      for (int a = 0; a < H; ++a) scale_next[a] = ldg_f32x4(tiles[0] - 16 * q + a * 32 * F::kRowBytes + kDsScaleOff);
-    }
+    for (int a = 0; a < H; ++a) scale_next[a] = ldg_f32x4(tiles[0] - 16 * q + a * 32 * F::kRowBytes + kDsScaleOff);
   }
   for (int m = 0; 2 * m < sr.n; ++m) {
     const int t0 = 2 * m;
@@ -263,7 +231,7 @@ __device__ __forceinline__ void produce_fp8_seesaw(const CUtensorMap* rope_map, 
       // (its scales at box 0, its pages at boxes 0 and 4) and used a tile later.
       // The scales are copied through an operation ptxas cannot see through (xor with a zero it
       // cannot know), so their loads are waited for here and not at a use after the next loads.
-      if (F::kDs && n == 0 && h == 0) {
+      if (n == 0 && h == 0) {
 #pragma unroll
         for (int a = 0; a < H; ++a) sc[a] = opaque_copy(scale_next[a], zero);
       }
@@ -272,10 +240,8 @@ __device__ __forceinline__ void produce_fp8_seesaw(const CUtensorMap* rope_map, 
 #pragma unroll
           for (int a = 0; a < 2; ++a) ahead[a] = page_of(t0 + 6 + a);
         }
-        if constexpr (F::kDs) {
 #pragma unroll
-          for (int a = 0; a < H; ++a) scale_next[a] = ldg_f32x4(tiles[i + 1] - 16 * q + a * 32 * F::kRowBytes + kDsScaleOff);
-        }
+        for (int a = 0; a < H; ++a) scale_next[a] = ldg_f32x4(tiles[i + 1] - 16 * q + a * 32 * F::kRowBytes + kDsScaleOff);
       }
       if (n == 0 && h == 0) prefetch(t + 4, page[i + 4]);
       cp_async_wait<A - 1>();  // load k has landed (this thread's copies)
@@ -284,10 +250,10 @@ __device__ __forceinline__ void produce_fp8_seesaw(const CUtensorMap* rope_map, 
       if (h == H - 1 && t < sr.n) {
         uint4 lo[H], hi[H];
 #pragma unroll
-        for (int rh = 0; rh < H; ++rh) convert16<KV>(codes[rh], F::kDs ? pick(sc[rh], c >> 1) : 1.f, lo[rh], hi[rh]);
+        for (int rh = 0; rh < H; ++rh) convert16(codes[rh], pick(sc[rh], c >> 1), lo[rh], hi[rh]);
         if (t >= 2 && n == 0) wait_release(bf == 0 ? e0l : e1r, parity);
         if (t >= 2 && n == 4) wait_release(bf == 0 ? e0r : e1l, parity);
-        if (F::kDs && n == 4 && pt == 0) {  // block 8 is free with the group just waited for
+        if (n == 4 && pt == 0) {  // block 8 is free with the group just waited for
           const uint32_t bar = full0 + 16 * 8 + 8 * bf;
           mbar_arrive_expect_tx(bar, kBlockBytes);
           tma_load_2d(smem_u32(stages + bf * kStageBytes + 8 * kBlockBytes), rope_map, kDsRopeOff, cache_row(t, page[i]), bar);

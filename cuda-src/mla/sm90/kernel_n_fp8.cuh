@@ -112,8 +112,9 @@ __device__ __forceinline__ int n8_q_pos(int off, int& j) {
 // 2^k_h (exact), for the 656-byte format's bf16 rope. Warp wq (of 8) takes heads wq, wq + 8, ...; a
 // lane takes 16-byte pieces lane, lane + 32, lane + 64 (< 72) of each: all loads first, then the
 // per-head maximum by shuffles, then the converted stores.
+// row0: the first query row (the 64-row kernel's group; 0 here).
 template <int N, bool kRopeBf16>
-__device__ __forceinline__ void load_q_f16_scaled(uint8_t* sq, float* s_qf, const Params& p, int b, int t) {
+__device__ __forceinline__ void load_q_f16_scaled(uint8_t* sq, float* s_qf, const Params& p, int b, int row0, int t) {
   constexpr int kHeads = N / 8;
   const int wq = t >> 5, lane = t & 31;
   uint4 v[kHeads][3];
@@ -124,8 +125,8 @@ __device__ __forceinline__ void load_q_f16_scaled(uint8_t* sq, float* s_qf, cons
     for (int k = 0; k < 3; ++k) {
       const int c = lane + 32 * k;
       v[hh][k] = make_uint4(0u, 0u, 0u, 0u);
-      if (c < 72 && h < p.rows) {  // padding rows past p.rows: zeros (scale 1), never stored
-        const uint16_t* src = q_piece(p, b, h, c);
+      if (c < 72 && row0 + h < p.rows) {  // padding rows past p.rows: zeros (scale 1), never stored
+        const uint16_t* src = q_piece(p, b, row0 + h, c);
         if (p.q_vec) {
           v[hh][k] = __ldcg(reinterpret_cast<const uint4*>(src));
         } else {
@@ -190,11 +191,11 @@ __device__ __forceinline__ void load_q_f16_scaled(uint8_t* sq, float* s_qf, cons
 // kernel this replaced (H200, 16 heads 64 x 4096 per-tensor 96.4 against 104.3 us). The 656-byte format: the
 // latent blocks at byte columns 0..448, the rope's at 528 and 592, the scales (their own map, 16 x
 // 64 unswizzled) at 512.
-template <int KV>
+// kSlots: the ring's length (the 64-row kernel's ring is shorter, kernel_seesaw_rs.cuh).
+template <int KV, int kSlots = N8Layout<16, KV>::kSlots>
 __device__ __forceinline__ void produce_raw_ring(const CUtensorMap* map, const CUtensorMap* scale_map, const Params& p, int b,
                                                  const SplitRange& sr, int seq0, uint32_t ring, uint32_t full0, uint32_t empty0) {
   using L = N8Layout<16, KV>;  // the slot geometry does not depend on N
-  constexpr int kSlots = L::kSlots;
   const int64_t pt_row = int64_t(b) * p.page_table_stride;
   for (int i = 0; i < sr.n; ++i) {
     const int seq = seq0 + i, s = seq % kSlots;
@@ -301,7 +302,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     return;
 
   uint32_t math_phase = 0;
-  load_q_f16_scaled<N, kDs>(sq, s_qf, p, b, tid);
+  load_q_f16_scaled<N, kDs>(sq, s_qf, p, b, 0, tid);
   fence_proxy_async();
   mbar_sync(math_bar, math_phase);
 

@@ -103,21 +103,19 @@ __device__ __forceinline__ void produce_tiles_seesaw(const CUtensorMap* map, con
   }
 }
 
-// KV: the cache's format. An fp8 cache (bf16 queries) is fed by produce_fp8_seesaw (fp8.cuh) into
-// the same stages (per-tensor: fp16 codes, fp16 math; 656-byte: bf16 values); the per-tensor
-// format's scale multiplies the scores and the output.
+// KV: the cache's format. The 656-byte fp8 cache (bf16 queries) is fed by produce_fp8_seesaw
+// (fp8.cuh) into the same stages, as bf16 values. The per-tensor fp8 cache runs the seesaw RS
+// kernel instead (kernel_seesaw_rs.cuh).
 // kPair (fp8 only; decode.cu launches it for the 656-byte format): clusters of two along x, the two
 // row groups of a split share the conversion of its tiles (fp8.cuh). The math warps release their
 // own CTA's boxes; the feeds forward the releases, so a box is refilled once both CTAs read it.
-// kv_map: the bf16 cache's boxes, or the 656-byte format's rope boxes (unread for per-tensor fp8).
+// kv_map: the bf16 cache's boxes, or the 656-byte format's rope boxes.
 template <bool F16, int KV, bool kPair>
 __global__ void __launch_bounds__(kThreads, 1) mla_sm90_seesaw_kernel(const __grid_constant__ CUtensorMap kv_map, const Params p) {
   static_assert(KV == kKvNative || !F16, "fp8 caches take bf16 queries");
+  static_assert(KV != kKvFp8PerTensor, "the per-tensor fp8 cache runs the seesaw RS kernel");
   constexpr bool kFp8 = KV != kKvNative;
   static_assert(kFp8 || !kPair, "only the fp8 feed is shared by a pair");
-  // The per-tensor fp8 format runs its math in fp16 (every e4m3 value is an exact fp16; Q is
-  // staged as fp16 times 2^k_r a row, q_rows_to_f16): its feed converts with one cvt a pair.
-  constexpr bool kF16Math = F16 || KV == kKvFp8PerTensor;
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = smem_base_1k(smem_raw);
   const int tid = threadIdx.x;
@@ -137,10 +135,10 @@ __global__ void __launch_bounds__(kThreads, 1) mla_sm90_seesaw_kernel(const __gr
   const uint32_t e0l = rel0, e0r = rel0 + 8, e1r = rel0 + 16, e1l = rel0 + 24, a_ready = ready0, b_ready = ready0 + 8;
   const uint32_t sq_a = smem_u32(sq), skv_a = smem_u32(skv);
   // A full barrier: every feed thread's arrival (in a pair also the peer's half, as transactions);
-  // the 656-byte format's rope box: its TMA's. A release group: the releasing warpgroup's 128
+  // box 8 (the rope) in both formats: its TMA's. A release group: the releasing warpgroup's 128
   // threads. A forwarded release (a pair): one arrival, from the peer's feed.
-  constexpr uint32_t f = kFp8 ? 128u : 1u, f8 = KV == kKvFp8DsMla ? 1u : f;
-  constexpr uint32_t kCounts[kSeesawPairs] = {f, f, f, f, f, f, f, f, f8, 128u, 128u, 128u};
+  constexpr uint32_t f = kFp8 ? 128u : 1u;
+  constexpr uint32_t kCounts[kSeesawPairs] = {f, f, f, f, f, f, f, f, 1u, 128u, 128u, 128u};
   const uint32_t rank = kPair ? cluster_rank() : 0u;
   // Every thread, before the roles split. A pair initialises its barriers first (the peer arrives
   // on them) and from then on leaves only through the cluster barrier at the end.
@@ -179,11 +177,6 @@ __global__ void __launch_bounds__(kThreads, 1) mla_sm90_seesaw_kernel(const __gr
 
   uint32_t math_phase = 0;
   load_q<64, kMathThreads>(sq, p, b, row0, rows, tid);
-  if constexpr (KV == kKvFp8PerTensor) {
-    // A named barrier, not the math barrier: its phase 0 tells the feed that Q is staged.
-    named_bar_sync(1, kMathThreads);
-    q_rows_to_f16(sq, s_lse, tid);  // 2^-k_r into s_lse, free until the epilogue
-  }
   fence_proxy_async();
   mbar_sync(math_bar, math_phase);
 
@@ -191,15 +184,7 @@ __global__ void __launch_bounds__(kThreads, 1) mla_sm90_seesaw_kernel(const __gr
   const int lane = tid & 31, q = lane & 3;
   const int r0 = (wt >> 5) * 16 + (lane >> 2), r1 = r0 + 8;  // accumulator rows (query rows row0 + r)
   const int keys0 = row_keys(p, sr.seq, row0 + r0), keys1 = row_keys(p, sr.seq, row0 + r1);  // causal limits
-  // The per-tensor fp8 scale multiplies every K and V (the stages hold the codes' exact values):
-  // applied to the scores before they are masked and their maximum taken (the scale is device data,
-  // maybe negative), and to the output's normalisation.
-  const float kv_scale = KV == kKvFp8PerTensor ? __ldg(p.kv_scale) : 1.f;
-  // Per-tensor fp8: the scores are first scaled back by 2^-k_r of rows r0, r1 (Q's staging factor:
-  // exact), then multiplied by the factor the bf16 path uses, so garbage scales act as there.
-  const float score_scale = p.scale_log2 * kv_scale;
-  const float q_down0 = KV == kKvFp8PerTensor ? s_lse[r0] : 1.f, q_down1 = KV == kKvFp8PerTensor ? s_lse[r1] : 1.f;
-  const float sl2 = KV == kKvFp8PerTensor ? 1.f : p.scale_log2;  // what the softmax multiplies by
+  const float sl2 = p.scale_log2;  // what the softmax multiplies by
   const uint64_t dq = sw128_desc(sq_a, 16, 1024);
   float o[128];
 #pragma unroll
@@ -227,7 +212,7 @@ __global__ void __launch_bounds__(kThreads, 1) mla_sm90_seesaw_kernel(const __gr
 #pragma unroll
       for (int k = 0; k < 4; ++k) {
         const uint32_t off = uint32_t(c * kBlockBytes + k * 32) >> 4;
-        Wgmma<64, kF16Math>::template ss<0, 0>(sc, dq + off, dk + off, (n > 0 || k > 0) ? 1u : 0u);
+        Wgmma<64, F16>::template ss<0, 0>(sc, dq + off, dk + off, (n > 0 || k > 0) ? 1u : 0u);
       }
       wg_commit();
     }
@@ -242,15 +227,6 @@ __global__ void __launch_bounds__(kThreads, 1) mla_sm90_seesaw_kernel(const __gr
     const int base = (sr.tile0 + t) * kTileS;
     const int v0 = keys0 - base, v1 = keys1 - base;
     float mx0 = -INFINITY, mx1 = -INFINITY;
-    if constexpr (KV == kKvFp8PerTensor) {
-#pragma unroll
-      for (int j = 0; j < 8; ++j) {
-        sc[4 * j] = sc[4 * j] * q_down0 * score_scale;
-        sc[4 * j + 1] = sc[4 * j + 1] * q_down0 * score_scale;
-        sc[4 * j + 2] = sc[4 * j + 2] * q_down1 * score_scale;
-        sc[4 * j + 3] = sc[4 * j + 3] * q_down1 * score_scale;
-      }
-    }
     if (min(v0, v1) < kTileS) {
 #pragma unroll
       for (int j = 0; j < 8; ++j) {
@@ -284,8 +260,8 @@ __global__ void __launch_bounds__(kThreads, 1) mla_sm90_seesaw_kernel(const __gr
       const float p2 = ex2(fmaf(sc[4 * j + 2], sl2, -e1)), p3 = ex2(fmaf(sc[4 * j + 3], sl2, -e1));
       sum0 += p0 + p1;
       sum1 += p2 + p3;
-      pk[2 * j] = pack2<kF16Math>(p0, p1);
-      pk[2 * j + 1] = pack2<kF16Math>(p2, p3);
+      pk[2 * j] = pack2<F16>(p0, p1);
+      pk[2 * j + 1] = pack2<F16>(p2, p3);
     }
   };
   // P of tile t into its buffer's block 8 (K-major [64 rows x 64 tokens], the A operand of the
@@ -338,7 +314,7 @@ __global__ void __launch_bounds__(kThreads, 1) mla_sm90_seesaw_kernel(const __gr
 #pragma unroll
     for (int s = 0; s < 4; ++s) {
       const uint32_t a[4] = {pk[4 * s], pk[4 * s + 1], pk[4 * s + 2], pk[4 * s + 3]};
-      WgmmaRS256<kF16Math>::template rs<1>(o, a, dv + ((s * 2048) >> 4), 1u);
+      WgmmaRS256<F16>::template rs<1>(o, a, dv + ((s * 2048) >> 4), 1u);
     }
     wg_commit();
   };
@@ -348,7 +324,7 @@ __global__ void __launch_bounds__(kThreads, 1) mla_sm90_seesaw_kernel(const __gr
     const uint64_t dv = sw128_desc(st + col_block * kBlockBytes, kBlockBytes, 1024);
     wg_fence();
 #pragma unroll
-    for (int s = 0; s < 4; ++s) Wgmma<256, kF16Math>::template ss<0, 1>(o, dp + ((s * 32) >> 4), dv + ((s * 2048) >> 4), 1u);
+    for (int s = 0; s < 4; ++s) Wgmma<256, F16>::template ss<0, 1>(o, dp + ((s * 32) >> 4), dv + ((s * 2048) >> 4), 1u);
     wg_commit();
   };
 
@@ -461,8 +437,8 @@ __global__ void __launch_bounds__(kThreads, 1) mla_sm90_seesaw_kernel(const __gr
   }
   mbar_sync(math_bar, math_phase);
   const float lt0 = s_l[r0] + s_l[64 + r0], lt1 = s_l[r1] + s_l[64 + r1];
-  // A row that saw no key is zeros, whatever the scale (as an empty request's).
-  const float i0 = softmax_inv(lt0) * (lt0 == 0.f ? 1.f : kv_scale), i1 = softmax_inv(lt1) * (lt1 == 0.f ? 1.f : kv_scale);
+  // A row that saw no key is zeros (as an empty request's).
+  const float i0 = softmax_inv(lt0), i1 = softmax_inv(lt1);
   if (wg == 0 && q == 0) {
     s_lse[r0] = (m0 + __log2f(lt0)) * kLn2;
     s_lse[r1] = (m1 + __log2f(lt1)) * kLn2;

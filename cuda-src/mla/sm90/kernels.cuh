@@ -15,6 +15,8 @@
 //                   pairs of tiles (bf16/fp16, or fp8 converted into bf16 stages)
 //   kernel_n.cuh    "N": heads as the MMA's N, 16 or 32 heads
 //   kernel_n_fp8.cuh  "N8": the same shape over either fp8 cache, converted in the math warps
+//   kernel_seesaw_rs.cuh  "seesaw RS": more than 32 query rows over the per-tensor fp8 cache, the N8
+//                   kernel's register-sourced operands under the seesaw kernel's schedule
 //   combine.cuh     the combine kernel of splits > 1
 #pragma once
 
@@ -23,4 +25,5 @@
 #include "mla/sm90/kernel_seesaw.cuh"
 #include "mla/sm90/kernel_n.cuh"
 #include "mla/sm90/kernel_n_fp8.cuh"
+#include "mla/sm90/kernel_seesaw_rs.cuh"
 #include "mla/sm90/combine.cuh"
