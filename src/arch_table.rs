@@ -183,8 +183,9 @@ impl Backend {
     /// links, but is a trap body with none.
     pub const fn sass(self) -> &'static [SassCheck] {
         match self {
-            // N: 2 widths x bf16/fp16; N8: 2 widths x 2 fp8 formats; seesaw: bf16, fp16, 2 fp8 formats.
-            Backend::Mla(MlaArch::Sm90) => &[SassCheck { what: "sm90 MLA decode kernels", kernel: "mla_sm90_(n|n8|seesaw)_kernel", min: 12, mma: true }],
+            // N: 2 widths x bf16/fp16; N8: 2 widths x 2 fp8 formats; seesaw: bf16, fp16, the 656-byte
+            // format unpaired and paired; seesaw RS: the per-tensor fp8 format.
+            Backend::Mla(MlaArch::Sm90) => &[SassCheck { what: "sm90 MLA decode kernels", kernel: "mla_sm90_(n|n8|seesaw|seesaw_rs)_kernel", min: 13, mma: true }],
             Backend::Mla(MlaArch::Sm100) => SM100_MLA_SASS,
             Backend::Nvfp4(Nvfp4Arch::Sm90) => &[SassCheck { what: "W4A16 GEMM kernels", kernel: "w4a16_gemm_kernel", min: 1, mma: true }],
             // 3 tiles x bf16/fp16 outputs.

@@ -1,6 +1,7 @@
 //! MLA decode over fp8 KV caches on the sm90 kernels (16 and 32 heads: the N8 kernel for both
-//! formats; 48..128 heads: the seesaw kernel, its producer converting into the stages, the 656-byte
-//! format's paired row groups as 2-CTA clusters): numerics against the f64
+//! formats; 48..128 heads: the per-tensor format the seesaw RS kernel, the 656-byte one the seesaw
+//! kernel, its producer converting into the stages, its paired row groups as 2-CTA clusters):
+//! numerics against the f64
 //! CPU reference of the dequantised cache over 46 shapes, every e4m3 code dequantised exactly,
 //! captured replay bit-identical to eager (and reading the per-tensor scale at replay), and a
 //! capture with too small a workspace refused with nothing captured. Skips without a Hopper GPU
@@ -227,7 +228,7 @@ fn shapes() -> Vec<Shape> {
             s(kind, 16, 64, (1..=12).map(|i| i * 97).collect(), None, 1.0 / 64.0, k + 12),
             // A negative scale: the softmax's maximum must be taken of the scaled scores.
             s(kind, 32, 64, vec![500, 77], None, -1.0 / 32.0, k + 13),
-            // 48..128 heads: the seesaw kernel (64-head groups; 48 and 96 leave a group part-empty).
+            // 48..128 heads: the seesaw kernels (64-head groups; 48 and 96 leave a group part-empty).
             s(kind, 64, 64, vec![1], None, 1.0 / 64.0, k + 21),
             s(kind, 128, 128, vec![63, 64, 65], None, 1.0 / 32.0, k + 22),
             s(kind, 48, 64, vec![700, 0, 129], None, 1.0 / 64.0, k + 23),

@@ -12,7 +12,8 @@ fn sm90_fp8_garbage_scales_stay_in_their_requests_and_never_hang() {
     let Some(stream) = hopper_gpu(SM90) else { return };
     let mut ws = Workspace::new(&stream, 0).unwrap();
     let lens = vec![300, 300, 300];
-    // 16 heads: the N8 kernel; 128: the seesaw kernel (its producer reads each box's scales as it converts it).
+    // 16 heads: the N8 kernel; 128: the seesaw RS kernel (per-tensor) and the seesaw kernel (656-byte:
+    // its producer reads each box's scales as it converts it).
     for heads in [16usize, 128] {
         // Per-tensor: NaN, then 0.
         let s = Shape { kind: KvFormatKind::Fp8PerTensor, heads, page: 64, seq_lens: lens.clone(), splits: None, scale: f32::NAN, seed: 970 };

@@ -52,8 +52,8 @@ fn n8_ds_mla_value(e: f32, s: f32) -> f32 {
 fn sm90_fp8_dequantises_every_code_exactly() {
     let Some(stream) = hopper_gpu(SM90) else { return };
     let mut ws = Workspace::new(&stream, 0).unwrap();
-    // 16 and 32 heads: the N8 kernel (32: the PV step in two half-step buffers); 128: the seesaw
-    // kernel's converting producer.
+    // 16 and 32 heads: the N8 kernel (32: the PV step in two half-step buffers); 128: the seesaw RS
+    // kernel (per-tensor) and the seesaw kernel's converting producer (656-byte).
     use KvFormatKind::{Fp8DsMla as Ds, Fp8PerTensor as Pt};
     for (kind, heads) in [(Pt, 16), (Ds, 16), (Pt, 32), (Ds, 32), (Pt, 128), (Ds, 128)] {
         for scale in [1.0f32, 0.375, 1.0 / 3.0, 2f32.powi(-12), 7.5, -0.5] {

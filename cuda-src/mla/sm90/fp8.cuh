@@ -25,7 +25,7 @@ constexpr int kRawSlots = 4, kRawSlotBytes = 128 * 16;
 // (kernel_n_fp8.cuh, kernel_seesaw_rs.cuh); the seesaw kernel's feed always clamps.
 // The cvt is not the slow conversion pipe: about 50 f16x2 results a clock per SM on an H100, where
 // an integer sequence (a sign-replicating prmt, a shift, a mask: exact, NaN codes finite) reaches
-// 32 and made the N8 kernel up to 11 % slower (design 7.3.3).
+// 32 and made the N8 kernel up to 10 % slower (design 7.3.3).
 template <bool kClamp>
 __device__ __forceinline__ void e4m3x4_to_f16x2x2(uint32_t w, uint32_t& lo, uint32_t& hi) {
   if constexpr (kClamp) {

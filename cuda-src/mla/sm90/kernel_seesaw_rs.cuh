@@ -383,7 +383,7 @@ __global__ void __launch_bounds__(kThreads, 1) mla_sm90_seesaw_rs_kernel(const _
   uint8_t* const pa_buf = sp;
   uint8_t* const pb_buf = sp + L::kPBytes;
   // One pass over the split's tiles. A_READY completes once a pair, B_READY and PA_FREE once a
-  // whole pair: a rerun's phases continue from the first pass's (a_base, f_base).
+  // whole pair: a rerun's phases continue from those of the pass before it (a_base, f_base).
   auto pass = [&](auto clamp, int a_base, int f_base) {
 #pragma unroll
     for (int i = 0; i < 128; ++i) o[i] = 0.f;

@@ -13,8 +13,8 @@ static uint8_t e4m3_code(float v) {
   return 0;
 }
 
-// sm_90's fp8 KV caches through graphsafe_mla_decode_kv (H: 16, 32 (the N8 kernel) or 128 heads (the seesaw kernel, as its
-// native counterpart)): the same K/V values stored as bf16
+// sm_90's fp8 KV caches through graphsafe_mla_decode_kv (H: 16, 32 (the N8 kernel) or 128 heads (the seesaw RS kernel
+// per-tensor, the seesaw kernel 656-byte, as its native counterpart)): the same K/V values stored as bf16
 // (native), as per-tensor fp8 with scale 0.5 and as DeepSeek V3.2 tokens with group scales
 // 0.25..2, all exact, give outputs within bf16 rounding of one another; the per-tensor decode
 // captured and replayed after the workspace grew equals eager, and a replay reads the scale when
