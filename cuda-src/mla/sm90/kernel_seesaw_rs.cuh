@@ -33,8 +33,10 @@ namespace graphsafe::mla_sm90 {
 // read as 448 (the finite-value contract), as in the N8 kernel.
 // =================================================================================================
 struct SeesawRsLayout {
-  static constexpr int kRawBlock = kTileS * 64;         // one 64-byte column block of a raw tile
-  static constexpr int kRawTile = kBlocks * kRawBlock;  // 36 KiB
+  // The raw tile of the N8 kernel's per-tensor ring (produce_raw_ring fills it): nine 64-byte
+  // column blocks of 64 rows, 36 KiB.
+  static constexpr int kRawBlock = N8Layout<16, kKvFp8PerTensor>::kRawBlock;
+  static constexpr int kRawTile = N8Layout<16, kKvFp8PerTensor>::kRawTile;
   static constexpr int kSlots = 3;
   static constexpr int kQBytes = 64 * 128 * kBlocks;  // Q: nine K-major blocks of 64 rows x 128 B
   static constexpr int kPBytes = 64 * 128;            // P^T of one tile: [64 rows x 64 tokens] fp16
@@ -50,7 +52,6 @@ struct SeesawRsLayout {
   static constexpr int kSmem = 1024 + kBars + (2 * kSlots + 5) * 8;
   static_assert(kSmem <= 227 * 1024, "the sm90 opt-in shared memory per block");
   static_assert(64 * kOStride * 4 <= kP, "the O staging reuses the ring and Q");
-  static_assert(kRawTile == N8Layout<16, kKvFp8PerTensor>::kRawTile, "produce_raw_ring's slot geometry");
   static constexpr int kMathRegs = 240, kProducerRegs = 24;
 };
 
