@@ -134,17 +134,23 @@ fn sm90_fp8_nan_codes_read_as_finite_values() {
     }
 }
 
-/// At 16 and 32 heads both fp8 caches run the N8 kernel, which converts without a NaN check
-/// and reruns a split with NaN codes read as +448 when its output came out NaN. Pinned exactly: a
-/// request whose tokens hold NaN codes (0x7F and 0xFF) must equal, bit for bit, the same request
-/// with those codes replaced by 0x7E (+448), and the other requests of the batch must equal a
-/// decode without any NaN code (the rerun is per split and request). Two splits, so a rerun split's
-/// partials meet a clean split's in the combine.
+/// At 16 and 32 heads both fp8 caches run the N8 kernel, and the per-tensor cache above 32 rows the
+/// seesaw RS kernel: both convert without a NaN check and rerun a split with NaN codes read as
+/// +448 when its output came out NaN. Pinned exactly: a request whose tokens hold NaN codes (0x7F
+/// and 0xFF) must equal, bit for bit, the same request with those codes replaced by 0x7E (+448),
+/// and the other requests of the batch must equal a decode without any NaN code (the rerun is per
+/// split and request). Two splits, so a rerun split's partials meet a clean split's in the combine.
 #[test]
 fn sm90_fp8_nan_codes_rerun_as_448_and_stay_in_their_request() {
     let Some(stream) = hopper_gpu(SM90) else { return };
     let mut ws = Workspace::new(&stream, 0).unwrap();
-    for (kind, heads) in [(KvFormatKind::Fp8PerTensor, 16), (KvFormatKind::Fp8PerTensor, 32), (KvFormatKind::Fp8DsMla, 16), (KvFormatKind::Fp8DsMla, 32)] {
+    for (kind, heads) in [
+        (KvFormatKind::Fp8PerTensor, 16),
+        (KvFormatKind::Fp8PerTensor, 32),
+        (KvFormatKind::Fp8DsMla, 16),
+        (KvFormatKind::Fp8DsMla, 32),
+        (KvFormatKind::Fp8PerTensor, 128),
+    ] {
         // The codes: all 576 of a per-tensor token, the 512 latent ones of a 656-byte token.
         let codes = if kind == KvFormatKind::Fp8DsMla { 512 } else { 576 };
         let s = Shape { kind, heads, page: 64, seq_lens: vec![300, 200, 129], splits: Some(2), scale: 1.0 / 64.0, seed: 4242 };
