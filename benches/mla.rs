@@ -14,7 +14,10 @@
 //! (KV + Q + O bytes / time), TFLOP/s (B·S·H·2·(576+512) / time); the baseline in the same run is a
 //! device-to-device copy (read + write bytes / time), the HBM rate this GPU actually reaches.
 //! Prints the tables and one `BENCH_JSON` line. `GRAPHSAFE_MLA_BENCH=fp8` runs the fp8 table alone,
-//! `GRAPHSAFE_MLA_BENCH=tokens` the two-token table alone.
+//! `GRAPHSAFE_MLA_BENCH=tokens` the two-token table alone. `GRAPHSAFE_MLA_BENCH_PAGES=n` (a design
+//! probe) takes every page index modulo n: with a small n the cache the kernels read fits in L2, so
+//! the rows time their math and shared-memory work with HBM out of the way (the GB/s and "of copy"
+//! columns then count bytes read from L2).
 
 #[path = "common/random.rs"]
 mod random;
@@ -245,6 +248,9 @@ impl<'c> Case<'c> {
         let mut pt: Vec<i32> = (0..pages as i32).collect();
         for (i, r) in (1..pages).rev().zip(random_u64s(pages, (heads * 1_000_003 + batch * 1009 + seq) as u64)) {
             pt.swap(i, (r % (i as u64 + 1)) as usize);
+        }
+        if let Some(n) = std::env::var("GRAPHSAFE_MLA_BENCH_PAGES").ok().and_then(|v| v.parse::<i32>().ok()).filter(|&n| n > 0) {
+            pt.iter_mut().for_each(|p| *p %= n);
         }
         let rows = batch * s_q * heads;
         Case {
