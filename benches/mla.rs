@@ -129,6 +129,9 @@ fn main() {
     }
 
     println!("MLA decode on {} ({} SMs), page {PAGE}, random inputs and page order; copy baseline {copy_gbs:.0} GB/s", info.name, info.sm_count);
+    if let Some(n) = pages_modulo() {
+        println!("DESIGN PROBE: page indices modulo {n} (GRAPHSAFE_MLA_BENCH_PAGES), the cache in L2: not a result to publish");
+    }
     println!("us/call: {CALLS} calls in one graph, median of 30 replays; eager: the same calls launched one by one, median of 30 batches");
     let header = || println!("{:>6} {:>4} {:>6} {:>6} {:>12} {:>7} {:>9} {:>9} {:>9} {:>8} {:>9}", "heads", "s_q", "batch", "seq", "kv", "splits", "us/call", "eager us", "GB/s", "of copy", "TFLOP/s");
     let line = |r: &Row, extra: &str| {
@@ -155,8 +158,9 @@ fn main() {
         rows.iter().map(|r| r.json(copy_gbs, &if with_speedup { format!(",\"speedup_vs_bf16\":{:.3}", speedup(r)) } else { String::new() })).collect::<Vec<_>>().join(",")
     };
     println!(
-        "BENCH_JSON {{\"bench\":\"mla\",\"device\":\"{}\",\"timing\":\"graph\",\"copy_gb_s\":{copy_gbs:.1},\"rows\":[{}],\"long_rows\":[{}],\"token_rows\":[{}],\"fp8_rows\":[{}]}}",
+        "BENCH_JSON {{\"bench\":\"mla\",\"device\":\"{}\",\"timing\":\"graph\",{}\"copy_gb_s\":{copy_gbs:.1},\"rows\":[{}],\"long_rows\":[{}],\"token_rows\":[{}],\"fp8_rows\":[{}]}}",
         info.name,
+        pages_modulo().map_or(String::new(), |n| format!("\"pages_modulo\":{n},")),
         js(&main_rows, false),
         js(&long, false),
         js(&tokens, false),
@@ -164,6 +168,12 @@ fn main() {
     );
 }
 
+
+/// `GRAPHSAFE_MLA_BENCH_PAGES=n` (n > 0): every case's page indices are taken modulo n (a design
+/// probe; the module docs say why).
+fn pages_modulo() -> Option<i32> {
+    std::env::var("GRAPHSAFE_MLA_BENCH_PAGES").ok().and_then(|v| v.parse::<i32>().ok()).filter(|&n| n > 0)
+}
 
 /// Random bf16 bits, about N(0, 0.1²) (a sum of four uniforms), clamped to [-1, 1] like the
 /// anchor's `randn / 10`.
@@ -249,7 +259,7 @@ impl<'c> Case<'c> {
         for (i, r) in (1..pages).rev().zip(random_u64s(pages, (heads * 1_000_003 + batch * 1009 + seq) as u64)) {
             pt.swap(i, (r % (i as u64 + 1)) as usize);
         }
-        if let Some(n) = std::env::var("GRAPHSAFE_MLA_BENCH_PAGES").ok().and_then(|v| v.parse::<i32>().ok()).filter(|&n| n > 0) {
+        if let Some(n) = pages_modulo() {
             pt.iter_mut().for_each(|p| *p %= n);
         }
         let rows = batch * s_q * heads;
