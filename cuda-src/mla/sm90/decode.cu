@@ -153,7 +153,7 @@ int launch_seesaw_ds(const GsMlaDecodeArgs& a, const Maps& m, const Params& p, c
 
 // The per-tensor fp8 cache over more than 32 rows: the seesaw RS kernel (kernel_seesaw_rs.cuh).
 int launch_seesaw_rs(const GsMlaDecodeArgs& a, const Maps& m, const Params& p, cudaStream_t stream) {
-  constexpr auto k = mla_sm90_seesaw_rs_kernel<kKvFp8PerTensor>;
+  constexpr auto k = mla_sm90_seesaw_rs_kernel;
   constexpr int smem = SeesawRsLayout::kSmem;
   if (int st = ensure_smem<k>(a.device, smem); st != GS_OK) return st;
   k<<<dim3((p.rows + 63) / 64, a.num_splits, a.batch), dim3(kThreads), smem, stream>>>(m.kv, p);

@@ -80,9 +80,7 @@ __device__ __forceinline__ float pow2f(int e) { return __uint_as_float(uint32_t(
 // thread's memory operations in flight; so the feed fences nothing and the math warpgroups fence
 // after acquiring each box (the proxy fence may sit anywhere on the release-acquire path between
 // the generic stores and the async-proxy reads).
-template <int KV>
 struct SeesawFp8 {
-  static_assert(KV == kKvFp8DsMla, "the 656-byte format (the per-tensor one runs the seesaw RS kernel)");
   static constexpr int kRowBytes = kDsTokenBytes;  // bytes per token in the cache
   // Boxes a tile the feed threads convert: the bf16 rope (box 8, last in both buffers' orders)
   // needs no conversion and goes by TMA (the kernel's tensor map: 128-byte x 64-row boxes of the
@@ -138,11 +136,11 @@ __device__ __forceinline__ constexpr float pick(const float4& v, int i) { return
 // A loop iteration is a pair of tiles, unrolled load by load (one half-box a load, 2 H kUnits of
 // them). The releases are waited for as produce_tiles_seesaw waits for them. `rope_map`: the
 // 656-byte format's rope boxes (thread 0 issues them into its own CTA's stage).
-template <int KV, bool kPair>
+template <bool kPair>
 __device__ __forceinline__ void produce_fp8_seesaw(const CUtensorMap* rope_map, const Params& p, int b,
                                                    const SplitRange& sr, uint8_t* stages, uint8_t* raw, uint32_t full0,
                                                    uint32_t rel0, uint32_t fwd0, uint32_t q_ready, int pt, uint32_t rank) {
-  using F = SeesawFp8<KV>;
+  using F = SeesawFp8;
   constexpr int U = F::kUnits, A = F::kAhead;
   constexpr int H = kPair ? 1 : 2;  // the row halves of a box this CTA converts
   constexpr int kLoads = 2 * U * H;  // a loop body's loads

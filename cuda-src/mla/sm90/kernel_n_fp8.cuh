@@ -107,6 +107,13 @@ __device__ __forceinline__ int n8_q_pos(int off, int& j) {
   return r < 2 ? 2 * q + r : 8 + 2 * q + (r - 2);
 }
 
+// The P^T column (the PV step's fragment position) that holds token t (0..63) of a tile: the
+// inverse of the token order above. The N8 and seesaw RS kernels store P^T in this order.
+__device__ __forceinline__ int n8_p_col(int t) {
+  const int r = t & 15, e = r >> 2, qq = r & 3;
+  return (t & ~15) + (e < 2 ? 2 * qq + e : 8 + 2 * qq + (e - 2));
+}
+
 // Q rows of request b as fp16 times 2^k_h into `sq` (K-major, 128-byte swizzled blocks of N x 128 B,
 // in the permuted k order) and 2^-k_h into s_qf[h]; kRopeBf16: the rope block (8) as bf16 times
 // 2^k_h (exact), for the 656-byte format's bf16 rope. Warp wq (of 8) takes heads wq, wq + 8, ...; a
@@ -351,12 +358,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int t = 4 * jt + q;
     v_off[jt] = uint32_t((u >> 2) * L::kRawBlock + t * 64 + (((u & 3) ^ ((t >> 1) & 3)) << 4));
   }
-  // P^T column (the PV step's fragment position) of tokens ta and tb: the inverse of the token order.
-  auto p_col = [](int t) {
-    const int r = t & 15, e = r >> 2, qq = r & 3;
-    return (t & ~15) + (e < 2 ? 2 * qq + e : 8 + 2 * qq + (e - 2));
-  };
-  const int kla = p_col(ta), klb = p_col(tb);
+  const int kla = n8_p_col(ta), klb = n8_p_col(tb);  // P^T columns of tokens ta and tb
 
   // One pass over the split's tiles (ring sequence numbers seq0 + i), tile i in warpgroup i % 2.
   auto pass = [&](auto clamp, int seq0) {

@@ -156,15 +156,15 @@ __global__ void __launch_bounds__(kThreads, 1) mla_sm90_seesaw_kernel(const __gr
   }
 
   if constexpr (kPair) {
-    using F = SeesawFp8<KV>;
+    using F = SeesawFp8;
     if (!enter_roles_init<F::kMathRegs, F::kProducerRegs>(tid, [] {}, [&](int pt) {
-          produce_fp8_seesaw<KV, true>(&kv_map, p, b, sr, skv, smem + kSeesawRawOff, full0, rel0, math_bar + 8, math_bar, pt, rank);
+          produce_fp8_seesaw<true>(&kv_map, p, b, sr, skv, smem + kSeesawRawOff, full0, rel0, math_bar + 8, math_bar, pt, rank);
         }))
       return;
   } else if constexpr (kFp8) {
-    using F = SeesawFp8<KV>;
+    using F = SeesawFp8;
     if (!enter_roles_with<kSeesawPairs, F::kMathRegs, F::kProducerRegs>(tid, bars, kCounts, 0u, [&](int pt) {
-          produce_fp8_seesaw<KV, false>(&kv_map, p, b, sr, skv, smem + kSeesawRawOff, full0, rel0, 0u, math_bar, pt, 0u);
+          produce_fp8_seesaw<false>(&kv_map, p, b, sr, skv, smem + kSeesawRawOff, full0, rel0, 0u, math_bar, pt, 0u);
         }))
       return;
   } else {

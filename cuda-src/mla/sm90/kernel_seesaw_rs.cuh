@@ -55,9 +55,7 @@ struct SeesawRsLayout {
   static constexpr int kMathRegs = 240, kProducerRegs = 24;
 };
 
-template <int KV>
 __global__ void __launch_bounds__(kThreads, 1) mla_sm90_seesaw_rs_kernel(const __grid_constant__ CUtensorMap kv_map, const Params p) {
-  static_assert(KV == kKvFp8PerTensor, "the per-tensor fp8 format");
   using L = SeesawRsLayout;
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = smem_base_1k(smem_raw);
@@ -104,9 +102,9 @@ __global__ void __launch_bounds__(kThreads, 1) mla_sm90_seesaw_rs_kernel(const _
           },
           [&](int pt) {
             if (pt != 0) return;
-            produce_raw_ring<KV, L::kSlots>(&kv_map, nullptr, p, b, sr, 0, smem_u32(ring), full0, empty0);
+            produce_raw_ring<kKvFp8PerTensor, L::kSlots>(&kv_map, nullptr, p, b, sr, 0, smem_u32(ring), full0, empty0);
             mbar_wait(verdict_bar, 0);
-            if (s_rerun) produce_raw_ring<KV, L::kSlots>(&kv_map, nullptr, p, b, sr, sr.n, smem_u32(ring), full0, empty0);
+            if (s_rerun) produce_raw_ring<kKvFp8PerTensor, L::kSlots>(&kv_map, nullptr, p, b, sr, sr.n, smem_u32(ring), full0, empty0);
           }))
     return;
 
@@ -145,12 +143,7 @@ __global__ void __launch_bounds__(kThreads, 1) mla_sm90_seesaw_rs_kernel(const _
     const int t = 4 * jt + q;
     v_off[jt] = uint32_t((4 * w + warp) * L::kRawBlock + t * 64 + (((g >> 1) ^ ((t >> 1) & 3)) << 4) + (g & 1) * 8);
   }
-  // P^T column (the PV step's fragment position) of tokens ta and tb: the N8 kernel's token order.
-  auto p_col = [](int t) {
-    const int r = t & 15, e = r >> 2, qq = r & 3;
-    return (t & ~15) + (e < 2 ? 2 * qq + e : 8 + 2 * qq + (e - 2));
-  };
-  const int kla = p_col(ta), klb = p_col(tb);
+  const int kla = n8_p_col(ta), klb = n8_p_col(tb);  // P^T columns of tokens ta and tb
 
   float o[128];  // O^T: four m64n64 blocks, o[32 mb + 4 j + ...] (zeroed by each pass)
   // This thread's share of the row sums (its two tokens of every tile it softmaxed): row k = 2 j + e
