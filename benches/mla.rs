@@ -17,7 +17,8 @@
 //! `GRAPHSAFE_MLA_BENCH=tokens` the two-token table alone. `GRAPHSAFE_MLA_BENCH_PAGES=n` (a design
 //! probe) takes every page index modulo n: with a small n the cache the kernels read fits in L2, so
 //! the rows time their math and shared-memory work with HBM out of the way (the GB/s and "of copy"
-//! columns then count bytes read from L2).
+//! columns then count bytes read from L2). `GRAPHSAFE_MLA_BENCH_HEADS=128` (a comma list) keeps the
+//! cases of those head counts alone, in every table: a shorter run where GPU time is scarce.
 
 #[path = "common/random.rs"]
 mod random;
@@ -79,6 +80,7 @@ impl Row {
 }
 
 fn main() {
+    let heads_only = heads_filter(); // a bad value stops the bench before anything runs
     let ctx = match Context::new(0) {
         Ok(c) => c,
         Err(e) => {
@@ -98,6 +100,7 @@ fn main() {
 
     let caches = Caches::new(&stream);
     let mut ws = Workspace::new(&stream, 0).unwrap();
+    let wanted = |heads: usize| heads_only.as_ref().is_none_or(|h| h.contains(&heads));
     let mut run = |heads, s_q, batch, seq, kind| Case::new(&stream, &caches, heads, s_q, batch, seq, kind).time(&ctx, &mut stream, &mut ws);
     // GRAPHSAFE_MLA_BENCH=fp8 (or tokens) times that table alone (bf16 rows included), for quick A/B runs.
     let only = std::env::var("GRAPHSAFE_MLA_BENCH").ok();
@@ -106,6 +109,9 @@ fn main() {
     let skip_main = fp8_only || tokens_only;
     let mut main_rows = Vec::new();
     for &heads in if skip_main { &[][..] } else { &[16usize, 128][..] } {
+        if !wanted(heads) {
+            continue;
+        }
         for &batch in &[64usize, 128] {
             for &seq in &[4096usize, 8192] {
                 main_rows.push(run(heads, 1, batch, seq, KvFormatKind::Native));
@@ -113,22 +119,28 @@ fn main() {
         }
     }
     let long_shapes: &[(usize, usize, usize)] = if skip_main { &[] } else { &[(128, 16, 16384), (128, 1, 65536), (16, 1, 65536)] };
-    let long: Vec<Row> = long_shapes.iter().map(|&(h, b, s)| run(h, 1, b, s, KvFormatKind::Native)).collect();
+    let long: Vec<Row> = long_shapes.iter().filter(|&&(h, _, _)| wanted(h)).map(|&(h, b, s)| run(h, 1, b, s, KvFormatKind::Native)).collect();
     let mut tokens = Vec::new();
     for &heads in if fp8_only { &[][..] } else { &[16usize, 32, 64, 128][..] } {
+        if !wanted(heads) {
+            continue;
+        }
         for &(batch, seq) in &[(64usize, 4096usize), (128, 8192)] {
             tokens.push(run(heads, 2, batch, seq, KvFormatKind::Native));
         }
     }
     let mut fp8 = Vec::new();
     let fp8_shapes: &[(usize, usize, usize, usize)] = if tokens_only { &[] } else { &[(16, 1, 64, 4096), (16, 1, 128, 8192), (32, 1, 64, 4096), (64, 2, 64, 4096), (128, 1, 64, 4096), (128, 1, 128, 4096), (128, 1, 64, 8192), (128, 1, 128, 8192)] };
-    for &(heads, s_q, batch, seq) in fp8_shapes {
+    for &(heads, s_q, batch, seq) in fp8_shapes.iter().filter(|&&(h, ..)| wanted(h)) {
         for kind in KvFormatKind::ALL {
             fp8.push(run(heads, s_q, batch, seq, kind));
         }
     }
 
     println!("MLA decode on {} ({} SMs), page {PAGE}, random inputs and page order; copy baseline {copy_gbs:.0} GB/s", info.name, info.sm_count);
+    if let Some(h) = &heads_only {
+        println!("only the cases of {h:?} heads (GRAPHSAFE_MLA_BENCH_HEADS)");
+    }
     if let Some(n) = pages_modulo() {
         println!("DESIGN PROBE: page indices modulo {n} (GRAPHSAFE_MLA_BENCH_PAGES), the cache in L2: not a result to publish");
     }
@@ -168,6 +180,19 @@ fn main() {
     );
 }
 
+
+/// `GRAPHSAFE_MLA_BENCH_HEADS=a,b,..`: the head counts whose cases run (all when unset). A value
+/// that is not a list of numbers stops the bench rather than timing every case unasked.
+fn heads_filter() -> Option<Vec<usize>> {
+    let v = std::env::var("GRAPHSAFE_MLA_BENCH_HEADS").ok()?;
+    match v.split(',').map(|h| h.trim().parse::<usize>()).collect::<Result<Vec<_>, _>>() {
+        Ok(h) if !h.is_empty() => Some(h),
+        _ => {
+            eprintln!("GRAPHSAFE_MLA_BENCH_HEADS={v:?}: expected head counts separated by commas, e.g. 128 or 16,32");
+            std::process::exit(2)
+        }
+    }
+}
 
 /// `GRAPHSAFE_MLA_BENCH_PAGES=n` (n > 0): every case's page indices are taken modulo n (a design
 /// probe; the module docs say why).
