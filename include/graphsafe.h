@@ -941,7 +941,10 @@ int graphsafe_workspace_ensure_size(GraphsafeWorkspace ws,
                                     int *grew);
 
 /**
- * Capacity and current device address (0 while empty); either output may be null.
+ * Capacity and current device address (0 while empty); either output may be null. The address
+ * is for the caller's own kernels (read it when launching them: the next growth retires the
+ * buffer); no graphsafe op takes an operand inside a workspace, current or retired
+ * (INVALID_ARGUMENT): the workspace's kernels keep scratch there.
  *
  * # Safety
  * Each output is null or points to a writable `uint64_t`. Thread-safe.

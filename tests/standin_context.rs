@@ -417,7 +417,8 @@ fn raw_pointers_of_another_device_unknown_or_too_small_are_refused() {
     assert_eq!(r, GRAPHSAFE_ERROR_INVALID_ARGUMENT, "a scale at an address no allocation holds: {text}");
     let (r, text) = decode_kv(&args, wptr + 256);
     assert_eq!(r, GRAPHSAFE_ERROR_INVALID_ARGUMENT, "a scale inside the call's workspace: {text}");
-    assert!(text.contains("kv_format.scale") && text.contains("workspace"), "the error does not name the scale and the workspace: {text}");
+    // Refused where the raw pointer is read, so the error names the C struct's field.
+    assert!(text.contains("kv_scale") && text.contains("workspace"), "the error does not name the scale and the workspace: {text}");
     unsafe { graphsafe_workspace_destroy(big_ws) };
     // Memory of an engine's own context on device 0 (adopted beside the primary one).
     let mut engine = GraphsafeContext::default();

@@ -224,8 +224,8 @@ impl<'a> CallerMemory<'a> {
 
     /// `ptr` as an op's memory: NULL_POINTER for 0; INVALID_ARGUMENT naming `what` for an address
     /// the driver does not know as device memory, memory of another device, memory allocated in
-    /// another context of the same device, or a destroyed graphsafe buffer or workspace whose free
-    /// is still pending.
+    /// another context of the same device, memory inside a graphsafe workspace (current or
+    /// retired), or a destroyed graphsafe buffer or workspace whose free is still pending.
     pub(crate) fn pointer(&self, ptr: u64, what: &str) -> Result<Raw, Fail> {
         if ptr == 0 {
             return Err(null(what));
@@ -246,6 +246,16 @@ impl<'a> CallerMemory<'a> {
             Some(p) => {
                 let len = p.bytes_to_end.map_or(usize::MAX, |b| usize::try_from(b).unwrap_or(usize::MAX));
                 match crate::driver::memory::allocation_containing(ctx, ptr) {
+                    // A workspace's buffer, current or retired (an address read with
+                    // graphsafe_workspace_info, maybe before a growth): its kernels keep scratch
+                    // there that they trust (schedules, split partials), ordered only with the
+                    // workspace's own uses, which an operand does not join.
+                    Some(a) if a.is_workspace() => Err(crate::Error::invalid(
+                        what,
+                        "memory outside every graphsafe workspace (a workspace is scratch for the op calls given it)",
+                        format!("{ptr:#x}, inside a graphsafe workspace's buffer [{:#x}, {:#x})", a.ptr(), a.ptr() + a.len() as u64),
+                    )
+                    .into()),
                     // graphsafe's own memory: bounded by, and keeping, its allocation.
                     Some(a) => Ok(Raw { ptr, ctx: self.ctx, len: len.min(a.len() - (ptr - a.ptr()) as usize), alloc: Some(a) }),
                     // A graphsafe buffer or workspace already destroyed whose free waits for a

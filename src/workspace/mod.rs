@@ -141,6 +141,8 @@ impl Workspace {
         if fresh.device_ptr() % WORKSPACE_ALIGN != 0 {
             return Err(Error::invalid("allocation alignment", format!("{WORKSPACE_ALIGN} bytes"), fresh.device_ptr()));
         }
+        // Before anyone can read its address: the C ABI takes no operand inside a workspace.
+        fresh.allocation().mark_workspace();
         memset_u8_raw(fresh.device_ptr(), 0, len, stream)?;
         // The zero-fill is the new buffer's first use; the old one keeps its order with the
         // graphs that captured it.

@@ -239,6 +239,96 @@ fn an_operand_inside_the_workspace_of_the_same_call_is_refused() {
 /// refused (INVALID_ARGUMENT, nothing captured); on the old code it passed as the caller's own
 /// memory, the capture kept nothing alive, and the graph's replays wrote into memory freed when
 /// the free went through. The same for an old workspace address after the workspace grew.
+/// An operand lying in another workspace is refused too, live or retired: its kernels' scratch
+/// (another call's batch schedule and split partials, which the kernels read as trusted indices)
+/// would be overwritten by this call with no order between the two, since an operand joins no
+/// workspace's use order. A C caller can get such an address from graphsafe_workspace_info, also
+/// one cached before the workspace grew (the graph that captured it keeps the old buffer alive).
+#[test]
+fn an_operand_inside_another_workspace_live_or_retired_is_refused() {
+    use graphsafe::capi::*;
+    if standin::real_driver_present() {
+        eprintln!("SKIP: a real driver is present (see standin::real_driver_present)");
+        return;
+    }
+    let (_g, s) = exclusive();
+    let (heads, page, pages) = (16i64, 64i64, 64i64);
+    let mut cx = GraphsafeContext::default();
+    let mut st = GraphsafeStream::default();
+    let (mut ws, mut other) = (GraphsafeWorkspace::default(), GraphsafeWorkspace::default());
+    let mut other_ptr = 0u64;
+    // SAFETY: out-pointers to locals; handles made here; every address a live buffer (or inside
+    // a live workspace's buffer, current or kept by a graph) of at least the bytes the arguments
+    // describe.
+    unsafe {
+        assert_eq!(graphsafe_context_create(0, &mut cx), GRAPHSAFE_OK);
+        assert_eq!(graphsafe_stream_create(cx, &mut st), GRAPHSAFE_OK);
+        assert_eq!(graphsafe_workspace_create(st, 32 << 20, &mut ws), GRAPHSAFE_OK);
+        assert_eq!(graphsafe_workspace_create(st, 1 << 20, &mut other), GRAPHSAFE_OK);
+        assert_eq!(graphsafe_workspace_info(other, std::ptr::null_mut(), &mut other_ptr), GRAPHSAFE_OK);
+        let buffer = |bytes: u64| {
+            let mut b = GraphsafeBuffer::default();
+            let mut ptr = 0u64;
+            assert_eq!(graphsafe_buffer_create(st, bytes, 1, &mut b), GRAPHSAFE_OK);
+            assert_eq!(graphsafe_buffer_info(b, &mut ptr, std::ptr::null_mut()), GRAPHSAFE_OK);
+            ptr
+        };
+        let args = GraphsafeMlaDecodeArgs {
+            dtype: GRAPHSAFE_DTYPE_BF16,
+            batch: 1,
+            num_heads: heads as i32,
+            s_q: 1,
+            q_nope: buffer((heads * 512 * 2) as u64),
+            q_nope_stride_batch: heads * 512,
+            q_nope_stride_token: heads * 512,
+            q_nope_stride_head: 512,
+            q_pe: buffer((heads * 64 * 2) as u64),
+            q_pe_stride_batch: heads * 64,
+            q_pe_stride_token: heads * 64,
+            q_pe_stride_head: 64,
+            kv_cache: buffer((pages * page * 576 * 2) as u64),
+            num_pages: pages as i32,
+            page_size: page as i32,
+            seq_lens: buffer(4),
+            page_table: buffer((pages * 4) as u64),
+            max_pages: pages as i32,
+            out: other_ptr,
+            out_stride_batch: heads * 512,
+            out_stride_token: heads * 512,
+            out_stride_head: 512,
+            lse: buffer((heads * 4) as u64),
+            sm_scale: 0.0721,
+            max_seq_len: (pages * page) as i32,
+            ..Default::default()
+        };
+        let refused = |args: &GraphsafeMlaDecodeArgs, what: &str| {
+            let mut plan = GraphsafeMlaPlan::default();
+            let r = graphsafe_mla_decode(args, ws, st, &mut plan);
+            let text = std::ffi::CStr::from_ptr(graphsafe_last_error()).to_string_lossy().into_owned();
+            assert_eq!(r, GRAPHSAFE_ERROR_INVALID_ARGUMENT, "{what}: {text}");
+            assert!(text.contains("out") && text.contains("workspace"), "{what}: {text}");
+        };
+        refused(&args, "out in another live workspace");
+        // A graph captures `other`'s buffer, then `other` grows: the old buffer is retired and
+        // kept alive by the graph, its address still known to the driver and to graphsafe.
+        let mut cap = GraphsafeCapture::default();
+        let mut graph = GraphsafeGraph::default();
+        assert_eq!(graphsafe_capture_begin(st, GRAPHSAFE_CAPTURE_THREAD_LOCAL, &mut cap), GRAPHSAFE_OK);
+        assert_eq!(graphsafe_capture_bind_workspace(cap, other, std::ptr::null_mut(), std::ptr::null_mut()), GRAPHSAFE_OK);
+        assert_eq!(graphsafe_capture_end(cap, &mut graph), GRAPHSAFE_OK);
+        let mut grew = 0;
+        assert_eq!(graphsafe_workspace_ensure_size(other, 4 << 20, st, &mut grew), GRAPHSAFE_OK);
+        assert_eq!(grew, 1);
+        let mut now = 0u64;
+        assert_eq!(graphsafe_workspace_info(other, std::ptr::null_mut(), &mut now), GRAPHSAFE_OK);
+        assert_ne!(now, other_ptr, "growth retires the buffer, never resizes it");
+        refused(&args, "out in a retired workspace buffer a graph keeps");
+        refused(&GraphsafeMlaDecodeArgs { out: now + 4096, ..args }, "out inside another workspace's current buffer");
+        assert_eq!(graphsafe_graph_destroy(graph), GRAPHSAFE_OK);
+    }
+    no_violations(s);
+}
+
 #[test]
 fn a_destroyed_buffer_whose_free_waits_is_refused_as_a_raw_pointer() {
     use graphsafe::capi::*;

@@ -40,7 +40,7 @@ impl DeviceBuffer {
             // SAFETY: out-pointer to a local.
             check(unsafe { (f.f)(&mut ptr, bytes) }, f.name)
         })?;
-        Ok(DeviceBuffer { alloc: Allocation::new_registered(Allocation { ptr, bytes, ctx: ctx.clone(), owner: None }) })
+        Ok(DeviceBuffer { alloc: Allocation::new_registered(Allocation { ptr, bytes, ctx: ctx.clone(), owner: None, scratch: Default::default() }) })
     }
 
     /// A buffer over memory another library allocated, kept alive by `owner` (the library's handle)
@@ -51,7 +51,7 @@ impl DeviceBuffer {
     /// `[ptr, ptr + bytes)` (`bytes` > 0) must be device memory of `ctx` that stays allocated while
     /// `owner` lives and that nothing but dropping `owner` frees.
     pub(crate) unsafe fn from_foreign(ctx: &Arc<Context>, ptr: DevicePtr, bytes: usize, owner: ForeignOwner) -> DeviceBuffer {
-        DeviceBuffer { alloc: Allocation::new_registered(Allocation { ptr, bytes, ctx: ctx.clone(), owner: Some(owner) }) }
+        DeviceBuffer { alloc: Allocation::new_registered(Allocation { ptr, bytes, ctx: ctx.clone(), owner: Some(owner), scratch: Default::default() }) }
     }
 
     /// Allocates `bytes` and zero-fills them on `stream` (ordered before anything issued after).

@@ -36,6 +36,9 @@ pub struct Allocation {
     ctx: Arc<Context>,
     // Memory graphsafe did not allocate: what owns it (and frees it when dropped). None: ours.
     owner: Option<ForeignOwner>,
+    // Set once a workspace takes it, and never cleared (a retired buffer stays a workspace's
+    // scratch for the graphs that captured it): the C ABI refuses operands inside it.
+    scratch: std::sync::atomic::AtomicBool,
 }
 
 impl Allocation {
@@ -58,6 +61,15 @@ impl Allocation {
     /// Whether another library allocated it (graphsafe holds its owner and never frees it).
     pub(crate) fn is_foreign(&self) -> bool {
         self.owner.is_some()
+    }
+    /// Marks it a workspace's buffer, for the rest of its life ([`Allocation::is_workspace`]).
+    pub(crate) fn mark_workspace(&self) {
+        self.scratch.store(true, std::sync::atomic::Ordering::Release);
+    }
+    /// Whether a workspace took it, now or before it retired it: its kernels write scratch there
+    /// (batch schedules, split partials) ordered only with the uses of that workspace.
+    pub(crate) fn is_workspace(&self) -> bool {
+        self.scratch.load(std::sync::atomic::Ordering::Acquire)
     }
 }
 
