@@ -1227,8 +1227,9 @@ int graphsafe_mla_decode(const GraphsafeMlaDecodeArgs *args,
 
 /**
  * Captured MLA decode: `ws` must be bound to `capture`; never grows it
- * (GRAPHSAFE_ERROR_WORKSPACE_TOO_SMALL names both sizes, nothing captured). Same thread as the
- * capture's begin for THREAD_LOCAL/GLOBAL captures. The cache is in q's dtype
+ * (GRAPHSAFE_ERROR_WORKSPACE_TOO_SMALL names both sizes, nothing captured). Any thread (calls on
+ * one capture are serialized); only the begin and the end of a THREAD_LOCAL/GLOBAL capture are
+ * tied to one thread (CUDA's rule). The cache is in q's dtype
  * (graphsafe_mla_decode_kv_captured with GRAPHSAFE_MLA_KV_NATIVE).
  *
  * # Safety
