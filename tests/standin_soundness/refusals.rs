@@ -162,6 +162,64 @@ fn overlapping_rows_are_refused_before_anything_is_enqueued() {
     no_violations(s);
 }
 
+/// A C-ABI context of device 0 and a stream of it, for the workspace refusals below.
+fn c_stream() -> graphsafe::capi::GraphsafeStream {
+    use graphsafe::capi::*;
+    let mut cx = GraphsafeContext::default();
+    let mut st = GraphsafeStream::default();
+    // SAFETY: out-pointers to locals.
+    unsafe {
+        assert_eq!(graphsafe_context_create(0, &mut cx), GRAPHSAFE_OK);
+        assert_eq!(graphsafe_stream_create(cx, &mut st), GRAPHSAFE_OK);
+    }
+    st
+}
+
+/// The MLA decode the C-ABI workspace refusals call: bf16, one request, 16 heads, a cache of 64
+/// pages of 64 tokens, every operand a fresh buffer of `st` (tests then point one into a workspace).
+fn c_mla_args(st: graphsafe::capi::GraphsafeStream) -> graphsafe::capi::GraphsafeMlaDecodeArgs {
+    use graphsafe::capi::*;
+    let (heads, page, pages) = (16i64, 64i64, 64i64);
+    let buffer = |bytes: u64| {
+        let mut b = GraphsafeBuffer::default();
+        let mut ptr = 0u64;
+        // SAFETY: out-pointers to locals; `st` is a live stream handle.
+        unsafe {
+            assert_eq!(graphsafe_buffer_create(st, bytes, 1, &mut b), GRAPHSAFE_OK);
+            assert_eq!(graphsafe_buffer_info(b, &mut ptr, std::ptr::null_mut()), GRAPHSAFE_OK);
+        }
+        ptr
+    };
+    GraphsafeMlaDecodeArgs {
+        dtype: GRAPHSAFE_DTYPE_BF16,
+        batch: 1,
+        num_heads: heads as i32,
+        s_q: 1,
+        q_nope: buffer((heads * 512 * 2) as u64),
+        q_nope_stride_batch: heads * 512,
+        q_nope_stride_token: heads * 512,
+        q_nope_stride_head: 512,
+        q_pe: buffer((heads * 64 * 2) as u64),
+        q_pe_stride_batch: heads * 64,
+        q_pe_stride_token: heads * 64,
+        q_pe_stride_head: 64,
+        kv_cache: buffer((pages * page * 576 * 2) as u64),
+        num_pages: pages as i32,
+        page_size: page as i32,
+        seq_lens: buffer(4),
+        page_table: buffer((pages * 4) as u64),
+        max_pages: pages as i32,
+        out: buffer((heads * 512 * 2) as u64),
+        out_stride_batch: heads * 512,
+        out_stride_token: heads * 512,
+        out_stride_head: 512,
+        lse: buffer((heads * 4) as u64),
+        sm_scale: 0.0721,
+        max_seq_len: (pages * page) as i32,
+        ..Default::default()
+    }
+}
+
 /// An operand lying in the workspace the same call uses is refused before anything is enqueued:
 /// the kernels write scratch there (split partials) while reading the operand. Safe Rust cannot
 /// build one; a C caller can, with the address graphsafe_workspace_info reports. Here q_nope of an
@@ -177,56 +235,18 @@ fn an_operand_inside_the_workspace_of_the_same_call_is_refused() {
         return;
     }
     let (_g, s) = exclusive();
-    let (heads, page, pages) = (16i64, 64i64, 64i64);
-    let mut cx = GraphsafeContext::default();
-    let mut st = GraphsafeStream::default();
+    let st = c_stream();
     let mut ws = GraphsafeWorkspace::default();
     let mut ws_ptr = 0u64;
     // SAFETY: out-pointers to locals; handles made here; every address a live buffer (or inside
     // the live workspace) of at least the bytes the arguments describe.
     unsafe {
-        assert_eq!(graphsafe_context_create(0, &mut cx), GRAPHSAFE_OK);
-        assert_eq!(graphsafe_stream_create(cx, &mut st), GRAPHSAFE_OK);
         assert_eq!(graphsafe_workspace_create(st, 32 << 20, &mut ws), GRAPHSAFE_OK);
         assert_eq!(graphsafe_workspace_info(ws, std::ptr::null_mut(), &mut ws_ptr), GRAPHSAFE_OK);
-        let buffer = |bytes: u64| {
-            let mut b = GraphsafeBuffer::default();
-            let mut ptr = 0u64;
-            assert_eq!(graphsafe_buffer_create(st, bytes, 1, &mut b), GRAPHSAFE_OK);
-            assert_eq!(graphsafe_buffer_info(b, &mut ptr, std::ptr::null_mut()), GRAPHSAFE_OK);
-            ptr
-        };
-        let args = GraphsafeMlaDecodeArgs {
-            dtype: GRAPHSAFE_DTYPE_BF16,
-            batch: 1,
-            num_heads: heads as i32,
-            s_q: 1,
-            q_nope: ws_ptr,
-            q_nope_stride_batch: heads * 512,
-            q_nope_stride_token: heads * 512,
-            q_nope_stride_head: 512,
-            q_pe: buffer((heads * 64 * 2) as u64),
-            q_pe_stride_batch: heads * 64,
-            q_pe_stride_token: heads * 64,
-            q_pe_stride_head: 64,
-            kv_cache: buffer((pages * page * 576 * 2) as u64),
-            num_pages: pages as i32,
-            page_size: page as i32,
-            seq_lens: buffer(4),
-            page_table: buffer((pages * 4) as u64),
-            max_pages: pages as i32,
-            out: buffer((heads * 512 * 2) as u64),
-            out_stride_batch: heads * 512,
-            out_stride_token: heads * 512,
-            out_stride_head: 512,
-            lse: buffer((heads * 4) as u64),
-            sm_scale: 0.0721,
-            max_seq_len: (pages * page) as i32,
-            ..Default::default()
-        };
+        let args = GraphsafeMlaDecodeArgs { q_nope: ws_ptr, ..c_mla_args(st) };
         let mut plan = GraphsafeMlaPlan::default();
         let r = graphsafe_mla_decode(&args, ws, st, &mut plan);
-        let text = std::ffi::CStr::from_ptr(graphsafe_last_error()).to_string_lossy().into_owned();
+        let text = last_error_text();
         assert_eq!(r, GRAPHSAFE_ERROR_INVALID_ARGUMENT, "{text}");
         assert!(text.contains("q_nope") && text.contains("workspace"), "{text}");
     }
@@ -252,67 +272,37 @@ fn an_operand_inside_another_workspace_live_or_retired_is_refused() {
         return;
     }
     let (_g, s) = exclusive();
-    let (heads, page, pages) = (16i64, 64i64, 64i64);
-    let mut cx = GraphsafeContext::default();
-    let mut st = GraphsafeStream::default();
+    let st = c_stream();
     let (mut ws, mut other) = (GraphsafeWorkspace::default(), GraphsafeWorkspace::default());
     let mut other_ptr = 0u64;
     // SAFETY: out-pointers to locals; handles made here; every address a live buffer (or inside
     // a live workspace's buffer, current or kept by a graph) of at least the bytes the arguments
     // describe.
     unsafe {
-        assert_eq!(graphsafe_context_create(0, &mut cx), GRAPHSAFE_OK);
-        assert_eq!(graphsafe_stream_create(cx, &mut st), GRAPHSAFE_OK);
         assert_eq!(graphsafe_workspace_create(st, 32 << 20, &mut ws), GRAPHSAFE_OK);
         assert_eq!(graphsafe_workspace_create(st, 1 << 20, &mut other), GRAPHSAFE_OK);
         assert_eq!(graphsafe_workspace_info(other, std::ptr::null_mut(), &mut other_ptr), GRAPHSAFE_OK);
-        let buffer = |bytes: u64| {
-            let mut b = GraphsafeBuffer::default();
-            let mut ptr = 0u64;
-            assert_eq!(graphsafe_buffer_create(st, bytes, 1, &mut b), GRAPHSAFE_OK);
-            assert_eq!(graphsafe_buffer_info(b, &mut ptr, std::ptr::null_mut()), GRAPHSAFE_OK);
-            ptr
-        };
-        let args = GraphsafeMlaDecodeArgs {
-            dtype: GRAPHSAFE_DTYPE_BF16,
-            batch: 1,
-            num_heads: heads as i32,
-            s_q: 1,
-            q_nope: buffer((heads * 512 * 2) as u64),
-            q_nope_stride_batch: heads * 512,
-            q_nope_stride_token: heads * 512,
-            q_nope_stride_head: 512,
-            q_pe: buffer((heads * 64 * 2) as u64),
-            q_pe_stride_batch: heads * 64,
-            q_pe_stride_token: heads * 64,
-            q_pe_stride_head: 64,
-            kv_cache: buffer((pages * page * 576 * 2) as u64),
-            num_pages: pages as i32,
-            page_size: page as i32,
-            seq_lens: buffer(4),
-            page_table: buffer((pages * 4) as u64),
-            max_pages: pages as i32,
-            out: other_ptr,
-            out_stride_batch: heads * 512,
-            out_stride_token: heads * 512,
-            out_stride_head: 512,
-            lse: buffer((heads * 4) as u64),
-            sm_scale: 0.0721,
-            max_seq_len: (pages * page) as i32,
-            ..Default::default()
-        };
-        let refused = |args: &GraphsafeMlaDecodeArgs, what: &str| {
-            let mut plan = GraphsafeMlaPlan::default();
-            let r = graphsafe_mla_decode(args, ws, st, &mut plan);
-            let text = std::ffi::CStr::from_ptr(graphsafe_last_error()).to_string_lossy().into_owned();
+        let args = GraphsafeMlaDecodeArgs { out: other_ptr, ..c_mla_args(st) };
+        let refused = |r: i32, what: &str| {
+            let text = last_error_text();
             assert_eq!(r, GRAPHSAFE_ERROR_INVALID_ARGUMENT, "{what}: {text}");
             assert!(text.contains("out") && text.contains("workspace"), "{what}: {text}");
         };
-        refused(&args, "out in another live workspace");
-        // A graph captures `other`'s buffer, then `other` grows: the old buffer is retired and
-        // kept alive by the graph, its address still known to the driver and to graphsafe.
+        let eager = |args: &GraphsafeMlaDecodeArgs| graphsafe_mla_decode(args, ws, st, std::ptr::null_mut());
+        refused(eager(&args), "out in another live workspace");
+        // Captured, with `ws` bound: `other` is not, and its use order is not the graph's.
         let mut cap = GraphsafeCapture::default();
         let mut graph = GraphsafeGraph::default();
+        assert_eq!(graphsafe_capture_begin(st, GRAPHSAFE_CAPTURE_THREAD_LOCAL, &mut cap), GRAPHSAFE_OK);
+        assert_eq!(graphsafe_capture_bind_workspace(cap, ws, std::ptr::null_mut(), std::ptr::null_mut()), GRAPHSAFE_OK);
+        refused(graphsafe_mla_decode_captured(&args, cap, ws, std::ptr::null_mut()), "captured, out in another workspace");
+        assert_eq!(graphsafe_capture_end(cap, &mut graph), GRAPHSAFE_OK);
+        let mut nodes = u64::MAX;
+        assert_eq!(graphsafe_graph_node_count(graph, &mut nodes), GRAPHSAFE_OK);
+        assert_eq!(nodes, 0, "the refused captured call recorded work");
+        assert_eq!(graphsafe_graph_destroy(graph), GRAPHSAFE_OK);
+        // A graph captures `other`'s buffer, then `other` grows: the old buffer is retired and
+        // kept alive by the graph, its address still known to the driver and to graphsafe.
         assert_eq!(graphsafe_capture_begin(st, GRAPHSAFE_CAPTURE_THREAD_LOCAL, &mut cap), GRAPHSAFE_OK);
         assert_eq!(graphsafe_capture_bind_workspace(cap, other, std::ptr::null_mut(), std::ptr::null_mut()), GRAPHSAFE_OK);
         assert_eq!(graphsafe_capture_end(cap, &mut graph), GRAPHSAFE_OK);
@@ -322,8 +312,8 @@ fn an_operand_inside_another_workspace_live_or_retired_is_refused() {
         let mut now = 0u64;
         assert_eq!(graphsafe_workspace_info(other, std::ptr::null_mut(), &mut now), GRAPHSAFE_OK);
         assert_ne!(now, other_ptr, "growth retires the buffer, never resizes it");
-        refused(&args, "out in a retired workspace buffer a graph keeps");
-        refused(&GraphsafeMlaDecodeArgs { out: now + 4096, ..args }, "out inside another workspace's current buffer");
+        refused(eager(&args), "out in a retired workspace buffer a graph keeps");
+        refused(eager(&GraphsafeMlaDecodeArgs { out: now + 4096, ..args }), "out inside another workspace's current buffer");
         assert_eq!(graphsafe_graph_destroy(graph), GRAPHSAFE_OK);
     }
     no_violations(s);
