@@ -245,29 +245,31 @@ impl<'a> CallerMemory<'a> {
             }
             Some(p) => {
                 let len = p.bytes_to_end.map_or(usize::MAX, |b| usize::try_from(b).unwrap_or(usize::MAX));
-                match crate::driver::memory::allocation_containing(ctx, ptr) {
+                use crate::driver::memory::Holder;
+                match crate::driver::memory::holder(ctx, ptr) {
                     // A workspace's buffer, current or retired (an address read with
                     // graphsafe_workspace_info, maybe before a growth): its kernels keep scratch
                     // there that they trust (schedules, split partials), ordered only with the
                     // workspace's own uses, which an operand does not join.
-                    Some(a) if a.is_workspace() => Err(crate::Error::invalid(
+                    Holder::Live(a) if a.is_workspace() => Err(crate::Error::invalid(
                         what,
                         "memory outside every graphsafe workspace (a workspace is scratch for the op calls given it)",
                         format!("{ptr:#x}, inside a graphsafe workspace's buffer [{:#x}, {:#x})", a.ptr(), a.ptr() + a.len() as u64),
                     )
                     .into()),
                     // graphsafe's own memory: bounded by, and keeping, its allocation.
-                    Some(a) => Ok(Raw { ptr, ctx: self.ctx, len: len.min(a.len() - (ptr - a.ptr()) as usize), alloc: Some(a) }),
-                    // A graphsafe buffer or workspace already destroyed whose free waits for a
-                    // capture to end: the driver still holds it, but the graph would replay into
-                    // it after that free.
-                    None if crate::driver::memory::released_containing(ctx, ptr) => Err(crate::Error::invalid(
+                    Holder::Live(a) => Ok(Raw { ptr, ctx: self.ctx, len: len.min(a.len() - (ptr - a.ptr()) as usize), alloc: Some(a) }),
+                    // A graphsafe buffer or workspace destroyed (by another thread, maybe this
+                    // very moment) whose memory graphsafe is giving back, or whose free waits for
+                    // a capture to end: the driver still holds it, but the graph would replay
+                    // into it after that free.
+                    Holder::Dropped => Err(crate::Error::invalid(
                         what,
                         want(),
-                        format!("{ptr:#x}, memory of a graphsafe buffer or workspace already destroyed (its free waits for a capture to end)"),
+                        format!("{ptr:#x}, memory of a graphsafe buffer or workspace already destroyed (its memory is being given back)"),
                     )
                     .into()),
-                    None => Ok(Raw { ptr, ctx: self.ctx, len, alloc: None }),
+                    Holder::Nothing => Ok(Raw { ptr, ctx: self.ctx, len, alloc: None }),
                 }
             }
         }

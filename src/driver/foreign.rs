@@ -12,7 +12,7 @@
 //! device and context, that the range is allocated, that the range does not wrap) is refused at
 //! run time.
 
-use super::memory::{allocation_containing, query_pointer};
+use super::memory::{holder, query_pointer, Holder};
 use super::{Context, DeviceBuffer, DevicePtr, ForeignOwner};
 use crate::error::{Error, Result};
 use std::sync::{Arc, Mutex};
@@ -121,13 +121,25 @@ fn check_adoptable(ctx: &Arc<Context>, ptr: DevicePtr, bytes: usize) -> Result<(
         return Err(Error::invalid("bytes", format!("a range that ends inside the address space (at most {} bytes from {ptr:#x})", u64::MAX - ptr), bytes));
     }
     // Graphsafe's own memory would be freed by graphsafe while the adopted buffer's graphs still
-    // use it. Adopted memory adopted again is fine: each owner keeps it.
-    if allocation_containing(ctx, ptr).is_some_and(|a| !a.is_foreign()) {
-        return Err(Error::invalid(
-            "ptr",
-            "memory graphsafe did not allocate (bind the DeviceBuffer that owns this address instead)",
-            format!("{ptr:#x}, inside a live graphsafe buffer"),
-        ));
+    // use it. Adopted memory adopted again is fine: each owner keeps it. Memory whose owner is
+    // being dropped (graphsafe's, or an adopted block's owner whose drop waits for a capture) is
+    // given back whatever the new owner promises.
+    match holder(ctx, ptr) {
+        Holder::Live(a) if !a.is_foreign() => {
+            return Err(Error::invalid(
+                "ptr",
+                "memory graphsafe did not allocate (bind the DeviceBuffer that owns this address instead)",
+                format!("{ptr:#x}, inside a live graphsafe buffer"),
+            ))
+        }
+        Holder::Dropped => {
+            return Err(Error::invalid(
+                "ptr",
+                "memory graphsafe is not giving back",
+                format!("{ptr:#x}, inside a buffer already dropped whose memory graphsafe is giving back"),
+            ))
+        }
+        Holder::Live(_) | Holder::Nothing => {}
     }
     let Some(p) = query_pointer(ctx, ptr)? else {
         return Err(Error::invalid("ptr", "device memory the driver knows", format!("{ptr:#x}, an address the driver does not know")));

@@ -14,7 +14,7 @@ mod release;
 
 pub use buffer::{DeviceBuffer, DeviceCopy, MemInfo};
 pub(crate) use buffer::{copy_d2d_raw, memset_u8_raw, refuse_overlapping_copy};
-pub(crate) use registry::{allocation_containing, query_pointer, released_containing};
+pub(crate) use registry::{holder, query_pointer, Holder};
 pub(crate) use release::{free_deferred_after_synchronize, retry_deferred_frees, unload_module_when_idle, AfterGate};
 
 use super::{Context, DevicePtr, ForeignOwner};

@@ -41,10 +41,11 @@ impl Allocation {
 // a failed wait. The driver still reports such an address allocated, so without this list the C
 // ABI would take it as the caller's own memory (`capi::CallerMemory::pointer`), and a graph
 // captured with it would replay into memory freed when the capture ends. An entry is made before
-// the allocation leaves `LIVE` (no moment where the address is in neither) and removed once the
-// memory is given back; never for leaked memory. Keyed by first address; the id tells apart two
-// entries at one address (freed, reallocated, released again before the first entry left). A leaf
-// lock.
+// the allocation leaves `LIVE` (no moment where the address is in neither; before it is made, the
+// `LIVE` entry's weak reference is already dead, which [`holder`] reads as dropped too) and
+// removed once the memory is given back; never for leaked memory. Keyed by first address; the id
+// tells apart two entries at one address (freed, reallocated, released again before the first
+// entry left). A leaf lock.
 static RELEASED: Mutex<BTreeMap<DevicePtr, Vec<ReleasedEntry>>> = Mutex::new(BTreeMap::new());
 
 /// One entry of [`RELEASED`]: its id, the allocation's bytes and its context.
@@ -78,22 +79,44 @@ impl Drop for Released {
     }
 }
 
-/// Whether `ptr` lies in a graphsafe allocation of `ctx`'s context that has been dropped but whose
-/// memory is not given back yet (see [`RELEASED`]). Check [`allocation_containing`] first: a new
-/// allocation may take the address before the old entry leaves.
-pub(crate) fn released_containing(ctx: &Context, ptr: DevicePtr) -> bool {
-    let r = RELEASED.lock().unwrap_or_else(|p| p.into_inner());
-    let ctx = ctx.raw() as usize;
-    r.range(..=ptr).next_back().is_some_and(|(&start, v)| v.iter().any(|e| ptr - start < e.1 as u64 && e.2 == ctx))
+/// What graphsafe holds at a device address of a context ([`holder`]).
+pub(crate) enum Holder {
+    /// A live graphsafe allocation; the reference returned keeps it alive.
+    Live(Arc<Allocation>),
+    /// A graphsafe allocation whose last owner is gone: its drop is under way, or its free waits
+    /// for a capture to end. The driver still reports the memory allocated, but graphsafe is
+    /// giving it back.
+    Dropped,
+    /// No graphsafe allocation: memory of another library, or memory graphsafe already gave back.
+    Nothing,
 }
 
-/// The live graphsafe allocation of `ctx`'s context that holds `ptr`, if any.
-pub(crate) fn allocation_containing(ctx: &Context, ptr: DevicePtr) -> Option<Arc<Allocation>> {
-    let live = LIVE.lock().unwrap_or_else(|p| p.into_inner());
-    // Allocations never overlap, so only the one starting last at or below `ptr` can hold it.
-    let (&start, v) = live.range(..=ptr).next_back()?;
-    let ctx = ctx.raw() as usize;
-    v.iter().filter(|e| ptr - start < e.bytes as u64 && e.ctx == ctx).find_map(|e| e.alloc.upgrade())
+/// What graphsafe holds at `ptr` in `ctx`'s context.
+pub(crate) fn holder(ctx: &Context, ptr: DevicePtr) -> Holder {
+    holder_in(ctx.raw() as usize, ptr)
+}
+
+fn holder_in(ctx: usize, ptr: DevicePtr) -> Holder {
+    {
+        let live = LIVE.lock().unwrap_or_else(|p| p.into_inner());
+        // Allocations never overlap (one foreign block adopted twice starts at one address), so
+        // only the entries starting last at or below `ptr` can hold it.
+        if let Some((&start, v)) = live.range(..=ptr).next_back() {
+            let mut covering = v.iter().filter(|e| ptr - start < e.bytes as u64 && e.ctx == ctx).peekable();
+            if covering.peek().is_some() {
+                // An entry whose weak reference is dead belongs to an allocation whose drop has
+                // begun but not yet listed it as released (Allocation::drop does that first thing):
+                // dropped, not nothing, or the address would read as foreign memory for that moment.
+                return covering.find_map(|e| e.alloc.upgrade()).map_or(Holder::Dropped, Holder::Live);
+            }
+        }
+    }
+    let released = RELEASED.lock().unwrap_or_else(|p| p.into_inner());
+    if released.range(..=ptr).next_back().is_some_and(|(&start, v)| v.iter().any(|e| ptr - start < e.1 as u64 && e.2 == ctx)) {
+        Holder::Dropped
+    } else {
+        Holder::Nothing
+    }
 }
 
 /// Takes `ptr`'s dropped allocations out of the live list (an allocation's drop, before its
@@ -144,4 +167,31 @@ pub(crate) fn query_pointer(ctx: &Context, ptr: DevicePtr) -> Result<Option<Fore
     // An end past the address space (a driver answer no allocation can have) counts as unknown.
     let bytes_to_end = (ranged && start <= ptr).then(|| start.checked_add(size as u64).map(|end| end.saturating_sub(ptr))).flatten();
     Ok(Some(ForeignPointer { device, context: context as usize, bytes_to_end }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Between an allocation's last owner letting go and its drop listing it as released, the
+    /// live list still holds its entry, with a dead weak reference. An address in it is memory
+    /// graphsafe is about to give back: the C ABI must refuse it, not take it for the caller's own
+    /// memory (which a graph would then replay into after the free).
+    #[test]
+    fn an_address_whose_allocation_is_being_dropped_is_not_taken_for_foreign_memory() {
+        let (ctx, start, bytes) = (0x5eed_usize, 0xfff0_0000_0000_0000_u64, 4096_usize);
+        LIVE.lock().unwrap().entry(start).or_default().push(LiveEntry { alloc: Weak::new(), bytes, ctx });
+        let (inside, past) = (holder_in(ctx, start + 100), holder_in(ctx, start + bytes as u64));
+        LIVE.lock().unwrap().remove(&start);
+        assert!(matches!(inside, Holder::Dropped), "an address in an allocation whose drop has begun reads as {}", name(&inside));
+        assert!(matches!(past, Holder::Nothing), "the address just past it reads as {}", name(&past));
+    }
+
+    fn name(h: &Holder) -> &'static str {
+        match h {
+            Holder::Live(_) => "live",
+            Holder::Dropped => "dropped",
+            Holder::Nothing => "nothing graphsafe holds",
+        }
+    }
 }
