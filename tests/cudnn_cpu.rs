@@ -17,7 +17,8 @@ fn cudnn_absent_is_an_error_listing_every_place_looked() {
         Candidate { source: "test", target: "/nonexistent/graphsafe/libcudnn.so.9".into() },
         Candidate { source: "test", target: "libcudnn_graphsafe_does_not_exist.so.9".into() },
     ];
-    match sys::open_from(&cands) {
+    // SAFETY: neither candidate exists, so nothing is loaded.
+    match unsafe { sys::open_from(&cands) } {
         Err(Error::CudnnNotFound { tried }) => {
             assert_eq!(tried.len(), 2, "{tried:?}");
             assert!(tried[0].contains("/nonexistent/graphsafe/libcudnn.so.9"), "{tried:?}");
@@ -28,7 +29,8 @@ fn cudnn_absent_is_an_error_listing_every_place_looked() {
         Err(e) => panic!("expected CudnnNotFound, got {e}"),
         Ok(_) => panic!("a library that does not exist was opened"),
     }
-    assert!(matches!(sys::open_from(&[]), Err(Error::CudnnNotFound { tried }) if tried.is_empty()));
+    // SAFETY: no candidate, nothing is loaded.
+    assert!(matches!(unsafe { sys::open_from(&[]) }, Err(Error::CudnnNotFound { tried }) if tried.is_empty()));
 }
 
 #[test]
@@ -47,7 +49,8 @@ fn the_process_wide_loader_answers_without_panicking() {
     }
     // Later calls answer from the first (opened once): the very same `Api`, or an equal error. And
     // that answer is the one a fresh search of the documented candidates() gives.
-    let fresh = sys::open_from(&sys::candidates());
+    // SAFETY: the documented search, what api() opens itself.
+    let fresh = unsafe { sys::open_from(&sys::candidates()) };
     match (sys::api(), sys::api(), &fresh) {
         (Ok(a), Ok(b), Ok(f)) => {
             assert!(std::ptr::eq(a, b), "a second api() call opened cuDNN again");

@@ -255,11 +255,19 @@ fn python_lib_dirs() -> Vec<PathBuf> {
 
 /// Opens the first candidate that loads and reports cuDNN ≥ 9.0; otherwise
 /// [`Error::CudnnNotFound`] with one line per candidate saying why it was passed over.
-pub fn open_from(candidates: &[Candidate]) -> Result<Api> {
+///
+/// # Safety
+/// Each candidate that loads must be cuDNN (or a library whose initialisers are safe to run and
+/// whose `cudnnGetVersion`, if any, is cuDNN's function `size_t cudnnGetVersion(void)`): the file
+/// is loaded, which runs its initialisers, and that symbol is called with cuDNN's signature. A
+/// candidate that does not exist or fails to load is only passed over. [`candidates`] lists what
+/// [`api`] opens: the file `GRAPHSAFE_CUDNN_LIB` names, then cuDNN by its soname.
+pub unsafe fn open_from(candidates: &[Candidate]) -> Result<Api> {
     let mut tried = Vec::new();
     for cand in candidates {
-        // SAFETY: loading cuDNN runs its initialisers (what every cuDNN program does); nothing in it
-        // is called until a symbol is resolved.
+        // SAFETY: the caller promises that a candidate that loads is cuDNN, whose initialisers
+        // are safe to run (what every cuDNN program does); nothing in it is called until a symbol
+        // is resolved.
         let lib = match unsafe { libloading::Library::new(&cand.target) } {
             Ok(lib) => lib,
             Err(e) => {
@@ -270,7 +278,8 @@ pub fn open_from(candidates: &[Candidate]) -> Result<Api> {
         let mut api = Api::new(lib, cand.target.clone());
         let raw = match api.cudnnGetVersion() {
             #[allow(clippy::unnecessary_cast)] // c_ulong is not u64 everywhere
-            // SAFETY: no arguments; returns a number.
+            // SAFETY: cuDNN's cudnnGetVersion (the caller's promise on what loaded): no
+            // arguments; returns a number.
             Ok(f) => (unsafe { (f.f)() }) as u64,
             Err(e) => {
                 tried.push(format!("{} ({}): {e}", cand.target, cand.source));
@@ -291,7 +300,9 @@ static API: OnceCell<std::result::Result<Api, Error>> = OnceCell::new();
 
 /// cuDNN, opened on first use from [`candidates`]. Later calls return the same answer, error included.
 pub fn api() -> Result<&'static Api> {
-    API.get_or_init(|| open_from(&candidates())).as_ref().map_err(Clone::clone)
+    // SAFETY: the documented search, the same trust as any program that opens cuDNN: the file the
+    // user named in GRAPHSAFE_CUDNN_LIB, the loader's libcudnn.so.9, Python environments' cuDNN.
+    API.get_or_init(|| unsafe { open_from(&candidates()) }).as_ref().map_err(Clone::clone)
 }
 
 /// The version of the cuDNN [`api`] finds, without touching a GPU.
