@@ -495,3 +495,39 @@ fn cudarcs_own_graphs_keep_only_the_stream_alive_graphsafes_keep_the_slices() {
     assert!(freed(z_addr, held), "the slice was not freed after the last executable went");
     stream.synchronize().unwrap();
 }
+
+/// Handing a cudarc slice over while a graphsafe capture of the context is open on another thread
+/// is refused (`StreamCapturing`), as documented: the context-wide wait that makes the slice's
+/// pending cudarc uses (on any stream) finished would invalidate that capture, and waiting only
+/// for graphsafe's streams would leave the engine's stream still writing the slice. Once the
+/// capture has ended, the same slice is handed over.
+#[test]
+fn a_slice_is_not_handed_over_while_a_capture_of_the_context_is_open_on_another_thread() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let Some((cctx, cs)) = engine() else { return };
+    let ctx = Context::from_cudarc(&cctx).unwrap();
+    let slice = cs.alloc_zeros::<u32>(1 << 20).unwrap();
+    let (opened, open) = std::sync::mpsc::channel::<()>();
+    let (close, closed) = std::sync::mpsc::channel::<()>();
+    let capturing = {
+        let ctx = ctx.clone();
+        std::thread::spawn(move || {
+            let mut s = Stream::new(&ctx).unwrap();
+            let cap = s.begin_capture(CaptureMode::Relaxed).unwrap();
+            opened.send(()).unwrap();
+            closed.recv().unwrap();
+            cap.end().unwrap()
+        })
+    };
+    open.recv().unwrap();
+    let slice = Arc::new(slice);
+    match DeviceBuffer::from_cudarc(&ctx, slice.clone()) {
+        Err(Error::StreamCapturing { detail }) => assert!(detail.contains("another thread"), "{detail}"),
+        other => panic!("expected StreamCapturing while another thread captures, got {:?}", other.map(|b| b.len())),
+    }
+    close.send(()).unwrap();
+    let graph = capturing.join().unwrap();
+    assert!(graph.node_kinds().unwrap().is_empty(), "the refusal recorded nothing in the open capture");
+    let buf = DeviceBuffer::from_cudarc(&ctx, slice).expect("handed over once the capture ended");
+    assert_eq!(buf.len(), 4 << 20);
+}

@@ -405,6 +405,19 @@ impl Context {
     /// engine's GLOBAL-mode captures on other threads and its non-relaxed captures on this one, so
     /// do not call it while the engine captures.
     pub fn synchronize(&self) -> Result<()> {
+        self.synchronize_waiting_for(SyncScope::AsMuchAsCaptures)
+    }
+
+    /// [`Context::synchronize`] that waits for all work in the context or refuses
+    /// (`StreamCapturing`): never the partial wait for graphsafe's own streams while captures are
+    /// open. For a caller that must know work on streams graphsafe does not know is over (a cudarc
+    /// slice handed over, whose pending uses may be on any stream).
+    #[cfg(feature = "cudarc")]
+    pub(crate) fn synchronize_all(&self) -> Result<()> {
+        self.synchronize_waiting_for(SyncScope::All)
+    }
+
+    fn synchronize_waiting_for(&self, scope: SyncScope) -> Result<()> {
         if let Some(id) = super::captures::open_on_this_thread() {
             return Err(crate::Error::StreamCapturing {
                 detail: format!("graphsafe capture #{id} is open on this thread; a context synchronize here would invalidate it"),
@@ -416,6 +429,11 @@ impl Context {
             let mut gate = self.free_gate();
             let _current = self.enter()?;
             let all = if gate.capturing() {
+                if scope == SyncScope::All {
+                    return Err(crate::Error::StreamCapturing {
+                        detail: "a graphsafe capture of the context is open on another thread: a context-wide wait would invalidate it, and graphsafe's own streams are not all the work there is".into(),
+                    });
+                }
                 if !gate.wait_for_streams()? {
                     return Err(crate::Error::StreamCapturing {
                         detail: "the driver reports one of graphsafe's streams of the context in a capture graphsafe did not begin; waiting for it would invalidate that capture".into(),
@@ -440,6 +458,17 @@ impl Context {
         drop(later);
         Ok(())
     }
+}
+
+/// How much [`Context::synchronize`] may settle for while graphsafe captures of the context are
+/// open on other threads.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum SyncScope {
+    /// Every stream graphsafe knows (the documented behaviour of `synchronize`).
+    AsMuchAsCaptures,
+    /// All work of the context, or a refusal.
+    #[cfg_attr(not(feature = "cudarc"), allow(dead_code))]
+    All,
 }
 
 impl Drop for Context {

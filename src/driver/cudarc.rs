@@ -247,7 +247,10 @@ impl DeviceBuffer {
         // Reading the address makes cudarc wait for and record events on the slice's stream: that
         // must not land in a capture, and `Context::synchronize` is refused while any is open.
         refuse_capturing(ctx, slice.stream())?;
-        ctx.synchronize()?;
+        // All the context's work: the slice's pending uses may be on any stream, and graphsafe's
+        // own streams (all `synchronize` waits for while a capture is open elsewhere) are not
+        // where cudarc's are.
+        ctx.synchronize_all()?;
         // cudarc hands the address out only with its event bookkeeping: on the slice's own stream
         // it waits for the slice's last write and records a read, both already complete. Inside
         // our guard, so the context cudarc makes current is undone afterwards (invariant 12).
