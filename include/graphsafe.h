@@ -970,6 +970,8 @@ int graphsafe_workspace_destroy(GraphsafeWorkspace ws);
  * it at the thread's exit, as graphsafe_capture_destroy would (the stream and bound workspaces
  * are usable again); the handle then stays valid until its owner consumes it:
  * graphsafe_capture_end answers GRAPHSAFE_ERROR_CAPTURE_INVALIDATED, graphsafe_capture_destroy OK.
+ * So a THREAD_LOCAL or GLOBAL capture begun from a thread-exit destructor that runs after
+ * graphsafe's thread-locals are destroyed is refused (INVALID_ARGUMENT); RELAXED is allowed there.
  *
  * # Safety
  * `out` is null (refused) or points to a writable `GraphsafeCapture`. Thread-safe.

@@ -24,6 +24,8 @@ use std::sync::{Arc, Mutex};
 /// it at the thread's exit, as graphsafe_capture_destroy would (the stream and bound workspaces
 /// are usable again); the handle then stays valid until its owner consumes it:
 /// graphsafe_capture_end answers GRAPHSAFE_ERROR_CAPTURE_INVALIDATED, graphsafe_capture_destroy OK.
+/// So a THREAD_LOCAL or GLOBAL capture begun from a thread-exit destructor that runs after
+/// graphsafe's thread-locals are destroyed is refused (INVALID_ARGUMENT); RELAXED is allowed there.
 ///
 /// # Safety
 /// `out` is null (refused) or points to a writable `GraphsafeCapture`. Thread-safe.
@@ -39,6 +41,18 @@ pub unsafe extern "C" fn graphsafe_capture_begin(stream: GraphsafeStream, mode: 
             GRAPHSAFE_CAPTURE_RELAXED => CaptureMode::Relaxed,
             m => return Err(crate::Error::invalid("mode", "GRAPHSAFE_CAPTURE_GLOBAL, _THREAD_LOCAL or _RELAXED", m).into()),
         };
+        // A non-relaxed capture must be abandoned at this thread's exit if still open, which takes
+        // the thread's list of them: once the thread's exit has destroyed that list (a
+        // thread_local destructor of the caller's running after graphsafe's), such a capture would
+        // stay open for good. Refused before anything is begun.
+        if mode != CaptureMode::Relaxed && BEGUN_HERE.try_with(|_| ()).is_err() {
+            return Err(crate::Error::invalid(
+                "mode",
+                "GRAPHSAFE_CAPTURE_RELAXED on a thread that is exiting (graphsafe could not abandon a THREAD_LOCAL or GLOBAL capture it left open)",
+                "a THREAD_LOCAL or GLOBAL capture begun after this thread's exit destroyed graphsafe's thread-locals",
+            )
+            .into());
+        }
         let s = stream_obj(stream)?;
         // Register the (not yet begun) capture first: no registry call may happen under the
         // stream's lock (rule 1), and the stream must record the capture's id under that lock.

@@ -1,7 +1,8 @@
 // Teardown at thread and process exit: C++ static and thread_local objects whose destructors call
 // graphsafe_*_destroy on stale (already destroyed, or never created) handles and read
 // graphsafe_last_error(), after the Rust runtime has destroyed its own thread-locals. Also the
-// live handles such objects own: their destroys at exit must succeed.
+// live handles such objects own: their destroys at exit must succeed; and a THREAD_LOCAL or
+// GLOBAL capture begun from such a destructor is refused, since graphsafe could not abandon it.
 //
 // Destructor order is what makes this hard: thread_local destructors run in the reverse order of
 // their registration, and graphsafe's thread-local error text is registered on the thread's first
@@ -208,6 +209,53 @@ void worker(bool holder_first) {
   }
 }
 
+// A GLOBAL capture begun from a thread_local destructor that runs after graphsafe's own
+// thread-locals are gone: graphsafe could no longer abandon it when the thread exits (only the
+// beginning thread may end a non-relaxed capture), so it would stay open for good, refusing every
+// thread's allocations. Refused instead, and nothing is left open.
+constexpr int kNotCalled = 12345;
+std::atomic<int> g_late_begin{kNotCalled};
+GraphsafeStream g_late_stream{};
+
+struct LateCapture {
+  ~LateCapture() {
+    GraphsafeCapture cap{};
+    g_late_begin = graphsafe_capture_begin(g_late_stream, GRAPHSAFE_CAPTURE_GLOBAL, &cap);
+  }
+};
+
+void late_capture_worker() {
+  thread_local LateCapture late;  // constructed before this thread's first graphsafe call
+  (void)late;
+  // A capture begun and ended here registers graphsafe's thread-locals after `late`: they are
+  // destroyed first.
+  GraphsafeCapture cap{};
+  GraphsafeGraph g{};
+  int s = graphsafe_capture_begin(g_late_stream, GRAPHSAFE_CAPTURE_THREAD_LOCAL, &cap);
+  check(s == GRAPHSAFE_OK, "late-capture worker: capture_begin", s);
+  s = graphsafe_capture_end(cap, &g);
+  check(s == GRAPHSAFE_OK, "late-capture worker: capture_end", s);
+  graphsafe_graph_destroy(g);
+}
+
+void late_capture_is_refused() {
+  GraphsafeContext ctx{};
+  int s = graphsafe_context_create(0, &ctx);
+  check(s == GRAPHSAFE_OK, "late capture: context_create", s);
+  s = graphsafe_stream_create(ctx, &g_late_stream);
+  check(s == GRAPHSAFE_OK, "late capture: stream_create", s);
+  std::thread(late_capture_worker).join();
+  int late = g_late_begin.load();
+  check(late == GRAPHSAFE_ERROR_INVALID_ARGUMENT, "a GLOBAL capture begun after graphsafe's thread-locals are gone is refused", late);
+  // Nothing left open: this thread may allocate (an open GLOBAL capture would forbid it).
+  GraphsafeBuffer b{};
+  s = graphsafe_buffer_create(g_late_stream, 4096, 0, &b);
+  check(s == GRAPHSAFE_OK, "late capture: buffer_create afterwards", s);
+  graphsafe_buffer_destroy(b);
+  graphsafe_stream_destroy(g_late_stream);
+  graphsafe_context_destroy(ctx);
+}
+
 }  // namespace
 
 int main() {
@@ -217,6 +265,7 @@ int main() {
   g_driver = s == GRAPHSAFE_OK && n > 0;
   std::printf("capi_exit: %s\n", g_driver ? "with a driver" : "without a driver");
   fill(g_static, false);
+  if (g_driver) late_capture_is_refused();  // before this thread leaves a capture open (t_main)
   fill(t_main, true);
   std::vector<std::thread> threads;
   for (int i = 0; i < 4; ++i) threads.emplace_back(worker, i % 2 == 0);
