@@ -162,6 +162,18 @@ fn overlapping_rows_are_refused_before_anything_is_enqueued() {
     no_violations(s);
 }
 
+/// The stand-in to itself and a C-ABI stream on it, for the workspace refusals below; `None` (the
+/// skip printed) where a real driver is present: without the refusals these calls reach the
+/// kernel glue, whose CUDA runtime would open the real driver with the stand-in's handles.
+fn c_refusal_stream() -> Option<(std::sync::MutexGuard<'static, ()>, &'static standin::Standin, graphsafe::capi::GraphsafeStream)> {
+    if standin::real_driver_present() {
+        eprintln!("SKIP: a real driver is present (see standin::real_driver_present)");
+        return None;
+    }
+    let (g, s) = exclusive();
+    Some((g, s, c_stream()))
+}
+
 /// A C-ABI context of device 0 and a stream of it, for the workspace refusals below.
 fn c_stream() -> graphsafe::capi::GraphsafeStream {
     use graphsafe::capi::*;
@@ -228,14 +240,7 @@ fn c_mla_args(st: graphsafe::capi::GraphsafeStream) -> graphsafe::capi::Graphsaf
 #[test]
 fn an_operand_inside_the_workspace_of_the_same_call_is_refused() {
     use graphsafe::capi::*;
-    if standin::real_driver_present() {
-        // Before the fix this call reached the kernel glue, whose CUDA runtime would open the real
-        // driver with the stand-in's handles.
-        eprintln!("SKIP: a real driver is present (see standin::real_driver_present)");
-        return;
-    }
-    let (_g, s) = exclusive();
-    let st = c_stream();
+    let Some((_g, s, st)) = c_refusal_stream() else { return };
     let mut ws = GraphsafeWorkspace::default();
     let mut ws_ptr = 0u64;
     // SAFETY: out-pointers to locals; handles made here; every address a live buffer (or inside
@@ -253,13 +258,7 @@ fn an_operand_inside_the_workspace_of_the_same_call_is_refused() {
     no_violations(s);
 }
 
-/// The address of a graphsafe buffer destroyed while its free cannot happen yet (here: an engine
-/// captures on an adopted stream of the context, which no free may wait for): the driver still
-/// reports it allocated, but it is dead. Passed to a captured op as a raw pointer it must be
-/// refused (INVALID_ARGUMENT, nothing captured); on the old code it passed as the caller's own
-/// memory, the capture kept nothing alive, and the graph's replays wrote into memory freed when
-/// the free went through. The same for an old workspace address after the workspace grew.
-/// An operand lying in another workspace is refused too, live or retired: its kernels' scratch
+/// An operand lying in another workspace is refused, live or retired: its kernels' scratch
 /// (another call's batch schedule and split partials, which the kernels read as trusted indices)
 /// would be overwritten by this call with no order between the two, since an operand joins no
 /// workspace's use order. A C caller can get such an address from graphsafe_workspace_info, also
@@ -267,12 +266,7 @@ fn an_operand_inside_the_workspace_of_the_same_call_is_refused() {
 #[test]
 fn an_operand_inside_another_workspace_live_or_retired_is_refused() {
     use graphsafe::capi::*;
-    if standin::real_driver_present() {
-        eprintln!("SKIP: a real driver is present (see standin::real_driver_present)");
-        return;
-    }
-    let (_g, s) = exclusive();
-    let st = c_stream();
+    let Some((_g, s, st)) = c_refusal_stream() else { return };
     let (mut ws, mut other) = (GraphsafeWorkspace::default(), GraphsafeWorkspace::default());
     let mut other_ptr = 0u64;
     // SAFETY: out-pointers to locals; handles made here; every address a live buffer (or inside
@@ -319,6 +313,13 @@ fn an_operand_inside_another_workspace_live_or_retired_is_refused() {
     no_violations(s);
 }
 
+/// The address of a graphsafe buffer destroyed while its free cannot happen yet (here: an engine
+/// captures on an adopted stream of the context, which no free may wait for): the driver still
+/// reports it allocated, but it is dead. Passed to a captured op as a raw pointer it must be
+/// refused (INVALID_ARGUMENT, nothing captured); on the old code it passed as the caller's own
+/// memory, the capture kept nothing alive, and the graph's replays wrote into memory freed when
+/// the free went through. The same for an old workspace address after the workspace grew. Nor may
+/// it be adopted (`DeviceBuffer::adopt`) as foreign memory: before, that succeeded.
 #[test]
 fn a_destroyed_buffer_whose_free_waits_is_refused_as_a_raw_pointer() {
     use graphsafe::capi::*;
@@ -400,6 +401,13 @@ fn a_destroyed_buffer_whose_free_waits_is_refused_as_a_raw_pointer() {
         let text = unsafe { std::ffi::CStr::from_ptr(graphsafe_last_error()) }.to_string_lossy().into_owned();
         assert_eq!(r, GRAPHSAFE_ERROR_INVALID_ARGUMENT, "{what} in memory destroyed during the capture: {text}");
         assert!(text.contains("destroyed"), "{what}: the error does not say the memory was destroyed: {text}");
+    }
+    // Nor may the dead buffer's address be adopted as foreign memory: its deferred free would give
+    // it back under the adopted buffer's graphs, whatever the new owner promises.
+    // SAFETY: the call under test; it must refuse before relying on the promise (which is false).
+    match unsafe { graphsafe::driver::DeviceBuffer::adopt(&ctx0, out, 64, ()) } {
+        Err(graphsafe::Error::InvalidArgument { got, .. }) => assert!(got.contains("giving back"), "{got}"),
+        other => panic!("adopting the address of a buffer whose free is deferred: {:?}", other.map(|b| b.len())),
     }
     // SAFETY: the engine's capture, begun above.
     assert_eq!(unsafe { standin::engine::end_capture(&ctx0, engine_stream) }, graphsafe::sys::cuda::CUresult::CUDA_SUCCESS);
